@@ -1,0 +1,474 @@
+// Package core is Orion's scheduling state machine. It has no goroutines, no
+// clock, no I/O and no randomness: callers feed it committed log entries
+// (Apply, on every replica) and, on the leader, observations (a worker's
+// result, a timer that fired, a submission), and collect its outputs:
+// proposals to commit to the log and effects to perform once they are
+// committed. Modelled on go.etcd.io/raft's split between a pure state machine
+// and the code that moves its messages.
+//
+// Invariant I1: state changes only by applying committed entries, on the
+// leader exactly as on a standby. The leader never changes state when it
+// proposes; it marks the task in flight so it does not propose twice.
+package core
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/orion-sched/orion/internal/dag"
+	"github.com/orion-sched/orion/internal/executor"
+)
+
+// Config holds the scheduling policy. Zero fields take the defaults.
+type Config struct {
+	RetryBase   time.Duration // first retry waits 2×RetryBase; default 1 s
+	RetryCap    time.Duration // no retry waits longer; default 30 s
+	OrphanGrace time.Duration // how long a new leader waits for a worker to report an attempt; default 2 s
+}
+
+func (c Config) withDefaults() Config {
+	if c.RetryBase <= 0 {
+		c.RetryBase = time.Second
+	}
+	if c.RetryCap <= 0 {
+		c.RetryCap = 30 * time.Second
+	}
+	if c.OrphanGrace <= 0 {
+		c.OrphanGrace = 2 * time.Second
+	}
+	return c
+}
+
+// Backoff is the delay before retry number n (1-based): min(base·2^n, cap).
+func (c Config) Backoff(n int) time.Duration {
+	c = c.withDefaults()
+	d := c.RetryBase
+	for i := 0; i < n; i++ {
+		d *= 2
+		if d >= c.RetryCap {
+			return c.RetryCap
+		}
+	}
+	return d
+}
+
+// Core is the scheduling state of all DAGs. It is owned by one goroutine.
+type Core struct {
+	cfg    Config
+	dags   map[string]*dagRun
+	rev    int64 // highest revision applied
+	queue  readyQueue
+	counts [numStatuses]int // tasks per status over all DAGs
+
+	// Leader-only state below: volatile, never part of what replicas agree
+	// on, dropped by StepDown.
+	leader        bool
+	now           time.Time
+	outbox        []Entry
+	effects       []Effect
+	workers       map[string]*worker
+	workerList    []*worker
+	pendingSubmit map[string]*DAGRecord
+	stats         Stats
+}
+
+type dagRun struct {
+	id         string
+	rec        *DAGRecord
+	seq        int64 // revision that created the DAG: submission order
+	tasks      []task
+	index      map[string]int32
+	deps       [][]int32
+	dependents [][]int32
+	remaining  int // tasks not in a terminal status
+	counts     [numStatuses]int32
+	deleted    bool
+
+	inflight   bool // leader: a proposal for the DAG record is being committed
+	wantCancel bool // leader: cancel once the in-flight proposal is applied
+}
+
+type task struct {
+	dag     *dagRun
+	idx     int32
+	status  Status
+	rec     *TaskRecord // latest applied record; nil until the task first runs
+	waiting int32       // dependencies that have not succeeded
+	queued  bool        // in the ready queue
+
+	inflight    bool             // leader: a proposal for this task is being committed
+	dispatching bool             // leader: that proposal is our dispatch
+	stash       *executor.Result // leader: a result that arrived while inflight
+	readyAt     time.Time        // leader: when the task became ready (metrics)
+}
+
+func (t *task) spec() *dag.Task { return &t.dag.rec.Tasks[t.idx] }
+func (t *task) id() string      { return t.dag.rec.Tasks[t.idx].ID }
+
+// attempt is the number of the latest attempt, 0 before the first.
+func (t *task) attempt() int {
+	if t.rec == nil {
+		return 0
+	}
+	return t.rec.Attempt
+}
+
+// retries counts the retries consumed in the DAG's current run.
+func (t *task) retries() int {
+	if t.rec == nil || t.rec.Run != t.dag.rec.Run {
+		return 0
+	}
+	return t.rec.Retries
+}
+
+func (t *task) attemptID() executor.AttemptID {
+	return executor.AttemptID{DAG: t.dag.id, Task: t.id(), Attempt: t.attempt()}
+}
+
+// New returns an empty core.
+func New(cfg Config) *Core {
+	return &Core{cfg: cfg.withDefaults(), dags: make(map[string]*dagRun)}
+}
+
+// Config returns the policy in force.
+func (c *Core) Config() Config { return c.cfg }
+
+// Rev is the highest revision applied.
+func (c *Core) Rev() int64 { return c.rev }
+
+// ApplyError reports an entry the state machine refuses: an illegal
+// transition or a record that does not fit the DAG. On a correct leader it
+// never happens; hand-written etcd values can cause it.
+type ApplyError struct {
+	Entry string
+	Msg   string
+}
+
+func (e *ApplyError) Error() string { return e.Entry + ": " + e.Msg }
+
+func applyErr(e *Entry, format string, args ...any) error {
+	name := e.DAG
+	if e.Task != "" {
+		name += "/" + e.Task
+	}
+	return &ApplyError{Entry: fmt.Sprintf("%s@%d", name, e.Rev), Msg: fmt.Sprintf(format, args...)}
+}
+
+// Apply applies one committed entry. It validates before it mutates, so an
+// entry that returns an error leaves the state as it was.
+func (c *Core) Apply(e *Entry) error {
+	if e.Rev > c.rev {
+		c.rev = e.Rev
+	}
+	if e.Task != "" {
+		return c.applyTask(e)
+	}
+	if e.Delete {
+		c.applyDelete(e)
+		return nil
+	}
+	return c.applyDAG(e)
+}
+
+func (c *Core) applyDelete(e *Entry) {
+	d := c.dags[e.DAG]
+	if d == nil {
+		return
+	}
+	for i := range d.tasks {
+		t := &d.tasks[i]
+		c.counts[t.status]--
+		if c.leader && t.status == Running && t.rec != nil {
+			c.releaseAttempt(t.attemptID(), t.rec.Worker)
+			c.effects = append(c.effects, Effect{Kind: EffectCancel, Worker: t.rec.Worker, ID: t.attemptID()})
+		}
+	}
+	d.deleted = true
+	delete(c.dags, e.DAG)
+}
+
+func (c *Core) applyDAG(e *Entry) error {
+	rec := e.D
+	if rec == nil {
+		return applyErr(e, "DAG entry without a record")
+	}
+	d := c.dags[e.DAG]
+	if d == nil {
+		if rec.Status != DAGRunning || rec.Run != 1 {
+			return applyErr(e, "a new DAG must be running in run 1, got %s in run %d", rec.Status, rec.Run)
+		}
+		d, err := newDAGRun(e.DAG, rec, e.Rev)
+		if err != nil {
+			return applyErr(e, "%v", err)
+		}
+		c.dags[e.DAG] = d
+		for i := range d.tasks {
+			t := &d.tasks[i]
+			c.counts[Pending]++
+			d.counts[Pending]++
+			if t.waiting == 0 {
+				c.setStatus(t, Ready)
+			}
+		}
+		if c.leader {
+			delete(c.pendingSubmit, e.DAG)
+			c.reconcileDAG(d)
+		}
+		return nil
+	}
+
+	from, to := d.rec.Status, rec.Status
+	if from == to && rec.Run == d.rec.Run {
+		d.rec = rec // a re-put of the same state (by hand, say) changes nothing
+		if c.leader {
+			d.inflight = false
+			c.reconcileDAG(d)
+		}
+		return nil
+	}
+	if !dagAllowed(from, to) {
+		return applyErr(e, "DAG cannot go from %s to %s", from, to)
+	}
+	switch to {
+	case DAGRunning:
+		if rec.Run != d.rec.Run+1 {
+			return applyErr(e, "a retry must start run %d, got %d", d.rec.Run+1, rec.Run)
+		}
+		if d.remaining != 0 {
+			return applyErr(e, "cannot retry while %d tasks are not finished", d.remaining)
+		}
+	case DAGSucceeded:
+		if int(d.counts[Succeeded]) != len(d.tasks) {
+			return applyErr(e, "DAG cannot succeed with %d of %d tasks succeeded", d.counts[Succeeded], len(d.tasks))
+		}
+	case DAGFailed:
+		if d.remaining != 0 || int(d.counts[Succeeded]) == len(d.tasks) {
+			return applyErr(e, "DAG cannot fail while %d tasks are unfinished or all succeeded", d.remaining)
+		}
+	}
+	if rec.Run < d.rec.Run {
+		return applyErr(e, "run %d is older than %d", rec.Run, d.rec.Run)
+	}
+	d.rec = rec
+	if to == DAGRunning {
+		c.resetForRetry(d)
+	}
+	if c.leader {
+		d.inflight = false
+		if to == DAGCancelled {
+			for i := range d.tasks {
+				c.reconcileTask(&d.tasks[i])
+			}
+		}
+		c.reconcileDAG(d)
+	}
+	return nil
+}
+
+// resetForRetry starts a DAG's new run: every task that did not succeed goes
+// back to pending, keeping its attempt counter so attempt ids never repeat.
+func (c *Core) resetForRetry(d *dagRun) {
+	for i := range d.tasks {
+		t := &d.tasks[i]
+		if t.status != Succeeded {
+			c.setStatus(t, Pending)
+		}
+	}
+	c.recomputeReadiness(d)
+}
+
+// recomputeReadiness recounts each task's unfinished dependencies and moves
+// pending tasks with none left to ready.
+func (c *Core) recomputeReadiness(d *dagRun) {
+	for i := range d.tasks {
+		t := &d.tasks[i]
+		var w int32
+		for _, j := range d.deps[i] {
+			if d.tasks[j].status != Succeeded {
+				w++
+			}
+		}
+		t.waiting = w
+		if t.status == Pending && w == 0 {
+			c.setStatus(t, Ready)
+		}
+	}
+}
+
+func newDAGRun(id string, rec *DAGRecord, seq int64) (*dagRun, error) {
+	n := len(rec.Tasks)
+	if n == 0 {
+		return nil, fmt.Errorf("DAG has no tasks")
+	}
+	d := &dagRun{
+		id:         id,
+		rec:        rec,
+		seq:        seq,
+		tasks:      make([]task, n),
+		index:      make(map[string]int32, n),
+		deps:       make([][]int32, n),
+		dependents: make([][]int32, n),
+		remaining:  n,
+	}
+	for i := range rec.Tasks {
+		if _, dup := d.index[rec.Tasks[i].ID]; dup {
+			return nil, fmt.Errorf("duplicate task id %q", rec.Tasks[i].ID)
+		}
+		d.index[rec.Tasks[i].ID] = int32(i)
+	}
+	for i := range rec.Tasks {
+		t := &d.tasks[i]
+		t.dag, t.idx = d, int32(i)
+		for _, dep := range rec.Tasks[i].DependsOn {
+			j, ok := d.index[dep]
+			if !ok {
+				return nil, fmt.Errorf("task %q depends on unknown task %q", rec.Tasks[i].ID, dep)
+			}
+			d.deps[i] = append(d.deps[i], j)
+			d.dependents[j] = append(d.dependents[j], int32(i))
+		}
+		t.waiting = int32(len(d.deps[i]))
+	}
+	return d, nil
+}
+
+func (c *Core) applyTask(e *Entry) error {
+	d := c.dags[e.DAG]
+	if d == nil {
+		return applyErr(e, "unknown DAG")
+	}
+	i, ok := d.index[e.Task]
+	if !ok {
+		return applyErr(e, "DAG has no task %q", e.Task)
+	}
+	rec := e.T
+	if rec == nil {
+		return applyErr(e, "task entry without a record")
+	}
+	t := &d.tasks[i]
+	from, to := t.status, rec.Status
+	switch {
+	case rec.Run != d.rec.Run:
+		return applyErr(e, "record of run %d, DAG is in run %d", rec.Run, d.rec.Run)
+	case !allowed(from, to):
+		return applyErr(e, "task cannot go from %s to %s", from, to)
+	case to == Running && rec.Attempt != t.attempt()+1:
+		return applyErr(e, "dispatch of attempt %d after attempt %d", rec.Attempt, t.attempt())
+	case to != Running && rec.Attempt != t.attempt():
+		return applyErr(e, "%s record for attempt %d, latest is %d", to, rec.Attempt, t.attempt())
+	case to == Running && d.rec.Status != DAGRunning:
+		return applyErr(e, "dispatch in a %s DAG", d.rec.Status)
+	case (to == UpstreamFailed) != rec.Cascade:
+		return applyErr(e, "cascade flag %v on a %s record", rec.Cascade, to)
+	}
+	prev := t.rec
+	t.rec = rec
+	c.setStatus(t, to)
+	if to == Succeeded {
+		for _, j := range d.dependents[i] {
+			dt := &d.tasks[j]
+			dt.waiting--
+			if dt.waiting == 0 && dt.status == Pending {
+				c.setStatus(dt, Ready)
+			}
+		}
+	}
+	if c.leader {
+		c.afterTaskApplied(t, from, prev)
+	}
+	return nil
+}
+
+// setStatus is the only place a task's status changes; it keeps the counters
+// and the ready queue in step and asserts the transition table.
+func (c *Core) setStatus(t *task, s Status) {
+	if !allowed(t.status, s) && !(t.status == s) {
+		panic(fmt.Sprintf("core: %s/%s: illegal transition %s → %s", t.dag.id, t.id(), t.status, s))
+	}
+	d := t.dag
+	c.counts[t.status]--
+	d.counts[t.status]--
+	wasTerminal := t.status.Terminal()
+	t.status = s
+	c.counts[s]++
+	d.counts[s]++
+	switch {
+	case s.Terminal() && !wasTerminal:
+		d.remaining--
+	case !s.Terminal() && wasTerminal:
+		d.remaining++
+	}
+	if s == Ready {
+		t.readyAt = c.now
+		c.queue.push(t)
+	}
+}
+
+// Restore replaces the whole state with a snapshot read from etcd at one
+// revision: DAG entries (Rev = the key's create revision) and task entries.
+// It is what a cold start and a standby that fell behind compaction use; it
+// yields the same state as applying the history that led to the snapshot.
+func (c *Core) Restore(rev int64, dags, tasks []Entry) []error {
+	if c.leader {
+		panic("core: Restore on a leader; call StepDown first")
+	}
+	*c = Core{cfg: c.cfg, dags: make(map[string]*dagRun, len(dags)), rev: rev}
+	var errs []error
+	sort.SliceStable(dags, func(i, j int) bool { return dags[i].Rev < dags[j].Rev })
+	for k := range dags {
+		e := &dags[k]
+		if e.D == nil {
+			continue
+		}
+		d, err := newDAGRun(e.DAG, e.D, e.Rev)
+		if err != nil {
+			errs = append(errs, applyErr(e, "%v", err))
+			continue
+		}
+		c.dags[e.DAG] = d
+		c.counts[Pending] += len(d.tasks)
+		d.counts[Pending] = int32(len(d.tasks))
+	}
+	for k := range tasks {
+		e := &tasks[k]
+		d := c.dags[e.DAG]
+		if d == nil || e.T == nil {
+			errs = append(errs, applyErr(e, "task of unknown DAG"))
+			continue
+		}
+		i, ok := d.index[e.Task]
+		if !ok {
+			errs = append(errs, applyErr(e, "DAG has no task %q", e.Task))
+			continue
+		}
+		t := &d.tasks[i]
+		t.rec = e.T
+		s := e.T.Status
+		if e.T.Run < d.rec.Run && s != Succeeded {
+			s = Pending // reset by the DAG's retry
+		}
+		c.forceStatus(t, s)
+	}
+	for _, d := range c.dags {
+		c.recomputeReadiness(d)
+	}
+	return errs
+}
+
+// forceStatus sets a restored status without the transition check: a
+// snapshot is a state, not a step.
+func (c *Core) forceStatus(t *task, s Status) {
+	d := t.dag
+	c.counts[t.status]--
+	d.counts[t.status]--
+	if s.Terminal() && !t.status.Terminal() {
+		d.remaining--
+	}
+	t.status = s
+	c.counts[s]++
+	d.counts[s]++
+	if s == Ready {
+		c.queue.push(t)
+	}
+}

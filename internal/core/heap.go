@@ -1,0 +1,70 @@
+package core
+
+// readyQueue is a min-heap of ready tasks ordered by priority (lower first),
+// then by DAG submission order (the revision that created the DAG), then by
+// the task's position in its DAG. The order is a function of committed state
+// only, so every replica would dispatch in the same order.
+//
+// Entries are removed lazily: a task that stopped being ready while queued is
+// skipped when it reaches the top (task.queued tracks membership so a task is
+// never in the heap twice).
+type readyQueue []*task
+
+func less(a, b *task) bool {
+	pa, pb := a.spec().Priority, b.spec().Priority
+	if pa != pb {
+		return pa < pb
+	}
+	if a.dag.seq != b.dag.seq {
+		return a.dag.seq < b.dag.seq
+	}
+	return a.idx < b.idx
+}
+
+func (q *readyQueue) push(t *task) {
+	if t.queued {
+		return
+	}
+	t.queued = true
+	*q = append(*q, t)
+	h := *q
+	i := len(h) - 1
+	for i > 0 {
+		p := (i - 1) / 2
+		if !less(h[i], h[p]) {
+			break
+		}
+		h[i], h[p] = h[p], h[i]
+		i = p
+	}
+}
+
+func (q *readyQueue) pop() *task {
+	h := *q
+	n := len(h) - 1
+	top := h[0]
+	h[0] = h[n]
+	h[n] = nil
+	h = h[:n]
+	i := 0
+	for {
+		l := 2*i + 1
+		if l >= n {
+			break
+		}
+		m := l
+		if r := l + 1; r < n && less(h[r], h[l]) {
+			m = r
+		}
+		if !less(h[m], h[i]) {
+			break
+		}
+		h[i], h[m] = h[m], h[i]
+		i = m
+	}
+	*q = h
+	top.queued = false
+	return top
+}
+
+func (q readyQueue) Len() int { return len(q) }

@@ -1,0 +1,634 @@
+package core
+
+import (
+	"bytes"
+	"encoding/json"
+	"time"
+
+	"github.com/orion-sched/orion/internal/dag"
+	"github.com/orion-sched/orion/internal/executor"
+)
+
+// EffectKind says what the leader must do once the entries it proposed are
+// committed and applied.
+type EffectKind uint8
+
+const (
+	EffectDispatch EffectKind = iota + 1 // start Attempt on Worker
+	EffectCancel                         // cancel attempt ID on Worker
+	EffectTimer                          // call Fire(Timer) at At
+)
+
+// Effect is an output of the core. Effects are produced only while applying
+// committed entries (or for cancellations of attempts whose cancellation is
+// committed), never for proposals, so a worker never runs something the log
+// does not know about.
+type Effect struct {
+	Kind    EffectKind
+	Worker  string
+	Attempt executor.Attempt   // EffectDispatch
+	ID      executor.AttemptID // EffectCancel, EffectTimer
+	Timer   TimerKind          // EffectTimer
+	At      time.Time          // EffectTimer
+	ReadyAt time.Time          // EffectDispatch: when the task became ready
+}
+
+// TimerKind names what a timer is for.
+type TimerKind uint8
+
+const (
+	TimerRetry  TimerKind = iota + 1 // a retrying task's backoff is over
+	TimerOrphan                      // a new leader's grace for an attempt ran out
+)
+
+// Stats counts leader-side events the log does not show.
+type Stats struct {
+	StaleResults int64 // results for attempts that are no longer current
+	Orphans      int64 // attempts re-queued because their worker vanished
+}
+
+type worker struct {
+	id       string
+	slots    int
+	busy     int
+	attempts map[executor.AttemptID]*task
+}
+
+// Error is a request the core refuses; Code is "not_found" or "conflict".
+type Error struct {
+	Code string
+	Msg  string
+}
+
+func (e *Error) Error() string { return e.Msg }
+
+// IsLeader reports whether the core acts as leader.
+func (c *Core) IsLeader() bool { return c.leader }
+
+// BecomeLeader turns this replica's core into the leader's. The state is the
+// committed state every replica has; what is added is volatile bookkeeping,
+// rebuilt from that state: timers for retrying tasks, grace timers for running
+// attempts whose worker has not reported, and the proposals a leader that
+// died may have left unmade (cascades, cancellations, DAG completions).
+// Register the workers known to be alive (AddWorker) before calling it.
+func (c *Core) BecomeLeader(now time.Time) {
+	if c.leader {
+		return
+	}
+	c.leader = true
+	c.now = now
+	if c.workers == nil {
+		c.workers = make(map[string]*worker)
+	}
+	c.pendingSubmit = make(map[string]*DAGRecord)
+	for _, id := range c.sortedDAGIDs() {
+		d := c.dags[id]
+		for i := range d.tasks {
+			t := &d.tasks[i]
+			switch t.status {
+			case Ready:
+				t.readyAt = now
+				c.queue.push(t)
+			case Retrying:
+				c.armRetry(t)
+			case Running:
+				c.effects = append(c.effects, Effect{Kind: EffectTimer, Timer: TimerOrphan, ID: t.attemptID(), At: now.Add(c.cfg.OrphanGrace)})
+			}
+			c.reconcileTask(t)
+		}
+		c.reconcileDAG(d)
+	}
+}
+
+// StepDown drops the leader's volatile state. The applied state stays: it
+// holds only committed entries. Proposals not yet committed are forgotten;
+// the caller should re-read the log, since some of them may have committed.
+func (c *Core) StepDown() {
+	c.leader = false
+	c.outbox, c.effects = nil, nil
+	c.workers, c.workerList, c.pendingSubmit = nil, nil, nil
+	for _, d := range c.dags {
+		d.inflight, d.wantCancel = false, false
+		for i := range d.tasks {
+			t := &d.tasks[i]
+			t.inflight, t.dispatching, t.stash = false, false, nil
+		}
+	}
+}
+
+// AddWorker registers a live worker with its slot count (or updates it).
+func (c *Core) AddWorker(id string, slots int) {
+	if c.workers == nil {
+		c.workers = make(map[string]*worker)
+	}
+	if w := c.workers[id]; w != nil {
+		w.slots = slots
+		return
+	}
+	w := &worker{id: id, slots: slots, attempts: make(map[executor.AttemptID]*task)}
+	c.workers[id] = w
+	c.workerList = append(c.workerList, w)
+}
+
+// Adopt records that a live worker is running an attempt, as it reports after
+// a leader change; the attempt is not run again. Attempts the log no longer
+// considers current are cancelled on the worker instead.
+func (c *Core) Adopt(workerID string, id executor.AttemptID) bool {
+	w := c.workers[workerID]
+	t := c.lookup(id.DAG, id.Task)
+	if w == nil {
+		return false
+	}
+	if t == nil || t.status != Running || t.attempt() != id.Attempt || t.rec.Worker != workerID {
+		c.effects = append(c.effects, Effect{Kind: EffectCancel, Worker: workerID, ID: id})
+		return false
+	}
+	if _, ok := w.attempts[id]; !ok {
+		w.attempts[id] = t
+		w.busy++
+	}
+	return true
+}
+
+// RemoveWorker forgets a worker that is gone; its attempts are re-queued
+// without consuming a retry (at-least-once delivery).
+func (c *Core) RemoveWorker(id string, now time.Time) {
+	c.now = now
+	w := c.workers[id]
+	if w == nil {
+		return
+	}
+	delete(c.workers, id)
+	for i, x := range c.workerList {
+		if x == w {
+			c.workerList = append(c.workerList[:i], c.workerList[i+1:]...)
+			break
+		}
+	}
+	for aid, t := range w.attempts {
+		if t.status == Running && t.attempt() == aid.Attempt && !t.inflight && !t.dag.deleted {
+			c.requeueOrphan(t, "worker "+id+" is gone")
+		}
+	}
+}
+
+// Workers returns each registered worker's slots and busy count.
+func (c *Core) Workers() []WorkerView {
+	out := make([]WorkerView, 0, len(c.workerList))
+	for _, w := range c.workerList {
+		out = append(out, WorkerView{ID: w.id, Slots: w.slots, Busy: w.busy})
+	}
+	return out
+}
+
+// WorkerView is a worker as the API shows it.
+type WorkerView struct {
+	ID    string `json:"id"`
+	Slots int    `json:"slots"`
+	Busy  int    `json:"busy"`
+}
+
+// SubmitOutcome says what Submit did.
+type SubmitOutcome uint8
+
+const (
+	SubmitProposed  SubmitOutcome = iota + 1 // a new DAG was proposed
+	SubmitPending                            // an identical DAG is being committed
+	SubmitDuplicate                          // an identical DAG was already accepted
+)
+
+// Submit proposes a new DAG. The spec must be normalized and validated, with
+// its ID set. A DAG with the same id and the same content is not submitted
+// twice; the same id with other content is a conflict.
+func (c *Core) Submit(spec *dag.DAG, now time.Time) (SubmitOutcome, error) {
+	c.now = now
+	if d := c.dags[spec.ID]; d != nil {
+		if sameSpec(&d.rec.DAG, spec) {
+			return SubmitDuplicate, nil
+		}
+		return 0, &Error{Code: "conflict", Msg: "DAG " + spec.ID + " already exists with different content"}
+	}
+	if p := c.pendingSubmit[spec.ID]; p != nil {
+		if sameSpec(&p.DAG, spec) {
+			return SubmitPending, nil
+		}
+		return 0, &Error{Code: "conflict", Msg: "DAG " + spec.ID + " is being submitted with different content"}
+	}
+	rec := &DAGRecord{DAG: *spec, Status: DAGRunning, Run: 1, SubmittedAt: now.UTC()}
+	c.pendingSubmit[spec.ID] = rec
+	c.outbox = append(c.outbox, Entry{DAG: spec.ID, D: rec})
+	return SubmitProposed, nil
+}
+
+func sameSpec(a, b *dag.DAG) bool {
+	ja, err1 := json.Marshal(a)
+	jb, err2 := json.Marshal(b)
+	return err1 == nil && err2 == nil && bytes.Equal(ja, jb)
+}
+
+// CancelDAG asks for a running DAG to be cancelled: the DAG record first, then
+// every unfinished task, whose running attempts are killed.
+func (c *Core) CancelDAG(id string, now time.Time) error {
+	c.now = now
+	d := c.dags[id]
+	if d == nil {
+		return &Error{Code: "not_found", Msg: "no DAG " + id}
+	}
+	if d.rec.Status.Terminal() {
+		return &Error{Code: "conflict", Msg: "DAG " + id + " already " + string(d.rec.Status)}
+	}
+	d.wantCancel = true
+	c.reconcileDAG(d)
+	return nil
+}
+
+// RetryDAG starts a new run of a failed or cancelled DAG: tasks that did not
+// succeed run again with fresh retry budgets.
+func (c *Core) RetryDAG(id string, now time.Time) error {
+	c.now = now
+	d := c.dags[id]
+	switch {
+	case d == nil:
+		return &Error{Code: "not_found", Msg: "no DAG " + id}
+	case d.rec.Status == DAGRunning:
+		return &Error{Code: "conflict", Msg: "DAG " + id + " is still running"}
+	case d.rec.Status == DAGSucceeded:
+		return &Error{Code: "conflict", Msg: "DAG " + id + " succeeded: nothing to retry"}
+	case d.remaining != 0 || d.inflight:
+		return &Error{Code: "conflict", Msg: "DAG " + id + " is still stopping its tasks; try again"}
+	}
+	rec := *d.rec
+	rec.Status, rec.Run, rec.FinishedAt = DAGRunning, d.rec.Run+1, nil
+	c.proposeDAG(d, &rec)
+	return nil
+}
+
+// Expire proposes the deletion of DAGs that finished before cutoff.
+func (c *Core) Expire(cutoff time.Time) int {
+	n := 0
+	for _, id := range c.sortedDAGIDs() {
+		d := c.dags[id]
+		if d.rec.Status.Terminal() && d.remaining == 0 && !d.inflight && d.rec.FinishedAt != nil && d.rec.FinishedAt.Before(cutoff) {
+			d.inflight = true
+			c.outbox = append(c.outbox, Entry{DAG: id, Delete: true})
+			n++
+		}
+	}
+	return n
+}
+
+// Report takes a worker's result for an attempt.
+func (c *Core) Report(r executor.Result, now time.Time) {
+	c.now = now
+	c.releaseAttempt(r.AttemptID, r.Worker)
+	t := c.lookup(r.DAG, r.Task)
+	if t == nil || t.status != Running || t.attempt() != r.Attempt || t.rec.Worker != r.Worker {
+		c.stats.StaleResults++
+		return
+	}
+	if t.inflight {
+		t.stash = &r
+		return
+	}
+	c.decide(t, r)
+}
+
+// decide turns the result of the current attempt into the task's next record.
+func (c *Core) decide(t *task, r executor.Result) {
+	if t.dag.rec.Status != DAGRunning {
+		return // the DAG is being cancelled; its cancellation record wins
+	}
+	rec := c.nextRecord(t)
+	rec.FinishedAt = timePtr(r.FinishedAt)
+	rec.OutputTail = r.OutputTail
+	rec.Error = r.Error
+	if r.ExitCode >= 0 {
+		ec := r.ExitCode
+		rec.ExitCode = &ec
+	}
+	switch r.Outcome {
+	case executor.Succeeded:
+		rec.Status, rec.Event = Succeeded, "succeed"
+	case executor.Cancelled:
+		// The worker gave the attempt up without being asked (it is shutting
+		// down): run it again without consuming a retry.
+		rec.Status, rec.Event = Ready, "requeue"
+	default:
+		rec.Event = "fail"
+		if r.Outcome == executor.TimedOut {
+			rec.Event = "timeout"
+		}
+		if n := t.retries(); n < t.spec().MaxRetries {
+			rec.Status, rec.Retries = Retrying, n+1
+			rec.RetryAt = timePtr(c.now.Add(c.cfg.Backoff(n + 1)))
+		} else {
+			rec.Status = Failed
+		}
+	}
+	c.proposeTask(t, rec)
+}
+
+// Fire handles a timer that the engine armed for an Effect.
+func (c *Core) Fire(kind TimerKind, id executor.AttemptID, now time.Time) {
+	c.now = now
+	t := c.lookup(id.DAG, id.Task)
+	if t == nil || t.inflight || t.attempt() != id.Attempt {
+		return
+	}
+	switch kind {
+	case TimerRetry:
+		if t.status == Retrying && t.dag.rec.Status == DAGRunning {
+			rec := c.nextRecord(t)
+			rec.Status, rec.Event, rec.RetryAt = Ready, "retry", nil
+			c.proposeTask(t, rec)
+		}
+	case TimerOrphan:
+		if t.status == Running && !c.attemptAlive(t) {
+			c.requeueOrphan(t, "no worker reported attempt within the grace period")
+		}
+	}
+}
+
+func (c *Core) attemptAlive(t *task) bool {
+	w := c.workers[t.rec.Worker]
+	if w == nil {
+		return false
+	}
+	_, ok := w.attempts[t.attemptID()]
+	return ok
+}
+
+func (c *Core) requeueOrphan(t *task, why string) {
+	c.stats.Orphans++
+	c.releaseAttempt(t.attemptID(), t.rec.Worker)
+	rec := c.nextRecord(t)
+	rec.Status, rec.Event, rec.Error = Ready, "orphan", why
+	c.proposeTask(t, rec)
+}
+
+// Schedule dispatches ready tasks, highest priority first, while workers have
+// free slots. Call it after applying a batch and after results free slots.
+func (c *Core) Schedule(now time.Time) int {
+	c.now = now
+	n := 0
+	for c.queue.Len() > 0 {
+		w := c.pickWorker()
+		if w == nil {
+			break
+		}
+		t := c.queue.pop()
+		// A DAG record in flight can only be a cancellation here (completion
+		// and retry leave no ready task): never dispatch past it.
+		if t.status != Ready || t.inflight || t.dag.deleted || t.dag.rec.Status != DAGRunning || t.dag.inflight {
+			continue
+		}
+		rec := c.nextRecord(t)
+		if t.rec != nil && t.rec.Attempt > 0 {
+			rec.History = append(append([]AttemptSummary(nil), t.rec.History...), summarize(t.rec))
+		}
+		rec.Status, rec.Event = Running, "dispatch"
+		rec.Attempt = t.attempt() + 1
+		rec.Worker = w.id
+		rec.StartedAt = timePtr(now)
+		rec.FinishedAt, rec.ExitCode, rec.Error, rec.OutputTail, rec.RetryAt = nil, nil, "", "", nil
+		w.busy++
+		t.dispatching = true
+		c.proposeTask(t, rec)
+		n++
+	}
+	return n
+}
+
+// pickWorker returns the least loaded worker with a free slot.
+func (c *Core) pickWorker() *worker {
+	var best *worker
+	for _, w := range c.workerList {
+		if w.busy >= w.slots {
+			continue
+		}
+		if best == nil || w.busy*best.slots < best.busy*w.slots {
+			best = w
+		}
+	}
+	return best
+}
+
+func (c *Core) releaseAttempt(id executor.AttemptID, workerID string) {
+	if w := c.workers[workerID]; w != nil {
+		if _, ok := w.attempts[id]; ok {
+			delete(w.attempts, id)
+			w.busy--
+		}
+	}
+}
+
+// afterTaskApplied is the leader's reaction to a committed task record.
+func (c *Core) afterTaskApplied(t *task, from Status, prev *TaskRecord) {
+	t.inflight = false
+	rec := t.rec
+	switch rec.Status {
+	case Running:
+		if t.dispatching {
+			t.dispatching = false
+			w := c.workers[rec.Worker]
+			if w == nil {
+				// The worker vanished while its dispatch was being committed.
+				c.requeueOrphan(t, "worker "+rec.Worker+" is gone")
+				return
+			}
+			id := t.attemptID()
+			w.attempts[id] = t
+			c.effects = append(c.effects, Effect{Kind: EffectDispatch, Worker: w.id, ReadyAt: t.readyAt,
+				Attempt: executor.Attempt{AttemptID: id, Spec: *t.spec()}})
+		}
+	case Retrying:
+		c.armRetry(t)
+	case Failed:
+		c.cascade(t)
+	case Cancelled, UpstreamFailed:
+		if from == Running && prev != nil {
+			c.effects = append(c.effects, Effect{Kind: EffectCancel, Worker: prev.Worker,
+				ID: executor.AttemptID{DAG: t.dag.id, Task: t.id(), Attempt: prev.Attempt}})
+		}
+		// A new leader's cascade may have started midway: carry it on from
+		// here (dependents already proposed are in flight and skipped).
+		for _, j := range t.dag.dependents[t.idx] {
+			c.reconcileTask(&t.dag.tasks[j])
+		}
+	}
+	if t.stash != nil {
+		r := *t.stash
+		t.stash = nil
+		if t.status == Running && t.attempt() == r.Attempt {
+			c.decide(t, r)
+		} else {
+			c.stats.StaleResults++
+		}
+	}
+	c.reconcileTask(t)
+	if t.dag.remaining == 0 {
+		c.reconcileDAG(t.dag)
+	}
+}
+
+func (c *Core) armRetry(t *task) {
+	at := c.now
+	if t.rec.RetryAt != nil {
+		at = *t.rec.RetryAt
+	}
+	c.effects = append(c.effects, Effect{Kind: EffectTimer, Timer: TimerRetry, ID: t.attemptID(), At: at})
+}
+
+// cascade marks every transitive dependent of a task that failed for good as
+// upstream_failed, breadth first, each exactly once however many paths lead
+// to it.
+func (c *Core) cascade(root *task) {
+	d := root.dag
+	visited := make(map[int32]bool)
+	queue := append([]int32(nil), d.dependents[root.idx]...)
+	for len(queue) > 0 {
+		i := queue[0]
+		queue = queue[1:]
+		if visited[i] {
+			continue
+		}
+		visited[i] = true
+		queue = append(queue, d.dependents[i]...)
+		t := &d.tasks[i]
+		if !t.status.Terminal() && !t.inflight {
+			c.proposeCascade(t, root.id())
+		}
+	}
+}
+
+func (c *Core) proposeCascade(t *task, cause string) {
+	rec := c.nextRecord(t)
+	rec.Status, rec.Event, rec.Cascade, rec.Cause = UpstreamFailed, "cascade", true, cause
+	rec.FinishedAt = timePtr(c.now)
+	c.proposeTask(t, rec)
+}
+
+// reconcileTask proposes what the committed state says must happen to a task
+// and nobody has proposed yet. It makes the leader's work a function of the
+// log, which is why a new leader can finish what a dead one started.
+func (c *Core) reconcileTask(t *task) {
+	if t.inflight || t.status.Terminal() || t.dag.deleted {
+		return
+	}
+	d := t.dag
+	switch d.rec.Status {
+	case DAGCancelled:
+		rec := c.nextRecord(t)
+		rec.Status, rec.Event = Cancelled, "cancel"
+		rec.FinishedAt = timePtr(c.now)
+		c.proposeTask(t, rec)
+	case DAGRunning:
+		if t.status == Running {
+			return
+		}
+		for _, j := range d.deps[t.idx] {
+			dep := &d.tasks[j]
+			if dep.status == Failed || dep.status == UpstreamFailed || dep.status == Cancelled {
+				cause := dep.id()
+				if dep.status == UpstreamFailed && dep.rec != nil && dep.rec.Cause != "" {
+					cause = dep.rec.Cause
+				}
+				c.proposeCascade(t, cause)
+				return
+			}
+		}
+	}
+}
+
+// reconcileDAG proposes a DAG's cancellation or its final status.
+func (c *Core) reconcileDAG(d *dagRun) {
+	if d.inflight || d.deleted || d.rec.Status != DAGRunning {
+		return
+	}
+	rec := *d.rec
+	switch {
+	case d.wantCancel:
+		d.wantCancel = false
+		rec.Status = DAGCancelled
+	case d.remaining == 0:
+		rec.Status = DAGFailed
+		if int(d.counts[Succeeded]) == len(d.tasks) {
+			rec.Status = DAGSucceeded
+		}
+	default:
+		return
+	}
+	rec.FinishedAt = timePtr(c.now)
+	c.proposeDAG(d, &rec)
+}
+
+func (c *Core) proposeDAG(d *dagRun, rec *DAGRecord) {
+	d.inflight = true
+	c.outbox = append(c.outbox, Entry{DAG: d.id, D: rec})
+}
+
+func (c *Core) proposeTask(t *task, rec *TaskRecord) {
+	t.inflight = true
+	c.outbox = append(c.outbox, Entry{DAG: t.dag.id, Task: t.id(), T: rec})
+}
+
+// nextRecord starts a task's next record from its current one.
+func (c *Core) nextRecord(t *task) *TaskRecord {
+	var rec TaskRecord
+	if t.rec != nil {
+		rec = *t.rec
+	}
+	rec.Run = t.dag.rec.Run
+	rec.Retries = t.retries()
+	rec.Cascade, rec.Cause = false, ""
+	return &rec
+}
+
+func summarize(r *TaskRecord) AttemptSummary {
+	return AttemptSummary{Attempt: r.Attempt, Worker: r.Worker, StartedAt: r.StartedAt, FinishedAt: r.FinishedAt,
+		Outcome: r.Event, ExitCode: r.ExitCode, Error: r.Error}
+}
+
+func timePtr(t time.Time) *time.Time {
+	u := t.UTC()
+	return &u
+}
+
+// TakeProposals removes and returns up to max proposals (all when max ≤ 0),
+// oldest first.
+func (c *Core) TakeProposals(max int) []Entry {
+	if max <= 0 || max >= len(c.outbox) {
+		out := c.outbox
+		c.outbox = nil
+		return out
+	}
+	out := make([]Entry, max)
+	copy(out, c.outbox)
+	c.outbox = append(c.outbox[:0], c.outbox[max:]...)
+	return out
+}
+
+// PendingProposals is the number of proposals waiting for a commit.
+func (c *Core) PendingProposals() int { return len(c.outbox) }
+
+// TakeEffects removes and returns the effects produced so far.
+func (c *Core) TakeEffects() []Effect {
+	out := c.effects
+	c.effects = nil
+	return out
+}
+
+// Stats returns leader-side counters.
+func (c *Core) Stats() Stats { return c.stats }
+
+func (c *Core) lookup(dagID, taskID string) *task {
+	d := c.dags[dagID]
+	if d == nil {
+		return nil
+	}
+	i, ok := d.index[taskID]
+	if !ok {
+		return nil
+	}
+	return &d.tasks[i]
+}

@@ -1,0 +1,436 @@
+package core
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/orion-sched/orion/internal/dag"
+	"github.com/orion-sched/orion/internal/executor"
+)
+
+// sim drives a leader core against a simulated log, workers and clock, with
+// random successes, failures, timeouts, worker crashes and leader crashes,
+// and checks the invariants after every step.
+type sim struct {
+	t        *testing.T
+	rng      *rand.Rand
+	c        *Core
+	standby  *Core   // follows the committed log, as a hot standby does
+	log      []Entry // committed entries, as a standby would decode them
+	rev      int64
+	now      time.Time
+	timers   []Effect
+	workers  map[string]bool                 // live workers
+	running  map[executor.AttemptID]*attempt // attempts executing on workers
+	finished map[executor.AttemptID]bool     // attempts whose outcome was committed
+	nextW    int
+	dags     int
+}
+
+type attempt struct {
+	worker    string
+	cancelled bool
+}
+
+func newSim(t *testing.T, seed uint64) *sim {
+	s := &sim{
+		t:        t,
+		rng:      rand.New(rand.NewPCG(seed, seed*7919)),
+		c:        New(Config{RetryBase: 10 * time.Millisecond, RetryCap: 80 * time.Millisecond, OrphanGrace: 50 * time.Millisecond}),
+		now:      time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
+		workers:  map[string]bool{},
+		running:  map[executor.AttemptID]*attempt{},
+		finished: map[executor.AttemptID]bool{},
+	}
+	s.standby = New(s.c.cfg)
+	for i := 0; i < 2; i++ {
+		s.addWorker()
+	}
+	s.c.BecomeLeader(s.now)
+	return s
+}
+
+func (s *sim) addWorker() {
+	s.nextW++
+	id := fmt.Sprintf("w%d", s.nextW)
+	s.workers[id] = true
+	s.c.AddWorker(id, 1+s.rng.IntN(3))
+}
+
+func (s *sim) randomDAG() *dag.DAG {
+	s.dags++
+	n := 1 + s.rng.IntN(10)
+	d := &dag.DAG{ID: fmt.Sprintf("d%03d", s.dags), Name: "random"}
+	for i := 0; i < n; i++ {
+		tk := dag.Task{ID: fmt.Sprintf("t%d", i), Kind: dag.KindNoop, Priority: s.rng.IntN(3),
+			MaxRetries: s.rng.IntN(3), Timeout: dag.Duration(time.Minute)}
+		for j := 0; j < i; j++ {
+			if s.rng.IntN(4) == 0 {
+				tk.DependsOn = append(tk.DependsOn, fmt.Sprintf("t%d", j))
+			}
+		}
+		d.Tasks = append(d.Tasks, tk)
+	}
+	return d
+}
+
+// commit takes a batch of proposals, gives it a revision, round-trips it
+// through JSON as etcd would, and applies it.
+func (s *sim) commit() {
+	batch := s.c.TakeProposals(1 + s.rng.IntN(8))
+	if len(batch) == 0 {
+		return
+	}
+	s.rev++
+	for i := range batch {
+		e := roundTrip(s.t, batch[i])
+		e.Rev = s.rev
+		s.checkBeforeApply(&e)
+		s.log = append(s.log, e)
+		if err := s.standby.Apply(&e); err != nil {
+			s.t.Fatalf("standby apply: %v", err)
+		}
+		mine := batch[i]
+		mine.Rev = s.rev
+		if err := s.c.Apply(&mine); err != nil {
+			s.t.Fatalf("leader apply: %v\n%s", err, s.c.Dump())
+		}
+	}
+	s.handleEffects()
+	s.c.Schedule(s.now)
+}
+
+func roundTrip(t *testing.T, e Entry) Entry {
+	out := Entry{DAG: e.DAG, Task: e.Task, Delete: e.Delete}
+	if e.D != nil {
+		b, err := json.Marshal(e.D)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out.D = new(DAGRecord)
+		if err := json.Unmarshal(b, out.D); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if e.T != nil {
+		b, err := json.Marshal(e.T)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out.T = new(TaskRecord)
+		if err := json.Unmarshal(b, out.T); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+// checkBeforeApply asserts invariants about an entry about to commit.
+func (s *sim) checkBeforeApply(e *Entry) {
+	if e.T == nil {
+		return
+	}
+	id := executor.AttemptID{DAG: e.DAG, Task: e.Task, Attempt: e.T.Attempt}
+	switch e.T.Status {
+	case Succeeded, Failed, Retrying:
+		if s.finished[id] {
+			s.t.Fatalf("attempt %v completed twice", id)
+		}
+		s.finished[id] = true
+	}
+}
+
+func (s *sim) handleEffects() {
+	for _, ef := range s.c.TakeEffects() {
+		switch ef.Kind {
+		case EffectDispatch:
+			id := ef.Attempt.AttemptID
+			d := s.c.dags[id.DAG]
+			ti := d.index[id.Task]
+			for _, j := range d.deps[ti] {
+				if d.tasks[j].status != Succeeded {
+					s.t.Fatalf("%v dispatched before dependency %s succeeded", id, d.tasks[j].id())
+				}
+			}
+			for other, a := range s.running {
+				if other.DAG == id.DAG && other.Task == id.Task && !a.cancelled && s.workers[a.worker] {
+					s.t.Fatalf("%v dispatched while %v still runs on live worker %s", id, other, a.worker)
+				}
+			}
+			if !s.workers[ef.Worker] {
+				continue // dispatched to a worker that died meanwhile: lost
+			}
+			s.running[id] = &attempt{worker: ef.Worker}
+		case EffectCancel:
+			if a := s.running[ef.ID]; a != nil {
+				a.cancelled = true
+			}
+		case EffectTimer:
+			s.timers = append(s.timers, ef)
+		}
+	}
+}
+
+func (s *sim) finishRandom() bool {
+	ids := s.runningIDs()
+	if len(ids) == 0 {
+		return false
+	}
+	id := ids[s.rng.IntN(len(ids))]
+	a := s.running[id]
+	delete(s.running, id)
+	r := executor.Result{AttemptID: id, Worker: a.worker, ExitCode: 0, StartedAt: s.now, FinishedAt: s.now}
+	switch x := s.rng.IntN(10); {
+	case a.cancelled:
+		r.Outcome, r.ExitCode = executor.Cancelled, -1
+	case x < 6:
+		r.Outcome = executor.Succeeded
+	case x < 9:
+		r.Outcome, r.ExitCode = executor.Failed, 1
+	default:
+		r.Outcome, r.ExitCode = executor.TimedOut, -1
+	}
+	s.c.Report(r, s.now)
+	s.c.Schedule(s.now)
+	return true
+}
+
+func (s *sim) runningIDs() []executor.AttemptID {
+	ids := make([]executor.AttemptID, 0, len(s.running))
+	for id := range s.running {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i].String() < ids[j].String() })
+	return ids
+}
+
+func (s *sim) fireNextTimer() bool {
+	if len(s.timers) == 0 {
+		return false
+	}
+	sort.SliceStable(s.timers, func(i, j int) bool { return s.timers[i].At.Before(s.timers[j].At) })
+	tm := s.timers[0]
+	s.timers = s.timers[1:]
+	if tm.At.After(s.now) {
+		s.now = tm.At
+	}
+	s.c.Fire(tm.Timer, tm.ID, s.now)
+	s.c.Schedule(s.now)
+	return true
+}
+
+func (s *sim) crashWorker() {
+	var live []string
+	for w := range s.workers {
+		live = append(live, w)
+	}
+	sort.Strings(live)
+	w := live[s.rng.IntN(len(live))]
+	delete(s.workers, w)
+	for id, a := range s.running {
+		if a.worker == w {
+			delete(s.running, id)
+		}
+	}
+	s.c.RemoveWorker(w, s.now)
+	s.addWorker()
+	s.c.Schedule(s.now)
+}
+
+// crashLeader throws the leader away with its uncommitted proposals and
+// builds a new one by replaying the committed log, as a standby would.
+func (s *sim) crashLeader() {
+	if got, want := s.standby.Dump(), s.c.Dump(); got != want {
+		s.t.Fatalf("standby differs\nleader:\n%s\nstandby:\n%s", want, got)
+	}
+	fresh := s.standby
+	s.standby = s.restore()
+	if got, want := s.standby.Dump(), s.c.Dump(); got != want {
+		s.t.Fatalf("restore differs\nleader:\n%s\nrestore:\n%s", want, got)
+	}
+	for w := range s.workers {
+		fresh.AddWorker(w, 1+s.rng.IntN(3))
+	}
+	s.c = fresh
+	s.timers = nil
+	s.c.BecomeLeader(s.now)
+	for _, id := range s.runningIDs() {
+		a := s.running[id]
+		if !s.c.Adopt(a.worker, id) {
+			a.cancelled = true
+		}
+	}
+	s.handleEffects()
+	s.c.Schedule(s.now)
+}
+
+func (s *sim) replay() *Core {
+	fresh := New(s.c.cfg)
+	for i := range s.log {
+		e := roundTrip(s.t, s.log[i])
+		e.Rev = s.log[i].Rev
+		if err := fresh.Apply(&e); err != nil {
+			s.t.Fatalf("replay: %v", err)
+		}
+	}
+	return fresh
+}
+
+// checkReplay asserts I4: replaying the log, or restoring the latest value of
+// every key, yields the leader's state.
+func (s *sim) checkReplay() {
+	want := s.c.Dump()
+	if got := s.replay().Dump(); got != want {
+		s.t.Fatalf("replay differs\nleader:\n%s\nreplay:\n%s", want, got)
+	}
+	if got := s.restore().Dump(); got != want {
+		s.t.Fatalf("restore differs\nleader:\n%s\nrestore:\n%s", want, got)
+	}
+}
+
+// restore rebuilds state from the latest record of every key, as a cold
+// start reads etcd at one revision.
+func (s *sim) restore() *Core {
+	dags := map[string]Entry{}
+	created := map[string]int64{}
+	tasks := map[string]Entry{}
+	for _, e := range s.log {
+		switch {
+		case e.Task != "":
+			tasks[e.DAG+"/"+e.Task] = e
+		case e.Delete:
+			delete(dags, e.DAG)
+			delete(created, e.DAG)
+			for k, te := range tasks {
+				if te.DAG == e.DAG {
+					delete(tasks, k)
+				}
+			}
+		default:
+			if _, ok := created[e.DAG]; !ok {
+				created[e.DAG] = e.Rev
+			}
+			dags[e.DAG] = e
+		}
+	}
+	var ds, ts []Entry
+	for id, e := range dags {
+		e.Rev = created[id]
+		ds = append(ds, roundTrip(s.t, e))
+		ds[len(ds)-1].Rev = created[id]
+	}
+	for _, e := range tasks {
+		ts = append(ts, roundTrip(s.t, e))
+	}
+	fresh := New(s.c.cfg)
+	if errs := fresh.Restore(s.rev, ds, ts); len(errs) > 0 {
+		s.t.Fatalf("restore: %v", errs)
+	}
+	return fresh
+}
+
+func (s *sim) step() {
+	switch x := s.rng.IntN(100); {
+	case x < 4:
+		if _, err := s.c.Submit(s.randomDAG(), s.now); err != nil {
+			s.t.Fatal(err)
+		}
+	case x < 40:
+		s.commit()
+	case x < 70:
+		s.finishRandom()
+	case x < 80:
+		s.fireNextTimer()
+	case x < 82:
+		s.crashWorker()
+	case x < 84:
+		s.crashLeader()
+	case x < 86:
+		ids := s.c.sortedDAGIDs()
+		if len(ids) > 0 {
+			id := ids[s.rng.IntN(len(ids))]
+			if s.rng.IntN(2) == 0 {
+				_ = s.c.CancelDAG(id, s.now)
+			} else {
+				_ = s.c.RetryDAG(id, s.now)
+			}
+		}
+	default:
+		s.now = s.now.Add(time.Duration(s.rng.IntN(20)) * time.Millisecond)
+	}
+}
+
+// drain runs the system without new work or faults until nothing is left.
+func (s *sim) drain() {
+	for i := 0; i < 100000; i++ {
+		if s.c.PendingProposals() > 0 {
+			s.commit()
+			continue
+		}
+		if s.finishRandom() || s.fireNextTimer() {
+			continue
+		}
+		return
+	}
+	s.t.Fatalf("system did not quiesce")
+}
+
+func (s *sim) checkFinal() {
+	for _, id := range s.c.sortedDAGIDs() {
+		d := s.c.dags[id]
+		if !d.rec.Status.Terminal() || d.remaining != 0 {
+			s.t.Fatalf("DAG %s not finished: %s remaining=%d\n%s", id, d.rec.Status, d.remaining, s.c.Dump())
+		}
+		if d.rec.Status != DAGFailed {
+			continue
+		}
+		for i := range d.tasks {
+			if d.tasks[i].status != Failed {
+				continue
+			}
+			// Every transitive dependent of a failed task is upstream_failed.
+			seen := map[int32]bool{}
+			q := append([]int32(nil), d.dependents[i]...)
+			for len(q) > 0 {
+				j := q[0]
+				q = q[1:]
+				if seen[j] {
+					continue
+				}
+				seen[j] = true
+				if st := d.tasks[j].status; st != UpstreamFailed {
+					s.t.Fatalf("DAG %s: %s depends on failed %s but is %s\n%s", id, d.tasks[j].id(), d.tasks[i].id(), st, s.c.Dump())
+				}
+				q = append(q, d.dependents[j]...)
+			}
+		}
+	}
+	s.checkReplay()
+}
+
+func TestRandomizedInvariants(t *testing.T) {
+	runs := 3000
+	if testing.Short() {
+		runs = 500
+	}
+	for seed := uint64(1); seed <= uint64(runs); seed++ {
+		s := newSim(t, seed)
+		for i := 0; i < 3; i++ {
+			if _, err := s.c.Submit(s.randomDAG(), s.now); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i := 0; i < 300; i++ {
+			s.step()
+		}
+		s.drain()
+		s.checkFinal()
+		if t.Failed() {
+			t.Fatalf("seed %d", seed)
+		}
+	}
+}

@@ -1,0 +1,77 @@
+package core
+
+import (
+	"time"
+
+	"github.com/orion-sched/orion/internal/dag"
+)
+
+// DAGRecord is the value of /orion/v1/dags/<id>: the DAG as submitted plus its
+// summary status. It is written when the DAG is submitted, when it finishes,
+// is cancelled or is retried; never per task, so its size does not multiply
+// the cost of running tasks.
+type DAGRecord struct {
+	dag.DAG
+	Status      DAGStatus  `json:"status"`
+	Run         int        `json:"run"` // 1 on submit, +1 per retry
+	SubmittedAt time.Time  `json:"submitted_at"`
+	FinishedAt  *time.Time `json:"finished_at,omitempty"`
+}
+
+// TaskRecord is the value of /orion/v1/tasks/<dag>/<task>: a task's runtime
+// state. No key means the task is pending (or ready) as submitted, so a DAG's
+// tasks cost nothing in etcd until they run.
+type TaskRecord struct {
+	Status Status `json:"status"`
+	// Run is the DAG run this record belongs to. A record of an older run
+	// describes a task that the DAG's retry has reset to pending; only its
+	// attempt counter still counts.
+	Run int `json:"run"`
+	// Attempt is the number of the latest attempt (1-based). It never goes
+	// back, so a late result of an old attempt can be recognised and dropped.
+	Attempt int `json:"attempt"`
+	// Retries counts failed attempts that consumed a retry in this run.
+	Retries    int        `json:"retries"`
+	Worker     string     `json:"worker,omitempty"`
+	StartedAt  *time.Time `json:"started_at,omitempty"`
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
+	RetryAt    *time.Time `json:"retry_at,omitempty"`
+	ExitCode   *int       `json:"exit_code,omitempty"`
+	Error      string     `json:"error,omitempty"`
+	OutputTail string     `json:"output_tail,omitempty"`
+	// Event is the last thing that happened to the task: dispatch, succeed,
+	// fail, timeout, retry, requeue, orphan, cascade, cancel.
+	Event string `json:"event"`
+	// Cascade marks upstream_failed records written by the failure cascade:
+	// replaying them must never run retry logic.
+	Cascade bool   `json:"cascade,omitempty"`
+	Cause   string `json:"cause,omitempty"` // the failed task a cascade started from
+	// History holds the attempts before the latest one.
+	History []AttemptSummary `json:"history,omitempty"`
+}
+
+// AttemptSummary is one finished attempt kept in a task's history.
+type AttemptSummary struct {
+	Attempt    int        `json:"attempt"`
+	Worker     string     `json:"worker,omitempty"`
+	StartedAt  *time.Time `json:"started_at,omitempty"`
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
+	Outcome    string     `json:"outcome"`
+	ExitCode   *int       `json:"exit_code,omitempty"`
+	Error      string     `json:"error,omitempty"`
+}
+
+// Entry is one change to the log: a put of a DAG or task record, or the
+// deletion of a finished DAG with all its tasks. Entries are what the leader
+// proposes and what every replica applies once etcd has committed them.
+type Entry struct {
+	Rev    int64 // etcd revision that committed the entry; 0 while proposed
+	DAG    string
+	Task   string      // empty for DAG entries
+	Delete bool        // DAG entries only: remove the DAG and its tasks
+	D      *DAGRecord  // DAG put
+	T      *TaskRecord // task put
+}
+
+// IsTask reports whether the entry concerns a single task.
+func (e *Entry) IsTask() bool { return e.Task != "" }

@@ -1,0 +1,117 @@
+package core
+
+import "fmt"
+
+// Status is a task's state. The values and their spelling are part of the
+// API and of the etcd values operators read.
+type Status uint8
+
+const (
+	Pending        Status = iota // waiting on dependencies
+	Ready                        // every dependency succeeded; queued by priority
+	Running                      // an attempt is dispatched to a worker
+	Retrying                     // an attempt failed; backoff timer armed
+	Succeeded                    // terminal
+	Failed                       // terminal: retries exhausted
+	UpstreamFailed               // terminal: a transitive dependency failed for good
+	Cancelled                    // terminal: the DAG was cancelled
+	numStatuses
+)
+
+var statusNames = [numStatuses]string{"pending", "ready", "running", "retrying", "succeeded", "failed", "upstream_failed", "cancelled"}
+
+func (s Status) String() string {
+	if s < numStatuses {
+		return statusNames[s]
+	}
+	return fmt.Sprintf("status(%d)", uint8(s))
+}
+
+// Terminal reports whether no further attempt will run (until a DAG retry).
+func (s Status) Terminal() bool { return s >= Succeeded && s < numStatuses }
+
+func (s Status) MarshalText() ([]byte, error) {
+	if s >= numStatuses {
+		return nil, fmt.Errorf("invalid task status %d", uint8(s))
+	}
+	return []byte(statusNames[s]), nil
+}
+
+func (s *Status) UnmarshalText(b []byte) error {
+	v, err := ParseStatus(string(b))
+	*s = v
+	return err
+}
+
+// ParseStatus reads a task status name.
+func ParseStatus(name string) (Status, error) {
+	for i, n := range statusNames {
+		if n == name {
+			return Status(i), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown task status %q", name)
+}
+
+// taskTransitions is the one table that says which task state may follow
+// which. Every change of a task's status, whether written to the log or
+// derived while applying it, goes through allowed; anything else is a bug.
+//
+//	pending  → ready            all dependencies succeeded (derived on apply)
+//	pending  → upstream_failed  cascade from a failed ancestor
+//	ready    → running          the leader dispatched an attempt
+//	running  → succeeded|failed|retrying
+//	running  → ready            orphan: the worker vanished; no retry consumed
+//	retrying → ready            the backoff timer fired
+//	*        → cancelled        the DAG was cancelled (non-terminal states)
+//	failed|upstream_failed|cancelled → pending   the DAG was retried (derived)
+var taskTransitions = func() (t [numStatuses][numStatuses]bool) {
+	allow := func(from Status, to ...Status) {
+		for _, s := range to {
+			t[from][s] = true
+		}
+	}
+	allow(Pending, Ready, UpstreamFailed, Cancelled)
+	allow(Ready, Running, UpstreamFailed, Cancelled)
+	allow(Running, Succeeded, Failed, Retrying, Ready, UpstreamFailed, Cancelled)
+	allow(Retrying, Ready, UpstreamFailed, Cancelled)
+	allow(Failed, Pending)
+	allow(UpstreamFailed, Pending)
+	allow(Cancelled, Pending)
+	return t
+}()
+
+// allowed reports whether a task may move from one status to another.
+func allowed(from, to Status) bool {
+	return from < numStatuses && to < numStatuses && taskTransitions[from][to]
+}
+
+// DAGStatus is a DAG's state.
+type DAGStatus string
+
+const (
+	DAGRunning   DAGStatus = "running"
+	DAGSucceeded DAGStatus = "succeeded"
+	DAGFailed    DAGStatus = "failed"
+	DAGCancelled DAGStatus = "cancelled"
+)
+
+// Terminal reports whether the DAG has finished.
+func (s DAGStatus) Terminal() bool { return s != DAGRunning }
+
+// dagTransitions: running ends in one of three ways; a failed or cancelled
+// DAG may be retried, which starts a new run.
+var dagTransitions = map[DAGStatus][]DAGStatus{
+	DAGRunning:   {DAGSucceeded, DAGFailed, DAGCancelled},
+	DAGFailed:    {DAGRunning},
+	DAGCancelled: {DAGRunning},
+}
+
+func dagAllowed(from, to DAGStatus) bool {
+	for _, s := range dagTransitions[from] {
+		if s == to {
+			return true
+		}
+	}
+	return false
+}

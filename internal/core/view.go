@@ -1,0 +1,171 @@
+package core
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/orion-sched/orion/internal/dag"
+)
+
+// DAGSummary is a DAG as lists show it.
+type DAGSummary struct {
+	ID          string         `json:"id"`
+	Name        string         `json:"name"`
+	Status      DAGStatus      `json:"status"`
+	Run         int            `json:"run"`
+	SubmittedAt time.Time      `json:"submitted_at"`
+	FinishedAt  *time.Time     `json:"finished_at,omitempty"`
+	TaskCount   int            `json:"task_count"`
+	Counts      map[string]int `json:"counts"`
+}
+
+// DAGView is one DAG with every task's live state.
+type DAGView struct {
+	DAGSummary
+	Tasks []TaskView `json:"tasks"`
+}
+
+// TaskView is a task's spec and runtime state together.
+type TaskView struct {
+	ID         string           `json:"id"`
+	Kind       dag.Kind         `json:"kind"`
+	Status     Status           `json:"status"`
+	Attempts   int              `json:"attempts"`
+	Retries    int              `json:"retries"`
+	MaxRetries int              `json:"max_retries"`
+	Priority   int              `json:"priority"`
+	DependsOn  []string         `json:"depends_on"`
+	Worker     string           `json:"worker,omitempty"`
+	StartedAt  *time.Time       `json:"started_at,omitempty"`
+	FinishedAt *time.Time       `json:"finished_at,omitempty"`
+	RetryAt    *time.Time       `json:"retry_at,omitempty"`
+	DurationMs *int64           `json:"duration_ms,omitempty"`
+	ExitCode   *int             `json:"exit_code"`
+	Error      string           `json:"error,omitempty"`
+	OutputTail string           `json:"output_tail"`
+	Event      string           `json:"event,omitempty"`
+	Cascade    bool             `json:"cascade,omitempty"`
+	Cause      string           `json:"cause,omitempty"`
+	History    []AttemptSummary `json:"history,omitempty"`
+	Spec       dag.Task         `json:"spec"`
+}
+
+func (d *dagRun) summary() DAGSummary {
+	counts := make(map[string]int)
+	for s := Status(0); s < numStatuses; s++ {
+		if n := d.counts[s]; n > 0 {
+			counts[s.String()] = int(n)
+		}
+	}
+	return DAGSummary{ID: d.id, Name: d.rec.Name, Status: d.rec.Status, Run: d.rec.Run,
+		SubmittedAt: d.rec.SubmittedAt, FinishedAt: d.rec.FinishedAt, TaskCount: len(d.tasks), Counts: counts}
+}
+
+func (t *task) view() TaskView {
+	s := t.spec()
+	v := TaskView{ID: s.ID, Kind: s.Kind, Status: t.status, Attempts: t.attempt(), Retries: t.retries(),
+		MaxRetries: s.MaxRetries, Priority: s.Priority, DependsOn: s.DependsOn, Spec: *s}
+	if v.DependsOn == nil {
+		v.DependsOn = []string{}
+	}
+	if r := t.rec; r != nil {
+		v.Worker, v.StartedAt, v.FinishedAt, v.RetryAt = r.Worker, r.StartedAt, r.FinishedAt, r.RetryAt
+		v.ExitCode, v.Error, v.OutputTail, v.Event = r.ExitCode, r.Error, r.OutputTail, r.Event
+		v.Cascade, v.Cause, v.History = r.Cascade, r.Cause, r.History
+		if r.StartedAt != nil && r.FinishedAt != nil && !r.Cascade {
+			ms := r.FinishedAt.Sub(*r.StartedAt).Milliseconds()
+			v.DurationMs = &ms
+		}
+		if t.status == Pending && r.Run != t.dag.rec.Run {
+			// Reset by a retry: the old run's outcome is history, not state.
+			v.ExitCode, v.Error, v.OutputTail, v.Event, v.FinishedAt = nil, "", "", "reset", nil
+		}
+	}
+	return v
+}
+
+// DAGs lists DAGs, newest first.
+func (c *Core) DAGs() []DAGSummary {
+	out := make([]DAGSummary, 0, len(c.dags))
+	for _, d := range c.dags {
+		out = append(out, d.summary())
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := c.dags[out[i].ID], c.dags[out[j].ID]
+		if a.seq != b.seq {
+			return a.seq > b.seq
+		}
+		return a.id < b.id
+	})
+	return out
+}
+
+// DAG returns one DAG with its tasks in submission order.
+func (c *Core) DAG(id string) (*DAGView, bool) {
+	d := c.dags[id]
+	if d == nil {
+		return nil, false
+	}
+	v := &DAGView{DAGSummary: d.summary(), Tasks: make([]TaskView, len(d.tasks))}
+	for i := range d.tasks {
+		v.Tasks[i] = d.tasks[i].view()
+	}
+	return v, true
+}
+
+// Task returns one task.
+func (c *Core) Task(dagID, taskID string) (*TaskView, bool) {
+	t := c.lookup(dagID, taskID)
+	if t == nil {
+		return nil, false
+	}
+	v := t.view()
+	return &v, true
+}
+
+// Counts returns the number of tasks in each status over all DAGs.
+func (c *Core) Counts() map[Status]int {
+	out := make(map[Status]int, numStatuses)
+	for s := Status(0); s < numStatuses; s++ {
+		out[s] = c.counts[s]
+	}
+	return out
+}
+
+// QueueLen is the number of entries in the ready queue (including stale ones
+// not yet skipped).
+func (c *Core) QueueLen() int { return c.queue.Len() }
+
+// DAGCount is the number of DAGs held.
+func (c *Core) DAGCount() int { return len(c.dags) }
+
+// Dump renders the replicated state deterministically: two replicas that
+// applied the same entries print the same text. Tests compare it; operators
+// can diff it.
+func (c *Core) Dump() string {
+	var b strings.Builder
+	for _, id := range c.sortedDAGIDs() {
+		d := c.dags[id]
+		fmt.Fprintf(&b, "dag %s %s run=%d remaining=%d\n", id, d.rec.Status, d.rec.Run, d.remaining)
+		for i := range d.tasks {
+			t := &d.tasks[i]
+			fmt.Fprintf(&b, "  %s %s attempt=%d retries=%d waiting=%d", t.id(), t.status, t.attempt(), t.retries(), t.waiting)
+			if t.rec != nil {
+				fmt.Fprintf(&b, " event=%s worker=%s cascade=%v cause=%s history=%d", t.rec.Event, t.rec.Worker, t.rec.Cascade, t.rec.Cause, len(t.rec.History))
+			}
+			b.WriteByte('\n')
+		}
+	}
+	return b.String()
+}
+
+func (c *Core) sortedDAGIDs() []string {
+	ids := make([]string, 0, len(c.dags))
+	for id := range c.dags {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
+}

@@ -1,0 +1,411 @@
+package dag
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// Error codes of ValidationError; the API returns them verbatim, so clients
+// may switch on them.
+const (
+	CodeParse            = "parse_error"            // not JSON/YAML, or not the schema
+	CodeUnsupportedMedia = "unsupported_media_type" // Content-Type we do not read
+	CodeInvalid          = "invalid_dag"            // any rule other than the two below
+	CodeCycle            = "cycle"                  // the only problems are cycles
+	CodeTooMany          = "too_many_tasks"         // more than Limits.MaxTasks
+)
+
+// Bounds on values. They exist to catch typos (a timeout of 5000h, a
+// priority of 1e9 meant as a timestamp) rather than to protect resources.
+const (
+	MaxTimeout     = 24 * time.Hour
+	MaxDuration    = 24 * time.Hour
+	MaxRetriesCap  = 100
+	MaxPriority    = 1_000_000
+	MaxNameLen     = 256
+	maxDetails     = 100 // beyond this a list of problems stops being read
+	maxCycles      = 5
+	messageDetails = 5 // details folded into Message (and so into Error())
+)
+
+// ValidationError reports every problem found in a submission, one per line
+// in Details, so a user fixes a file in one round trip instead of one per
+// mistake.
+type ValidationError struct {
+	Code    string   `json:"code"`
+	Message string   `json:"message"`
+	Details []string `json:"details,omitempty"`
+}
+
+func (e *ValidationError) Error() string { return e.Message }
+
+// Limits bounds what Validate accepts; zero values mean the defaults.
+type Limits struct {
+	MaxTasks int // 0: DefaultMaxTasks
+}
+
+// problems collects Details while validating.
+type problems struct {
+	lines  []string
+	cycles int // how many of lines are cycle reports
+	more   int // problems dropped past maxDetails
+}
+
+func (p *problems) addf(format string, args ...any) {
+	if len(p.lines) >= maxDetails {
+		p.more++
+		return
+	}
+	p.lines = append(p.lines, fmt.Sprintf(format, args...))
+}
+
+func (p *problems) err(code string) *ValidationError {
+	if len(p.lines) == 0 {
+		return nil
+	}
+	if p.cycles == len(p.lines) && code == CodeInvalid {
+		code = CodeCycle
+	}
+	details := p.lines
+	if p.more > 0 {
+		details = append(details, fmt.Sprintf("... and %d more problems", p.more))
+	}
+	msg := details[0]
+	if len(details) > 1 {
+		shown := details
+		if len(shown) > messageDetails {
+			shown = shown[:messageDetails]
+		}
+		msg = fmt.Sprintf("%d problems: %s", len(p.lines)+p.more, strings.Join(shown, "; "))
+		if len(details) > messageDetails {
+			msg += "; ..."
+		}
+	}
+	return &ValidationError{Code: code, Message: msg, Details: details}
+}
+
+// idPattern keeps ids usable as a single etcd key segment and URL path
+// segment: no '/', no leading dot (so never "." or ".."), bounded length.
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+
+// ValidID reports whether s may be used as a DAG or task id.
+func ValidID(s string) bool { return idPattern.MatchString(s) }
+
+// Normalize fills defaults in place. It is idempotent and never fails; any
+// value it cannot make sense of is left for Validate to report.
+//
+// max_retries is not defaulted here: a Task built in Go cannot tell "unset"
+// from 0, so Parse applies DefaultMaxRetries when the field is absent.
+//
+// A DAG without a name takes its id as name, so the id-only submissions that
+// idempotent clients send are accepted.
+func (d *DAG) Normalize() {
+	d.Name = strings.TrimSpace(d.Name)
+	if d.Name == "" {
+		d.Name = d.ID
+	}
+	for i := range d.Tasks {
+		t := &d.Tasks[i]
+		t.Name = strings.TrimSpace(t.Name)
+		// The seed format names tasks instead of giving ids.
+		if t.ID == "" {
+			t.ID = t.Name
+		}
+		if t.Name == t.ID {
+			t.Name = ""
+		}
+		t.Kind = Kind(strings.ToLower(strings.TrimSpace(string(t.Kind))))
+		if t.Kind == "" {
+			t.Kind = KindNoop
+			if strings.TrimSpace(t.Command) != "" {
+				t.Kind = KindShell
+			}
+		}
+		if t.Kind == KindHTTP {
+			t.Method = strings.ToUpper(strings.TrimSpace(t.Method))
+			if t.Method == "" {
+				t.Method = "GET"
+			}
+			if t.ExpectStatus == 0 {
+				t.ExpectStatus = 200
+			}
+		}
+		// A zero timeout means "unset": an attempt that may never run is
+		// not something anyone asks for on purpose.
+		if t.Timeout == 0 {
+			t.Timeout = Duration(DefaultTimeout)
+		}
+		// Empty and nil collections mean the same; make them one value so
+		// Canonical does not tell them apart.
+		if len(t.Env) == 0 {
+			t.Env = nil
+		}
+		if len(t.DependsOn) == 0 {
+			t.DependsOn = nil
+		}
+	}
+}
+
+var httpMethods = map[string]bool{
+	"GET": true, "HEAD": true, "POST": true, "PUT": true, "PATCH": true, "DELETE": true, "OPTIONS": true,
+}
+
+// Validate checks a normalized DAG and returns a *ValidationError listing
+// every problem, or nil. Call Normalize first: Validate does not modify d and
+// reports an empty kind, for instance, as an error.
+func Validate(d *DAG, limits Limits) error {
+	if d == nil {
+		return &ValidationError{Code: CodeInvalid, Message: "no DAG given"}
+	}
+	maxTasks := limits.MaxTasks
+	if maxTasks <= 0 {
+		maxTasks = DefaultMaxTasks
+	}
+	// Checked first and alone: listing per-task problems of a DAG that is
+	// refused for its size anyway would only cost time on a big input.
+	if len(d.Tasks) > maxTasks {
+		msg := fmt.Sprintf("dag has %d tasks; the limit is %d", len(d.Tasks), maxTasks)
+		return &ValidationError{Code: CodeTooMany, Message: msg, Details: []string{msg}}
+	}
+
+	var p problems
+	if d.ID != "" && !ValidID(d.ID) {
+		p.addf("dag id %q is invalid: want 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit", d.ID)
+	}
+	switch {
+	case strings.TrimSpace(d.Name) == "":
+		p.addf("dag name is required")
+	case len(d.Name) > MaxNameLen:
+		p.addf("dag name is longer than %d bytes", MaxNameLen)
+	}
+	if len(d.Tasks) == 0 {
+		p.addf("dag has no tasks; want at least one")
+	}
+
+	index := make(map[string]int, len(d.Tasks))
+	for i := range d.Tasks {
+		t := &d.Tasks[i]
+		label := taskLabel(i, t.ID, t.Name)
+		switch {
+		case t.ID == "":
+			p.addf("%s: id is required (give id or name)", label)
+		case !ValidID(t.ID):
+			p.addf("%s: id is invalid: want 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit", label)
+		default:
+			if j, dup := index[t.ID]; dup {
+				p.addf("%s: duplicate id (tasks #%d and #%d)", label, j+1, i+1)
+			} else {
+				index[t.ID] = i
+			}
+		}
+		validateTask(&p, label, t)
+	}
+
+	for i := range d.Tasks {
+		t := &d.Tasks[i]
+		label := taskLabel(i, t.ID, t.Name)
+		seen := make(map[string]bool, len(t.DependsOn))
+		for _, dep := range t.DependsOn {
+			switch {
+			case dep == "":
+				p.addf("%s: empty entry in depends_on", label)
+			case seen[dep]:
+				p.addf("%s: depends on %q more than once", label, dep)
+			case dep == t.ID:
+				p.addf("%s: depends on itself", label)
+			default:
+				if _, ok := index[dep]; !ok {
+					p.addf("%s: depends on unknown task %q", label, dep)
+				}
+			}
+			seen[dep] = true
+		}
+	}
+
+	for _, c := range findCycles(d, index) {
+		p.addf("%s", c)
+		p.cycles++
+	}
+	if err := p.err(CodeInvalid); err != nil {
+		return err
+	}
+	return nil
+}
+
+func validateTask(p *problems, label string, t *Task) {
+	if len(t.Name) > MaxNameLen {
+		p.addf("%s: name is longer than %d bytes", label, MaxNameLen)
+	}
+	switch t.Kind {
+	case KindShell:
+		if strings.TrimSpace(t.Command) == "" {
+			p.addf("%s: shell task needs a command", label)
+		}
+		// exec cannot pass a NUL byte; better said now than at run time.
+		if strings.ContainsRune(t.Command, 0) {
+			p.addf("%s: command contains a NUL byte", label)
+		}
+		if t.Interpreter != "" && strings.ContainsAny(t.Interpreter, " \t\r\n\x00") {
+			p.addf("%s: interpreter %q must be a program name or path, without arguments", label, t.Interpreter)
+		}
+		for k, v := range t.Env {
+			if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
+				p.addf("%s: env %q: names must be non-empty without '=' or NUL, values without NUL", label, k)
+			}
+		}
+	case KindHTTP:
+		validateHTTP(p, label, t)
+	case KindSleep:
+		if t.Duration < 0 || t.Duration.D() > MaxDuration {
+			p.addf("%s: duration %s is out of range: want 0 to %s", label, t.Duration.D(), MaxDuration)
+		}
+	case KindNoop:
+	default:
+		p.addf("%s: unknown kind %q (want shell, http, noop or sleep)", label, t.Kind)
+	}
+	// Written as a negation so NaN (which YAML can express) fails too.
+	if !(t.Fail >= 0 && t.Fail <= 1) {
+		p.addf("%s: fail %v is out of range: want true, false or a probability between 0 and 1", label, float64(t.Fail))
+	}
+	if t.Priority > MaxPriority || t.Priority < -MaxPriority {
+		p.addf("%s: priority %d is out of range: want -%d to %d", label, t.Priority, MaxPriority, MaxPriority)
+	}
+	if t.MaxRetries < 0 || t.MaxRetries > MaxRetriesCap {
+		p.addf("%s: max_retries %d is out of range: want 0 to %d", label, t.MaxRetries, MaxRetriesCap)
+	}
+	if t.Timeout <= 0 || t.Timeout.D() > MaxTimeout {
+		p.addf("%s: timeout %s is out of range: want more than 0 and at most %s", label, t.Timeout.D(), MaxTimeout)
+	}
+}
+
+func validateHTTP(p *problems, label string, t *Task) {
+	if strings.TrimSpace(t.URL) == "" {
+		p.addf("%s: http task needs a url", label)
+	} else if u, err := url.Parse(t.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		p.addf("%s: url %q is invalid: want an absolute http:// or https:// URL", label, t.URL)
+	}
+	if !httpMethods[t.Method] {
+		p.addf("%s: method %q is not supported (want GET, HEAD, POST, PUT, PATCH, DELETE or OPTIONS)", label, t.Method)
+	}
+	if t.ExpectStatus < 100 || t.ExpectStatus > 599 {
+		p.addf("%s: expect_status %d is out of range: want 100 to 599", label, t.ExpectStatus)
+	}
+}
+
+// findCycles returns up to maxCycles cycles as "cycle: a → b → c → a", where
+// each arrow reads "depends on". The search is an iterative DFS with an
+// explicit stack so that a 1000-task chain cannot exhaust the goroutine
+// stack, and every node and edge is visited once, so the cost is linear.
+// Self-dependencies, unknown and repeated ids are reported elsewhere and
+// skipped here; with duplicate task ids the first one wins.
+func findCycles(d *DAG, index map[string]int) []string {
+	const (
+		white = iota // not visited
+		grey         // on the current DFS path
+		black        // finished: no cycle through it remains unreported
+	)
+	n := len(d.Tasks)
+	color := make([]uint8, n)
+	pos := make([]int, n) // position in path while grey
+	type frame struct{ node, next int }
+	var path []frame
+	var cycles []string
+
+	deps := func(u int) []string { return d.Tasks[u].DependsOn }
+	for root := 0; root < n; root++ {
+		if color[root] != white {
+			continue
+		}
+		color[root], pos[root] = grey, 0
+		path = append(path[:0], frame{root, 0})
+		for len(path) > 0 {
+			top := &path[len(path)-1]
+			u := top.node
+			if top.next >= len(deps(u)) {
+				color[u] = black
+				path = path[:len(path)-1]
+				continue
+			}
+			v, ok := index[deps(u)[top.next]]
+			top.next++
+			if !ok || v == u {
+				continue
+			}
+			switch color[v] {
+			case white:
+				color[v], pos[v] = grey, len(path)
+				path = append(path, frame{v, 0})
+			case grey:
+				if len(cycles) < maxCycles {
+					ids := make([]string, 0, len(path)-pos[v]+1)
+					for _, f := range path[pos[v]:] {
+						ids = append(ids, d.Tasks[f.node].ID)
+					}
+					ids = append(ids, d.Tasks[v].ID)
+					cycles = append(cycles, "cycle: "+strings.Join(ids, " → "))
+				}
+			}
+		}
+	}
+	return cycles
+}
+
+// Canonical returns deterministic JSON of the normalized DAG, so two
+// submissions with the same id can be compared byte for byte to decide
+// whether the second is a retry (accept) or a conflict (reject). d itself is
+// not modified. Task order is significant. It returns nil only for values
+// JSON cannot hold (a NaN fail), which Validate rejects.
+func (d *DAG) Canonical() []byte {
+	c := *d
+	c.Tasks = append([]Task{}, d.Tasks...) // Normalize must not touch the caller's tasks
+	c.Normalize()
+	// encoding/json writes struct fields in declaration order and map keys
+	// sorted, which is all the determinism needed.
+	b, err := json.Marshal(&c)
+	if err != nil {
+		return nil
+	}
+	return b
+}
+
+// DepIndices returns, for each task, the indices of the tasks it depends on,
+// in depends_on order. Unknown ids are skipped; call it on a valid DAG.
+func (d *DAG) DepIndices() [][]int {
+	index := d.TaskIndex()
+	out := make([][]int, len(d.Tasks))
+	for i := range d.Tasks {
+		for _, dep := range d.Tasks[i].DependsOn {
+			if j, ok := index[dep]; ok {
+				out[i] = append(out[i], j)
+			}
+		}
+	}
+	return out
+}
+
+// Dependents returns, for each task, the indices of the tasks that depend on
+// it, in ascending order: the edges a scheduler follows when a task finishes.
+func (d *DAG) Dependents() [][]int {
+	out := make([][]int, len(d.Tasks))
+	for i, deps := range d.DepIndices() {
+		for _, j := range deps {
+			out[j] = append(out[j], i)
+		}
+	}
+	return out
+}
+
+// NewID returns a DAG id such as "20261122-150405-a1b2c3": ids sort by
+// submission time (UTC, to the second) in etcd range scans and listings, and
+// the random suffix (24 bits) keeps ids made in the same second apart.
+func NewID(now time.Time) string {
+	var b [3]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails since Go 1.24
+	return now.UTC().Format("20060102-150405-") + hex.EncodeToString(b[:])
+}
