@@ -62,6 +62,9 @@ type Error struct {
 
 func (e *Error) Error() string { return e.Msg }
 
+// ErrNotLeader refuses a leader-only request on a replica that is not.
+var ErrNotLeader = &Error{Code: "not_leader", Msg: "this replica is not the leader"}
+
 // IsLeader reports whether the core acts as leader.
 func (c *Core) IsLeader() bool { return c.leader }
 
@@ -134,6 +137,9 @@ func (c *Core) AddWorker(id string, slots int) {
 // a leader change; the attempt is not run again. Attempts the log no longer
 // considers current are cancelled on the worker instead.
 func (c *Core) Adopt(workerID string, id executor.AttemptID) bool {
+	if !c.leader {
+		return false
+	}
 	w := c.workers[workerID]
 	t := c.lookup(id.DAG, id.Task)
 	if w == nil {
@@ -154,6 +160,9 @@ func (c *Core) Adopt(workerID string, id executor.AttemptID) bool {
 // without consuming a retry (at-least-once delivery).
 func (c *Core) RemoveWorker(id string, now time.Time) {
 	c.now = now
+	if !c.leader {
+		return
+	}
 	w := c.workers[id]
 	if w == nil {
 		return
@@ -202,6 +211,9 @@ const (
 // twice; the same id with other content is a conflict.
 func (c *Core) Submit(spec *dag.DAG, now time.Time) (SubmitOutcome, error) {
 	c.now = now
+	if !c.leader {
+		return 0, ErrNotLeader
+	}
 	if d := c.dags[spec.ID]; d != nil {
 		if sameSpec(&d.rec.DAG, spec) {
 			return SubmitDuplicate, nil
@@ -230,6 +242,9 @@ func sameSpec(a, b *dag.DAG) bool {
 // every unfinished task, whose running attempts are killed.
 func (c *Core) CancelDAG(id string, now time.Time) error {
 	c.now = now
+	if !c.leader {
+		return ErrNotLeader
+	}
 	d := c.dags[id]
 	if d == nil {
 		return &Error{Code: "not_found", Msg: "no DAG " + id}
@@ -246,6 +261,9 @@ func (c *Core) CancelDAG(id string, now time.Time) error {
 // succeed run again with fresh retry budgets.
 func (c *Core) RetryDAG(id string, now time.Time) error {
 	c.now = now
+	if !c.leader {
+		return ErrNotLeader
+	}
 	d := c.dags[id]
 	switch {
 	case d == nil:
@@ -265,6 +283,9 @@ func (c *Core) RetryDAG(id string, now time.Time) error {
 
 // Expire proposes the deletion of DAGs that finished before cutoff.
 func (c *Core) Expire(cutoff time.Time) int {
+	if !c.leader {
+		return 0
+	}
 	n := 0
 	for _, id := range c.sortedDAGIDs() {
 		d := c.dags[id]
@@ -280,6 +301,9 @@ func (c *Core) Expire(cutoff time.Time) int {
 // Report takes a worker's result for an attempt.
 func (c *Core) Report(r executor.Result, now time.Time) {
 	c.now = now
+	if !c.leader {
+		return
+	}
 	c.releaseAttempt(r.AttemptID, r.Worker)
 	t := c.lookup(r.DAG, r.Task)
 	if t == nil || t.status != Running || t.attempt() != r.Attempt || t.rec.Worker != r.Worker {
@@ -331,6 +355,9 @@ func (c *Core) decide(t *task, r executor.Result) {
 // Fire handles a timer that the engine armed for an Effect.
 func (c *Core) Fire(kind TimerKind, id executor.AttemptID, now time.Time) {
 	c.now = now
+	if !c.leader {
+		return
+	}
 	t := c.lookup(id.DAG, id.Task)
 	if t == nil || t.inflight || t.attempt() != id.Attempt {
 		return
@@ -370,6 +397,9 @@ func (c *Core) requeueOrphan(t *task, why string) {
 // free slots. Call it after applying a batch and after results free slots.
 func (c *Core) Schedule(now time.Time) int {
 	c.now = now
+	if !c.leader {
+		return 0
+	}
 	n := 0
 	for c.queue.Len() > 0 {
 		w := c.pickWorker()

@@ -1,0 +1,115 @@
+package etcdlog
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/orion-sched/orion/internal/core"
+	"github.com/orion-sched/orion/internal/dag"
+)
+
+// Ops turns one entry into the etcd operations that commit it, and returns
+// the number of value bytes they carry.
+func Ops(e *core.Entry) ([]clientv3.Op, int, error) {
+	switch {
+	case e.Task != "":
+		v, err := json.Marshal(e.T)
+		if err != nil {
+			return nil, 0, err
+		}
+		return []clientv3.Op{clientv3.OpPut(TaskKey(e.DAG, e.Task), string(v))}, len(v), nil
+	case e.Delete:
+		// The DAG key goes first: a follower that sees it drops the DAG and
+		// can then ignore the deletions of its task keys.
+		return []clientv3.Op{
+			clientv3.OpDelete(DAGKey(e.DAG)),
+			clientv3.OpDelete(DAGTasksPrefix(e.DAG), clientv3.WithPrefix()),
+		}, 0, nil
+	default:
+		v, err := json.Marshal(e.D)
+		if err != nil {
+			return nil, 0, err
+		}
+		return []clientv3.Op{clientv3.OpPut(DAGKey(e.DAG), string(v))}, len(v), nil
+	}
+}
+
+// DecodeError is a value under the log prefix that is not a valid record,
+// typically one written by hand. It is reported and skipped, never fatal.
+type DecodeError struct {
+	Key string
+	Rev int64
+	Err error
+}
+
+func (e *DecodeError) Error() string {
+	return fmt.Sprintf("%s@%d: %v", e.Key, e.Rev, e.Err)
+}
+
+// DecodeKV reads a record from a key-value pair. ok is false for keys outside
+// the DAG and task prefixes. Rev is the key's create revision for DAGs (its
+// submission order) and its mod revision for tasks.
+func DecodeKV(kv *mvccpb.KeyValue) (e core.Entry, ok bool, err error) {
+	dagID, taskID, ok := ParseKey(string(kv.Key))
+	if !ok {
+		return e, false, nil
+	}
+	e = core.Entry{DAG: dagID, Task: taskID, Rev: kv.ModRevision}
+	if taskID == "" {
+		e.Rev = kv.CreateRevision
+	}
+	err = decodeValue(&e, kv.Value)
+	if err != nil {
+		err = &DecodeError{Key: string(kv.Key), Rev: kv.ModRevision, Err: err}
+	}
+	return e, true, err
+}
+
+// DecodeEvent reads a watch event as a log entry, with the event's revision.
+// Deletions of task keys are not entries (only whole DAGs are deleted), so
+// they return ok=false.
+func DecodeEvent(ev *clientv3.Event) (e core.Entry, ok bool, err error) {
+	dagID, taskID, ok := ParseKey(string(ev.Kv.Key))
+	if !ok {
+		return e, false, nil
+	}
+	e = core.Entry{DAG: dagID, Task: taskID, Rev: ev.Kv.ModRevision}
+	if ev.Type == clientv3.EventTypeDelete {
+		if taskID != "" {
+			return e, false, nil
+		}
+		e.Delete = true
+		return e, true, nil
+	}
+	if err := decodeValue(&e, ev.Kv.Value); err != nil {
+		return e, true, &DecodeError{Key: string(ev.Kv.Key), Rev: ev.Kv.ModRevision, Err: err}
+	}
+	return e, true, nil
+}
+
+func decodeValue(e *core.Entry, v []byte) error {
+	if e.Task != "" {
+		var rec core.TaskRecord
+		if err := json.Unmarshal(v, &rec); err != nil {
+			return err
+		}
+		e.T = &rec
+		return nil
+	}
+	var rec core.DAGRecord
+	if err := json.Unmarshal(v, &rec); err != nil {
+		return err
+	}
+	if rec.ID != e.DAG {
+		return fmt.Errorf("record id %q does not match its key", rec.ID)
+	}
+	// A DAG value edited by hand must still be a valid DAG.
+	if err := dag.Validate(&rec.DAG, dag.Limits{MaxTasks: 1 << 20}); err != nil {
+		return err
+	}
+	e.D = &rec
+	return nil
+}

@@ -1,0 +1,612 @@
+// Package etcdserver runs an embedded etcd member inside the orion process.
+//
+// It is a thin wrapper over go.etcd.io/etcd/server/v3/embed with defaults
+// chosen for orion, which uses etcd as its write-ahead log:
+//
+//   - `orion server` without an external etcd starts a single member whose
+//     data lives in <data-dir>/etcd and whose client URL is on loopback.
+//   - `orion etcd` starts one member of a (typically 3-member) cluster; all
+//     members are given the same InitialCluster.
+//
+// The wrapper only ever binds the client URL and the peer URL: the metrics
+// listener (ListenMetricsUrls), the separate HTTP-only client listener
+// (ListenClientHttpUrls) and pprof are all disabled. Only plain http URLs are
+// supported; TLS is not wired through.
+//
+// Durability: fsync is never disabled (embed.Config.UnsafeNoFsync stays false).
+package etcdserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/server/v3/embed"
+	etcdsrv "go.etcd.io/etcd/server/v3/etcdserver"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+)
+
+// Defaults applied by Start to zero-valued Config fields.
+const (
+	DefaultName         = "default"
+	DefaultClientURL    = "http://127.0.0.1:2379"
+	DefaultPeerURL      = "http://127.0.0.1:2380"
+	DefaultClusterToken = "orion"
+
+	// DefaultHeartbeatMs and DefaultElectionMs are much shorter than etcd's
+	// own defaults (100 ms / 1000 ms). They target members on one host or a
+	// low-latency LAN, and they keep the minimum lease TTL at 1 s so that a
+	// 1 s session TTL is honoured; see MinLeaseTTL.
+	DefaultHeartbeatMs = 50
+	DefaultElectionMs  = 250
+
+	DefaultAutoCompactionMode = "revision"
+	// DefaultAutoCompactionRetention is the default for "revision" mode: keep
+	// the last 100000 revisions.
+	DefaultAutoCompactionRetention = "100000"
+	// DefaultPeriodicCompactionRetention is the default for "periodic" mode:
+	// keep one hour of history.
+	DefaultPeriodicCompactionRetention = "1h"
+
+	DefaultQuotaBackendBytes int64 = 4 << 30 // 4 GiB; etcd's own default is 2 GiB
+	DefaultMaxTxnOps               = embed.DefaultMaxTxnOps
+	DefaultMaxRequestBytes         = uint(embed.DefaultMaxRequestBytes) // 1.5 MiB
+	DefaultLogLevel                = "warn"
+	DefaultReadyTimeout            = 30 * time.Second
+)
+
+// Config describes one etcd member. The zero value of every field except
+// DataDir selects the default documented on the field.
+type Config struct {
+	// Name is the member name, unique within the cluster. Default "default".
+	Name string
+	// DataDir is the member's data directory (WAL, snapshots, bbolt db). It
+	// is created if missing. Required.
+	DataDir string
+
+	// ClientURL is both listened on and advertised for client (gRPC and
+	// HTTP gateway) traffic. Default http://127.0.0.1:2379. Its host must be
+	// a loopback address (or "localhost") unless AllowRemoteClients is set.
+	ClientURL string
+	// PeerURL is both listened on and advertised for raft traffic between
+	// members. Default http://127.0.0.1:2380. For a cluster spanning hosts it
+	// must be an address the other members can reach.
+	PeerURL string
+	// AllowRemoteClients permits a non-loopback ClientURL host. Peer traffic
+	// and client traffic are unauthenticated and unencrypted, so only set
+	// this on a trusted network.
+	AllowRemoteClients bool
+
+	// InitialCluster lists all members of a new cluster as
+	// "n1=http://10.0.0.1:2380,n2=http://10.0.0.2:2380,...". It must contain
+	// Name=PeerURL. Empty means a single-member cluster "Name=PeerURL".
+	// It is only read when DataDir holds no member yet; a restarted member
+	// takes its membership from its WAL.
+	InitialCluster string
+	// ClusterState is "new" (default) when bootstrapping a cluster, or
+	// "existing" when joining a member that was already added with the
+	// MemberAdd API.
+	ClusterState string
+	// ClusterToken distinguishes clusters bootstrapped with the same
+	// InitialCluster. Default "orion".
+	ClusterToken string
+
+	// HeartbeatMs is the raft heartbeat interval (etcd's TickMs). Default 50.
+	HeartbeatMs int
+	// ElectionMs is the raft election timeout. It must be at least
+	// 5*HeartbeatMs (an etcd rule). Default 250.
+	//
+	// HeartbeatMs and ElectionMs together set the smallest lease TTL etcd
+	// will grant; see MinLeaseTTL.
+	ElectionMs int
+
+	// AutoCompactionMode is "revision" (default) or "periodic".
+	AutoCompactionMode string
+	// AutoCompactionRetention is a revision count in "revision" mode
+	// (default "100000") or a duration such as "1h" in "periodic" mode
+	// (default "1h"; a bare integer means hours).
+	AutoCompactionRetention string
+
+	// QuotaBackendBytes is the backend size at which etcd raises a NOSPACE
+	// alarm and refuses writes. Default 4 GiB.
+	QuotaBackendBytes int64
+	// MaxTxnOps is the maximum number of operations in one transaction.
+	// Default 128 (etcd's default).
+	MaxTxnOps uint
+	// MaxRequestBytes is the maximum size of one client request. Default
+	// 1.5 MiB (etcd's default).
+	MaxRequestBytes uint
+
+	// Logger receives the member's logs, named "etcd" and tagged with the
+	// member name. Nil means JSON logs on stderr.
+	Logger *zap.Logger
+	// LogLevel filters the member's logs: debug, info, warn (default),
+	// error, dpanic, panic or fatal. It can only make Logger quieter; it
+	// cannot enable levels that Logger itself drops.
+	LogLevel string
+
+	// ReadyTimeout bounds how long Start waits for the member to become
+	// ready. Default 30 s.
+	ReadyTimeout time.Duration
+}
+
+// MinLeaseTTL returns the smallest lease TTL, in whole seconds, that a member
+// started with c will grant; etcd silently raises any shorter requested TTL
+// to this value (a Grant response then reports the raised TTL). Zero or
+// negative HeartbeatMs/ElectionMs are treated as their defaults.
+//
+// The rule, from etcd v3.7.3:
+//
+//	electionTicks = ElectionMs / HeartbeatMs                  // integer division, embed/config.go:1220
+//	minTTL        = ((3*electionTicks)/2) * HeartbeatMs ms    // integer division, etcdserver/server.go:340
+//	MinLeaseTTL   = ceil(minTTL in seconds)                   // etcdserver/server.go:345
+//
+// and lease/lessor.go:301-302 (Grant) and :817-818 (recovery from the backend)
+// raise a smaller TTL to MinLeaseTTL. In words: the minimum TTL is 1.5x the
+// election timeout (rounded down to whole ticks), rounded up to whole seconds.
+//
+// With the defaults (50 ms / 250 ms: 5 ticks, 7 ticks = 350 ms) the minimum is
+// 1 s, so a 1 s session TTL is granted as 1. With etcd's own defaults
+// (100 ms / 1000 ms: 15 ticks = 1.5 s) it would be raised to 2 s. A 1 s TTL
+// needs ((3*electionTicks)/2)*HeartbeatMs <= 1000, e.g. ElectionMs <= 650 at
+// HeartbeatMs 50.
+//
+// Note that a newly elected leader (and a restarted single member) extends
+// every lease by one election timeout, so after a leader change a lease can
+// outlive its TTL by up to ElectionMs.
+func (c Config) MinLeaseTTL() int64 {
+	hb, el := c.HeartbeatMs, c.ElectionMs
+	if hb <= 0 {
+		hb = DefaultHeartbeatMs
+	}
+	if el <= 0 {
+		el = DefaultElectionMs
+	}
+	electionTicks := el / hb
+	minTTL := time.Duration((3*electionTicks)/2) * time.Duration(hb) * time.Millisecond
+	return int64(math.Ceil(minTTL.Seconds()))
+}
+
+// Member is a running etcd member. Create it with Start and stop it with
+// Close.
+type Member struct {
+	etcd      *embed.Etcd
+	name      string
+	clientURL string
+	peerURL   string
+
+	errc      chan error    // buffered(1); closed by Close
+	stopping  chan struct{} // closed when Close starts
+	watchDone chan struct{} // closed when watch returns
+	closeOnce sync.Once
+}
+
+// Start starts an etcd member and returns once it is ready to serve client
+// requests: it has joined the cluster, a leader is known, and the member has
+// published its client URL through raft. The member's client port is bound
+// before that, but requests are only served once it is ready.
+//
+// Readiness needs a quorum, so when bootstrapping a multi-member cluster the
+// members must be started concurrently (e.g. one Start per process, or one
+// goroutine per member); a lone Start of a 3-member cluster waits until
+// ReadyTimeout.
+//
+// ctx only bounds the start-up: cancelling it before Start returns aborts the
+// start; cancelling it afterwards has no effect (use Close). On any failure
+// Start releases everything it acquired (listeners, goroutines, the data-dir
+// lock); it never deletes data.
+//
+// Note that etcd terminates the process (zap Fatal) on some unrecoverable
+// conditions, such as a corrupt data directory.
+func Start(ctx context.Context, cfg Config) (*Member, error) {
+	c, urls, lvl, err := cfg.normalize()
+	if err != nil {
+		return nil, err
+	}
+
+	lg := memberLogger(c.Logger, lvl, c.Name)
+
+	ec := embed.NewConfig()
+	ec.Name = c.Name
+	ec.Dir = c.DataDir
+
+	ec.ListenClientUrls = []url.URL{*urls.client}
+	ec.AdvertiseClientUrls = []url.URL{*urls.client}
+	ec.ListenPeerUrls = []url.URL{*urls.peer}
+	ec.AdvertisePeerUrls = []url.URL{*urls.peer}
+	// Bind nothing but the two URLs above.
+	ec.ListenClientHttpUrls = nil
+	ec.ListenMetricsUrls = nil
+	ec.EnablePprof = false
+
+	ec.InitialCluster = c.InitialCluster
+	ec.ClusterState = c.ClusterState
+	ec.InitialClusterToken = c.ClusterToken
+
+	ec.TickMs = uint(c.HeartbeatMs)
+	ec.ElectionMs = uint(c.ElectionMs)
+
+	ec.AutoCompactionMode = c.AutoCompactionMode
+	ec.AutoCompactionRetention = c.AutoCompactionRetention
+	ec.QuotaBackendBytes = c.QuotaBackendBytes
+	ec.MaxTxnOps = c.MaxTxnOps
+	ec.MaxRequestBytes = c.MaxRequestBytes
+
+	ec.UnsafeNoFsync = false // etcd is orion's WAL: never trade durability for speed.
+
+	ec.Logger = "zap"
+	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(lg)
+	// With ZapLoggerBuilder set, embed only uses LogLevel to decide whether
+	// to register pprof and trace handlers on the client port, which it does
+	// for "debug". Keep them off: our logger already carries the level.
+	ec.LogLevel = lvl.String()
+	if lvl < zapcore.InfoLevel {
+		ec.LogLevel = zapcore.InfoLevel.String()
+	}
+
+	e, err := embed.StartEtcd(ec)
+	if err != nil {
+		// StartEtcd closes whatever it opened before returning an error.
+		return nil, startError(c, urls, err)
+	}
+
+	timer := time.NewTimer(c.ReadyTimeout)
+	defer timer.Stop()
+	var failure error
+	select {
+	case <-e.Server.ReadyNotify():
+	case err := <-e.Err():
+		if err == nil {
+			err = errors.New("a listener stopped serving")
+		}
+		failure = fmt.Errorf("etcdserver: member %q failed while starting: %w", c.Name, err)
+	case <-e.Server.StopNotify():
+		failure = fmt.Errorf("etcdserver: member %q stopped while starting (see the etcd log)", c.Name)
+	case <-timer.C:
+		failure = fmt.Errorf("etcdserver: member %q not ready after %v (is a quorum of %q reachable?)",
+			c.Name, c.ReadyTimeout, c.InitialCluster)
+	case <-ctx.Done():
+		failure = fmt.Errorf("etcdserver: starting member %q: %w", c.Name, ctx.Err())
+	}
+	if failure != nil {
+		e.Close()
+		return nil, failure
+	}
+
+	m := &Member{
+		etcd:      e,
+		name:      c.Name,
+		clientURL: urls.client.String(),
+		peerURL:   urls.peer.String(),
+		errc:      make(chan error, 1),
+		stopping:  make(chan struct{}),
+		watchDone: make(chan struct{}),
+	}
+	go m.watch()
+	return m, nil
+}
+
+// watch reports the first fatal error after start: a listener that stopped
+// serving, or the etcd server stopping on its own (for example because the
+// member was removed from the cluster).
+func (m *Member) watch() {
+	defer close(m.watchDone)
+	var err error
+	select {
+	case <-m.stopping:
+		return
+	case e, ok := <-m.etcd.Err():
+		if !ok {
+			return
+		}
+		if e == nil {
+			e = errors.New("a listener stopped serving")
+		}
+		err = fmt.Errorf("etcdserver: member %q: %w", m.name, e)
+	case <-m.etcd.Server.StopNotify():
+		err = fmt.Errorf("etcdserver: member %q: etcd server stopped unexpectedly (see the etcd log)", m.name)
+	}
+	select {
+	case <-m.stopping:
+	default:
+		m.errc <- err // buffered; watch sends at most once
+	}
+}
+
+// ClientURL returns the URL this member serves clients on.
+func (m *Member) ClientURL() string { return m.clientURL }
+
+// PeerURL returns the URL this member serves raft peers on.
+func (m *Member) PeerURL() string { return m.peerURL }
+
+// Name returns the member name.
+func (m *Member) Name() string { return m.name }
+
+// Endpoints returns client endpoints for a clientv3.Config: this member's
+// client URL first, followed by the client URLs the other members of its
+// cluster have published so far.
+func (m *Member) Endpoints() []string {
+	eps := []string{m.clientURL}
+	for _, u := range m.etcd.Server.Cluster().ClientURLs() {
+		if u != m.clientURL {
+			eps = append(eps, u)
+		}
+	}
+	return eps
+}
+
+// Err returns a channel that delivers at most one fatal error that occurred
+// after Start returned (the member then no longer serves; call Close). The
+// channel is closed when Close returns.
+func (m *Member) Err() <-chan error { return m.errc }
+
+// Server exposes the underlying etcd server, e.g. for Leader() or
+// LeaderChangedNotify(). Do not stop it directly; use Close.
+func (m *Member) Server() *etcdsrv.EtcdServer { return m.etcd.Server }
+
+// Close stops the member gracefully and waits until it has stopped: client
+// requests in flight get up to etcd's request timeout, then the raft loop,
+// listeners and backend are shut down. It is safe to call more than once and
+// from several goroutines; every call returns after the member has stopped.
+// It currently always returns nil.
+func (m *Member) Close() error {
+	m.closeOnce.Do(func() {
+		close(m.stopping)
+		m.etcd.Close()
+		<-m.watchDone
+		close(m.errc)
+	})
+	return nil
+}
+
+// memberURLs holds the parsed client and peer URLs.
+type memberURLs struct {
+	client, peer *url.URL
+}
+
+// normalize applies defaults and validates c.
+func (c Config) normalize() (Config, memberURLs, zapcore.Level, error) {
+	var urls memberURLs
+	bad := func(format string, args ...any) (Config, memberURLs, zapcore.Level, error) {
+		return c, urls, 0, fmt.Errorf("etcdserver: invalid config: "+format, args...)
+	}
+
+	if c.DataDir == "" {
+		return bad("DataDir is required")
+	}
+	c.DataDir = filepath.Clean(c.DataDir)
+	if c.Name == "" {
+		c.Name = DefaultName
+	}
+	if strings.ContainsAny(c.Name, "=,") || strings.TrimSpace(c.Name) != c.Name {
+		return bad("Name %q must not contain '=', ',' or surrounding spaces", c.Name)
+	}
+	if c.ClientURL == "" {
+		c.ClientURL = DefaultClientURL
+	}
+	if c.PeerURL == "" {
+		c.PeerURL = DefaultPeerURL
+	}
+	if c.ClusterState == "" {
+		c.ClusterState = embed.ClusterStateFlagNew
+	}
+	if c.ClusterToken == "" {
+		c.ClusterToken = DefaultClusterToken
+	}
+	if c.HeartbeatMs == 0 {
+		c.HeartbeatMs = DefaultHeartbeatMs
+	}
+	if c.ElectionMs == 0 {
+		c.ElectionMs = DefaultElectionMs
+	}
+	if c.AutoCompactionMode == "" {
+		c.AutoCompactionMode = DefaultAutoCompactionMode
+	}
+	if c.AutoCompactionRetention == "" {
+		if c.AutoCompactionMode == embed.CompactorModePeriodic {
+			c.AutoCompactionRetention = DefaultPeriodicCompactionRetention
+		} else {
+			c.AutoCompactionRetention = DefaultAutoCompactionRetention
+		}
+	}
+	if c.QuotaBackendBytes == 0 {
+		c.QuotaBackendBytes = DefaultQuotaBackendBytes
+	}
+	if c.MaxTxnOps == 0 {
+		c.MaxTxnOps = DefaultMaxTxnOps
+	}
+	if c.MaxRequestBytes == 0 {
+		c.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	if c.LogLevel == "" {
+		c.LogLevel = DefaultLogLevel
+	}
+	if c.ReadyTimeout == 0 {
+		c.ReadyTimeout = DefaultReadyTimeout
+	}
+
+	var err error
+	if urls.client, err = parseMemberURL("ClientURL", c.ClientURL); err != nil {
+		return c, urls, 0, err
+	}
+	if urls.peer, err = parseMemberURL("PeerURL", c.PeerURL); err != nil {
+		return c, urls, 0, err
+	}
+	if !c.AllowRemoteClients && !isLoopback(urls.client.Hostname()) {
+		return bad("ClientURL %s is not a loopback address (set AllowRemoteClients to serve other hosts)", c.ClientURL)
+	}
+	if urls.client.Host == urls.peer.Host {
+		return bad("ClientURL %s and PeerURL %s use the same address", c.ClientURL, c.PeerURL)
+	}
+	if c.InitialCluster == "" {
+		c.InitialCluster = c.Name + "=" + urls.peer.String()
+	} else if err := checkInitialCluster(c.InitialCluster, c.Name, urls.peer); err != nil {
+		return c, urls, 0, err
+	}
+
+	if c.ClusterState != embed.ClusterStateFlagNew && c.ClusterState != embed.ClusterStateFlagExisting {
+		return bad("ClusterState %q must be %q or %q", c.ClusterState, embed.ClusterStateFlagNew, embed.ClusterStateFlagExisting)
+	}
+	if c.HeartbeatMs < 0 || c.ElectionMs < 0 {
+		return bad("HeartbeatMs (%d) and ElectionMs (%d) must be positive", c.HeartbeatMs, c.ElectionMs)
+	}
+	if c.ElectionMs < 5*c.HeartbeatMs {
+		return bad("ElectionMs (%d) must be at least 5*HeartbeatMs (%d)", c.ElectionMs, 5*c.HeartbeatMs)
+	}
+	if c.ElectionMs > 50000 {
+		return bad("ElectionMs (%d) must be at most 50000", c.ElectionMs)
+	}
+	switch c.AutoCompactionMode {
+	case embed.CompactorModeRevision:
+		if n, err := strconv.ParseInt(c.AutoCompactionRetention, 10, 64); err != nil || n < 0 {
+			return bad("AutoCompactionRetention %q must be a revision count in %q mode", c.AutoCompactionRetention, c.AutoCompactionMode)
+		}
+	case embed.CompactorModePeriodic:
+		if _, err := strconv.Atoi(c.AutoCompactionRetention); err != nil {
+			if d, err := time.ParseDuration(c.AutoCompactionRetention); err != nil || d < 0 {
+				return bad("AutoCompactionRetention %q must be a duration (e.g. \"1h\") in %q mode", c.AutoCompactionRetention, c.AutoCompactionMode)
+			}
+		}
+	default:
+		return bad("AutoCompactionMode %q must be %q or %q", c.AutoCompactionMode, embed.CompactorModeRevision, embed.CompactorModePeriodic)
+	}
+	if c.QuotaBackendBytes < 0 {
+		return bad("QuotaBackendBytes (%d) must not be negative", c.QuotaBackendBytes)
+	}
+	if c.ReadyTimeout < 0 {
+		return bad("ReadyTimeout (%v) must not be negative", c.ReadyTimeout)
+	}
+	lvl, err := zapcore.ParseLevel(c.LogLevel)
+	if err != nil {
+		return bad("LogLevel %q: %v", c.LogLevel, err)
+	}
+	return c, urls, lvl, nil
+}
+
+// parseMemberURL parses a client or peer URL: http://host:port, where host
+// is a name or IP that can be advertised to others (not 0.0.0.0 or ::).
+func parseMemberURL(field, raw string) (*url.URL, error) {
+	bad := func(why string) (*url.URL, error) {
+		return nil, fmt.Errorf("etcdserver: invalid config: %s %q: %s", field, raw, why)
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return bad(err.Error())
+	}
+	if u.Scheme != "http" {
+		return bad("scheme must be http (TLS and unix sockets are not supported)")
+	}
+	if u.User != nil || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
+		return bad("must be of the form http://host:port")
+	}
+	host, port, err := net.SplitHostPort(u.Host)
+	if err != nil {
+		return bad("must be of the form http://host:port")
+	}
+	if host == "" {
+		return bad("host is missing")
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		return bad("host must be an address other members and clients can reach, not a wildcard")
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+		return bad("port must be between 1 and 65535")
+	}
+	return &url.URL{Scheme: u.Scheme, Host: u.Host}, nil
+}
+
+func isLoopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// checkInitialCluster checks the "name=url,..." syntax and that it lists
+// name=peer. etcd itself checks the rest when bootstrapping.
+func checkInitialCluster(ic, name string, peer *url.URL) error {
+	found := false
+	for entry := range strings.SplitSeq(ic, ",") {
+		n, raw, ok := strings.Cut(strings.TrimSpace(entry), "=")
+		if !ok || n == "" {
+			return fmt.Errorf("etcdserver: invalid config: InitialCluster %q: entry %q is not name=url", ic, entry)
+		}
+		u, err := parseMemberURL("InitialCluster peer URL of "+n, raw)
+		if err != nil {
+			return err
+		}
+		if n == name && u.String() == peer.String() {
+			found = true
+		}
+	}
+	if !found {
+		return fmt.Errorf("etcdserver: invalid config: InitialCluster %q does not contain this member %s=%s", ic, name, peer)
+	}
+	return nil
+}
+
+// memberLogger derives the member's logger from base (stderr JSON if nil),
+// filtered to lvl.
+func memberLogger(base *zap.Logger, lvl zapcore.Level, name string) *zap.Logger {
+	if base == nil {
+		enc := zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig())
+		base = zap.New(zapcore.NewCore(enc, zapcore.Lock(os.Stderr), lvl), zap.AddCaller())
+	} else {
+		// NewIncreaseLevelCore refuses a level below the base core's; the
+		// base is then already at least as quiet as lvl, so keep it as is.
+		base = base.WithOptions(zap.WrapCore(func(core zapcore.Core) zapcore.Core {
+			if c, err := zapcore.NewIncreaseLevelCore(core, lvl); err == nil {
+				return c
+			}
+			return core
+		}))
+	}
+	return base.Named("etcd").With(zap.String("member", name))
+}
+
+// startError turns an embed.StartEtcd error into one that names the URL
+// that could not be bound, when that is the cause.
+func startError(c Config, urls memberURLs, err error) error {
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Op == "listen" {
+		which, addr := "", ""
+		if oe.Addr != nil {
+			addr = oe.Addr.String()
+		}
+		switch {
+		case addr == "":
+		case addr == urls.client.Host:
+			which = "client URL " + urls.client.String()
+		case addr == urls.peer.Host:
+			which = "peer URL " + urls.peer.String()
+		case samePort(addr, urls.client.Host):
+			which = "client URL " + urls.client.String()
+		case samePort(addr, urls.peer.Host):
+			which = "peer URL " + urls.peer.String()
+		}
+		if which != "" {
+			return fmt.Errorf("etcdserver: member %q cannot listen on %s: %w", c.Name, which, err)
+		}
+	}
+	return fmt.Errorf("etcdserver: starting member %q in %s: %w", c.Name, c.DataDir, err)
+}
+
+// samePort reports whether two host:port strings have the same port. A
+// listen error may carry a resolved address ("127.0.0.1:2379" for
+// "localhost:2379"), so this is the fallback when the hosts differ.
+func samePort(a, b string) bool {
+	_, p1, err1 := net.SplitHostPort(a)
+	_, p2, err2 := net.SplitHostPort(b)
+	return err1 == nil && err2 == nil && p1 == p2
+}

@@ -1,0 +1,81 @@
+package executor
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+)
+
+// maxHTTPLog bounds how much of a response body goes to the log file.
+const maxHTTPLog = 8 << 20
+
+// runHTTP sends one request (Method, default GET; no body) to URL and succeeds
+// iff the final status (after redirects) is ExpectStatus (default 200). The
+// log gets the status line and the body (up to 8 MiB); OutputTail gets the
+// status line and the first part of the body.
+func (l *Local) runHTTP(ctx context.Context, a Attempt, r *Result) {
+	f, err := l.createLog(a.AttemptID)
+	if err != nil {
+		r.Outcome, r.Error = Failed, "open log: "+err.Error()
+		return
+	}
+	defer f.Close()
+	method := a.Spec.Method
+	if method == "" {
+		method = http.MethodGet
+	}
+	want := a.Spec.ExpectStatus
+	if want == 0 {
+		want = http.StatusOK
+	}
+	fail := func(msg string) {
+		if !classify(ctx, r) {
+			r.Outcome, r.Error = Failed, msg
+		}
+		fmt.Fprintf(f, "orion: %s\n", msg)
+		r.OutputTail = validHead([]byte(msg), TailBytes)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, a.Spec.URL, nil)
+	if err != nil {
+		fail("request: " + err.Error())
+		return
+	}
+	req.Header.Set("User-Agent", "orion")
+	req.Header.Set("X-Orion-Attempt", a.AttemptID.String())
+	resp, err := l.http.Do(req)
+	if err != nil {
+		fail(err.Error())
+		return
+	}
+	defer resp.Body.Close()
+
+	status := resp.Proto + " " + resp.Status
+	w := bufio.NewWriter(f)
+	fmt.Fprintf(w, "%s\n", status)
+	head := make([]byte, TailBytes)
+	n, rerr := io.ReadFull(resp.Body, head)
+	head = head[:n]
+	w.Write(head)
+	if rerr == nil {
+		_, rerr = io.Copy(w, io.LimitReader(resp.Body, maxHTTPLog-int64(n)))
+	} else if errors.Is(rerr, io.EOF) || errors.Is(rerr, io.ErrUnexpectedEOF) {
+		rerr = nil
+	}
+	if rerr != nil {
+		fmt.Fprintf(w, "\norion: reading body: %v\n", rerr)
+	}
+	w.Flush()
+	r.OutputTail = status + "\n" + validHead(head, TailBytes-len(status)-1)
+
+	if rerr != nil && classify(ctx, r) { // the deadline hit while reading the body
+		return
+	}
+	if resp.StatusCode != want {
+		r.Outcome, r.Error = Failed, fmt.Sprintf("unexpected status %s (want %d)", resp.Status, want)
+		return
+	}
+	r.Outcome = Succeeded
+}

@@ -1,0 +1,162 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// outputDrain bounds how long an attempt waits, after its process group is
+// gone, for the rest of its output: only a process that left the group
+// (setsid) can still hold the pipe, and it does not get to hang the attempt.
+const outputDrain = time.Second
+
+// createLog creates (truncating) the log file of an attempt and its dirs.
+func (l *Local) createLog(id AttemptID) (*os.File, error) {
+	p := l.LogPath(id)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return nil, err
+	}
+	return os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+}
+
+// outputWriter tees an attempt's output to its log file and tail. A failing
+// log write (disk full) does not stop the tail nor the process.
+type outputWriter struct {
+	f      *os.File
+	logErr error
+	tail   tailBuffer
+}
+
+func (w *outputWriter) Write(p []byte) (int, error) {
+	if w.logErr == nil {
+		_, w.logErr = w.f.Write(p)
+	}
+	return w.tail.Write(p)
+}
+
+// env is the server environment, then the task's Env (sorted, so repeated
+// keys resolve the same way every time), then the ORION_* variables, which a
+// task cannot override. exec keeps the last value of a repeated key.
+func (l *Local) env(a Attempt) []string {
+	env := make([]string, 0, len(l.baseEnv)+len(a.Spec.Env)+3)
+	env = append(env, l.baseEnv...)
+	keys := make([]string, 0, len(a.Spec.Env))
+	for k := range a.Spec.Env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		env = append(env, k+"="+a.Spec.Env[k])
+	}
+	return append(env,
+		"ORION_DAG_ID="+a.DAG,
+		"ORION_TASK_ID="+a.Task,
+		"ORION_ATTEMPT="+strconv.Itoa(a.Attempt))
+}
+
+// runShell runs `/bin/sh -c Command` (or `Interpreter -c Command`) in its own
+// process group. stdout and stderr share one pipe that we read ourselves
+// (rather than letting exec copy it), so that once the main process has been
+// reaped we can kill what is left of its group (background children holding
+// the pipe) and never wait on their output.
+func (l *Local) runShell(ctx context.Context, a Attempt, r *Result) {
+	f, err := l.createLog(a.AttemptID)
+	if err != nil {
+		r.Outcome, r.Error = Failed, "open log: "+err.Error()
+		return
+	}
+	defer f.Close()
+	out := &outputWriter{f: f}
+	defer func() { r.OutputTail = out.tail.String() }()
+	startFailed := func(err error) {
+		r.Outcome, r.Error = Failed, "start: "+err.Error()
+		fmt.Fprintf(out, "orion: %s\n", r.Error)
+	}
+
+	shell := "/bin/sh"
+	if a.Spec.Interpreter != "" {
+		shell = a.Spec.Interpreter
+	}
+	cmd := exec.Command(shell, "-c", a.Spec.Command)
+	cmd.Env = l.env(a)
+	cmd.Dir = a.Spec.Workdir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		startFailed(err)
+		return
+	}
+	cmd.Stdout, cmd.Stderr = pw, pw
+	err = cmd.Start()
+	pw.Close() // the children hold it now
+	if err != nil {
+		pr.Close()
+		startFailed(err)
+		return
+	}
+	pgid := cmd.Process.Pid
+
+	copied := make(chan struct{})
+	go func() {
+		defer close(copied)
+		io.Copy(out, pr)
+	}()
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+
+	var werr error
+	select {
+	case werr = <-waited:
+	case <-ctx.Done():
+		syscall.Kill(-pgid, syscall.SIGTERM)
+		grace := time.NewTimer(l.killGrace)
+		select {
+		case werr = <-waited:
+			grace.Stop()
+		case <-grace.C:
+			syscall.Kill(-pgid, syscall.SIGKILL)
+			werr = <-waited
+		}
+	}
+	// The leader is gone; whatever is left of its group goes too. (ESRCH
+	// when the group is empty.)
+	syscall.Kill(-pgid, syscall.SIGKILL)
+
+	drain := time.NewTimer(outputDrain)
+	select {
+	case <-copied:
+		drain.Stop()
+	case <-drain.C:
+		pr.Close() // unblocks the copy
+		<-copied
+	}
+	pr.Close()
+
+	if out.logErr != nil {
+		fmt.Fprintf(&out.tail, "\norion: writing log: %v\n", out.logErr)
+	}
+	r.ExitCode = cmd.ProcessState.ExitCode()
+	if classify(ctx, r) {
+		return
+	}
+	if werr == nil {
+		r.Outcome = Succeeded
+		return
+	}
+	r.Outcome = Failed
+	var ee *exec.ExitError
+	if errors.As(werr, &ee) {
+		r.Error = ee.Error() // "exit status 3", "signal: killed"
+	} else {
+		r.Error = werr.Error()
+	}
+}

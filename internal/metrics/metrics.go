@@ -1,0 +1,108 @@
+// Package metrics defines Orion's Prometheus metrics in one place, registered
+// on a registry of their own so tests and benchmarks can run several servers
+// in one process.
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Metrics holds every collector Orion exports.
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	TasksIngested    prometheus.Counter
+	TasksSucceeded   prometheus.Counter
+	TasksFailed      prometheus.Counter
+	TasksRetried     prometheus.Counter
+	TasksCancelled   prometheus.Counter
+	TasksUpstream    prometheus.Counter
+	TasksOrphaned    prometheus.Counter
+	DAGsSubmitted    prometheus.Counter
+	DAGsFinished     *prometheus.CounterVec
+	QueueSize        prometheus.Gauge
+	Running          prometheus.Gauge
+	TasksByStatus    *prometheus.GaugeVec
+	DispatchLatency  prometheus.Histogram
+	CommitLatency    prometheus.Histogram
+	BatchSize        prometheus.Histogram
+	IsLeader         prometheus.Gauge
+	LeaderChanges    prometheus.Counter
+	TakeoverSeconds  prometheus.Gauge
+	AppliedRevision  prometheus.Gauge
+	FencedWrites     prometheus.Counter
+	ApplyErrors      prometheus.Counter
+	BadValues        prometheus.Counter
+	StaleResults     prometheus.Counter
+	DroppedEvents    prometheus.Counter
+	RateLimited      prometheus.Counter
+	HTTPRequests     *prometheus.CounterVec
+	RetentionDeletes prometheus.Counter
+	EtcdDBSizeBytes  prometheus.Gauge
+	WorkerSlots      *prometheus.GaugeVec
+	WorkerBusy       *prometheus.GaugeVec
+}
+
+// New creates and registers every metric, plus the Go and process collectors.
+func New() *Metrics {
+	r := prometheus.NewRegistry()
+	m := &Metrics{Registry: r}
+	f := factory{r}
+	m.TasksIngested = f.counter("orion_tasks_ingested_total", "Tasks accepted in submitted DAGs.")
+	m.TasksSucceeded = f.counter("orion_tasks_succeeded_total", "Task attempts that succeeded.")
+	m.TasksFailed = f.counter("orion_tasks_failed_total", "Tasks that failed for good (retries exhausted).")
+	m.TasksRetried = f.counter("orion_tasks_retried_total", "Failed attempts that were scheduled for a retry.")
+	m.TasksCancelled = f.counter("orion_tasks_cancelled_total", "Tasks cancelled with their DAG.")
+	m.TasksUpstream = f.counter("orion_tasks_upstream_failed_total", "Tasks marked upstream_failed by a failure cascade.")
+	m.TasksOrphaned = f.counter("orion_tasks_orphaned_total", "Attempts re-queued because their worker vanished.")
+	m.DAGsSubmitted = f.counter("orion_dags_submitted_total", "DAGs accepted.")
+	m.DAGsFinished = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orion_dags_finished_total", Help: "DAGs that reached a terminal status, by status."}, []string{"status"})
+	r.MustRegister(m.DAGsFinished)
+	m.QueueSize = f.gauge("orion_queue_size", "Tasks ready and waiting for a worker slot.")
+	m.Running = f.gauge("orion_tasks_running", "Tasks with an attempt running.")
+	m.TasksByStatus = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "orion_tasks", Help: "Tasks held in memory, by status."}, []string{"status"})
+	r.MustRegister(m.TasksByStatus)
+	m.DispatchLatency = f.histogram("orion_dispatch_latency_seconds", "Time from a task becoming ready to its attempt being started.", prometheus.ExponentialBuckets(0.0001, 2, 18))
+	m.CommitLatency = f.histogram("orion_commit_latency_seconds", "Time to commit one batch of log entries to etcd.", prometheus.ExponentialBuckets(0.0001, 2, 18))
+	m.BatchSize = f.histogram("orion_commit_batch_entries", "Log entries per commit.", prometheus.ExponentialBuckets(1, 2, 11))
+	m.IsLeader = f.gauge("orion_is_leader", "1 while this replica is the leader.")
+	m.LeaderChanges = f.counter("orion_leader_changes_total", "Times this replica became leader.")
+	m.TakeoverSeconds = f.gauge("orion_last_takeover_seconds", "Time from winning the election to the first committed write of the term.")
+	m.AppliedRevision = f.gauge("orion_applied_revision", "etcd revision of the last log entry applied.")
+	m.FencedWrites = f.counter("orion_fenced_writes_total", "Commits rejected because this replica's leadership fence was gone.")
+	m.ApplyErrors = f.counter("orion_apply_errors_total", "Committed entries the state machine refused (a bug, or values edited by hand).")
+	m.BadValues = f.counter("orion_bad_values_total", "Values under /orion/v1/ that did not decode and were skipped.")
+	m.StaleResults = f.counter("orion_stale_results_total", "Results for attempts that were no longer current, discarded.")
+	m.DroppedEvents = f.counter("orion_dropped_events_total", "Live events dropped because a subscriber was too slow.")
+	m.RateLimited = f.counter("orion_rate_limited_total", "API requests refused by the rate limit.")
+	m.HTTPRequests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orion_http_requests_total", Help: "API requests by route and status code."}, []string{"route", "code"})
+	r.MustRegister(m.HTTPRequests)
+	m.RetentionDeletes = f.counter("orion_retention_deleted_dags_total", "Finished DAGs deleted by the retention policy.")
+	m.EtcdDBSizeBytes = f.gauge("orion_etcd_db_size_bytes", "Size of the etcd backend database as reported by the member this node talks to.")
+	m.WorkerSlots = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "orion_worker_slots", Help: "Executor slots per worker (leader's view)."}, []string{"worker"})
+	m.WorkerBusy = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "orion_worker_busy_slots", Help: "Busy executor slots per worker (leader's view)."}, []string{"worker"})
+	r.MustRegister(m.WorkerSlots, m.WorkerBusy)
+	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+type factory struct{ r *prometheus.Registry }
+
+func (f factory) counter(name, help string) prometheus.Counter {
+	c := prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+	f.r.MustRegister(c)
+	return c
+}
+
+func (f factory) gauge(name, help string) prometheus.Gauge {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
+	f.r.MustRegister(g)
+	return g
+}
+
+func (f factory) histogram(name, help string, buckets []float64) prometheus.Histogram {
+	h := prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets})
+	f.r.MustRegister(h)
+	return h
+}
