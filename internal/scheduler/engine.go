@@ -26,11 +26,11 @@ import (
 
 // Config configures an Engine.
 type Config struct {
-	Node       string        // this replica's name: the election value
-	Core       core.Config   // scheduling policy
+	Node       string         // this replica's name: the election value
+	Core       core.Config    // scheduling policy
 	Limits     etcdlog.Limits // per-transaction limits
-	SessionTTL time.Duration // leadership lease TTL
-	Retention  time.Duration // finished DAGs are deleted after this; 0 keeps them
+	SessionTTL time.Duration  // leadership lease TTL
+	Retention  time.Duration  // finished DAGs are deleted after this; 0 keeps them
 	Logger     *zap.Logger
 	Metrics    *metrics.Metrics
 	// Observer, when set, is called on the loop goroutine for every applied
