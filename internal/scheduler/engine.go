@@ -63,6 +63,7 @@ type Engine struct {
 	firstCommitDue bool
 
 	status atomic.Pointer[Status]
+	crash  chan struct{}
 	done   chan struct{}
 }
 
@@ -92,6 +93,7 @@ var (
 	ErrNotLeader = errors.New("no leader: this replica is not the leader; retry shortly")
 	ErrStopped   = errors.New("scheduler stopped")
 	ErrUnknown   = errors.New("commit outcome unknown; retry with the same DAG id")
+	ErrCrashed   = errors.New("scheduler crashed on request")
 )
 
 // New returns an engine; Run starts it.
@@ -119,10 +121,23 @@ func New(cfg Config, cli *clientv3.Client, local executor.Executor) *Engine {
 		commitDone: make(chan commitResult, 1),
 		c:          core.New(cfg.Core),
 		waiters:    make(map[string][]*waiter),
+		crash:      make(chan struct{}),
 		done:       make(chan struct{}),
 	}
 	e.status.Store(&Status{Node: cfg.Node})
 	return e
+}
+
+// Crash stops the engine the way kill -9 stops a process's scheduler: the
+// commit in flight is not waited for, leadership is not resigned (its lease
+// expires) and the in-memory state is dropped. The demo console's "pull the
+// plug" uses it; recovery is a new Engine reading etcd.
+func (e *Engine) Crash() {
+	select {
+	case e.crash <- struct{}{}:
+	case <-e.done:
+	}
+	<-e.done
 }
 
 // Status returns the latest published status.
@@ -135,6 +150,8 @@ func (e *Engine) Done() <-chan struct{} { return e.done }
 // until ctx ends. On return the term, if any, has been resigned.
 func (e *Engine) Run(ctx context.Context) error {
 	defer close(e.done)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	if err := e.reload(ctx); err != nil {
 		return err
 	}
@@ -157,6 +174,16 @@ func (e *Engine) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			e.shutdown()
 			return nil
+		case <-e.crash:
+			// As kill -9 would: no commit drained, no resign; the lease is
+			// left to expire and the state in memory is dropped with us.
+			if e.term != nil {
+				e.term.Abandon()
+			}
+			e.failWaiters(ErrCrashed)
+			e.m.IsLeader.Set(0)
+			e.status.Store(&Status{Node: e.cfg.Node})
+			return ErrCrashed
 		case fn := <-e.reqs:
 			fn()
 		case r := <-results:

@@ -1,0 +1,225 @@
+// Package config reads `orion server`'s settings with viper, in increasing
+// precedence: built-in defaults, the config file (config/orion.yaml or
+// --config), ORION_* environment variables, then command-line flags. Every
+// setting has all four forms: key data_dir, env ORION_DATA_DIR, flag
+// --data-dir.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
+)
+
+// Server is the resolved configuration of one `orion server`.
+type Server struct {
+	Name                 string        `mapstructure:"name" json:"name"`
+	Listen               string        `mapstructure:"listen" json:"listen"`
+	DataDir              string        `mapstructure:"data_dir" json:"data_dir"`
+	EtcdEndpoints        []string      `mapstructure:"etcd_endpoints" json:"etcd_endpoints"`
+	EtcdUsername         string        `mapstructure:"etcd_username" json:"etcd_username,omitempty"`
+	EtcdPassword         string        `mapstructure:"etcd_password" json:"-"`
+	EtcdCA               string        `mapstructure:"etcd_ca" json:"etcd_ca,omitempty"`
+	EtcdCert             string        `mapstructure:"etcd_cert" json:"etcd_cert,omitempty"`
+	EtcdKey              string        `mapstructure:"etcd_key" json:"etcd_key,omitempty"`
+	EmbeddedClientURL    string        `mapstructure:"embedded_etcd_client_url" json:"embedded_etcd_client_url"`
+	EmbeddedPeerURL      string        `mapstructure:"embedded_etcd_peer_url" json:"embedded_etcd_peer_url"`
+	EmbeddedCompaction   string        `mapstructure:"embedded_etcd_auto_compaction_retention" json:"embedded_etcd_auto_compaction_retention"`
+	AuthToken            string        `mapstructure:"auth_token" json:"-"`
+	InsecureNoAuth       bool          `mapstructure:"insecure_no_auth" json:"insecure_no_auth"`
+	RateLimit            float64       `mapstructure:"rate_limit" json:"rate_limit"`
+	Slots                int           `mapstructure:"slots" json:"slots"`
+	MaxTasksPerDAG       int           `mapstructure:"max_tasks_per_dag" json:"max_tasks_per_dag"`
+	MaxBodyBytes         int64         `mapstructure:"max_body_bytes" json:"max_body_bytes"`
+	RetryBase            time.Duration `mapstructure:"retry_base" json:"retry_base"`
+	RetryCap             time.Duration `mapstructure:"retry_cap" json:"retry_cap"`
+	OrphanGrace          time.Duration `mapstructure:"orphan_grace" json:"orphan_grace"`
+	SessionTTL           time.Duration `mapstructure:"session_ttl" json:"session_ttl"`
+	Retention            time.Duration `mapstructure:"retention" json:"retention"`
+	MaxTxnOps            int           `mapstructure:"max_txn_ops" json:"max_txn_ops"`
+	LogLevel             string        `mapstructure:"log_level" json:"log_level"`
+	LogFormat            string        `mapstructure:"log_format" json:"log_format"`
+	WriteTimeout         time.Duration `mapstructure:"write_timeout" json:"write_timeout"`
+	ShutdownGrace        time.Duration `mapstructure:"shutdown_grace" json:"shutdown_grace"`
+	TaskLogDir           string        `mapstructure:"task_log_dir" json:"task_log_dir,omitempty"`
+	EmbeddedEtcdLogLevel string        `mapstructure:"embedded_etcd_log_level" json:"embedded_etcd_log_level"`
+	EmbeddedQuotaBytes   int64         `mapstructure:"embedded_etcd_quota_bytes" json:"embedded_etcd_quota_bytes"`
+	EmbeddedHeartbeatMs  int           `mapstructure:"embedded_etcd_heartbeat_ms" json:"embedded_etcd_heartbeat_ms"`
+	EmbeddedElectionMs   int           `mapstructure:"embedded_etcd_election_ms" json:"embedded_etcd_election_ms"`
+}
+
+// flag describes one setting: its key, default and help. The flag name is
+// the key with dashes; the env var is ORION_ + the key upper-cased.
+type flag struct {
+	key   string
+	def   any
+	usage string
+}
+
+var serverFlags = []flag{
+	{"name", "", "replica name: the election value and worker id prefix (default: host name)"},
+	{"listen", "127.0.0.1:8080", "HTTP address for the API, console and /metrics; non-loopback needs --auth-token or --insecure-no-auth"},
+	{"data-dir", "./data", "directory for the embedded etcd member and task logs"},
+	{"etcd-endpoints", []string{}, "comma-separated etcd client URLs; empty: embed a single etcd member in --data-dir"},
+	{"etcd-username", "", "etcd user (auth enabled clusters)"},
+	{"etcd-password", "", "etcd password"},
+	{"etcd-ca", "", "CA bundle to verify etcd's TLS certificate"},
+	{"etcd-cert", "", "client certificate for etcd TLS"},
+	{"etcd-key", "", "client key for etcd TLS"},
+	{"embedded-etcd-client-url", "http://127.0.0.1:2379", "client URL of the embedded etcd member"},
+	{"embedded-etcd-peer-url", "http://127.0.0.1:2380", "peer URL of the embedded etcd member"},
+	{"embedded-etcd-auto-compaction-retention", "100000", "revisions of history the embedded member keeps (revision-mode auto-compaction)"},
+	{"embedded-etcd-log-level", "warn", "log level of the embedded etcd member"},
+	{"embedded-etcd-quota-bytes", int64(4 << 30), "backend quota of the embedded etcd member"},
+	{"embedded-etcd-heartbeat-ms", 50, "raft heartbeat of the embedded member (small so a 1 s session TTL is granted)"},
+	{"embedded-etcd-election-ms", 250, "raft election timeout of the embedded member"},
+	{"auth-token", "", "bearer token required on the API (env ORION_AUTH_TOKEN)"},
+	{"insecure-no-auth", false, "allow a non-loopback --listen without a token (logged as a warning: shell tasks mean remote execution)"},
+	{"rate-limit", 5.0, "requests per second per non-loopback client IP"},
+	{"slots", 4, "local executor slots; 0 runs no tasks on this replica"},
+	{"max-tasks-per-dag", 1000, "largest DAG accepted"},
+	{"max-body-bytes", int64(1 << 20), "largest request body accepted"},
+	{"retry-base", time.Second, "retry backoff base: retry n waits min(base*2^n, cap)"},
+	{"retry-cap", 30 * time.Second, "retry backoff cap"},
+	{"orphan-grace", 2 * time.Second, "how long a new leader waits for a worker to report a running attempt before re-queuing it"},
+	{"session-ttl", time.Second, "leadership lease TTL"},
+	{"retention", 24 * time.Hour, "finished DAGs are deleted from etcd after this long; 0 keeps them"},
+	{"max-txn-ops", 128, "operations per etcd transaction (etcd's --max-txn-ops)"},
+	{"log-level", "info", "debug, info, warn or error"},
+	{"log-format", "console", "console or json"},
+	{"write-timeout", 30 * time.Second, "how long an API write waits for its commit"},
+	{"shutdown-grace", 10 * time.Second, "how long SIGTERM waits for running tasks before killing them"},
+	{"task-log-dir", "", "where full task logs are kept (default <data-dir>/logs)"},
+}
+
+// BindServerFlags defines the server's flags on fs and binds them, the
+// environment and the defaults into v.
+func BindServerFlags(fs *pflag.FlagSet, v *viper.Viper) {
+	for _, f := range serverFlags {
+		switch d := f.def.(type) {
+		case string:
+			fs.String(f.key, d, f.usage)
+		case []string:
+			fs.StringSlice(f.key, d, f.usage)
+		case bool:
+			fs.Bool(f.key, d, f.usage)
+		case int:
+			fs.Int(f.key, d, f.usage)
+		case int64:
+			fs.Int64(f.key, d, f.usage)
+		case float64:
+			fs.Float64(f.key, d, f.usage)
+		case time.Duration:
+			fs.Duration(f.key, d, f.usage)
+		default:
+			panic(fmt.Sprintf("config: flag %s has unsupported default %T", f.key, d))
+		}
+		key := Key(f.key)
+		v.SetDefault(key, f.def)
+		_ = v.BindPFlag(key, fs.Lookup(f.key))
+		_ = v.BindEnv(key, "ORION_"+strings.ToUpper(key))
+	}
+	fs.String("config", "", "config file (default: config/orion.yaml when present, else none); env ORION_CONFIG")
+}
+
+// Key turns a flag name into its config-file key.
+func Key(flagName string) string { return strings.ReplaceAll(flagName, "-", "_") }
+
+// LoadServer resolves the configuration. configFile may be empty: then
+// ORION_CONFIG, then ./config/orion.yaml if it exists, else defaults only.
+func LoadServer(v *viper.Viper, configFile string) (Server, string, error) {
+	if configFile == "" {
+		configFile = os.Getenv("ORION_CONFIG")
+	}
+	if configFile == "" {
+		if _, err := os.Stat("config/orion.yaml"); err == nil {
+			configFile = "config/orion.yaml"
+		}
+	}
+	if configFile != "" {
+		v.SetConfigFile(configFile)
+		if err := v.ReadInConfig(); err != nil {
+			return Server{}, configFile, fmt.Errorf("config file %s: %w", configFile, err)
+		}
+	}
+	var s Server
+	if err := v.Unmarshal(&s); err != nil {
+		return s, configFile, fmt.Errorf("config: %w", err)
+	}
+	s.EtcdEndpoints = splitList(s.EtcdEndpoints)
+	if s.Name == "" {
+		h, err := os.Hostname()
+		if err != nil || h == "" {
+			h = "orion"
+		}
+		s.Name = h
+	}
+	return s, configFile, s.Validate()
+}
+
+// splitList accepts both a YAML list and comma-separated strings (from env).
+func splitList(in []string) []string {
+	var out []string
+	for _, s := range in {
+		for _, p := range strings.Split(s, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
+
+// Validate checks the settings that would make the server unsafe or unable
+// to start, with messages that name the setting.
+func (s Server) Validate() error {
+	var errs []error
+	host, _, err := net.SplitHostPort(s.Listen)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("listen %q: want HOST:PORT (%v)", s.Listen, err))
+	} else if !IsLoopbackHost(host) && s.AuthToken == "" && !s.InsecureNoAuth {
+		errs = append(errs, fmt.Errorf("listen %q is not loopback: set --auth-token (or ORION_AUTH_TOKEN), or --insecure-no-auth to accept anyone who can reach it running shell commands", s.Listen))
+	}
+	if s.DataDir == "" {
+		errs = append(errs, errors.New("data_dir must not be empty"))
+	}
+	if s.Slots < 0 {
+		errs = append(errs, fmt.Errorf("slots %d: must be ≥ 0", s.Slots))
+	}
+	if s.MaxTasksPerDAG < 1 {
+		errs = append(errs, fmt.Errorf("max_tasks_per_dag %d: must be ≥ 1", s.MaxTasksPerDAG))
+	}
+	if s.RetryBase <= 0 || s.RetryCap < s.RetryBase {
+		errs = append(errs, fmt.Errorf("retry_base %s / retry_cap %s: need 0 < base ≤ cap", s.RetryBase, s.RetryCap))
+	}
+	if s.SessionTTL < time.Second {
+		errs = append(errs, fmt.Errorf("session_ttl %s: etcd leases are whole seconds, at least 1s", s.SessionTTL))
+	}
+	if s.MaxTxnOps < 4 {
+		errs = append(errs, fmt.Errorf("max_txn_ops %d: must be ≥ 4", s.MaxTxnOps))
+	}
+	if s.RateLimit <= 0 {
+		errs = append(errs, fmt.Errorf("rate_limit %v: must be > 0", s.RateLimit))
+	}
+	switch s.LogFormat {
+	case "console", "json":
+	default:
+		errs = append(errs, fmt.Errorf("log_format %q: console or json", s.LogFormat))
+	}
+	return errors.Join(errs...)
+}
+
+// IsLoopbackHost reports whether a listen host only accepts local clients.
+func IsLoopbackHost(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

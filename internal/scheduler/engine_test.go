@@ -1,0 +1,264 @@
+package scheduler
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/orion-sched/orion/internal/core"
+	"github.com/orion-sched/orion/internal/dag"
+	"github.com/orion-sched/orion/internal/etcdlog"
+	"github.com/orion-sched/orion/internal/etcdserver"
+	"github.com/orion-sched/orion/internal/executor"
+)
+
+func freeURL(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return "http://" + ln.Addr().String()
+}
+
+// bundle is one replica on a real embedded etcd member.
+type bundle struct {
+	t      *testing.T
+	member *etcdserver.Member
+	cli    *clientv3.Client
+	exec   *executor.Local
+	eng    *Engine
+	cancel context.CancelFunc
+}
+
+func startEtcd(t *testing.T) (*etcdserver.Member, *clientv3.Client) {
+	t.Helper()
+	m, err := etcdserver.Start(context.Background(), etcdserver.Config{
+		DataDir: t.TempDir(), ClientURL: freeURL(t), PeerURL: freeURL(t), Logger: zap.NewNop(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	cli, err := clientv3.New(clientv3.Config{Endpoints: m.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return m, cli
+}
+
+func startEngine(t *testing.T, cli *clientv3.Client, slots int) *bundle {
+	t.Helper()
+	ex, err := executor.NewLocal(executor.LocalConfig{ID: fmt.Sprintf("w-%d", time.Now().UnixNano()), Slots: slots, LogDir: t.TempDir(), Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := New(Config{
+		Node:   "n1",
+		Core:   core.Config{RetryBase: 5 * time.Millisecond, RetryCap: 40 * time.Millisecond, OrphanGrace: 100 * time.Millisecond},
+		Logger: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)),
+	}, cli, ex)
+	ctx, cancel := context.WithCancel(context.Background())
+	go eng.Run(ctx)
+	b := &bundle{t: t, cli: cli, exec: ex, eng: eng, cancel: cancel}
+	t.Cleanup(b.stop)
+	waitFor(t, 10*time.Second, "leadership", func() bool { return eng.Status().Leader })
+	return b
+}
+
+func (b *bundle) stop() {
+	b.cancel()
+	if b.eng == nil {
+		return
+	}
+	<-b.eng.Done()
+	b.exec.Close()
+}
+
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (b *bundle) dag(id string) *core.DAGView {
+	var v *core.DAGView
+	if err := b.eng.Query(context.Background(), func(c *core.Core) { v, _ = c.DAG(id) }); err != nil {
+		b.t.Fatal(err)
+	}
+	return v
+}
+
+func (b *bundle) waitDAG(id string, want core.DAGStatus) *core.DAGView {
+	b.t.Helper()
+	var v *core.DAGView
+	waitFor(b.t, 30*time.Second, "DAG "+id+" "+string(want), func() bool {
+		v = b.dag(id)
+		return v != nil && v.Status.Terminal()
+	})
+	if v.Status != want {
+		b.t.Fatalf("DAG %s ended %s, want %s: %+v", id, v.Status, want, v.Counts)
+	}
+	return v
+}
+
+func mustLoad(t *testing.T, src string) *dag.DAG {
+	t.Helper()
+	d, err := dag.Load([]byte(src), "application/yaml", dag.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func TestMixedDAGRunsToCompletion(t *testing.T) {
+	_, cli := startEtcd(t)
+	b := startEngine(t, cli, 4)
+	dir := t.TempDir()
+	d := mustLoad(t, fmt.Sprintf(`
+id: mixed
+name: mixed
+tasks:
+  - {id: a, command: "echo a >> %[1]s/a"}
+  - {id: b, command: "echo b", depends_on: [a]}
+  - {id: c, kind: sleep, duration: 50ms, depends_on: [a]}
+  - {id: d, kind: noop, depends_on: [b, c]}
+  - {id: flaky, command: "n=$(cat %[1]s/n 2>/dev/null || echo 0); echo $((n+1)) > %[1]s/n; [ $n -ge 2 ]", max_retries: 3}
+  - {id: bad, command: "echo boom >&2; exit 3", max_retries: 1}
+  - {id: after-bad, kind: noop, depends_on: [bad]}
+  - {id: after-after, kind: noop, depends_on: [after-bad, d]}
+`, dir))
+	res, err := b.eng.Submit(context.Background(), d)
+	if err != nil || !res.Created {
+		t.Fatalf("submit: %+v %v", res, err)
+	}
+	v := b.waitDAG("mixed", core.DAGFailed)
+	want := map[string]struct {
+		status   core.Status
+		attempts int
+	}{
+		"a": {core.Succeeded, 1}, "b": {core.Succeeded, 1}, "c": {core.Succeeded, 1}, "d": {core.Succeeded, 1},
+		"flaky": {core.Succeeded, 3}, "bad": {core.Failed, 2}, "after-bad": {core.UpstreamFailed, 0}, "after-after": {core.UpstreamFailed, 0},
+	}
+	for _, tv := range v.Tasks {
+		w := want[tv.ID]
+		if tv.Status != w.status || tv.Attempts != w.attempts {
+			t.Errorf("task %s: %s after %d attempts, want %s after %d", tv.ID, tv.Status, tv.Attempts, w.status, w.attempts)
+		}
+	}
+	bad := v.Tasks[5]
+	if bad.ExitCode == nil || *bad.ExitCode != 3 || !strings.Contains(bad.OutputTail, "boom") {
+		t.Errorf("bad task: exit %v tail %q", bad.ExitCode, bad.OutputTail)
+	}
+	if got, _ := os.ReadFile(filepath.Join(dir, "a")); string(got) != "a\n" {
+		t.Errorf("task a ran %q, want once", got)
+	}
+
+	// The same DAG again is idempotent; other content with the id conflicts.
+	if res, err := b.eng.Submit(context.Background(), mustLoad(t, strings.Replace(mustYAML(d), "", "", 0))); err != nil || res.Created {
+		t.Fatalf("resubmit: %+v %v", res, err)
+	}
+	d2 := *d
+	d2.Name = "other"
+	if _, err := b.eng.Submit(context.Background(), &d2); err == nil {
+		t.Fatal("conflicting resubmit accepted")
+	}
+
+	// Retry runs only what did not succeed, with a fresh retry budget.
+	if _, err := b.eng.Retry(context.Background(), "mixed"); err != nil {
+		t.Fatal(err)
+	}
+	v = b.waitDAG("mixed", core.DAGFailed)
+	if v.Run != 2 || v.Tasks[5].Attempts != 4 || v.Tasks[0].Attempts != 1 {
+		t.Fatalf("after retry: run %d, bad attempts %d, a attempts %d", v.Run, v.Tasks[5].Attempts, v.Tasks[0].Attempts)
+	}
+}
+
+func mustYAML(d *dag.DAG) string { return string(d.Canonical()) }
+
+func TestCancelKillsRunningTasks(t *testing.T) {
+	_, cli := startEtcd(t)
+	b := startEngine(t, cli, 2)
+	dir := t.TempDir()
+	d := mustLoad(t, fmt.Sprintf(`
+id: long
+name: long
+tasks:
+  - {id: s, command: "touch %[1]s/started; sleep 30; touch %[1]s/finished"}
+  - {id: next, kind: noop, depends_on: [s]}
+`, dir))
+	if _, err := b.eng.Submit(context.Background(), d); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "task start", func() bool { _, err := os.Stat(filepath.Join(dir, "started")); return err == nil })
+	st, err := b.eng.Cancel(context.Background(), "long")
+	if err != nil || st != core.DAGCancelled {
+		t.Fatalf("cancel: %s %v", st, err)
+	}
+	v := b.waitDAG("long", core.DAGCancelled)
+	waitFor(t, 10*time.Second, "tasks cancelled", func() bool {
+		v = b.dag("long")
+		return v.Tasks[0].Status == core.Cancelled && v.Tasks[1].Status == core.Cancelled
+	})
+	waitFor(t, 10*time.Second, "slot freed", func() bool { return len(b.exec.InFlight()) == 0 })
+	if _, err := os.Stat(filepath.Join(dir, "finished")); err == nil {
+		t.Fatal("cancelled task ran to the end")
+	}
+	if _, err := b.eng.Cancel(context.Background(), "long"); err == nil {
+		t.Fatal("second cancel accepted")
+	}
+}
+
+// A new engine on the same etcd (as after kill -9) finishes what the first
+// one left: finished tasks are not run again, orphaned ones are.
+func TestRecoveryAfterCrash(t *testing.T) {
+	_, cli := startEtcd(t)
+	dir := t.TempDir()
+	b1 := startEngine(t, cli, 2)
+	d := mustLoad(t, fmt.Sprintf(`
+id: rec
+name: rec
+tasks:
+  - {id: first, command: "echo x >> %[1]s/first"}
+  - {id: slow, command: "echo x >> %[1]s/slow; sleep 1", depends_on: [first]}
+  - {id: last, command: "echo x >> %[1]s/last", depends_on: [slow]}
+`, dir))
+	if _, err := b1.eng.Submit(context.Background(), d); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "slow started", func() bool { _, err := os.Stat(filepath.Join(dir, "slow")); return err == nil })
+	// Crash: the engine loop and executor stop; the session is abandoned
+	// without resigning (its lease expires), as with kill -9.
+	b1.eng.Crash()
+	b1.exec.Close()
+	b2 := startEngine(t, cli, 2)
+	b2.waitDAG("rec", core.DAGSucceeded)
+	count := func(name string) int {
+		raw, _ := os.ReadFile(filepath.Join(dir, name))
+		return strings.Count(string(raw), "x")
+	}
+	if count("first") != 1 || count("last") != 1 || count("slow") != 2 {
+		t.Fatalf("runs: first=%d slow=%d last=%d; want 1, 2 (orphan re-run), 1", count("first"), count("slow"), count("last"))
+	}
+	// The records are readable JSON under the documented keys.
+	resp, err := cli.Get(context.Background(), etcdlog.TaskKey("rec", "slow"))
+	if err != nil || len(resp.Kvs) != 1 || !strings.Contains(string(resp.Kvs[0].Value), `"status":"succeeded"`) {
+		t.Fatalf("task key: %v %v", resp, err)
+	}
+}
