@@ -115,6 +115,15 @@ func (c *Core) DAG(id string) (*DAGView, bool) {
 	return v, true
 }
 
+// Summary returns one DAG's summary without building its task views.
+func (c *Core) Summary(id string) (DAGSummary, bool) {
+	d := c.dags[id]
+	if d == nil {
+		return DAGSummary{}, false
+	}
+	return d.summary(), true
+}
+
 // Task returns one task.
 func (c *Core) Task(dagID, taskID string) (*TaskView, bool) {
 	t := c.lookup(dagID, taskID)

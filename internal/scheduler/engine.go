@@ -36,6 +36,9 @@ type Config struct {
 	// Observer, when set, is called on the loop goroutine for every applied
 	// entry. It must not block (the live event stream buffers and drops).
 	Observer func(e *core.Entry)
+	// DispatchObserver, when set, receives each attempt's ready→start
+	// latency (benchmarks collect raw samples with it).
+	DispatchObserver func(time.Duration)
 }
 
 // Engine is one replica's scheduler.
@@ -62,9 +65,11 @@ type Engine struct {
 	heldResults    []executor.Result // results that arrived while not leader
 	firstCommitDue bool
 
-	status atomic.Pointer[Status]
-	crash  chan struct{}
-	done   chan struct{}
+	status  atomic.Pointer[Status]
+	commits atomic.Int64 // transactions committed
+	entries atomic.Int64 // entries committed
+	crash   chan struct{}
+	done    chan struct{}
 }
 
 // Status is a cheap, possibly slightly stale view of the replica for probes
@@ -139,6 +144,9 @@ func (e *Engine) Crash() {
 	}
 	<-e.done
 }
+
+// CommitStats returns the transactions and entries committed so far.
+func (e *Engine) CommitStats() (txns, entries int64) { return e.commits.Load(), e.entries.Load() }
 
 // Status returns the latest published status.
 func (e *Engine) Status() *Status { return e.status.Load() }
@@ -275,6 +283,8 @@ func (e *Engine) onCommitted(ctx context.Context, cr commitResult) {
 	e.inflight = false
 	e.m.CommitLatency.Observe(time.Since(cr.started).Seconds())
 	e.m.BatchSize.Observe(float64(len(cr.batch)))
+	e.commits.Add(int64(cr.res.Txns))
+	e.entries.Add(int64(len(cr.res.Revs)))
 	for i, rev := range cr.res.Revs {
 		en := &cr.batch[i]
 		en.Rev = rev
@@ -372,7 +382,11 @@ func (e *Engine) runEffects() {
 				continue
 			}
 			if !ef.ReadyAt.IsZero() {
-				e.m.DispatchLatency.Observe(time.Since(ef.ReadyAt).Seconds())
+				lat := time.Since(ef.ReadyAt)
+				e.m.DispatchLatency.Observe(lat.Seconds())
+				if e.cfg.DispatchObserver != nil {
+					e.cfg.DispatchObserver(lat)
+				}
 			}
 			e.local.Start(ef.Attempt)
 		case core.EffectCancel:

@@ -1,0 +1,162 @@
+// Package api serves Orion's REST API v1 over HTTP: DAG submission, queries,
+// cancel and retry, task logs, cluster status, probes and Prometheus metrics.
+//
+// The routes and JSON shapes are a contract scripts rely on. Every error is
+// JSON: {"error": {"code": "...", "message": "...", "details": [...]}}.
+package api
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
+
+	"github.com/orion-sched/orion/internal/core"
+	"github.com/orion-sched/orion/internal/dag"
+	"github.com/orion-sched/orion/internal/executor"
+	"github.com/orion-sched/orion/internal/metrics"
+	"github.com/orion-sched/orion/internal/scheduler"
+)
+
+// Backend is what the API needs of a replica; *scheduler.Engine implements it.
+type Backend interface {
+	Submit(ctx context.Context, d *dag.DAG) (scheduler.SubmitResult, error)
+	Cancel(ctx context.Context, id string) (core.DAGStatus, error)
+	Retry(ctx context.Context, id string) (core.DAGStatus, error)
+	Query(ctx context.Context, fn func(c *core.Core)) error
+	Status() *scheduler.Status
+	Leader(ctx context.Context) (string, error)
+}
+
+var _ Backend = (*scheduler.Engine)(nil)
+
+// Defaults for zero Config fields.
+const (
+	DefaultRateLimit    = 5.0
+	DefaultMaxBodyBytes = 1 << 20
+	DefaultWriteTimeout = 30 * time.Second
+)
+
+// Config configures the handler. Only Backend is required.
+type Config struct {
+	Backend Backend
+	// Logs is the local executor; the log endpoint reads attempt logs from it.
+	// Nil: no log is on this node.
+	Logs executor.Executor
+	// Metrics: /metrics serves Metrics.Registry, and the handler counts
+	// requests in Metrics.HTTPRequests. Nil: a private registry.
+	Metrics *metrics.Metrics
+	Logger  *zap.Logger
+	// Node is this replica's name (default: Backend.Status().Node).
+	Node          string
+	EtcdEndpoints []string
+	// AuthToken, when set, is required as "Authorization: Bearer <token>" on
+	// every request except /healthz and /readyz (and /metrics when
+	// MetricsNoAuth is set).
+	AuthToken     string
+	MetricsNoAuth bool
+	// RateLimit is the sustained requests/s allowed per client IP (per /64 for
+	// IPv6) for clients that are not on loopback; burst is max(1, 2×rate).
+	// 0 means DefaultRateLimit; a negative value disables the limit. The
+	// probes /healthz and /readyz are never limited.
+	RateLimit float64
+	// MaxBodyBytes bounds a submitted DAG (default 1 MiB).
+	MaxBodyBytes int64
+	// MaxTasks bounds the tasks of a DAG (default dag.DefaultMaxTasks).
+	MaxTasks int
+	// WriteTimeout is how long a request waits for the scheduler: for a
+	// write, until its change is committed (default 30s).
+	WriteTimeout time.Duration
+}
+
+// leaderTimeout bounds the etcd read behind the cluster endpoint's leader.
+const leaderTimeout = 3 * time.Second
+
+type server struct {
+	cfg      Config
+	b        Backend
+	log      *zap.Logger
+	m        *metrics.Metrics
+	mux      *http.ServeMux
+	limiter  *ipLimiter // nil: no rate limit
+	tokenSum [sha256.Size]byte
+}
+
+// New returns the API handler. It panics if cfg.Backend is nil.
+func New(cfg Config) http.Handler {
+	if cfg.Backend == nil {
+		panic("api: Config.Backend is required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = metrics.New()
+	}
+	if cfg.RateLimit == 0 {
+		cfg.RateLimit = DefaultRateLimit
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.MaxTasks <= 0 {
+		cfg.MaxTasks = dag.DefaultMaxTasks
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = DefaultWriteTimeout
+	}
+	s := &server{cfg: cfg, b: cfg.Backend, log: cfg.Logger, m: cfg.Metrics, mux: http.NewServeMux()}
+	if cfg.RateLimit > 0 {
+		s.limiter = newIPLimiter(cfg.RateLimit)
+	}
+	if cfg.AuthToken != "" {
+		s.tokenSum = sha256.Sum256([]byte(cfg.AuthToken))
+	}
+
+	s.mux.HandleFunc("POST /api/v1/dags", s.submit)
+	s.mux.HandleFunc("GET /api/v1/dags", s.listDAGs)
+	s.mux.HandleFunc("GET /api/v1/dags/{id}", s.getDAG)
+	s.mux.HandleFunc("GET /api/v1/dags/{id}/tasks/{task}", s.getTask)
+	s.mux.HandleFunc("GET /api/v1/dags/{id}/tasks/{task}/log", s.taskLog)
+	s.mux.HandleFunc("POST /api/v1/dags/{id}/cancel", s.cancel)
+	s.mux.HandleFunc("POST /api/v1/dags/{id}/retry", s.retry)
+	s.mux.HandleFunc("GET /api/v1/cluster", s.cluster)
+	s.mux.HandleFunc("GET /healthz", s.healthz)
+	s.mux.HandleFunc("GET /readyz", s.readyz)
+	s.mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Metrics.Registry, promhttp.HandlerOpts{
+		ErrorLog: zap.NewStdLog(cfg.Logger),
+	}))
+	return s
+}
+
+// IdempotencyID is the DAG id a submission without an id gets from its
+// Idempotency-Key header: the key itself when it is a valid id, otherwise
+// "k-" and the first 20 hex digits of its SHA-256, so the same key always
+// names the same DAG.
+func IdempotencyID(key string) string {
+	if dag.ValidID(key) {
+		return key
+	}
+	sum := sha256.Sum256([]byte(key))
+	return "k-" + hex.EncodeToString(sum[:])[:20]
+}
+
+// node is this replica's name.
+func (s *server) node() string {
+	if s.cfg.Node != "" {
+		return s.cfg.Node
+	}
+	return s.status().Node
+}
+
+// status never returns nil.
+func (s *server) status() *scheduler.Status {
+	if st := s.b.Status(); st != nil {
+		return st
+	}
+	return &scheduler.Status{}
+}

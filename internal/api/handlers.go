@@ -1,0 +1,383 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"strconv"
+
+	"go.uber.org/zap"
+
+	"github.com/orion-sched/orion/internal/core"
+	"github.com/orion-sched/orion/internal/dag"
+	"github.com/orion-sched/orion/internal/executor"
+)
+
+// Response shapes. They are part of the API contract.
+type (
+	// SubmitResponse answers POST /api/v1/dags; Status is set only when the
+	// request created the DAG.
+	SubmitResponse struct {
+		ID      string `json:"id"`
+		Created bool   `json:"created"`
+		Status  string `json:"status,omitempty"`
+	}
+	// ListResponse answers GET /api/v1/dags.
+	ListResponse struct {
+		DAGs     []core.DAGSummary `json:"dags"`
+		Revision int64             `json:"revision"`
+		Node     string            `json:"node"`
+	}
+	// DAGResponse answers GET /api/v1/dags/{id}: the view plus the revision
+	// this replica has applied.
+	DAGResponse struct {
+		*core.DAGView
+		Revision int64 `json:"revision"`
+	}
+	// TaskResponse answers GET /api/v1/dags/{id}/tasks/{task}.
+	TaskResponse struct {
+		*core.TaskView
+		Revision int64 `json:"revision"`
+	}
+	// StatusResponse answers cancel and retry.
+	StatusResponse struct {
+		ID     string `json:"id"`
+		Status string `json:"status"`
+	}
+	// ClusterResponse answers GET /api/v1/cluster.
+	ClusterResponse struct {
+		Node            string            `json:"node"`
+		Leader          string            `json:"leader"`
+		AppliedRevision int64             `json:"applied_revision"`
+		Replicas        []Replica         `json:"replicas"`
+		Workers         []core.WorkerView `json:"workers"`
+		Etcd            EtcdInfo          `json:"etcd"`
+	}
+	// Replica is one scheduler replica as the cluster endpoint shows it.
+	Replica struct {
+		Name            string `json:"name"`
+		Role            string `json:"role"` // "leader" or "standby"
+		AppliedRevision int64  `json:"applied_revision"`
+	}
+	// EtcdInfo is the etcd cluster a replica talks to.
+	EtcdInfo struct {
+		Endpoints []string `json:"endpoints"`
+	}
+	// ReadyResponse answers /readyz.
+	ReadyResponse struct {
+		Status string `json:"status"` // "ready" or "not_ready"
+		Leader bool   `json:"leader"`
+	}
+)
+
+// List bounds of GET /api/v1/dags.
+const (
+	DefaultListLimit = 100
+	MaxListLimit     = 1000
+)
+
+func dagPath(id string) string { return "/api/v1/dags/" + url.PathEscape(id) }
+
+func (s *server) submit(w http.ResponseWriter, r *http.Request) {
+	ct := r.Header.Get("Content-Type")
+	if _, err := dag.FormatOf(ct); err != nil { // refuse before reading the body
+		s.fail(w, r, err)
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			s.fail(w, r, err)
+			return
+		}
+		writeError(w, http.StatusBadRequest, "bad_request", "could not read the request body", nil)
+		return
+	}
+	d, err := dag.Load(body, ct, dag.Limits{MaxTasks: s.cfg.MaxTasks})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if d.ID == "" {
+		if key := r.Header.Get("Idempotency-Key"); key != "" {
+			d.ID = IdempotencyID(key)
+		}
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.WriteTimeout)
+	defer cancel()
+	res, err := s.b.Submit(ctx, d)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if res.ID == "" {
+		res.ID = d.ID
+	}
+	w.Header().Set("Location", dagPath(res.ID))
+	if res.Created {
+		writeJSON(w, http.StatusCreated, SubmitResponse{ID: res.ID, Created: true, Status: string(core.DAGRunning)})
+		return
+	}
+	writeJSON(w, http.StatusOK, SubmitResponse{ID: res.ID, Created: false})
+}
+
+// query runs fn on the scheduler's loop, bounded by WriteTimeout.
+func (s *server) query(r *http.Request, fn func(c *core.Core)) error {
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.WriteTimeout)
+	defer cancel()
+	return s.b.Query(ctx, fn)
+}
+
+func (s *server) listDAGs(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	var want core.DAGStatus
+	switch st := core.DAGStatus(q.Get("status")); st {
+	case "":
+	case core.DAGRunning, core.DAGSucceeded, core.DAGFailed, core.DAGCancelled:
+		want = st
+	default:
+		writeError(w, http.StatusBadRequest, "bad_request",
+			fmt.Sprintf("status %q is not one of running, succeeded, failed, cancelled", st), nil)
+		return
+	}
+	limit := DefaultListLimit
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			writeError(w, http.StatusBadRequest, "bad_request",
+				fmt.Sprintf("limit %q is not a positive integer", v), nil)
+			return
+		}
+		limit = min(n, MaxListLimit)
+	}
+	// The views share only records the core never modifies in place (it
+	// replaces them), so they may be encoded after the query returns.
+	resp := ListResponse{DAGs: []core.DAGSummary{}, Node: s.node()}
+	err := s.query(r, func(c *core.Core) {
+		for _, d := range c.DAGs() {
+			if want != "" && d.Status != want {
+				continue
+			}
+			resp.DAGs = append(resp.DAGs, d)
+			if len(resp.DAGs) == limit {
+				break
+			}
+		}
+		resp.Revision = c.Rev()
+	})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+func (s *server) getDAG(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	var resp DAGResponse
+	err := s.query(r, func(c *core.Core) {
+		resp.DAGView, _ = c.DAG(id)
+		resp.Revision = c.Rev()
+	})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if resp.DAGView == nil {
+		writeError(w, http.StatusNotFound, "not_found", "no DAG "+id, nil)
+		return
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// lookupTask reads a task, or writes the 404 (or error) and returns nil.
+func (s *server) lookupTask(w http.ResponseWriter, r *http.Request) (*core.TaskView, int64) {
+	id, taskID := r.PathValue("id"), r.PathValue("task")
+	var (
+		tv     *core.TaskView
+		rev    int64
+		dagNil bool
+	)
+	err := s.query(r, func(c *core.Core) {
+		tv, _ = c.Task(id, taskID)
+		rev = c.Rev()
+		if tv == nil {
+			_, ok := c.Summary(id)
+			dagNil = !ok
+		}
+	})
+	switch {
+	case err != nil:
+		s.fail(w, r, err)
+	case tv == nil && dagNil:
+		writeError(w, http.StatusNotFound, "not_found", "no DAG "+id, nil)
+	case tv == nil:
+		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("DAG %s has no task %s", id, taskID), nil)
+	}
+	return tv, rev
+}
+
+func (s *server) getTask(w http.ResponseWriter, r *http.Request) {
+	tv, rev := s.lookupTask(w, r)
+	if tv == nil {
+		return
+	}
+	writeJSON(w, http.StatusOK, TaskResponse{TaskView: tv, Revision: rev})
+}
+
+func (s *server) taskLog(w http.ResponseWriter, r *http.Request) {
+	attempt := 0
+	if v := r.URL.Query().Get("attempt"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("attempt %q is not a positive integer", v), nil)
+			return
+		}
+		attempt = n
+	}
+	tv, _ := s.lookupTask(w, r)
+	if tv == nil {
+		return
+	}
+	id, taskID := r.PathValue("id"), tv.ID
+	switch {
+	case tv.Attempts == 0:
+		writeError(w, http.StatusNotFound, "not_found",
+			fmt.Sprintf("task %s of DAG %s has not run yet: there is no log", taskID, id), nil)
+		return
+	case attempt > tv.Attempts:
+		writeError(w, http.StatusNotFound, "not_found",
+			fmt.Sprintf("task %s of DAG %s has no attempt %d; its latest is %d", taskID, id, attempt, tv.Attempts), nil)
+		return
+	case attempt == 0:
+		attempt = tv.Attempts
+	}
+	worker := workerOf(tv, attempt)
+	notHere := func() {
+		msg := fmt.Sprintf("the log of attempt %d of task %s is not on this node (%s)", attempt, taskID, s.node())
+		if worker != "" {
+			msg += fmt.Sprintf("; it lives on worker %s, which ran it", worker)
+		}
+		writeError(w, http.StatusNotFound, "not_found", msg, nil)
+	}
+	if s.cfg.Logs == nil || (worker != "" && worker != s.cfg.Logs.ID()) {
+		notHere()
+		return
+	}
+	rc, err := s.cfg.Logs.OpenLog(executor.AttemptID{DAG: id, Task: taskID, Attempt: attempt})
+	if errors.Is(err, fs.ErrNotExist) {
+		if worker == "" {
+			notHere()
+			return
+		}
+		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf(
+			"attempt %d of task %s has no log on worker %s: it wrote no output (noop and http tasks do not) or the log was removed",
+			attempt, taskID, worker), nil)
+		return
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	defer rc.Close()
+	h := w.Header()
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	if _, err := io.Copy(w, rc); err != nil {
+		s.log.Debug("copying a task log failed", zap.String("dag", id), zap.String("task", taskID),
+			zap.Int("attempt", attempt), zap.Error(err))
+	}
+}
+
+// workerOf names the worker that ran an attempt, or "" if unknown.
+func workerOf(tv *core.TaskView, attempt int) string {
+	if attempt == tv.Attempts {
+		return tv.Worker
+	}
+	for _, h := range tv.History {
+		if h.Attempt == attempt {
+			return h.Worker
+		}
+	}
+	return ""
+}
+
+func (s *server) cancel(w http.ResponseWriter, r *http.Request) {
+	s.change(w, r, s.b.Cancel, core.DAGCancelled)
+}
+
+func (s *server) retry(w http.ResponseWriter, r *http.Request) {
+	s.change(w, r, s.b.Retry, core.DAGRunning)
+}
+
+func (s *server) change(w http.ResponseWriter, r *http.Request,
+	fn func(context.Context, string) (core.DAGStatus, error), want core.DAGStatus) {
+	id := r.PathValue("id")
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.WriteTimeout)
+	defer cancel()
+	st, err := fn(ctx, id)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if st == "" {
+		st = want
+	}
+	writeJSON(w, http.StatusOK, StatusResponse{ID: id, Status: string(st)})
+}
+
+func (s *server) cluster(w http.ResponseWriter, r *http.Request) {
+	st := s.status()
+	node := s.node()
+	ctx, cancel := context.WithTimeout(r.Context(), leaderTimeout)
+	leader, err := s.b.Leader(ctx)
+	cancel()
+	if err != nil {
+		s.log.Warn("reading the leader from etcd failed", zap.Error(err))
+		leader = ""
+		if st.Leader {
+			leader = node
+		}
+	}
+	role := "standby"
+	if st.Leader {
+		role = "leader"
+	}
+	workers := st.Workers
+	if workers == nil {
+		workers = []core.WorkerView{}
+	}
+	endpoints := s.cfg.EtcdEndpoints
+	if endpoints == nil {
+		endpoints = []string{}
+	}
+	writeJSON(w, http.StatusOK, ClusterResponse{
+		Node:            node,
+		Leader:          leader,
+		AppliedRevision: st.AppliedRev,
+		Replicas:        []Replica{{Name: node, Role: role, AppliedRevision: st.AppliedRev}},
+		Workers:         workers,
+		Etcd:            EtcdInfo{Endpoints: endpoints},
+	})
+}
+
+func (s *server) healthz(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
+	st := s.status()
+	if !st.Loaded {
+		w.Header().Set("Retry-After", "1")
+		writeJSON(w, http.StatusServiceUnavailable, ReadyResponse{Status: "not_ready"})
+		return
+	}
+	writeJSON(w, http.StatusOK, ReadyResponse{Status: "ready", Leader: st.Leader})
+}

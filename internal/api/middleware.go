@@ -1,0 +1,167 @@
+package api
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// ServeHTTP wraps the routes with panic recovery, request logging and
+// metrics, the rate limit and authentication, in that order from outside in:
+// the rate limit comes before authentication so that guessing tokens is
+// limited too.
+func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	rw := &responseWriter{ResponseWriter: w, req: r}
+	defer func() {
+		p := recover()
+		if p != nil && p != http.ErrAbortHandler {
+			s.log.Error("panic serving request", zap.String("method", r.Method),
+				zap.String("path", r.URL.Path), zap.Any("panic", p), zap.Stack("stack"))
+			if !rw.wroteHeader {
+				clear(rw.Header()) // drop what the handler set before it panicked
+				writeError(rw, http.StatusInternalServerError, "internal", "internal error", nil)
+			}
+		}
+		s.observe(rw, r, start)
+		if p == http.ErrAbortHandler {
+			panic(p) // net/http's way to abort a response; it logs nothing
+		}
+	}()
+
+	open := r.URL.Path == "/healthz" || r.URL.Path == "/readyz"
+	if !open && s.limiter != nil && !s.allow(rw, r) {
+		return
+	}
+	if !open && s.cfg.AuthToken != "" && !(s.cfg.MetricsNoAuth && r.URL.Path == "/metrics") && !s.authorized(r) {
+		rw.Header().Set("WWW-Authenticate", `Bearer realm="orion"`)
+		writeError(rw, http.StatusUnauthorized, "unauthorized", "missing or invalid bearer token", nil)
+		return
+	}
+	rw.routing = true
+	s.mux.ServeHTTP(rw, r)
+}
+
+// allow applies the per-IP rate limit; loopback clients are never limited.
+func (s *server) allow(w http.ResponseWriter, r *http.Request) bool {
+	key, limited := clientKey(r.RemoteAddr)
+	if !limited {
+		return true
+	}
+	ok, wait := s.limiter.allow(key, time.Now())
+	if ok {
+		return true
+	}
+	s.m.RateLimited.Inc()
+	secs := int((wait + time.Second - 1) / time.Second)
+	if secs < 1 {
+		secs = 1
+	}
+	w.Header().Set("Retry-After", strconv.Itoa(secs))
+	writeError(w, http.StatusTooManyRequests, "rate_limited",
+		fmt.Sprintf("too many requests from this address; retry in %ds", secs), nil)
+	return false
+}
+
+// authorized compares the bearer token in constant time. Both sides are
+// hashed first so that not even the token's length leaks.
+func (s *server) authorized(r *http.Request) bool {
+	scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return false
+	}
+	sum := sha256.Sum256([]byte(strings.TrimSpace(tok)))
+	return subtle.ConstantTimeCompare(sum[:], s.tokenSum[:]) == 1
+}
+
+// observe logs the request at debug level and counts it by route pattern.
+func (s *server) observe(rw *responseWriter, r *http.Request, start time.Time) {
+	status := rw.status
+	if !rw.wroteHeader {
+		status = http.StatusOK // the handler wrote nothing: net/http sends 200
+	}
+	route := r.Pattern
+	if route == "" {
+		// Refused before routing (401, 429), or no route matched.
+		_, route = s.mux.Handler(r)
+		if route == "" {
+			route = "unmatched"
+		}
+	}
+	s.m.HTTPRequests.WithLabelValues(route, strconv.Itoa(status)).Inc()
+	if ce := s.log.Check(zap.DebugLevel, "http request"); ce != nil {
+		ce.Write(zap.String("method", r.Method), zap.String("path", r.URL.Path), zap.String("route", route),
+			zap.Int("status", status), zap.Duration("duration", time.Since(start)),
+			zap.String("remote", r.RemoteAddr), zap.Int64("bytes", rw.bytes))
+	}
+}
+
+// responseWriter records the status for logs and metrics, and turns the
+// plain-text 404 and 405 replies of http.ServeMux into JSON errors (keeping
+// the Allow header the mux sets for 405).
+type responseWriter struct {
+	http.ResponseWriter
+	req         *http.Request
+	routing     bool // handed to the mux: req.Pattern is meaningful
+	wroteHeader bool
+	status      int
+	bytes       int64
+	swallow     bool // the mux's text body is replaced by JSON
+}
+
+func (w *responseWriter) WriteHeader(code int) {
+	if w.wroteHeader {
+		return
+	}
+	if code >= 100 && code < 200 {
+		w.ResponseWriter.WriteHeader(code) // informational: not the final status
+		return
+	}
+	w.wroteHeader, w.status = true, code
+	if w.routing && w.req.Pattern == "" && (code == http.StatusNotFound || code == http.StatusMethodNotAllowed) {
+		w.Header().Del("X-Content-Type-Options")
+		msg := "no such route: " + w.req.Method + " " + w.req.URL.Path
+		errCode := "not_found"
+		if code == http.StatusMethodNotAllowed {
+			errCode = "method_not_allowed"
+			msg = fmt.Sprintf("method %s is not allowed on %s; allowed: %s", w.req.Method, w.req.URL.Path, w.Header().Get("Allow"))
+		}
+		w.routing = false // writeError calls WriteHeader again
+		w.wroteHeader = false
+		writeError(w, code, errCode, msg, nil)
+		w.swallow = true
+		return
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *responseWriter) Write(p []byte) (int, error) {
+	if w.swallow {
+		return len(p), nil
+	}
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	n, err := w.ResponseWriter.Write(p)
+	w.bytes += int64(n)
+	return n, err
+}
+
+// Flush lets the log endpoint push output as it copies it.
+func (w *responseWriter) Flush() {
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap gives http.ResponseController the underlying writer.
+func (w *responseWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

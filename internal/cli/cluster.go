@@ -1,0 +1,73 @@
+package cli
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+)
+
+func newClusterCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "cluster",
+		Short: "Show scheduler replicas, workers and etcd",
+		Long: `Show the cluster as the server sees it: which node leads, how far each
+replica has applied the log, the workers with their slots, and the etcd
+endpoints.`,
+		Example: `  orion cluster
+  orion cluster --server http://node1:8080,http://node2:8080 -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, g, err := setup(cmd)
+			if err != nil {
+				return err
+			}
+			cl, err := c.Cluster(cmd.Context())
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if g.output == outputJSON {
+				return printJSON(out, cl)
+			}
+			hw := newTable(out)
+			row(hw, "Node:", cl.Node)
+			row(hw, "Leader:", cl.Leader)
+			row(hw, "Applied revision:", fmt.Sprint(cl.AppliedRevision))
+			if err := hw.Flush(); err != nil {
+				return err
+			}
+
+			fmt.Fprintln(out, "\nReplicas:")
+			tw := newTable(out)
+			row(tw, "NAME", "ROLE", "APPLIED REV")
+			for _, r := range cl.Replicas {
+				row(tw, r.Name, r.Role, fmt.Sprint(r.AppliedRevision))
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+
+			fmt.Fprintln(out, "\nWorkers:")
+			if len(cl.Workers) == 0 {
+				fmt.Fprintln(out, "  (none)")
+			} else {
+				tw = newTable(out)
+				row(tw, "ID", "SLOTS", "BUSY")
+				for _, w := range cl.Workers {
+					row(tw, w.ID, fmt.Sprint(w.Slots), fmt.Sprint(w.Busy))
+				}
+				if err := tw.Flush(); err != nil {
+					return err
+				}
+			}
+
+			endpoints := "-"
+			if len(cl.Etcd.Endpoints) > 0 {
+				endpoints = strings.Join(cl.Etcd.Endpoints, ", ")
+			}
+			_, err = fmt.Fprintf(out, "\netcd endpoints: %s\n", endpoints)
+			return err
+		},
+	}
+}

@@ -1,0 +1,144 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/orion-sched/orion/internal/client"
+	"github.com/orion-sched/orion/internal/dag"
+)
+
+func newGetTaskCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "task DAG/TASK",
+		Short: "Show one task in detail",
+		Long: `Show one task: its spec, its latest attempt, the tail of its output and
+the history of earlier attempts. The task is named DAG/TASK or DAG TASK.`,
+		Example: `  orion get task 20260102-150405-a1b2c3/extract
+  orion get task nightly-etl load -o json`,
+		Args: taskRefArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			dagID, taskID, _ := splitTaskRef(args)
+			c, g, err := setup(cmd)
+			if err != nil {
+				return err
+			}
+			t, err := c.GetTask(cmd.Context(), dagID, taskID)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if g.output == outputJSON {
+				return printJSON(out, t)
+			}
+			return printTask(out, dagID, t)
+		},
+	}
+}
+
+func printTask(out io.Writer, dagID string, t *client.Task) error {
+	hw := newTable(out)
+	row(hw, "DAG:", dagID)
+	row(hw, "Task:", t.ID)
+	if t.Spec.Name != "" {
+		row(hw, "Name:", t.Spec.Name)
+	}
+	row(hw, "Kind:", string(t.Kind))
+	for _, kv := range specLines(&t.Spec) {
+		row(hw, kv[0]+":", kv[1])
+	}
+	row(hw, "Depends on:", strings.Join(t.DependsOn, ", "))
+	row(hw, "Priority:", fmt.Sprint(t.Priority))
+	row(hw, "Status:", t.Status)
+	row(hw, "Attempts:", fmt.Sprintf("%d (retries used %d of %d)", t.Attempts, t.Retries, t.MaxRetries))
+	row(hw, "Worker:", t.Worker)
+	row(hw, "Started:", formatTime(t.StartedAt))
+	row(hw, "Finished:", formatTime(t.FinishedAt))
+	row(hw, "Duration:", taskDuration(t))
+	row(hw, "Exit code:", exitCode(t.ExitCode))
+	if t.Error != "" {
+		row(hw, "Error:", t.Error)
+	}
+	if t.RetryAt != nil {
+		row(hw, "Retry at:", formatTime(t.RetryAt))
+	}
+	if t.Cause != "" {
+		row(hw, "Cause:", t.Cause)
+	}
+	if t.Event != "" {
+		row(hw, "Last event:", t.Event)
+	}
+	if err := hw.Flush(); err != nil {
+		return err
+	}
+
+	if len(t.History) > 0 {
+		fmt.Fprintln(out, "\nHistory:")
+		tw := newTable(out)
+		row(tw, "ATTEMPT", "WORKER", "OUTCOME", "EXIT", "DURATION", "STARTED", "ERROR")
+		for i := range t.History {
+			a := &t.History[i]
+			started := "-"
+			if a.StartedAt != nil {
+				started = a.StartedAt.Local().Format("2006-01-02 15:04:05")
+			}
+			row(tw, fmt.Sprint(a.Attempt), a.Worker, a.Outcome, exitCode(a.ExitCode), attemptDuration(a),
+				started, truncate(a.Error, 60))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+
+	fmt.Fprintln(out, "\nOutput (tail):")
+	if t.OutputTail == "" {
+		fmt.Fprintln(out, "  (none)")
+		return nil
+	}
+	for _, line := range strings.Split(strings.TrimRight(t.OutputTail, "\n"), "\n") {
+		fmt.Fprintf(out, "  %s\n", line)
+	}
+	return nil
+}
+
+// specLines are the kind-specific fields of a task spec worth showing.
+func specLines(s *dag.Task) [][2]string {
+	var l [][2]string
+	add := func(k, v string) { l = append(l, [2]string{k, v}) }
+	switch s.Kind {
+	case dag.KindShell:
+		if s.Interpreter != "" {
+			add("Interpreter", s.Interpreter)
+		}
+		add("Command", truncate(s.Command, 200))
+		if s.Workdir != "" {
+			add("Workdir", s.Workdir)
+		}
+		if len(s.Env) > 0 {
+			keys := make([]string, 0, len(s.Env))
+			for k := range s.Env {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			add("Env", strings.Join(keys, ", "))
+		}
+	case dag.KindHTTP:
+		add("Request", strings.TrimSpace(s.Method+" "+s.URL))
+		if s.ExpectStatus != 0 {
+			add("Expect status", fmt.Sprint(s.ExpectStatus))
+		}
+	case dag.KindSleep:
+		add("Sleep", s.Duration.D().String())
+		if s.Fail > 0 {
+			add("Fail probability", fmt.Sprint(float64(s.Fail)))
+		}
+	}
+	if s.Timeout > 0 {
+		add("Timeout", s.Timeout.D().String())
+	}
+	return l
+}

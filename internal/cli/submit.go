@@ -1,0 +1,261 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/orion-sched/orion/internal/client"
+	"github.com/orion-sched/orion/internal/dag"
+)
+
+func newSubmitCmd() *cobra.Command {
+	var (
+		file    string
+		id      string
+		wait    bool
+		timeout time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "submit -f FILE",
+		Short: "Submit a DAG from a YAML or JSON file",
+		Long: `Submit a DAG to the server and print its id.
+
+The file is YAML or JSON: .json is read as JSON, .yaml/.yml as YAML, and
+anything else (including stdin, -f -) is told apart by its first character.
+It is parsed and validated locally first, so mistakes are reported before
+anything is sent; the server validates again and has the last word.
+
+Every submission carries a DAG id: the file's, the one given by --id, or a
+new one (such as 20260102-150405-a1b2c3). A submission with an id is
+idempotent, so the CLI can safely repeat it when the server is briefly
+unavailable; submitting the same id and content again reports the existing
+DAG instead of creating a second one.
+
+With --wait the command follows the DAG until it finishes, printing a line
+whenever the task counts change, then a table of the tasks. The exit code is
+0 if the DAG succeeded, 1 if it failed or was cancelled, and 2 on a usage,
+validation or API error (or when --timeout expires).`,
+		Example: `  # Submit a DAG and print its id
+  orion submit -f etl.yaml
+
+  # Submit and wait for the outcome; the exit code tells success from failure
+  orion submit -f etl.yaml --wait --timeout 30m
+
+  # Choose the id, so that re-running the command is harmless
+  orion submit -f etl.json --id nightly-2026-01-02
+
+  # Read the DAG from stdin and print the final state as JSON
+  cat etl.yaml | orion submit -f - --wait -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, g, err := setup(cmd)
+			if err != nil {
+				return err
+			}
+			body, contentType, dagID, err := prepareSubmission(cmd.InOrStdin(), file, id)
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			resp, err := c.Submit(ctx, body, contentType)
+			if err != nil {
+				return err
+			}
+			if resp.ID == "" {
+				resp.ID = dagID
+			}
+			out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
+			if !resp.Created {
+				fmt.Fprintf(errOut, "dag %s already exists with this definition; not submitted again\n", resp.ID)
+			}
+			if !wait {
+				if g.output == outputJSON {
+					return printJSON(out, resp)
+				}
+				fmt.Fprintln(out, resp.ID)
+				return nil
+			}
+			progress := out
+			if g.output == outputJSON {
+				progress = errOut // keep stdout a single JSON document
+			} else {
+				fmt.Fprintln(out, resp.ID)
+			}
+			d, err := waitForDAG(ctx, c, resp.ID, timeout, progress, errOut)
+			if err != nil {
+				return err
+			}
+			if g.output == outputJSON {
+				if err := printJSON(out, d); err != nil {
+					return err
+				}
+			} else {
+				printWaitResult(out, d)
+			}
+			if d.Status != client.DAGSucceeded {
+				return &DAGUnsuccessfulError{ID: d.ID, Status: d.Status}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&file, "file", "f", "", "DAG file (YAML or JSON); - reads stdin")
+	f.StringVar(&id, "id", "", "DAG id to use instead of the file's (default: the file's, else a new one)")
+	f.BoolVar(&wait, "wait", false, "wait for the DAG to finish and print its tasks")
+	f.DurationVar(&timeout, "timeout", time.Hour, "with --wait: give up after this long (0: never)")
+	_ = cmd.MarkFlagRequired("file")
+	return cmd
+}
+
+// prepareSubmission reads and checks the DAG and returns the body to send,
+// its content type and the DAG id it carries.
+func prepareSubmission(stdin io.Reader, file, idFlag string) (body []byte, contentType, id string, err error) {
+	name := file
+	var raw []byte
+	if file == "-" {
+		name = "stdin"
+		raw, err = io.ReadAll(stdin)
+	} else {
+		raw, err = os.ReadFile(file)
+	}
+	if err != nil {
+		return nil, "", "", fmt.Errorf("reading %s: %w", name, err)
+	}
+	contentType = contentTypeOf(file, raw)
+	d, err := dag.Parse(raw, contentType)
+	if err != nil {
+		return nil, "", "", fmt.Errorf("%s: %w", name, err)
+	}
+	fileID := d.ID
+	switch {
+	case idFlag != "":
+		if !dag.ValidID(idFlag) {
+			return nil, "", "", fmt.Errorf("--id %q is invalid: want 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit", idFlag)
+		}
+		d.ID = idFlag
+	case d.ID == "":
+		d.ID = dag.NewID(time.Now())
+	}
+	if err := validateLocally(d); err != nil {
+		return nil, "", "", fmt.Errorf("%s: %w", name, err)
+	}
+	if d.ID == fileID {
+		// The file already names its id: send it as written.
+		return raw, contentType, d.ID, nil
+	}
+	// Inject the id: the parsed DAG carries every field of the file (seed
+	// aliases already mapped to their native form), so its JSON is the same
+	// DAG with an id.
+	body, err = json.Marshal(d)
+	if err != nil {
+		return nil, "", "", fmt.Errorf("%s: encoding DAG: %w", name, err)
+	}
+	return body, "application/json", d.ID, nil
+}
+
+// contentTypeOf names the body's format: by extension, else by sniffing the
+// first character as the server does.
+func contentTypeOf(file string, body []byte) string {
+	switch strings.ToLower(filepath.Ext(file)) {
+	case ".json":
+		return "application/json"
+	case ".yaml", ".yml":
+		return "application/yaml"
+	}
+	b := bytes.TrimLeft(bytes.TrimPrefix(body, []byte("\xef\xbb\xbf")), " \t\r\n")
+	if len(b) > 0 && b[0] == '{' {
+		return "application/json"
+	}
+	return "application/yaml"
+}
+
+// validateLocally runs the server's checks on a copy of d, except the task
+// count limit, which is the server's to configure.
+func validateLocally(d *dag.DAG) error {
+	c := *d
+	c.Tasks = slices.Clone(d.Tasks)
+	c.Normalize()
+	return dag.Validate(&c, dag.Limits{MaxTasks: math.MaxInt})
+}
+
+// notFoundGrace is how long after submitting a 404 is taken for replication
+// lag rather than an error.
+const notFoundGrace = 5 * time.Second
+
+// waitForDAG polls until the DAG reaches a terminal status, printing a
+// progress line to progress whenever its status or counts change. Temporary
+// errors (a leader change, a restart) are ridden out until the timeout.
+func waitForDAG(ctx context.Context, c *client.Client, id string, timeout time.Duration, progress, warn io.Writer) (*client.DAG, error) {
+	parent := ctx
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	var last, lastStatus string
+	warned := false
+	start := time.Now()
+	for {
+		d, err := c.GetDAG(ctx, id)
+		switch {
+		case err == nil:
+			warned = false
+			lastStatus = d.Status
+			if line := fmt.Sprintf("%-8s %s", d.Status, formatCounts(d.Counts)); line != last {
+				fmt.Fprintf(progress, "%s %s\n", now().Format("15:04:05"), line)
+				last = line
+			}
+			if client.DAGTerminal(d.Status) {
+				return d, nil
+			}
+		case ctx.Err() != nil:
+			// Reported below.
+		case client.IsTemporary(err),
+			// A replica that has not yet applied the submission may not
+			// know the DAG for a moment.
+			lastStatus == "" && client.IsNotFound(err) && time.Since(start) < notFoundGrace:
+			if !warned {
+				fmt.Fprintf(warn, "warning: %v; still waiting\n", err)
+				warned = true
+			}
+		default:
+			return nil, err
+		}
+		t := time.NewTimer(pollInterval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			if parent.Err() == nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				if lastStatus == "" {
+					lastStatus = "unknown"
+				}
+				return nil, fmt.Errorf("timed out after %s waiting for dag %s (status %s)", timeout, id, lastStatus)
+			}
+			return nil, fmt.Errorf("stopped waiting for dag %s: %w", id, parent.Err())
+		case <-t.C:
+		}
+	}
+}
+
+func printWaitResult(w io.Writer, d *client.DAG) {
+	tw := newTable(w)
+	row(tw, "TASK", "STATUS", "ATTEMPTS", "DURATION", "EXIT")
+	for i := range d.Tasks {
+		t := &d.Tasks[i]
+		row(tw, t.ID, t.Status, fmt.Sprint(t.Attempts), taskDuration(t), exitCode(t.ExitCode))
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "\ndag %s %s in %s\n", d.ID, d.Status, dagDuration(&d.DAGSummary))
+}

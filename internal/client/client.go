@@ -1,0 +1,473 @@
+// Package client is a typed Go client for Orion's HTTP API (/api/v1).
+//
+// A Client holds one or more base URLs. A request goes to the server that
+// last answered; when that one cannot be reached the next URL is tried at
+// once, so a client given every node of a cluster keeps working while one is
+// down. Calls that are safe to repeat (GETs, and a submission that carries a
+// DAG id) are also retried with backoff on 503 and 429, honouring
+// Retry-After, and on connection errors, within the bounds of Client.Retries
+// and the caller's context. A request that never reached a server (the
+// connection was refused) is retried whatever the method, since nothing can
+// have happened.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/orion-sched/orion/internal/dag"
+)
+
+// RetryPolicy bounds the retries of one call.
+type RetryPolicy struct {
+	MaxAttempts int           // tries in all, the first included; 1 disables retries
+	MaxElapsed  time.Duration // no retry starts after this much time in the call
+	BaseDelay   time.Duration // first backoff; doubles per retry, with jitter
+	MaxDelay    time.Duration // backoff cap (a longer Retry-After is still honoured)
+}
+
+// DefaultRetry is the policy New installs.
+var DefaultRetry = RetryPolicy{MaxAttempts: 10, MaxElapsed: 15 * time.Second, BaseDelay: 200 * time.Millisecond, MaxDelay: 2 * time.Second}
+
+// Client talks to an Orion server. Its exported fields may be changed before
+// first use; it is safe for concurrent use afterwards.
+type Client struct {
+	HTTPClient *http.Client
+	Retries    RetryPolicy
+	UserAgent  string
+
+	bases     []string
+	token     string
+	preferred atomic.Int64 // index into bases of the server that last answered
+}
+
+// New returns a client for the given base URLs (such as
+// "http://127.0.0.1:8080"; a URL without a scheme gets http://). token, if
+// not empty, is sent as a bearer token.
+func New(baseURLs []string, token string) *Client {
+	c := &Client{
+		HTTPClient: &http.Client{Transport: newTransport()},
+		Retries:    DefaultRetry,
+		UserAgent:  "orion-client",
+		token:      token,
+	}
+	for _, u := range baseURLs {
+		if u = NormalizeURL(u); u != "" {
+			c.bases = append(c.bases, u)
+		}
+	}
+	return c
+}
+
+// NormalizeURL trims u, adds http:// when it has no scheme and drops
+// trailing slashes. It returns "" for an empty string.
+func NormalizeURL(u string) string {
+	u = strings.TrimSpace(u)
+	if u == "" {
+		return ""
+	}
+	if !strings.Contains(u, "://") {
+		u = "http://" + u
+	}
+	return strings.TrimRight(u, "/")
+}
+
+// BaseURLs returns the servers the client uses, in order.
+func (c *Client) BaseURLs() []string { return append([]string(nil), c.bases...) }
+
+func newTransport() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	// A dead node must not stall a call: fail over quickly. There is no
+	// overall timeout because logs stream; callers bound calls with ctx.
+	t.DialContext = (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	t.ResponseHeaderTimeout = 30 * time.Second
+	return t
+}
+
+// APIError is an error response from the server.
+type APIError struct {
+	Status     int           // HTTP status code
+	Code       string        // machine-readable code, such as "not_found" or "invalid_dag"
+	Message    string        // human-readable message
+	Details    []string      // one line per problem, if the server listed them
+	RetryAfter time.Duration // from the Retry-After header, 0 if absent
+}
+
+func (e *APIError) Error() string {
+	if e.Message != "" {
+		return e.Message
+	}
+	if e.Code != "" {
+		return fmt.Sprintf("%s (HTTP %d)", e.Code, e.Status)
+	}
+	return fmt.Sprintf("server returned %d %s", e.Status, http.StatusText(e.Status))
+}
+
+// ConnError is a failure to get any response from a server.
+type ConnError struct {
+	URL string // the base URL tried last
+	Err error
+}
+
+func (e *ConnError) Error() string { return fmt.Sprintf("cannot reach %s: %v", e.URL, e.Err) }
+func (e *ConnError) Unwrap() error { return e.Err }
+
+// IsNotFound reports whether err is a 404 from the server.
+func IsNotFound(err error) bool {
+	var ae *APIError
+	return errors.As(err, &ae) && ae.Status == http.StatusNotFound
+}
+
+// IsTemporary reports whether err is likely to go away by itself: a
+// connection failure, or a 429, 502, 503 or 504 response. Pollers use it to
+// ride out a leader change.
+func IsTemporary(err error) bool {
+	var ce *ConnError
+	if errors.As(err, &ce) {
+		return true
+	}
+	var ae *APIError
+	if errors.As(err, &ae) {
+		switch ae.Status {
+		case http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+			return true
+		}
+	}
+	return false
+}
+
+type request struct {
+	method      string
+	path        string // starting with /, query included
+	body        []byte
+	contentType string
+	accept      string
+	idempotent  bool
+}
+
+// do sends r, failing over and retrying as the package comment says. A
+// response is returned only for a status below 400; the caller closes it.
+func (c *Client) do(ctx context.Context, r request) (*http.Response, error) {
+	n := len(c.bases)
+	if n == 0 {
+		return nil, errors.New("no server URL configured")
+	}
+	p := c.Retries
+	if p.MaxAttempts < 1 {
+		p.MaxAttempts = 1
+	}
+	if p.BaseDelay <= 0 {
+		p.BaseDelay = DefaultRetry.BaseDelay
+	}
+	if p.MaxDelay < p.BaseDelay {
+		p.MaxDelay = p.BaseDelay
+	}
+	start := time.Now()
+	idx := int(c.preferred.Load()) % n
+	delay := p.BaseDelay
+	failedInRound := 0
+	var lastErr error
+	for attempt := 1; ; attempt++ {
+		base := c.bases[idx]
+		resp, err := c.send(ctx, base, r)
+		var retryAfter time.Duration
+		failOverNow := false
+		switch {
+		case err != nil:
+			if ctx.Err() != nil {
+				return nil, ctxError(ctx, lastErr)
+			}
+			lastErr = &ConnError{URL: base, Err: err}
+			// A refused connection never delivered the request, so even a
+			// non-idempotent call may go elsewhere.
+			if !r.idempotent && !isDialError(err) {
+				return nil, lastErr
+			}
+			failOverNow = true
+		case resp.StatusCode >= 400:
+			ae := readAPIError(resp)
+			lastErr = ae
+			if !r.idempotent || (ae.Status != http.StatusServiceUnavailable && ae.Status != http.StatusTooManyRequests) {
+				return nil, ae
+			}
+			retryAfter = ae.RetryAfter
+		default:
+			c.preferred.Store(int64(idx))
+			return resp, nil
+		}
+
+		if attempt >= p.MaxAttempts {
+			return nil, lastErr
+		}
+		idx = (idx + 1) % n
+		failedInRound++
+		if failOverNow && failedInRound < n {
+			continue // another server may be up: try it without waiting
+		}
+		failedInRound = 0
+		wait := delay/2 + rand.N(delay/2+1)
+		delay = min(2*delay, p.MaxDelay)
+		if retryAfter > wait {
+			wait = retryAfter
+		}
+		if p.MaxElapsed > 0 && time.Since(start)+wait > p.MaxElapsed {
+			return nil, lastErr
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctxError(ctx, lastErr)
+		case <-t.C:
+		}
+	}
+}
+
+func ctxError(ctx context.Context, last error) error {
+	if last != nil {
+		return fmt.Errorf("%w (last error: %v)", ctx.Err(), last)
+	}
+	return ctx.Err()
+}
+
+func (c *Client) send(ctx context.Context, base string, r request) (*http.Response, error) {
+	var body io.Reader
+	if r.body != nil {
+		body = bytes.NewReader(r.body)
+	}
+	req, err := http.NewRequestWithContext(ctx, r.method, base+r.path, body)
+	if err != nil {
+		return nil, err
+	}
+	if r.body != nil {
+		req.Header.Set("Content-Type", r.contentType)
+	}
+	accept := r.accept
+	if accept == "" {
+		accept = "application/json"
+	}
+	req.Header.Set("Accept", accept)
+	if c.UserAgent != "" {
+		req.Header.Set("User-Agent", c.UserAgent)
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	hc := c.HTTPClient
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	return hc.Do(req)
+}
+
+func isDialError(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// maxErrorBody bounds how much of an error response is read.
+const maxErrorBody = 64 << 10
+
+func readAPIError(resp *http.Response) *APIError {
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+	ae := &APIError{Status: resp.StatusCode, RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())}
+	var env struct {
+		Error *struct {
+			Code    string   `json:"code"`
+			Message string   `json:"message"`
+			Details []string `json:"details"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(b, &env) == nil && env.Error != nil {
+		ae.Code, ae.Message, ae.Details = env.Error.Code, env.Error.Message, env.Error.Details
+		return ae
+	}
+	// Not our envelope: a proxy's page, or plain text. Keep a readable start.
+	text := strings.TrimSpace(string(b))
+	if i := strings.IndexByte(text, '\n'); i >= 0 {
+		text = strings.TrimSpace(text[:i])
+	}
+	if len(text) > 200 {
+		text = text[:200] + "..."
+	}
+	if text != "" && !strings.HasPrefix(text, "<") {
+		ae.Message = fmt.Sprintf("server returned %d %s: %s", resp.StatusCode, http.StatusText(resp.StatusCode), text)
+	}
+	return ae
+}
+
+// parseRetryAfter reads a Retry-After value: delay seconds or an HTTP date.
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	if secs, err := strconv.Atoi(v); err == nil {
+		if secs < 0 {
+			return 0
+		}
+		return time.Duration(min(secs, 3600)) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return min(t.Sub(now), time.Hour)
+	}
+	return 0
+}
+
+func (c *Client) getJSON(ctx context.Context, path string, out any) error {
+	return c.doJSON(ctx, request{method: http.MethodGet, path: path, idempotent: true}, out)
+}
+
+func (c *Client) doJSON(ctx context.Context, r request, out any) error {
+	resp, err := c.do(ctx, r)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("%s %s: decoding response: %w", r.method, r.path, err)
+	}
+	return nil
+}
+
+func dagPath(id string) string { return "/api/v1/dags/" + url.PathEscape(id) }
+
+func taskPath(dagID, taskID string) string {
+	return dagPath(dagID) + "/tasks/" + url.PathEscape(taskID)
+}
+
+func need(what, v string) error {
+	if strings.TrimSpace(v) == "" {
+		return fmt.Errorf("%s is required", what)
+	}
+	return nil
+}
+
+// Submit posts a DAG definition. contentType is "application/json" or
+// "application/yaml" (empty lets the server sniff). The call is retried
+// only when the body carries a DAG id, which makes a repeat harmless: the
+// server answers Created=false for the same id and content.
+func (c *Client) Submit(ctx context.Context, body []byte, contentType string) (SubmitResponse, error) {
+	var out SubmitResponse
+	r := request{method: http.MethodPost, path: "/api/v1/dags", body: body, contentType: contentType,
+		idempotent: hasID(body, contentType)}
+	if r.contentType == "" {
+		r.contentType = "application/octet-stream"
+	}
+	err := c.doJSON(ctx, r, &out)
+	return out, err
+}
+
+// hasID reports whether a DAG body names its id.
+func hasID(body []byte, contentType string) bool {
+	d, err := dag.Parse(body, contentType)
+	return err == nil && d.ID != ""
+}
+
+// ListDAGs lists DAGs, newest first. status filters by DAG status and limit
+// bounds the count; zero values mean no filter and the server's default.
+func (c *Client) ListDAGs(ctx context.Context, status string, limit int) (*DAGList, error) {
+	q := url.Values{}
+	if status != "" {
+		q.Set("status", status)
+	}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	path := "/api/v1/dags"
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	var out DAGList
+	if err := c.getJSON(ctx, path, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// GetDAG returns a DAG with every task.
+func (c *Client) GetDAG(ctx context.Context, id string) (*DAG, error) {
+	if err := need("dag id", id); err != nil {
+		return nil, err
+	}
+	var out DAG
+	if err := c.getJSON(ctx, dagPath(id), &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// GetTask returns one task of a DAG.
+func (c *Client) GetTask(ctx context.Context, dagID, taskID string) (*Task, error) {
+	if err := errors.Join(need("dag id", dagID), need("task id", taskID)); err != nil {
+		return nil, err
+	}
+	var out Task
+	if err := c.getJSON(ctx, taskPath(dagID, taskID), &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// TaskLog copies a task's log to w. attempt 0 means the latest attempt.
+// Retries happen only until the log starts streaming.
+func (c *Client) TaskLog(ctx context.Context, dagID, taskID string, attempt int, w io.Writer) error {
+	if err := errors.Join(need("dag id", dagID), need("task id", taskID)); err != nil {
+		return err
+	}
+	path := taskPath(dagID, taskID) + "/log"
+	if attempt > 0 {
+		path += "?attempt=" + strconv.Itoa(attempt)
+	}
+	resp, err := c.do(ctx, request{method: http.MethodGet, path: path, accept: "text/plain", idempotent: true})
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(w, resp.Body); err != nil {
+		return fmt.Errorf("reading log: %w", err)
+	}
+	return nil
+}
+
+// Cancel cancels a DAG: tasks not yet finished end as cancelled.
+func (c *Client) Cancel(ctx context.Context, id string) (ActionResponse, error) {
+	return c.action(ctx, id, "cancel")
+}
+
+// Retry starts a new run of a failed or cancelled DAG: tasks that did not
+// succeed run again.
+func (c *Client) Retry(ctx context.Context, id string) (ActionResponse, error) {
+	return c.action(ctx, id, "retry")
+}
+
+func (c *Client) action(ctx context.Context, id, verb string) (ActionResponse, error) {
+	var out ActionResponse
+	if err := need("dag id", id); err != nil {
+		return out, err
+	}
+	err := c.doJSON(ctx, request{method: http.MethodPost, path: dagPath(id) + "/" + verb}, &out)
+	return out, err
+}
+
+// Cluster describes the scheduler nodes, workers and etcd.
+func (c *Client) Cluster(ctx context.Context) (*Cluster, error) {
+	var out Cluster
+	if err := c.getJSON(ctx, "/api/v1/cluster", &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}

@@ -1,0 +1,230 @@
+// Package server assembles one `orion server` replica: etcd (embedded or
+// external), the local executor, the scheduling engine and the HTTP API.
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+
+	"github.com/orion-sched/orion/internal/api"
+	"github.com/orion-sched/orion/internal/config"
+	"github.com/orion-sched/orion/internal/core"
+	"github.com/orion-sched/orion/internal/etcdlog"
+	"github.com/orion-sched/orion/internal/etcdserver"
+	"github.com/orion-sched/orion/internal/executor"
+	"github.com/orion-sched/orion/internal/metrics"
+	"github.com/orion-sched/orion/internal/scheduler"
+)
+
+// Server is a running replica.
+type Server struct {
+	Config   config.Server
+	Engine   *scheduler.Engine
+	Member   *etcdserver.Member // nil with external etcd
+	Client   *clientv3.Client
+	Local    *executor.Local // nil with --slots 0
+	Metrics  *metrics.Metrics
+	HTTPAddr string // the address actually bound
+
+	log      *zap.Logger
+	http     *http.Server
+	cancel   context.CancelFunc
+	engineCh chan error
+}
+
+// Start brings the replica up and returns once the API is listening. The
+// engine loads its state and campaigns in the background.
+func Start(ctx context.Context, cfg config.Server, log *zap.Logger) (s *Server, err error) {
+	s = &Server{Config: cfg, log: log, Metrics: metrics.New(), engineCh: make(chan error, 1)}
+	defer func() {
+		if err != nil {
+			s.closeResources()
+		}
+	}()
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+
+	endpoints := cfg.EtcdEndpoints
+	if len(endpoints) == 0 {
+		m, err := etcdserver.Start(ctx, etcdserver.Config{
+			Name:                    cfg.Name,
+			DataDir:                 filepath.Join(cfg.DataDir, "etcd"),
+			ClientURL:               cfg.EmbeddedClientURL,
+			PeerURL:                 cfg.EmbeddedPeerURL,
+			HeartbeatMs:             cfg.EmbeddedHeartbeatMs,
+			ElectionMs:              cfg.EmbeddedElectionMs,
+			AutoCompactionMode:      "revision",
+			AutoCompactionRetention: cfg.EmbeddedCompaction,
+			QuotaBackendBytes:       cfg.EmbeddedQuotaBytes,
+			MaxTxnOps:               max(uint(cfg.MaxTxnOps), etcdserver.DefaultMaxTxnOps),
+			Logger:                  log,
+			LogLevel:                cfg.EmbeddedEtcdLogLevel,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("embedded etcd: %w", err)
+		}
+		s.Member = m
+		endpoints = m.Endpoints()
+		log.Info("embedded etcd member ready", zap.String("client_url", m.ClientURL()),
+			zap.String("data_dir", filepath.Join(cfg.DataDir, "etcd")))
+	}
+
+	s.Client, err = NewEtcdClient(cfg, endpoints)
+	if err != nil {
+		return nil, err
+	}
+
+	if cfg.Slots > 0 {
+		logDir := cfg.TaskLogDir
+		if logDir == "" {
+			logDir = filepath.Join(cfg.DataDir, "logs")
+		}
+		s.Local, err = executor.NewLocal(executor.LocalConfig{
+			ID:     WorkerID(cfg.Name),
+			Slots:  cfg.Slots,
+			LogDir: logDir,
+			Logger: log.Named("executor"),
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+
+	var local executor.Executor
+	if s.Local != nil {
+		local = s.Local
+	}
+	s.Engine = scheduler.New(scheduler.Config{
+		Node:       cfg.Name,
+		Core:       core.Config{RetryBase: cfg.RetryBase, RetryCap: cfg.RetryCap, OrphanGrace: cfg.OrphanGrace},
+		Limits:     etcdlog.Limits{MaxOps: cfg.MaxTxnOps, MaxBytes: etcdlog.DefaultLimits.MaxBytes},
+		SessionTTL: cfg.SessionTTL,
+		Retention:  cfg.Retention,
+		Logger:     log.Named("scheduler"),
+		Metrics:    s.Metrics,
+	}, s.Client, local)
+
+	handler := api.New(api.Config{
+		Backend:       s.Engine,
+		Logs:          local,
+		Metrics:       s.Metrics,
+		Logger:        log.Named("api"),
+		Node:          cfg.Name,
+		EtcdEndpoints: endpoints,
+		AuthToken:     cfg.AuthToken,
+		RateLimit:     cfg.RateLimit,
+		MaxBodyBytes:  cfg.MaxBodyBytes,
+		MaxTasks:      cfg.MaxTasksPerDAG,
+		WriteTimeout:  cfg.WriteTimeout,
+	})
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("listen %s: %w", cfg.Listen, err)
+	}
+	s.HTTPAddr = ln.Addr().String()
+	s.http = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: zap.NewStdLog(log.Named("http"))}
+
+	ectx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	go func() { s.engineCh <- s.Engine.Run(ectx) }()
+	go func() {
+		if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("http server stopped", zap.Error(err))
+		}
+	}()
+	return s, nil
+}
+
+// WorkerID names this process's local executor: the replica name plus a
+// per-process suffix, so attempts of a previous incarnation are recognised
+// as orphans rather than adopted.
+func WorkerID(node string) string {
+	return fmt.Sprintf("%s/%d-%x", node, os.Getpid(), time.Now().UnixNano()&0xffffff)
+}
+
+// NewEtcdClient connects to etcd with the configured auth and TLS.
+func NewEtcdClient(cfg config.Server, endpoints []string) (*clientv3.Client, error) {
+	cc := clientv3.Config{
+		Endpoints:            endpoints,
+		DialTimeout:          5 * time.Second,
+		DialKeepAliveTime:    2 * time.Second,
+		DialKeepAliveTimeout: 2 * time.Second,
+		Username:             cfg.EtcdUsername,
+		Password:             cfg.EtcdPassword,
+		Logger:               zap.NewNop(),
+		DialOptions:          []grpc.DialOption{},
+		MaxCallSendMsgSize:   4 << 20,
+	}
+	if cfg.EtcdCA != "" || cfg.EtcdCert != "" {
+		tc := &tls.Config{MinVersion: tls.VersionTLS12}
+		if cfg.EtcdCA != "" {
+			pem, err := os.ReadFile(cfg.EtcdCA)
+			if err != nil {
+				return nil, fmt.Errorf("etcd_ca: %w", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("etcd_ca %s: no certificate found", cfg.EtcdCA)
+			}
+			tc.RootCAs = pool
+		}
+		if cfg.EtcdCert != "" {
+			cert, err := tls.LoadX509KeyPair(cfg.EtcdCert, cfg.EtcdKey)
+			if err != nil {
+				return nil, fmt.Errorf("etcd_cert/etcd_key: %w", err)
+			}
+			tc.Certificates = []tls.Certificate{cert}
+		}
+		cc.TLS = tc
+	}
+	cli, err := clientv3.New(cc)
+	if err != nil {
+		return nil, fmt.Errorf("etcd client for %s: %w", strings.Join(endpoints, ","), err)
+	}
+	return cli, nil
+}
+
+// Wait returns when the engine stops (it only stops when Shutdown is called
+// or its context ends).
+func (s *Server) Wait() <-chan error { return s.engineCh }
+
+// Shutdown stops accepting requests, lets the engine finish its commit in
+// flight and resign leadership, stops the executor and etcd.
+func (s *Server) Shutdown(ctx context.Context) error {
+	hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	_ = s.http.Shutdown(hctx)
+	cancel()
+	s.cancel()
+	select {
+	case <-s.Engine.Done():
+	case <-ctx.Done():
+	}
+	s.closeResources()
+	return nil
+}
+
+func (s *Server) closeResources() {
+	if s.Local != nil {
+		_ = s.Local.Close()
+	}
+	if s.Client != nil {
+		_ = s.Client.Close()
+	}
+	if s.Member != nil {
+		_ = s.Member.Close()
+	}
+}

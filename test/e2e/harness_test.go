@@ -1,0 +1,295 @@
+// Package e2e starts the real orion binary as users do and checks what they
+// see: processes started and killed with signals, a real embedded etcd, real
+// shell tasks and real HTTP.
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var orionBin string
+
+func TestMain(m *testing.M) {
+	orionBin = os.Getenv("ORION_BIN")
+	if orionBin == "" {
+		dir, err := os.MkdirTemp("", "orion-e2e-bin")
+		if err != nil {
+			panic(err)
+		}
+		orionBin = filepath.Join(dir, "orion")
+		cmd := exec.Command("go", "build", "-o", orionBin, "./cmd/orion")
+		cmd.Dir = repoRoot()
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Run(); err != nil {
+			panic("building orion: " + err.Error())
+		}
+		defer os.RemoveAll(dir)
+	}
+	os.Exit(m.Run())
+}
+
+func repoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+func fixture(name string) string { return filepath.Join(repoRoot(), "test", "fixtures", name) }
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// node is one `orion server` process with an embedded etcd member. Its ports
+// and data dir survive restarts, as they would on a laptop.
+type node struct {
+	t        *testing.T
+	name     string
+	dataDir  string
+	apiPort  int
+	etcdPort int
+	peerPort int
+	extra    []string
+	cmd      *exec.Cmd
+	logPath  string
+	waitErr  chan error
+}
+
+func newNode(t *testing.T, extra ...string) *node {
+	t.Helper()
+	n := &node{t: t, name: "e2e", dataDir: t.TempDir(), apiPort: freePort(t), etcdPort: freePort(t), peerPort: freePort(t), extra: extra}
+	n.logPath = filepath.Join(n.dataDir, "server.log")
+	t.Cleanup(n.stop)
+	return n
+}
+
+func (n *node) url() string     { return fmt.Sprintf("http://127.0.0.1:%d", n.apiPort) }
+func (n *node) etcdURL() string { return fmt.Sprintf("http://127.0.0.1:%d", n.etcdPort) }
+func (n *node) running() bool   { return n.cmd != nil }
+
+func (n *node) start() {
+	n.t.Helper()
+	args := append([]string{"server", "--name", n.name,
+		"--listen", fmt.Sprintf("127.0.0.1:%d", n.apiPort),
+		"--data-dir", n.dataDir,
+		"--embedded-etcd-client-url", n.etcdURL(),
+		"--embedded-etcd-peer-url", fmt.Sprintf("http://127.0.0.1:%d", n.peerPort),
+		"--retry-base", "50ms", "--retry-cap", "400ms", "--orphan-grace", "300ms",
+		"--log-format", "json", "--log-level", "info",
+	}, n.extra...)
+	logf, err := os.OpenFile(n.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	cmd := exec.Command(orionBin, args...)
+	cmd.Dir = n.dataDir
+	cmd.Env = filterEnv(os.Environ(), "ORION_")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		n.t.Fatal(err)
+	}
+	logf.Close()
+	n.cmd = cmd
+	n.waitErr = make(chan error, 1)
+	go func() { n.waitErr <- cmd.Wait() }()
+	n.waitReady()
+}
+
+func filterEnv(env []string, drop string) []string {
+	out := env[:0]
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, drop) {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// waitReady polls /readyz and then the cluster endpoint until this node leads.
+func (n *node) waitReady() {
+	n.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-n.waitErr:
+			n.t.Fatalf("server exited: %v\n%s", err, n.logs())
+		default:
+		}
+		var c struct {
+			Leader string `json:"leader"`
+			Node   string `json:"node"`
+		}
+		if code, _ := n.getJSON("/api/v1/cluster", &c); code == 200 && c.Leader == n.name {
+			if code, _ := n.getJSON("/readyz", nil); code == 200 {
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	n.t.Fatalf("server not ready after 60s\n%s", n.logs())
+}
+
+// kill9 kills the server process (and only it: tasks it started keep their
+// own process groups and die with their pipes or run on, as they would).
+func (n *node) kill9() {
+	n.t.Helper()
+	if n.cmd == nil {
+		return
+	}
+	_ = n.cmd.Process.Signal(syscall.SIGKILL)
+	<-n.waitErr
+	n.cmd = nil
+}
+
+// stop sends SIGTERM and waits for a clean exit.
+func (n *node) stop() {
+	if n.cmd == nil {
+		return
+	}
+	_ = n.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-n.waitErr:
+	case <-time.After(30 * time.Second):
+		_ = n.cmd.Process.Signal(syscall.SIGKILL)
+		<-n.waitErr
+		n.t.Errorf("server did not stop within 30s of SIGTERM")
+	}
+	n.cmd = nil
+}
+
+func (n *node) logs() string {
+	b, _ := os.ReadFile(n.logPath)
+	if len(b) > 8000 {
+		b = b[len(b)-8000:]
+	}
+	return string(b)
+}
+
+func (n *node) do(method, path, contentType string, body []byte) (int, []byte) {
+	n.t.Helper()
+	req, err := http.NewRequest(method, n.url()+path, bytes.NewReader(body))
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, []byte(err.Error())
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, out
+}
+
+func (n *node) getJSON(path string, v any) (int, []byte) {
+	code, body := n.do("GET", path, "", nil)
+	if v != nil && code == 200 {
+		if err := json.Unmarshal(body, v); err != nil {
+			n.t.Fatalf("GET %s: %v: %s", path, err, body)
+		}
+	}
+	return code, body
+}
+
+// orion runs the CLI against this node.
+func (n *node) orion(args ...string) (string, error) {
+	cmd := exec.Command(orionBin, append(args, "--server", n.url())...)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+type taskState struct {
+	ID         string `json:"id"`
+	Status     string `json:"status"`
+	Attempts   int    `json:"attempts"`
+	ExitCode   *int   `json:"exit_code"`
+	OutputTail string `json:"output_tail"`
+	Cascade    bool   `json:"cascade"`
+}
+
+type dagState struct {
+	ID     string         `json:"id"`
+	Name   string         `json:"name"`
+	Status string         `json:"status"`
+	Run    int            `json:"run"`
+	Counts map[string]int `json:"counts"`
+	Tasks  []taskState    `json:"tasks"`
+}
+
+func (d *dagState) task(id string) taskState {
+	for _, t := range d.Tasks {
+		if t.ID == id {
+			return t
+		}
+	}
+	return taskState{}
+}
+
+func (n *node) dag(id string) (*dagState, int) {
+	var d dagState
+	code, _ := n.getJSON("/api/v1/dags/"+id, &d)
+	return &d, code
+}
+
+// waitDAG polls until the DAG is terminal.
+func (n *node) waitDAG(id string, within time.Duration) *dagState {
+	n.t.Helper()
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		if d, code := n.dag(id); code == 200 && d.Status != "running" {
+			return d
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	d, _ := n.dag(id)
+	n.t.Fatalf("DAG %s not finished within %s: %+v\n%s", id, within, d, n.logs())
+	return nil
+}
+
+func (n *node) submit(body string) string {
+	n.t.Helper()
+	code, out := n.do("POST", "/api/v1/dags", "application/yaml", []byte(body))
+	if code != 201 && code != 200 {
+		n.t.Fatalf("submit: %d %s", code, out)
+	}
+	var r struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(out, &r); err != nil || r.ID == "" {
+		n.t.Fatalf("submit response %s: %v", out, err)
+	}
+	return r.ID
+}
+
+func lines(t *testing.T, path string) int {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if os.IsNotExist(err) {
+		return 0
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Count(string(b), "\n")
+}
