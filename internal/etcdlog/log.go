@@ -46,9 +46,12 @@ type Committed struct {
 // all entries of one transaction share its revision. On ErrFenced or another
 // error, a prefix of the entries may have been committed: Revs holds the
 // revisions of that prefix, so the caller can apply exactly what committed.
-func Commit(ctx context.Context, kv clientv3.KV, fence Fence, entries []core.Entry, lim Limits) (Committed, error) {
+//
+// extra operations (the leader's term record) go first into the first
+// transaction.
+func Commit(ctx context.Context, kv clientv3.KV, fence Fence, entries []core.Entry, lim Limits, extra ...clientv3.Op) (Committed, error) {
 	out := Committed{Revs: make([]int64, 0, len(entries))}
-	var ops []clientv3.Op
+	ops := append([]clientv3.Op(nil), extra...)
 	bytes, first := 0, 0
 	flush := func(upto int) error {
 		if len(ops) == 0 {
@@ -73,7 +76,7 @@ func Commit(ctx context.Context, kv clientv3.KV, fence Fence, entries []core.Ent
 		if err != nil {
 			return out, fmt.Errorf("etcdlog: encode %s/%s: %w", entries[i].DAG, entries[i].Task, err)
 		}
-		if len(ops) > 0 && (len(ops)+len(eops) > lim.MaxOps || bytes+n > lim.MaxBytes) {
+		if len(ops) > len(extra)*b2i(out.Txns == 0) && (len(ops)+len(eops) > lim.MaxOps || bytes+n > lim.MaxBytes) {
 			if err := flush(i); err != nil {
 				return out, err
 			}
@@ -83,6 +86,22 @@ func Commit(ctx context.Context, kv clientv3.KV, fence Fence, entries []core.Ent
 	}
 	return out, flush(len(entries))
 }
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// LeaderKey holds the current leader's term record, written as the first
+// commit of every term: who leads, since when, at which fence revision. Its
+// mod revision is the term's first committed write.
+const LeaderKey = Prefix + "leader"
+
+// ReplicaPrefix holds one key per live replica, on the replica's session
+// lease: its name and API URL, so workers and other replicas can find it.
+const ReplicaPrefix = Prefix + "replicas/"
 
 // Snapshot is the whole log state read at one revision.
 type Snapshot struct {

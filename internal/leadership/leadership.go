@@ -17,6 +17,21 @@ import (
 	"github.com/orion-sched/orion/internal/etcdlog"
 )
 
+// NewSession opens a session: a lease kept alive while this process lives.
+// The replica's registration and its election key hang on it, so both vanish
+// when the process dies (after the TTL) or when the lease is revoked.
+func NewSession(ctx context.Context, cli *clientv3.Client, ttl time.Duration) (*concurrency.Session, error) {
+	secs := int(ttl / time.Second)
+	if secs < 1 {
+		secs = 1
+	}
+	s, err := concurrency.NewSession(cli, concurrency.WithTTL(secs), concurrency.WithContext(ctx))
+	if err != nil {
+		return nil, fmt.Errorf("leadership: session: %w", err)
+	}
+	return s, nil
+}
+
 // Term is one tenure as leader. It ends when Done is closed (the session's
 // lease expired or was revoked) or when Resign is called.
 type Term struct {
@@ -32,34 +47,18 @@ type Term struct {
 func (t *Term) Done() <-chan struct{} { return t.session.Done() }
 
 // Resign gives leadership up at once so another replica can win without
-// waiting for the lease to expire, then closes the session.
-func (t *Term) Resign(ctx context.Context) error {
-	err := t.election.Resign(ctx)
-	// Whatever Resign answered, revoke the lease: the key goes with it.
-	if cerr := t.session.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
+// waiting for the lease to expire. The session stays open.
+func (t *Term) Resign(ctx context.Context) error { return t.election.Resign(ctx) }
 
-// Abandon ends the term without resigning or revoking, as a crash would: the
-// lease is left to expire. Used by demos that simulate a crashed leader.
+// Abandon ends the term as a crash would: the lease's keep-alive stops and the
+// lease is left to expire, without resigning.
 func (t *Term) Abandon() { t.session.Orphan() }
 
 // Campaign blocks until this node is the leader or ctx ends. value is what
 // `etcdctl elect -l` prints for the leader (the node's name).
-func Campaign(ctx context.Context, cli *clientv3.Client, value string, ttl time.Duration) (*Term, error) {
-	secs := int(ttl / time.Second)
-	if secs < 1 {
-		secs = 1
-	}
-	session, err := concurrency.NewSession(cli, concurrency.WithTTL(secs), concurrency.WithContext(ctx))
-	if err != nil {
-		return nil, fmt.Errorf("leadership: session: %w", err)
-	}
+func Campaign(ctx context.Context, session *concurrency.Session, value string) (*Term, error) {
 	election := concurrency.NewElection(session, etcdlog.ElectionPrefix)
 	if err := election.Campaign(ctx, value); err != nil {
-		session.Close()
 		return nil, fmt.Errorf("leadership: campaign: %w", err)
 	}
 	// Campaign can return after the session died (etcd issue 19597): make
@@ -70,13 +69,11 @@ func Campaign(ctx context.Context, cli *clientv3.Client, value string, ttl time.
 	default:
 	}
 	key := election.Key()
-	resp, err := cli.Get(ctx, key)
+	resp, err := session.Client().Get(ctx, key)
 	if err != nil {
-		session.Close()
 		return nil, fmt.Errorf("leadership: confirm key: %w", err)
 	}
 	if len(resp.Kvs) == 0 || resp.Kvs[0].Lease != int64(session.Lease()) {
-		session.Close()
 		return nil, errors.New("leadership: election key vanished after campaign")
 	}
 	return &Term{
@@ -86,4 +83,43 @@ func Campaign(ctx context.Context, cli *clientv3.Client, value string, ttl time.
 		session:  session,
 		election: election,
 	}, nil
+}
+
+// Leader is the current leader as etcd sees it: the election key with the
+// lowest create revision.
+type Leader struct {
+	Name  string
+	Key   string
+	Lease clientv3.LeaseID
+	Rev   int64
+}
+
+// CurrentLeader reads who leads; ok is false when nobody campaigns.
+func CurrentLeader(ctx context.Context, kv clientv3.KV) (Leader, bool, error) {
+	resp, err := kv.Get(ctx, etcdlog.ElectionPrefix+"/", clientv3.WithPrefix(),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1))
+	if err != nil {
+		return Leader{}, false, err
+	}
+	if len(resp.Kvs) == 0 {
+		return Leader{}, false, nil
+	}
+	kv0 := resp.Kvs[0]
+	return Leader{Name: string(kv0.Value), Key: string(kv0.Key), Lease: clientv3.LeaseID(kv0.Lease), Rev: kv0.CreateRevision}, true, nil
+}
+
+// Depose revokes the lease of the leader named suspect, if it still leads:
+// its election key (and its registration) vanish at once and the next
+// candidate's pending Campaign returns. Used when a standby sees the leader's
+// stream drop. A false alarm costs a leadership change, never a double
+// write: every write of the deposed leader is fenced on the key revoked here.
+func Depose(ctx context.Context, cli *clientv3.Client, suspect string) (bool, error) {
+	l, ok, err := CurrentLeader(ctx, cli)
+	if err != nil || !ok || l.Name != suspect {
+		return false, err
+	}
+	if _, err := cli.Revoke(ctx, l.Lease); err != nil {
+		return false, fmt.Errorf("leadership: revoke %s's lease: %w", suspect, err)
+	}
+	return true, nil
 }

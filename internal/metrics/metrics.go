@@ -31,6 +31,7 @@ type Metrics struct {
 	LeaderChanges    prometheus.Counter
 	TakeoverSeconds  prometheus.Gauge
 	AppliedRevision  prometheus.Gauge
+	ReplicaLag       prometheus.Gauge
 	FencedWrites     prometheus.Counter
 	ApplyErrors      prometheus.Counter
 	BadValues        prometheus.Counter
@@ -70,6 +71,7 @@ func New() *Metrics {
 	m.LeaderChanges = f.counter("orion_leader_changes_total", "Times this replica became leader.")
 	m.TakeoverSeconds = f.gauge("orion_last_takeover_seconds", "Time from winning the election to the first committed write of the term.")
 	m.AppliedRevision = f.gauge("orion_applied_revision", "etcd revision of the last log entry applied.")
+	m.ReplicaLag = f.gauge("orion_replica_lag_revisions", "How many etcd revisions a standby is behind the log it follows.")
 	m.FencedWrites = f.counter("orion_fenced_writes_total", "Commits rejected because this replica's leadership fence was gone.")
 	m.ApplyErrors = f.counter("orion_apply_errors_total", "Committed entries the state machine refused (a bug, or values edited by hand).")
 	m.BadValues = f.counter("orion_bad_values_total", "Values under /orion/v1/ that did not decode and were skipped.")

@@ -60,12 +60,20 @@ func startEtcd(t *testing.T) (*etcdserver.Member, *clientv3.Client) {
 
 func startEngine(t *testing.T, cli *clientv3.Client, slots int) *bundle {
 	t.Helper()
+	b := startReplica(t, cli, "n1", slots)
+	waitFor(t, 10*time.Second, "leadership", func() bool { return b.eng.Status().Leader })
+	return b
+}
+
+// startReplica starts an engine without waiting for it to lead.
+func startReplica(t *testing.T, cli *clientv3.Client, name string, slots int) *bundle {
+	t.Helper()
 	ex, err := executor.NewLocal(executor.LocalConfig{ID: fmt.Sprintf("w-%d", time.Now().UnixNano()), Slots: slots, LogDir: t.TempDir(), Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	eng := New(Config{
-		Node:   "n1",
+		Node:   name,
 		Core:   core.Config{RetryBase: 5 * time.Millisecond, RetryCap: 40 * time.Millisecond, OrphanGrace: 100 * time.Millisecond},
 		Logger: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)),
 	}, cli, ex)
@@ -73,7 +81,6 @@ func startEngine(t *testing.T, cli *clientv3.Client, slots int) *bundle {
 	go eng.Run(ctx)
 	b := &bundle{t: t, cli: cli, exec: ex, eng: eng, cancel: cancel}
 	t.Cleanup(b.stop)
-	waitFor(t, 10*time.Second, "leadership", func() bool { return eng.Status().Leader })
 	return b
 }
 

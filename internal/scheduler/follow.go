@@ -1,0 +1,141 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/orion-sched/orion/internal/etcdlog"
+)
+
+// reload replaces the state with a snapshot of etcd; the core must not be
+// leading. Retries until ctx ends, since a replica without state is useless.
+func (e *Engine) reload(ctx context.Context) error {
+	for {
+		lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		snap, err := etcdlog.Load(lctx, e.cli.KV)
+		cancel()
+		if err == nil {
+			for _, bad := range snap.Bad {
+				e.m.BadValues.Inc()
+				e.log.Warn("skipping a value that does not decode", zap.Error(bad))
+			}
+			for _, err := range e.c.Restore(snap.Rev, snap.DAGs, snap.Tasks) {
+				e.m.ApplyErrors.Inc()
+				e.log.Warn("skipping a record that does not fit", zap.Error(err))
+			}
+			e.seenRev = max(e.seenRev, snap.Rev)
+			e.m.AppliedRevision.Set(float64(snap.Rev))
+			e.log.Info("state loaded from etcd", zap.Int64("revision", snap.Rev),
+				zap.Int("dags", len(snap.DAGs)), zap.Int("task_records", len(snap.Tasks)))
+			e.publishStatus()
+			return nil
+		}
+		e.log.Warn("loading state from etcd failed; retrying", zap.Error(err))
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// startWatch follows the log from the revision after the last one applied
+// (invariant I4: the same revisions in the same order give the same state).
+// The whole /orion/v1/ prefix is watched so that election and registry
+// changes also show how far etcd has gone.
+func (e *Engine) startWatch(ctx context.Context) {
+	e.stopWatch()
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	e.watchStop = cancel
+	e.watchCh = e.cli.Watch(wctx, etcdlog.Prefix, clientv3.WithPrefix(), clientv3.WithRev(e.c.Rev()+1))
+}
+
+func (e *Engine) stopWatch() {
+	if e.watchStop != nil {
+		e.watchStop()
+		e.watchStop = nil
+	}
+	e.watchCh = nil
+}
+
+// onWatch applies what a standby's watch delivered.
+func (e *Engine) onWatch(ctx context.Context, wr clientv3.WatchResponse) {
+	if e.c.IsLeader() {
+		return // a response already in the channel when leadership began
+	}
+	if err := wr.Err(); err != nil || wr.Canceled {
+		if wr.CompactRevision > 0 || errors.Is(err, rpctypes.ErrCompacted) {
+			// Our next revision was compacted away: re-read everything at
+			// one revision and watch on from there.
+			e.log.Warn("watch fell behind compaction; re-reading etcd", zap.Int64("compacted", wr.CompactRevision))
+			_ = e.reload(ctx)
+		} else {
+			e.log.Warn("watch ended; restarting", zap.Error(err))
+		}
+		if ctx.Err() == nil {
+			e.startWatch(ctx)
+		}
+		return
+	}
+	if wr.Header.Revision > e.etcdRev {
+		e.etcdRev = wr.Header.Revision
+	}
+	if wr.IsProgressNotify() && wr.Header.Revision > e.seenRev {
+		e.seenRev = wr.Header.Revision
+	}
+	for _, ev := range wr.Events {
+		if ev.Kv.ModRevision > e.seenRev {
+			e.seenRev = ev.Kv.ModRevision
+		}
+		if ev.Kv.ModRevision <= e.c.Rev() {
+			continue // applied already (a snapshot covered it)
+		}
+		en, ok, err := etcdlog.DecodeEvent(ev)
+		if err != nil {
+			e.m.BadValues.Inc()
+			e.log.Warn("skipping a value that does not decode", zap.Error(err))
+			continue
+		}
+		if ok {
+			e.apply(&en)
+		}
+	}
+}
+
+// catchUp applies the watch until it has shown everything etcd holds now.
+func (e *Engine) catchUp(ctx context.Context) error {
+	if e.watchCh == nil {
+		return errors.New("not following the log")
+	}
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	resp, err := e.cli.Get(rctx, etcdlog.LeaderKey)
+	if err != nil {
+		return err
+	}
+	target := resp.Header.Revision
+	for e.seenRev < target {
+		if err := e.cli.RequestProgress(clientv3.WithRequireLeader(rctx)); err != nil {
+			return err
+		}
+		select {
+		case wr, ok := <-e.watchCh:
+			if !ok {
+				return errors.New("watch closed")
+			}
+			e.onWatch(ctx, wr)
+			if e.watchCh == nil {
+				return errors.New("watch restarted")
+			}
+		case <-rctx.Done():
+			return fmt.Errorf("caught up to %d of %d: %w", e.seenRev, target, rctx.Err())
+		}
+	}
+	return nil
+}

@@ -1,0 +1,99 @@
+package scheduler
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/orion-sched/orion/internal/core"
+	"github.com/orion-sched/orion/internal/leadership"
+)
+
+func dump(b *bundle) string {
+	var s string
+	_ = b.eng.Query(context.Background(), func(c *core.Core) { s = c.Dump() })
+	return s
+}
+
+// A standby follows the log through its watch and holds the leader's state;
+// when the leader crashes and is deposed, the standby takes over from the
+// revision it had applied and finishes the DAG.
+func TestStandbyFollowsAndTakesOver(t *testing.T) {
+	_, cli := startEtcd(t)
+	dir := t.TempDir()
+	a := startReplica(t, cli, "a", 2)
+	waitFor(t, 10*time.Second, "a leads", func() bool { return a.eng.Status().Leader })
+	b := startReplica(t, cli, "b", 2)
+	d := mustLoad(t, fmt.Sprintf(`
+id: ha
+name: ha
+tasks:
+  - {id: one, command: "echo x >> %[1]s/one"}
+  - {id: two, command: "echo x >> %[1]s/two; sleep 0.5", depends_on: [one]}
+  - {id: three, command: "echo x >> %[1]s/three", depends_on: [two]}
+`, dir))
+	if _, err := a.eng.Submit(context.Background(), d); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "two started", func() bool { _, err := os.Stat(filepath.Join(dir, "two")); return err == nil })
+	waitFor(t, 5*time.Second, "standby caught up", func() bool { return dump(a) == dump(b) })
+	if b.eng.Status().Leader {
+		t.Fatal("two leaders")
+	}
+	if _, err := b.eng.Submit(context.Background(), mustLoad(t, "name: x\ntasks: [{id: a, kind: noop}]\n")); err == nil {
+		t.Fatal("standby accepted a write")
+	}
+
+	a.eng.Crash()
+	a.exec.Close()
+	start := time.Now()
+	b.eng.SuspectLeader("a") // what b's stream to a would report
+	waitFor(t, 5*time.Second, "b leads", func() bool { return b.eng.Status().Leader })
+	waitFor(t, 5*time.Second, "b's first write", func() bool { return !b.eng.Status().FirstCommitAt.IsZero() })
+	took := b.eng.Status().FirstCommitAt.Sub(start)
+	t.Logf("takeover (suspect → first committed write): %s", took)
+	b.waitDAG("ha", core.DAGSucceeded)
+	count := func(name string) int {
+		raw, _ := os.ReadFile(filepath.Join(dir, name))
+		return strings.Count(string(raw), "x")
+	}
+	if count("one") != 1 || count("three") != 1 || count("two") < 1 || count("two") > 2 {
+		t.Fatalf("runs one=%d two=%d three=%d", count("one"), count("two"), count("three"))
+	}
+}
+
+// A leader whose lease is revoked behind its back (a standby's false alarm,
+// a partition, SIGSTOP) finds its next write rejected by the fence, steps
+// down, and never applies a write of the old term.
+func TestDeposedLeaderIsFenced(t *testing.T) {
+	_, cli := startEtcd(t)
+	a := startReplica(t, cli, "a", 2)
+	waitFor(t, 10*time.Second, "a leads", func() bool { return a.eng.Status().Leader })
+	b := startReplica(t, cli, "b", 2)
+	waitFor(t, 5*time.Second, "b registered", func() bool {
+		resp, _ := cli.Get(context.Background(), "/orion/v1/replicas/b")
+		return resp != nil && len(resp.Kvs) == 1
+	})
+	ok, err := leadership.Depose(context.Background(), cli, "a")
+	if err != nil || !ok {
+		t.Fatalf("depose: %v %v", ok, err)
+	}
+	waitFor(t, 5*time.Second, "b leads", func() bool { return b.eng.Status().Leader })
+	waitFor(t, 5*time.Second, "a steps down", func() bool { return !a.eng.Status().Leader })
+	if _, err := a.eng.Submit(context.Background(), mustLoad(t, "id: late\nname: late\ntasks: [{id: a, kind: noop}]\n")); err == nil {
+		t.Fatal("deposed leader accepted a write")
+	}
+	if _, err := b.eng.Submit(context.Background(), mustLoad(t, "id: fresh\nname: fresh\ntasks: [{id: a, kind: noop}]\n")); err != nil {
+		t.Fatal(err)
+	}
+	b.waitDAG("fresh", core.DAGSucceeded)
+	waitFor(t, 5*time.Second, "a follows b", func() bool { return dump(a) == dump(b) })
+	// a campaigns again and is b's standby now.
+	if a.eng.Status().Leader {
+		t.Fatal("two leaders")
+	}
+}

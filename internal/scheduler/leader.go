@@ -1,0 +1,411 @@
+package scheduler
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/orion-sched/orion/internal/core"
+	"github.com/orion-sched/orion/internal/etcdlog"
+	"github.com/orion-sched/orion/internal/executor"
+	"github.com/orion-sched/orion/internal/leadership"
+)
+
+// ReplicaRecord is the value of /orion/v1/replicas/<name>, on the replica's
+// session lease: it vanishes with the process.
+type ReplicaRecord struct {
+	Name      string    `json:"name"`
+	APIURL    string    `json:"api_url"`
+	PID       int       `json:"pid"`
+	Host      string    `json:"host"`
+	StartedAt time.Time `json:"started_at"`
+}
+
+// TermRecord is the value of /orion/v1/leader, the first write of a term.
+type TermRecord struct {
+	Name   string    `json:"name"`
+	APIURL string    `json:"api_url"`
+	Fence  int64     `json:"fence_revision"`
+	Since  time.Time `json:"since"`
+}
+
+// openSession creates this replica's session and registers the replica on
+// it. It retries until ctx ends: a replica that cannot reach etcd can do
+// nothing useful.
+func (e *Engine) openSession(ctx context.Context) error {
+	for {
+		s, err := leadership.NewSession(ctx, e.cli, e.cfg.SessionTTL)
+		if err == nil {
+			host, _ := os.Hostname()
+			rec, _ := json.Marshal(ReplicaRecord{Name: e.cfg.Node, APIURL: e.cfg.APIURL, PID: os.Getpid(), Host: host, StartedAt: time.Now().UTC()})
+			if _, err = e.cli.Put(ctx, etcdlog.ReplicaPrefix+e.cfg.Node, string(rec), clientv3.WithLease(s.Lease())); err == nil {
+				e.session = s
+				return nil
+			}
+			s.Close()
+		}
+		e.log.Warn("opening an etcd session failed; retrying", zap.Error(err))
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func (e *Engine) startCampaign(ctx context.Context) {
+	if e.campaignStop != nil || e.session == nil {
+		return
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	e.campaignStop = cancel
+	session := e.session
+	go func() {
+		for cctx.Err() == nil {
+			term, err := leadership.Campaign(cctx, session, e.cfg.Node)
+			if err == nil {
+				select {
+				case e.elected <- term:
+				case <-cctx.Done():
+					rctx, rcancel := context.WithTimeout(context.Background(), time.Second)
+					_ = term.Resign(rctx)
+					rcancel()
+				}
+				return
+			}
+			select {
+			case <-session.Done():
+				return // the loop opens a new session and campaigns again
+			default:
+			}
+			if cctx.Err() == nil {
+				e.log.Warn("campaign failed; retrying", zap.Error(err))
+				time.Sleep(100 * time.Millisecond)
+			}
+		}
+	}()
+}
+
+func (e *Engine) stopCampaign() {
+	if e.campaignStop != nil {
+		e.campaignStop()
+		e.campaignStop = nil
+	}
+}
+
+// onElected finishes following the log up to the election, then leads. The
+// previous leader's writes all precede the revision at which our key became
+// the oldest, so having applied everything up to etcd's current revision is
+// enough: no full re-read unless the watch cannot catch up.
+func (e *Engine) onElected(ctx context.Context, term *leadership.Term) {
+	select {
+	case <-term.Done():
+		e.log.Warn("won an election with a session that is already gone")
+		return
+	default:
+	}
+	if err := e.catchUp(ctx); err != nil {
+		e.log.Warn("could not catch up through the watch; re-reading etcd", zap.Error(err))
+		e.stopWatch()
+		if err := e.reload(ctx); err != nil {
+			_ = term.Resign(context.Background())
+			return
+		}
+	}
+	e.becomeLeader(term)
+}
+
+func (e *Engine) becomeLeader(term *leadership.Term) {
+	e.stopWatch()
+	e.term = term
+	e.termRecordDue = true
+	e.firstCommitAt = time.Time{}
+	e.execs = make(map[string]executor.Executor)
+	now := time.Now()
+	if e.local != nil {
+		e.execs[e.local.ID()] = e.local
+		e.c.AddWorker(e.local.ID(), e.local.Slots())
+	}
+	e.c.BecomeLeader(now)
+	if e.local != nil {
+		for _, id := range e.local.InFlight() {
+			e.c.Adopt(e.local.ID(), id)
+		}
+	}
+	held := e.heldResults
+	e.heldResults = nil
+	for _, r := range held {
+		e.c.Report(r, now)
+	}
+	if e.cfg.OnLeading != nil {
+		e.cfg.OnLeading(true)
+	}
+	e.m.IsLeader.Set(1)
+	e.m.LeaderChanges.Inc()
+	e.log.Info("became leader", zap.String("node", e.cfg.Node), zap.String("election_key", term.Fence.Key),
+		zap.Int64("fence_revision", term.Fence.Rev), zap.Int64("applied_revision", e.c.Rev()),
+		zap.Duration("since_won", time.Since(term.Won)))
+	e.publishStatus()
+}
+
+// flush starts the next transaction if none is in flight.
+func (e *Engine) flush(ctx context.Context) {
+	if e.inflight || e.term == nil || (len(e.pending) == 0 && !e.termRecordDue) {
+		return
+	}
+	n, ops := 0, 0
+	if e.termRecordDue {
+		ops = 1
+	}
+	for n < len(e.pending) {
+		k := 1
+		if e.pending[n].Delete {
+			k = 2
+		}
+		if ops+k > e.cfg.Limits.MaxOps && n > 0 {
+			break
+		}
+		ops += k
+		n++
+	}
+	batch := make([]core.Entry, n)
+	copy(batch, e.pending[:n])
+	e.pending = append(e.pending[:0], e.pending[n:]...)
+	var extra []clientv3.Op
+	if e.termRecordDue {
+		rec, _ := json.Marshal(TermRecord{Name: e.cfg.Node, APIURL: e.cfg.APIURL, Fence: e.term.Fence.Rev, Since: e.term.Won.UTC()})
+		extra = append(extra, clientv3.OpPut(etcdlog.LeaderKey, string(rec)))
+	}
+	e.inflight = true
+	term, lim, kv, record := e.term, e.cfg.Limits, e.cli.KV, e.termRecordDue
+	go func() {
+		started := time.Now()
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		res, err := etcdlog.Commit(cctx, kv, term.Fence, batch, lim, extra...)
+		cancel()
+		e.commitDone <- commitResult{term: term, batch: batch, res: res, err: err, started: started, record: record}
+	}()
+}
+
+func (e *Engine) onCommitted(ctx context.Context, cr commitResult) {
+	e.inflight = false
+	e.m.CommitLatency.Observe(time.Since(cr.started).Seconds())
+	e.m.BatchSize.Observe(float64(len(cr.batch)))
+	e.commits.Add(int64(cr.res.Txns))
+	e.entries.Add(int64(len(cr.res.Revs)))
+	for i, rev := range cr.res.Revs {
+		en := &cr.batch[i]
+		en.Rev = rev
+		e.apply(en)
+	}
+	if cr.term != e.term {
+		return // a commit of an earlier term; its committed prefix is applied
+	}
+	if cr.err != nil {
+		if errors.Is(cr.err, etcdlog.ErrFenced) {
+			e.m.FencedWrites.Inc()
+			e.stepDown(ctx, "write rejected by the leadership fence")
+			return
+		}
+		// The outcome of the rest is unknown: it may have committed. Rebuild
+		// from etcd rather than guess.
+		e.log.Warn("commit failed; resynchronising from etcd", zap.Error(cr.err))
+		e.resync(ctx)
+		return
+	}
+	if cr.record && cr.res.Txns > 0 {
+		e.termRecordDue = false
+		e.firstCommitAt = time.Now()
+		took := e.firstCommitAt.Sub(e.term.Won)
+		e.m.TakeoverSeconds.Set(took.Seconds())
+		e.log.Info("first write of the term committed", zap.Duration("since_won", took))
+		e.publishStatus()
+	}
+}
+
+// apply applies one committed entry and tells whoever waits for it.
+func (e *Engine) apply(en *core.Entry) {
+	if err := e.c.Apply(en); err != nil {
+		e.m.ApplyErrors.Inc()
+		e.log.Error("refused committed entry", zap.Error(err))
+		return
+	}
+	e.m.AppliedRevision.Set(float64(en.Rev))
+	if e.c.IsLeader() {
+		e.count(en)
+	}
+	if en.Task == "" {
+		e.resolveWaiters(en)
+	}
+	if e.cfg.Observer != nil {
+		e.cfg.Observer(en)
+	}
+}
+
+// count keeps the work counters; only the leader counts, so a cluster's
+// replicas do not multiply them.
+func (e *Engine) count(en *core.Entry) {
+	if en.T != nil {
+		switch en.T.Status {
+		case core.Succeeded:
+			e.m.TasksSucceeded.Inc()
+		case core.Failed:
+			e.m.TasksFailed.Inc()
+		case core.Retrying:
+			e.m.TasksRetried.Inc()
+		case core.Cancelled:
+			e.m.TasksCancelled.Inc()
+		case core.UpstreamFailed:
+			e.m.TasksUpstream.Inc()
+		case core.Ready:
+			if en.T.Event == "orphan" {
+				e.m.TasksOrphaned.Inc()
+			}
+		}
+		return
+	}
+	switch {
+	case en.Delete:
+		e.m.RetentionDeletes.Inc()
+	case en.D.Status == core.DAGRunning && en.D.Run == 1:
+		e.m.DAGsSubmitted.Inc()
+		e.m.TasksIngested.Add(float64(len(en.D.Tasks)))
+	case en.D.Status.Terminal():
+		e.m.DAGsFinished.WithLabelValues(string(en.D.Status)).Inc()
+	}
+}
+
+// stepDown leaves leadership: the volatile leader state goes, and the replica
+// follows the log again from what it applied (re-reading etcd only if a
+// commit's outcome is unknown).
+func (e *Engine) stepDown(ctx context.Context, why string) {
+	if e.term == nil {
+		return
+	}
+	e.log.Warn("stepping down", zap.String("reason", why))
+	e.drainCommit()
+	e.leaveLeadership(ErrNotLeader)
+	if ctx.Err() == nil {
+		e.startWatch(ctx)
+		e.startCampaign(ctx)
+	}
+	e.publishStatus()
+}
+
+func (e *Engine) leaveLeadership(waitErr error) {
+	e.term = nil
+	e.c.StepDown()
+	e.pending = nil
+	e.timers = nil
+	e.execs = make(map[string]executor.Executor)
+	e.m.IsLeader.Set(0)
+	e.failWaiters(waitErr)
+	if e.cfg.OnLeading != nil {
+		e.cfg.OnLeading(false)
+	}
+}
+
+// resync rebuilds the leader state from etcd after a commit whose outcome is
+// unknown, keeping leadership if the term is still alive.
+func (e *Engine) resync(ctx context.Context) {
+	term := e.term
+	e.leaveLeadership(ErrUnknown)
+	if err := e.reload(ctx); err != nil {
+		return
+	}
+	select {
+	case <-term.Done():
+		e.startWatch(ctx)
+		e.startCampaign(ctx)
+	default:
+		e.becomeLeader(term)
+	}
+}
+
+// drainCommit waits for the transaction in flight, applying what committed.
+func (e *Engine) drainCommit() {
+	if !e.inflight {
+		return
+	}
+	cr := <-e.commitDone
+	e.inflight = false
+	for i, rev := range cr.res.Revs {
+		en := &cr.batch[i]
+		en.Rev = rev
+		e.apply(en)
+	}
+}
+
+// onSessionLost handles the end of this replica's lease: as leader its fence
+// is gone, so it steps down at once; in any case it opens a new session,
+// registers again and campaigns again.
+func (e *Engine) onSessionLost(ctx context.Context) {
+	e.log.Warn("etcd session lost (lease expired or revoked)")
+	e.stopCampaign()
+	if e.term != nil {
+		e.stepDown(ctx, "leadership lease lost")
+		e.stopCampaign()
+	}
+	e.session = nil
+	if err := e.openSession(ctx); err != nil {
+		return
+	}
+	e.startCampaign(ctx)
+}
+
+// SuspectLeader reports that the stream to the leader named name dropped. A
+// standby confirms through etcd that this node still holds leadership and,
+// if so, revokes its lease so the next candidate takes over at once.
+func (e *Engine) SuspectLeader(name string) {
+	select {
+	case e.suspects <- name:
+	default:
+	}
+}
+
+func (e *Engine) depose(ctx context.Context, name string) {
+	if e.term != nil || name == e.cfg.Node || e.deposing {
+		return
+	}
+	e.deposing = true
+	go func() {
+		dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		ok, err := leadership.Depose(dctx, e.cli, name)
+		cancel()
+		switch {
+		case err != nil:
+			e.log.Warn("could not depose the silent leader", zap.String("leader", name), zap.Error(err))
+		case ok:
+			e.log.Warn("deposed the leader after its stream dropped", zap.String("leader", name))
+		}
+		_ = e.do(ctx, func() { e.deposing = false })
+	}()
+}
+
+// shutdown finishes the commit in flight and resigns, so a standby can take
+// over at once instead of waiting for the lease to expire.
+func (e *Engine) shutdown() {
+	e.drainCommit()
+	e.stopCampaign()
+	e.stopWatch()
+	term := e.term
+	e.leaveLeadership(ErrStopped)
+	if term != nil {
+		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		if err := term.Resign(rctx); err != nil {
+			e.log.Warn("resign failed; the lease will expire", zap.Error(err))
+		} else {
+			e.log.Info("resigned leadership")
+		}
+		cancel()
+	}
+	if e.session != nil {
+		_ = e.session.Close() // revokes the lease: registration gone at once
+	}
+	e.publishStatus()
+}

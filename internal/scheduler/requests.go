@@ -1,0 +1,103 @@
+package scheduler
+
+import (
+	"context"
+	"time"
+
+	"github.com/orion-sched/orion/internal/core"
+	"github.com/orion-sched/orion/internal/dag"
+	"github.com/orion-sched/orion/internal/leadership"
+)
+
+// do runs fn on the loop goroutine.
+func (e *Engine) do(ctx context.Context, fn func()) error {
+	select {
+	case e.reqs <- fn:
+		return nil
+	case <-e.done:
+		return ErrStopped
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Query runs fn on the loop goroutine with the core, for reads. fn must copy
+// what it needs and not keep references.
+func (e *Engine) Query(ctx context.Context, fn func(c *core.Core)) error {
+	ran := make(chan struct{})
+	if err := e.do(ctx, func() { fn(e.c); close(ran) }); err != nil {
+		return err
+	}
+	select {
+	case <-ran:
+		return nil
+	case <-e.done:
+		return ErrStopped
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// SubmitResult says whether a submission created the DAG.
+type SubmitResult struct {
+	ID      string
+	Created bool // false: an identical DAG with this id already existed
+}
+
+// Submit proposes a DAG and returns once it is committed. d must be
+// normalized and validated; an empty id gets a fresh one.
+func (e *Engine) Submit(ctx context.Context, d *dag.DAG) (SubmitResult, error) {
+	if d.ID == "" {
+		d.ID = dag.NewID(time.Now())
+	}
+	w := &waiter{kind: waitSubmit, ch: make(chan waitResult, 1)}
+	err := e.do(ctx, func() {
+		out, err := e.c.Submit(d, time.Now())
+		switch {
+		case err != nil:
+			w.ch <- waitResult{err: err}
+		case out == core.SubmitDuplicate:
+			w.ch <- waitResult{}
+		default:
+			w.created = out == core.SubmitProposed
+			e.waiters[d.ID] = append(e.waiters[d.ID], w)
+		}
+	})
+	if err != nil {
+		return SubmitResult{}, err
+	}
+	r, err := w.wait(ctx, e.done)
+	return SubmitResult{ID: d.ID, Created: r.created}, err
+}
+
+// Cancel cancels a running DAG and returns once the cancellation is committed.
+func (e *Engine) Cancel(ctx context.Context, id string) (core.DAGStatus, error) {
+	return e.dagChange(ctx, id, waitCancel, e.c.CancelDAG)
+}
+
+// Retry starts a new run of a failed or cancelled DAG.
+func (e *Engine) Retry(ctx context.Context, id string) (core.DAGStatus, error) {
+	return e.dagChange(ctx, id, waitRetry, e.c.RetryDAG)
+}
+
+func (e *Engine) dagChange(ctx context.Context, id string, kind waitKind, fn func(string, time.Time) error) (core.DAGStatus, error) {
+	w := &waiter{kind: kind, ch: make(chan waitResult, 1)}
+	err := e.do(ctx, func() {
+		if err := fn(id, time.Now()); err != nil {
+			w.ch <- waitResult{err: err}
+			return
+		}
+		e.waiters[id] = append(e.waiters[id], w)
+	})
+	if err != nil {
+		return "", err
+	}
+	r, err := w.wait(ctx, e.done)
+	return r.status, err
+}
+
+// Leader asks etcd which node leads (any replica can answer); "" when none.
+func (e *Engine) Leader(ctx context.Context) (string, error) {
+	l, _, err := leadership.CurrentLeader(ctx, e.cli)
+	return l.Name, err
+}
