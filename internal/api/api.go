@@ -71,6 +71,19 @@ type Config struct {
 	// WriteTimeout is how long a request waits for the scheduler: for a
 	// write, until its change is committed (default 30s).
 	WriteTimeout time.Duration
+	// Cluster, when set, lets a standby forward writes to the leader and the
+	// cluster endpoint describe every replica. Nil: a lone process.
+	Cluster ClusterInfo
+	// APIURL is where this replica's API is reachable, PID its process id
+	// (shown by the cluster endpoint; drills use them).
+	APIURL string
+	PID    int
+	// HTTPClient makes forwarded and fan-out requests (default
+	// http.DefaultClient).
+	HTTPClient *http.Client
+	// Routes are extra handlers mounted behind the same rate limit and
+	// authentication (the worker stream endpoint).
+	Routes map[string]http.Handler
 }
 
 // leaderTimeout bounds the etcd read behind the cluster endpoint's leader.
@@ -125,6 +138,10 @@ func New(cfg Config) http.Handler {
 	s.mux.HandleFunc("POST /api/v1/dags/{id}/cancel", s.cancel)
 	s.mux.HandleFunc("POST /api/v1/dags/{id}/retry", s.retry)
 	s.mux.HandleFunc("GET /api/v1/cluster", s.cluster)
+	s.mux.HandleFunc("GET /api/v1/cluster/self", s.clusterSelf)
+	for pattern, h := range cfg.Routes {
+		s.mux.Handle(pattern, h)
+	}
 	s.mux.HandleFunc("GET /healthz", s.healthz)
 	s.mux.HandleFunc("GET /readyz", s.readyz)
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Metrics.Registry, promhttp.HandlerOpts{

@@ -696,20 +696,20 @@ func TestCluster(t *testing.T) {
 		t.Fatalf("status %d: %s", r.code, r.body)
 	}
 	m := r.object(t)
-	wantKeys(t, m, "node", "leader", "applied_revision", "replicas", "workers", "etcd")
+	wantKeys(t, m, "node", "leader", "applied_revision", "lag", "replicas", "workers", "etcd")
 	var cr ClusterResponse
 	if err := json.Unmarshal(r.body, &cr); err != nil {
 		t.Fatal(err)
 	}
 	want := ClusterResponse{Node: "node-1", Leader: "node-1", AppliedRevision: 20,
-		Replicas: []Replica{{Name: "node-1", Role: "leader", AppliedRevision: 20}},
-		Workers:  []core.WorkerView{{ID: "w1", Slots: 4, Busy: 1}},
+		Replicas: []Replica{{Name: "node-1", Role: "leader", AppliedRevision: 20, Reachable: true}},
+		Workers:  []WorkerInfo{{ID: "w1", Slots: 4, Busy: 1, Connected: true}},
 		Etcd:     EtcdInfo{Endpoints: []string{"http://127.0.0.1:2379"}}}
 	if !reflect.DeepEqual(cr, want) {
 		t.Fatalf("cluster = %+v, want %+v", cr, want)
 	}
-	wantKeys(t, m["replicas"].([]any)[0].(map[string]any), "name", "role", "applied_revision")
-	wantKeys(t, m["workers"].([]any)[0].(map[string]any), "id", "slots", "busy")
+	wantKeys(t, m["replicas"].([]any)[0].(map[string]any), "name", "role", "applied_revision", "lag", "reachable")
+	wantKeys(t, m["workers"].([]any)[0].(map[string]any), "id", "slots", "busy", "running", "connected", "since")
 	wantKeys(t, m["etcd"].(map[string]any), "endpoints")
 
 	// A standby with etcd unreachable: no leader known, empty lists not null.

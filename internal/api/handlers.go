@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -50,22 +51,31 @@ type (
 	}
 	// ClusterResponse answers GET /api/v1/cluster.
 	ClusterResponse struct {
-		Node            string            `json:"node"`
-		Leader          string            `json:"leader"`
-		AppliedRevision int64             `json:"applied_revision"`
-		Replicas        []Replica         `json:"replicas"`
-		Workers         []core.WorkerView `json:"workers"`
-		Etcd            EtcdInfo          `json:"etcd"`
+		Node            string       `json:"node"`
+		Leader          string       `json:"leader"`
+		LeaderURL       string       `json:"leader_url,omitempty"`
+		AppliedRevision int64        `json:"applied_revision"`
+		Lag             int64        `json:"lag"`
+		Replicas        []Replica    `json:"replicas"`
+		Workers         []WorkerInfo `json:"workers"`
+		Etcd            EtcdInfo     `json:"etcd"`
 	}
 	// Replica is one scheduler replica as the cluster endpoint shows it.
 	Replica struct {
-		Name            string `json:"name"`
-		Role            string `json:"role"` // "leader" or "standby"
-		AppliedRevision int64  `json:"applied_revision"`
+		Name            string     `json:"name"`
+		Role            string     `json:"role"` // "leader", "standby", or "unknown" when unreachable
+		APIURL          string     `json:"api_url,omitempty"`
+		AppliedRevision int64      `json:"applied_revision"`
+		Lag             int64      `json:"lag"`
+		LeaderSince     *time.Time `json:"leader_since,omitempty"`
+		FirstCommitAt   *time.Time `json:"first_commit_at,omitempty"`
+		PID             int        `json:"pid,omitempty"`
+		Reachable       bool       `json:"reachable"`
 	}
 	// EtcdInfo is the etcd cluster a replica talks to.
 	EtcdInfo struct {
-		Endpoints []string `json:"endpoints"`
+		Endpoints []string     `json:"endpoints"`
+		Members   []EtcdMember `json:"members,omitempty"`
 	}
 	// ReadyResponse answers /readyz.
 	ReadyResponse struct {
@@ -101,6 +111,9 @@ func (s *server) submit(w http.ResponseWriter, r *http.Request) {
 	d, err := dag.Load(body, ct, dag.Limits{MaxTasks: s.cfg.MaxTasks})
 	if err != nil {
 		s.fail(w, r, err)
+		return
+	}
+	if s.forward(w, r, body) {
 		return
 	}
 	if d.ID == "" {
@@ -320,6 +333,9 @@ func (s *server) retry(w http.ResponseWriter, r *http.Request) {
 func (s *server) change(w http.ResponseWriter, r *http.Request,
 	fn func(context.Context, string) (core.DAGStatus, error), want core.DAGStatus) {
 	id := r.PathValue("id")
+	if s.forward(w, r, nil) {
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.WriteTimeout)
 	defer cancel()
 	st, err := fn(ctx, id)
@@ -331,41 +347,6 @@ func (s *server) change(w http.ResponseWriter, r *http.Request,
 		st = want
 	}
 	writeJSON(w, http.StatusOK, StatusResponse{ID: id, Status: string(st)})
-}
-
-func (s *server) cluster(w http.ResponseWriter, r *http.Request) {
-	st := s.status()
-	node := s.node()
-	ctx, cancel := context.WithTimeout(r.Context(), leaderTimeout)
-	leader, err := s.b.Leader(ctx)
-	cancel()
-	if err != nil {
-		s.log.Warn("reading the leader from etcd failed", zap.Error(err))
-		leader = ""
-		if st.Leader {
-			leader = node
-		}
-	}
-	role := "standby"
-	if st.Leader {
-		role = "leader"
-	}
-	workers := st.Workers
-	if workers == nil {
-		workers = []core.WorkerView{}
-	}
-	endpoints := s.cfg.EtcdEndpoints
-	if endpoints == nil {
-		endpoints = []string{}
-	}
-	writeJSON(w, http.StatusOK, ClusterResponse{
-		Node:            node,
-		Leader:          leader,
-		AppliedRevision: st.AppliedRev,
-		Replicas:        []Replica{{Name: node, Role: role, AppliedRevision: st.AppliedRev}},
-		Workers:         workers,
-		Etcd:            EtcdInfo{Endpoints: endpoints},
-	})
 }
 
 func (s *server) healthz(w http.ResponseWriter, r *http.Request) {

@@ -36,7 +36,11 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}()
 
 	open := r.URL.Path == "/healthz" || r.URL.Path == "/readyz"
-	if !open && s.limiter != nil && !s.allow(rw, r) {
+	// A write a standby forwarded with the cluster's token was limited where
+	// it arrived; limiting it again would throttle every forwarded client as
+	// one address.
+	forwarded := r.Header.Get(ForwardedHeader) != "" && s.cfg.AuthToken != "" && s.authorized(r)
+	if !open && !forwarded && s.limiter != nil && !s.allow(rw, r) {
 		return
 	}
 	if !open && s.cfg.AuthToken != "" && !(s.cfg.MetricsNoAuth && r.URL.Path == "/metrics") && !s.authorized(r) {

@@ -442,14 +442,14 @@ Leader:            n2
 Applied revision:  42
 
 Replicas:
-NAME  ROLE      APPLIED REV
-n1    follower  41
-n2    leader    42
+NAME  ROLE      APPLIED REV  LAG  API  LEADER SINCE
+n1    follower  41           0    -    -
+n2    leader    42           0    -    -
 
 Workers:
-ID  SLOTS  BUSY
-w1  4      1
-w2  2      0
+ID  SLOTS  BUSY  CONNECTED  REPLICA
+w1  4      1     false      -
+w2  2      0     false      -
 
 etcd endpoints: http://10.0.0.1:2379, http://10.0.0.2:2379
 `

@@ -32,7 +32,13 @@ endpoints.`,
 			}
 			hw := newTable(out)
 			row(hw, "Node:", cl.Node)
-			row(hw, "Leader:", cl.Leader)
+			leader := cl.Leader
+			if leader == "" {
+				leader = "(none: no replica leads right now)"
+			} else if cl.LeaderURL != "" {
+				leader += "  " + cl.LeaderURL
+			}
+			row(hw, "Leader:", leader)
 			row(hw, "Applied revision:", fmt.Sprint(cl.AppliedRevision))
 			if err := hw.Flush(); err != nil {
 				return err
@@ -40,9 +46,13 @@ endpoints.`,
 
 			fmt.Fprintln(out, "\nReplicas:")
 			tw := newTable(out)
-			row(tw, "NAME", "ROLE", "APPLIED REV")
+			row(tw, "NAME", "ROLE", "APPLIED REV", "LAG", "API", "LEADER SINCE")
 			for _, r := range cl.Replicas {
-				row(tw, r.Name, r.Role, fmt.Sprint(r.AppliedRevision))
+				since := "-"
+				if r.LeaderSince != nil {
+					since = formatAge(*r.LeaderSince)
+				}
+				row(tw, r.Name, r.Role, fmt.Sprint(r.AppliedRevision), fmt.Sprint(r.Lag), cell(r.APIURL), since)
 			}
 			if err := tw.Flush(); err != nil {
 				return err
@@ -53,9 +63,9 @@ endpoints.`,
 				fmt.Fprintln(out, "  (none)")
 			} else {
 				tw = newTable(out)
-				row(tw, "ID", "SLOTS", "BUSY")
+				row(tw, "ID", "SLOTS", "BUSY", "CONNECTED", "REPLICA")
 				for _, w := range cl.Workers {
-					row(tw, w.ID, fmt.Sprint(w.Slots), fmt.Sprint(w.Busy))
+					row(tw, w.ID, fmt.Sprint(w.Slots), fmt.Sprint(w.Busy), fmt.Sprint(w.Connected), cell(w.Replica))
 				}
 				if err := tw.Flush(); err != nil {
 					return err
@@ -66,8 +76,16 @@ endpoints.`,
 			if len(cl.Etcd.Endpoints) > 0 {
 				endpoints = strings.Join(cl.Etcd.Endpoints, ", ")
 			}
-			_, err = fmt.Fprintf(out, "\netcd endpoints: %s\n", endpoints)
-			return err
+			fmt.Fprintf(out, "\netcd endpoints: %s\n", endpoints)
+			if len(cl.Etcd.Members) > 0 {
+				tw = newTable(out)
+				row(tw, "MEMBER", "ID", "CLIENT URLS", "RAFT LEADER")
+				for _, m := range cl.Etcd.Members {
+					row(tw, m.Name, m.ID, strings.Join(m.ClientURLs, ","), fmt.Sprint(m.IsLeader))
+				}
+				return tw.Flush()
+			}
+			return nil
 		},
 	}
 }

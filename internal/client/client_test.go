@@ -340,7 +340,7 @@ func TestClusterLenient(t *testing.T) {
 		_, _ = io.WriteString(w, `{"node":"n1","leader":"n1","applied_revision":42,"future":{"x":1},
 			"replicas":[{"name":"n1","role":"leader","applied_revision":42,"lag":0}],
 			"workers":[{"id":"w1","slots":4,"busy":1,"labels":["gpu"]}],
-			"etcd":{"endpoints":["http://e1:2379"],"members":3}}`)
+			"etcd":{"endpoints":["http://e1:2379"],"raft_term":3}}`)
 	}))
 	defer srv.Close()
 	cl, err := New([]string{srv.URL}, "").Cluster(context.Background())

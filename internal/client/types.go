@@ -115,7 +115,9 @@ type ActionResponse struct {
 type Cluster struct {
 	Node            string    `json:"node"`
 	Leader          string    `json:"leader"`
+	LeaderURL       string    `json:"leader_url"`
 	AppliedRevision int64     `json:"applied_revision"`
+	Lag             int64     `json:"lag"`
 	Replicas        []Replica `json:"replicas"`
 	Workers         []Worker  `json:"workers"`
 	Etcd            EtcdInfo  `json:"etcd"`
@@ -123,19 +125,37 @@ type Cluster struct {
 
 // Replica is one scheduler node as the cluster endpoint reports it.
 type Replica struct {
-	Name            string `json:"name"`
-	Role            string `json:"role"`
-	AppliedRevision int64  `json:"applied_revision"`
+	Name            string     `json:"name"`
+	Role            string     `json:"role"`
+	APIURL          string     `json:"api_url"`
+	AppliedRevision int64      `json:"applied_revision"`
+	Lag             int64      `json:"lag"`
+	LeaderSince     *time.Time `json:"leader_since"`
+	FirstCommitAt   *time.Time `json:"first_commit_at"`
+	PID             int        `json:"pid"`
+	Reachable       bool       `json:"reachable"`
 }
 
 // Worker is one executor with its capacity.
 type Worker struct {
-	ID    string `json:"id"`
-	Slots int    `json:"slots"`
-	Busy  int    `json:"busy"`
+	ID        string `json:"id"`
+	Replica   string `json:"replica"`
+	Slots     int    `json:"slots"`
+	Busy      int    `json:"busy"`
+	Running   int    `json:"running"`
+	Connected bool   `json:"connected"`
+}
+
+// EtcdMember is one member of the etcd cluster.
+type EtcdMember struct {
+	Name       string   `json:"name"`
+	ID         string   `json:"id"`
+	ClientURLs []string `json:"client_urls"`
+	IsLeader   bool     `json:"is_leader"`
 }
 
 // EtcdInfo describes the etcd cluster the scheduler uses.
 type EtcdInfo struct {
-	Endpoints []string `json:"endpoints"`
+	Endpoints []string     `json:"endpoints"`
+	Members   []EtcdMember `json:"members"`
 }

@@ -1,0 +1,83 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/orion-sched/orion/internal/api"
+	"github.com/orion-sched/orion/internal/etcdlog"
+	"github.com/orion-sched/orion/internal/leadership"
+	"github.com/orion-sched/orion/internal/scheduler"
+)
+
+// clusterInfo answers the API's questions about the cluster from etcd (the
+// replica registry, the election, the member list) and the worker hub.
+type clusterInfo struct {
+	cli     *clientv3.Client
+	workers func() []api.WorkerInfo
+}
+
+func (c *clusterInfo) Replicas(ctx context.Context) ([]api.ReplicaAddr, error) {
+	resp, err := c.cli.Get(ctx, etcdlog.ReplicaPrefix, clientv3.WithPrefix())
+	if err != nil {
+		return nil, err
+	}
+	out := make([]api.ReplicaAddr, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		var r scheduler.ReplicaRecord
+		if json.Unmarshal(kv.Value, &r) == nil && r.Name != "" {
+			out = append(out, api.ReplicaAddr{Name: r.Name, APIURL: r.APIURL})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+func (c *clusterInfo) LeaderAddr(ctx context.Context) (api.ReplicaAddr, bool, error) {
+	l, ok, err := leadership.CurrentLeader(ctx, c.cli)
+	if err != nil || !ok {
+		return api.ReplicaAddr{}, false, err
+	}
+	resp, err := c.cli.Get(ctx, etcdlog.ReplicaPrefix+l.Name)
+	if err != nil {
+		return api.ReplicaAddr{}, false, err
+	}
+	addr := api.ReplicaAddr{Name: l.Name}
+	if len(resp.Kvs) == 1 {
+		var r scheduler.ReplicaRecord
+		if json.Unmarshal(resp.Kvs[0].Value, &r) == nil {
+			addr.APIURL = r.APIURL
+		}
+	}
+	return addr, true, nil
+}
+
+func (c *clusterInfo) Members(ctx context.Context) ([]api.EtcdMember, error) {
+	resp, err := c.cli.MemberList(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var leaderID uint64
+	if len(c.cli.Endpoints()) > 0 {
+		if st, err := c.cli.Status(ctx, c.cli.Endpoints()[0]); err == nil {
+			leaderID = st.Leader
+		}
+	}
+	out := make([]api.EtcdMember, 0, len(resp.Members))
+	for _, m := range resp.Members {
+		out = append(out, api.EtcdMember{Name: m.Name, ID: fmt.Sprintf("%x", m.ID), ClientURLs: m.ClientURLs,
+			PeerURLs: m.PeerURLs, IsLeader: m.ID == leaderID})
+	}
+	return out, nil
+}
+
+func (c *clusterInfo) Workers() []api.WorkerInfo {
+	if c.workers == nil {
+		return nil
+	}
+	return c.workers()
+}
