@@ -8,7 +8,7 @@ RACE_PKGS := ./internal/scheduler/... ./internal/executor/... ./internal/api/...
 # Pure packages run without it (the randomized core test is CPU-heavy).
 PURE_PKGS := ./internal/core/... ./internal/dag/... ./internal/etcdlog/... ./internal/metrics/... ./internal/bench/...
 
-.PHONY: all build run test test-unit test-race test-e2e bench lint fmt clean
+.PHONY: all build run test test-unit test-race test-e2e bench lint fmt clean cluster cluster-down cluster-status
 
 all: build
 
@@ -41,3 +41,14 @@ fmt:
 
 clean:
 	rm -rf bin
+
+# A local cluster on 127.0.0.1 (3 etcd members, 3 servers, 2 workers) in
+# ./.cluster; see test/cluster.sh. `test/cluster.sh down --purge` deletes it.
+cluster: build
+	test/cluster.sh up
+
+cluster-down:
+	test/cluster.sh down
+
+cluster-status:
+	test/cluster.sh status

@@ -26,7 +26,7 @@ Submit a DAG and watch it run:               orion submit -f dag.yaml --wait`,
 		SilenceErrors: true,
 	}
 	cli.AddGlobalFlags(root)
-	root.AddCommand(newServerCommand(), newBenchCommand())
+	root.AddCommand(newServerCommand(), newBenchCommand(), newEtcdCommand())
 	cli.AddClientCommands(root)
 	os.Exit(cli.Execute(context.Background(), root))
 }
