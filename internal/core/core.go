@@ -99,6 +99,7 @@ type task struct {
 
 	inflight    bool             // leader: a proposal for this task is being committed
 	dispatching bool             // leader: that proposal is our dispatch
+	reserved    *worker          // leader: the worker whose slot the dispatch holds
 	stash       *executor.Result // leader: a result that arrived while inflight
 	readyAt     time.Time        // leader: when the task became ready (metrics)
 }
@@ -218,6 +219,9 @@ func (c *Core) applyDAG(e *Entry) error {
 		return nil
 	}
 
+	if !sameSpec(&d.rec.DAG, &rec.DAG) {
+		return applyErr(e, "DAG record's tasks differ from the DAG submitted under this id")
+	}
 	from, to := d.rec.Status, rec.Status
 	if from == to && rec.Run == d.rec.Run {
 		d.rec = rec // a re-put of the same state (by hand, say) changes nothing
@@ -238,6 +242,12 @@ func (c *Core) applyDAG(e *Entry) error {
 		if d.remaining != 0 {
 			return applyErr(e, "cannot retry while %d tasks are not finished", d.remaining)
 		}
+	default:
+		if rec.Run != d.rec.Run {
+			return applyErr(e, "a %s record for run %d, DAG is in run %d", to, rec.Run, d.rec.Run)
+		}
+	}
+	switch to {
 	case DAGSucceeded:
 		if int(d.counts[Succeeded]) != len(d.tasks) {
 			return applyErr(e, "DAG cannot succeed with %d of %d tasks succeeded", d.counts[Succeeded], len(d.tasks))
@@ -247,10 +257,10 @@ func (c *Core) applyDAG(e *Entry) error {
 			return applyErr(e, "DAG cannot fail while %d tasks are unfinished or all succeeded", d.remaining)
 		}
 	}
-	if rec.Run < d.rec.Run {
-		return applyErr(e, "run %d is older than %d", rec.Run, d.rec.Run)
-	}
 	d.rec = rec
+	if to.Terminal() {
+		d.wantCancel = false // a cancel asked for while the DAG finished is moot
+	}
 	if to == DAGRunning {
 		c.resetForRetry(d)
 	}
@@ -351,8 +361,8 @@ func (c *Core) applyTask(e *Entry) error {
 	switch {
 	case rec.Run != d.rec.Run:
 		return applyErr(e, "record of run %d, DAG is in run %d", rec.Run, d.rec.Run)
-	case !allowed(from, to):
-		return applyErr(e, "task cannot go from %s to %s", from, to)
+	case !recordAllowed(from, to):
+		return applyErr(e, "a record cannot move a task from %s to %s", from, to)
 	case to == Running && rec.Attempt != t.attempt()+1:
 		return applyErr(e, "dispatch of attempt %d after attempt %d", rec.Attempt, t.attempt())
 	case to != Running && rec.Attempt != t.attempt():
@@ -399,7 +409,9 @@ func (c *Core) setStatus(t *task, s Status) {
 	case !s.Terminal() && wasTerminal:
 		d.remaining++
 	}
-	if s == Ready {
+	if s == Ready && c.leader {
+		// Only the leader dispatches; a standby's queue would only grow.
+		// BecomeLeader queues every ready task.
 		t.readyAt = c.now
 		c.queue.push(t)
 	}
@@ -468,7 +480,4 @@ func (c *Core) forceStatus(t *task, s Status) {
 	t.status = s
 	c.counts[s]++
 	d.counts[s]++
-	if s == Ready {
-		c.queue.push(t)
-	}
 }

@@ -1,8 +1,9 @@
 package core
 
 // readyQueue is a min-heap of ready tasks ordered by priority (lower first),
-// then by DAG submission order (the revision that created the DAG), then by
-// the task's position in its DAG. The order is a function of committed state
+// then by DAG submission order (the revision that created the DAG, then the
+// DAG id for DAGs created in one transaction), then by the task's position
+// in its DAG. The order is a function of committed state
 // only, so every replica would dispatch in the same order.
 //
 // Entries are removed lazily: a task that stopped being ready while queued is
@@ -17,6 +18,9 @@ func less(a, b *task) bool {
 	}
 	if a.dag.seq != b.dag.seq {
 		return a.dag.seq < b.dag.seq
+	}
+	if a.dag != b.dag {
+		return a.dag.id < b.dag.id
 	}
 	return a.idx < b.idx
 }

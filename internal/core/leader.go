@@ -2,6 +2,7 @@ package core
 
 import (
 	"bytes"
+	"sort"
 	"encoding/json"
 	"time"
 
@@ -110,11 +111,12 @@ func (c *Core) StepDown() {
 	c.leader = false
 	c.outbox, c.effects = nil, nil
 	c.workers, c.workerList, c.pendingSubmit = nil, nil, nil
+	c.queue = nil
 	for _, d := range c.dags {
 		d.inflight, d.wantCancel = false, false
 		for i := range d.tasks {
 			t := &d.tasks[i]
-			t.inflight, t.dispatching, t.stash = false, false, nil
+			t.inflight, t.dispatching, t.stash, t.reserved, t.queued = false, false, nil, nil, false
 		}
 	}
 }
@@ -145,7 +147,9 @@ func (c *Core) Adopt(workerID string, id executor.AttemptID) bool {
 	if w == nil {
 		return false
 	}
-	if t == nil || t.status != Running || t.attempt() != id.Attempt || t.rec.Worker != workerID {
+	// An attempt whose task has a proposal in flight (an orphan requeue,
+	// typically) is being replaced: stop it rather than let two run at once.
+	if t == nil || t.status != Running || t.attempt() != id.Attempt || t.rec.Worker != workerID || t.inflight {
 		c.effects = append(c.effects, Effect{Kind: EffectCancel, Worker: workerID, ID: id})
 		return false
 	}
@@ -174,7 +178,17 @@ func (c *Core) RemoveWorker(id string, now time.Time) {
 			break
 		}
 	}
-	for aid, t := range w.attempts {
+	if !c.leader {
+		return
+	}
+	// Propose in a fixed order: the log should not depend on map order.
+	ids := make([]executor.AttemptID, 0, len(w.attempts))
+	for aid := range w.attempts {
+		ids = append(ids, aid)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i].String() < ids[j].String() })
+	for _, aid := range ids {
+		t := w.attempts[aid]
 		if t.status == Running && t.attempt() == aid.Attempt && !t.inflight && !t.dag.deleted {
 			c.requeueOrphan(t, "worker "+id+" is gone")
 		}
@@ -233,6 +247,9 @@ func (c *Core) Submit(spec *dag.DAG, now time.Time) (SubmitOutcome, error) {
 }
 
 func sameSpec(a, b *dag.DAG) bool {
+	if a.ID == b.ID && a.Name == b.Name && len(a.Tasks) == len(b.Tasks) && len(a.Tasks) > 0 && &a.Tasks[0] == &b.Tasks[0] {
+		return true // the leader's own records share the submitted task list
+	}
 	ja, err1 := json.Marshal(a)
 	jb, err2 := json.Marshal(b)
 	return err1 == nil && err2 == nil && bytes.Equal(ja, jb)
@@ -277,6 +294,7 @@ func (c *Core) RetryDAG(id string, now time.Time) error {
 	}
 	rec := *d.rec
 	rec.Status, rec.Run, rec.FinishedAt = DAGRunning, d.rec.Run+1, nil
+	d.wantCancel = false
 	c.proposeDAG(d, &rec)
 	return nil
 }
@@ -349,6 +367,7 @@ func (c *Core) decide(t *task, r executor.Result) {
 			rec.Status = Failed
 		}
 	}
+	rec.Outcome = rec.Event
 	c.proposeTask(t, rec)
 }
 
@@ -389,7 +408,7 @@ func (c *Core) requeueOrphan(t *task, why string) {
 	c.stats.Orphans++
 	c.releaseAttempt(t.attemptID(), t.rec.Worker)
 	rec := c.nextRecord(t)
-	rec.Status, rec.Event, rec.Error = Ready, "orphan", why
+	rec.Status, rec.Event, rec.Outcome, rec.Error = Ready, "orphan", "orphan", why
 	c.proposeTask(t, rec)
 }
 
@@ -416,13 +435,13 @@ func (c *Core) Schedule(now time.Time) int {
 		if t.rec != nil && t.rec.Attempt > 0 {
 			rec.History = append(append([]AttemptSummary(nil), t.rec.History...), summarize(t.rec))
 		}
-		rec.Status, rec.Event = Running, "dispatch"
+		rec.Status, rec.Event, rec.Outcome = Running, "dispatch", ""
 		rec.Attempt = t.attempt() + 1
 		rec.Worker = w.id
 		rec.StartedAt = timePtr(now)
 		rec.FinishedAt, rec.ExitCode, rec.Error, rec.OutputTail, rec.RetryAt = nil, nil, "", "", nil
 		w.busy++
-		t.dispatching = true
+		t.dispatching, t.reserved = true, w
 		c.proposeTask(t, rec)
 		n++
 	}
@@ -462,10 +481,15 @@ func (c *Core) afterTaskApplied(t *task, from Status, prev *TaskRecord) {
 			t.dispatching = false
 			w := c.workers[rec.Worker]
 			if w == nil {
+				t.reserved = nil
 				// The worker vanished while its dispatch was being committed.
 				c.requeueOrphan(t, "worker "+rec.Worker+" is gone")
 				return
 			}
+			if w != t.reserved {
+				w.busy++ // the worker rejoined since the slot was reserved
+			}
+			t.reserved = nil
 			id := t.attemptID()
 			w.attempts[id] = t
 			c.effects = append(c.effects, Effect{Kind: EffectDispatch, Worker: w.id, ReadyAt: t.readyAt,
@@ -615,8 +639,12 @@ func (c *Core) nextRecord(t *task) *TaskRecord {
 }
 
 func summarize(r *TaskRecord) AttemptSummary {
+	outcome := r.Outcome
+	if outcome == "" {
+		outcome = r.Event
+	}
 	return AttemptSummary{Attempt: r.Attempt, Worker: r.Worker, StartedAt: r.StartedAt, FinishedAt: r.FinishedAt,
-		Outcome: r.Event, ExitCode: r.ExitCode, Error: r.Error}
+		Outcome: outcome, ExitCode: r.ExitCode, Error: r.Error}
 }
 
 func timePtr(t time.Time) *time.Time {

@@ -42,6 +42,9 @@ type TaskRecord struct {
 	// Event is the last thing that happened to the task: dispatch, succeed,
 	// fail, timeout, retry, requeue, orphan, cascade, cancel.
 	Event string `json:"event"`
+	// Outcome is how the latest attempt ended (succeed, fail, timeout,
+	// requeue, orphan), kept while the task waits for its next attempt.
+	Outcome string `json:"outcome,omitempty"`
 	// Cascade marks upstream_failed records written by the failure cascade:
 	// replaying them must never run retry logic.
 	Cascade bool   `json:"cascade,omitempty"`

@@ -53,37 +53,55 @@ func ParseStatus(name string) (Status, error) {
 	return 0, fmt.Errorf("unknown task status %q", name)
 }
 
+// transitionKind says how a task may move from one status to another.
+type transitionKind uint8
+
+const (
+	never   transitionKind = iota
+	written                // by a committed task record
+	derived                // only while applying another entry, never by a record
+)
+
 // taskTransitions is the one table that says which task state may follow
-// which. Every change of a task's status, whether written to the log or
-// derived while applying it, goes through allowed; anything else is a bug.
+// which, and how. Every change of a task's status goes through it: records
+// through recordAllowed, derived changes through setStatus; anything else is
+// a bug.
 //
-//	pending  → ready            all dependencies succeeded (derived on apply)
-//	pending  → upstream_failed  cascade from a failed ancestor
-//	ready    → running          the leader dispatched an attempt
+//	pending  → ready            derived: all dependencies succeeded
+//	ready    → running          written: the leader dispatched an attempt
 //	running  → succeeded|failed|retrying
-//	running  → ready            orphan: the worker vanished; no retry consumed
-//	retrying → ready            the backoff timer fired
-//	*        → cancelled        the DAG was cancelled (non-terminal states)
-//	failed|upstream_failed|cancelled → pending   the DAG was retried (derived)
-var taskTransitions = func() (t [numStatuses][numStatuses]bool) {
-	allow := func(from Status, to ...Status) {
+//	running  → ready            written: orphan or requeue; no retry consumed
+//	retrying → ready            written: the backoff timer fired
+//	pending|ready|running|retrying → upstream_failed   written: cascade from a failed ancestor
+//	pending|ready|running|retrying → cancelled         written: the DAG was cancelled
+//	failed|upstream_failed|cancelled → pending         derived: the DAG was retried
+var taskTransitions = func() (t [numStatuses][numStatuses]transitionKind) {
+	allow := func(k transitionKind, from Status, to ...Status) {
 		for _, s := range to {
-			t[from][s] = true
+			t[from][s] = k
 		}
 	}
-	allow(Pending, Ready, UpstreamFailed, Cancelled)
-	allow(Ready, Running, UpstreamFailed, Cancelled)
-	allow(Running, Succeeded, Failed, Retrying, Ready, UpstreamFailed, Cancelled)
-	allow(Retrying, Ready, UpstreamFailed, Cancelled)
-	allow(Failed, Pending)
-	allow(UpstreamFailed, Pending)
-	allow(Cancelled, Pending)
+	allow(derived, Pending, Ready)
+	allow(written, Pending, UpstreamFailed, Cancelled)
+	allow(written, Ready, Running, UpstreamFailed, Cancelled)
+	allow(written, Running, Succeeded, Failed, Retrying, Ready, UpstreamFailed, Cancelled)
+	allow(written, Retrying, Ready, UpstreamFailed, Cancelled)
+	allow(derived, Failed, Pending)
+	allow(derived, UpstreamFailed, Pending)
+	allow(derived, Cancelled, Pending)
 	return t
 }()
 
-// allowed reports whether a task may move from one status to another.
+// allowed reports whether a task may move from one status to another at all.
 func allowed(from, to Status) bool {
-	return from < numStatuses && to < numStatuses && taskTransitions[from][to]
+	return from < numStatuses && to < numStatuses && taskTransitions[from][to] != never
+}
+
+// recordAllowed reports whether a committed record may move a task from one
+// status to another. Derived transitions are not: a record saying "ready"
+// for a task whose dependencies have not succeeded would dispatch it early.
+func recordAllowed(from, to Status) bool {
+	return from < numStatuses && to < numStatuses && taskTransitions[from][to] == written
 }
 
 // DAGStatus is a DAG's state.

@@ -1,0 +1,557 @@
+package core
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/datadriven"
+
+	"github.com/orion-sched/orion/internal/dag"
+	"github.com/orion-sched/orion/internal/executor"
+)
+
+// TestScenarios runs the scenario files in testdata/: each is a readable
+// spec of one part of the core's behaviour, driven through a leader core, a
+// simulated log and a manual clock. Regenerate the expectations with
+//
+//	go test ./internal/core/ -run TestScenarios -rewrite
+//
+// and then read the diff: a scenario is a spec, not a snapshot.
+//
+// The language (arguments in [brackets] are optional):
+//
+//	config [retry-base=1s] [retry-cap=30s] [orphan-grace=2s]
+//	    start over with an empty core using this policy (first command only)
+//	worker id=w1 [slots=1]          register (or resize) a live worker
+//	remove-worker w1                the worker is gone
+//	become-leader                   the core takes over as leader
+//	restart                         the leader dies: its uncommitted proposals
+//	                                and timers are lost; a new core (not yet
+//	                                leader, no workers) is built by applying
+//	                                the committed log
+//	submit id=d1                    propose a DAG; one task per input line:
+//	    a                             id
+//	    b deps=a,c prio=1 retries=2   dependencies, priority, max_retries
+//	commit [n=K]                    commit the oldest K proposals (all by
+//	                                default) in one transaction (one
+//	                                revision), JSON round-trip and apply them;
+//	                                prints each applied entry with the
+//	                                proposals and effects it caused, then the
+//	                                ready tasks in dispatch order
+//	schedule                        dispatch ready tasks onto free slots
+//	report d1/a#1 worker=w1 outcome=succeeded|failed|timed_out|cancelled [exit=N] [error=text]
+//	                                a worker's result (exit defaults to 0 for
+//	                                succeeded, 1 for failed, -1 otherwise)
+//	fire retry|orphan d1/a#1        a timer fires now (whether or not armed)
+//	advance 2s                      move the clock, then fire every armed timer
+//	                                that is due, earliest first
+//	cancel d1 / retry d1            CancelDAG / RetryDAG
+//	adopt w1 d1/a#1                 a worker reports an attempt it is running
+//	state                           Dump()
+//	workers                         each worker's slots and busy count
+//	stats                           leader-side counters
+//	replay                          check that applying the committed log to a
+//	                                fresh core, and restoring the latest value
+//	                                of every key, both yield the leader's Dump
+//
+// Times print relative to the scenario's start (+0s). Every committed batch
+// is also applied to a standby whose Dump must equal the leader's (I1, I4).
+func TestScenarios(t *testing.T) {
+	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
+		if !strings.HasSuffix(path, ".txt") {
+			t.Skip()
+		}
+		h := newHarness(t, Config{})
+		datadriven.RunTest(t, path, func(t *testing.T, td *datadriven.TestData) string {
+			h.t = t
+			out := h.run(td)
+			if out == "" {
+				return "ok\n"
+			}
+			return out
+		})
+	})
+}
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+type harness struct {
+	t       *testing.T
+	cfg     Config
+	c       *Core
+	standby *Core
+	log     []Entry // committed entries as decoded, with their revisions
+	rev     int64
+	now     time.Time
+	timers  []Effect // armed and not yet fired
+	shown   int      // proposals in the outbox already printed
+	out     strings.Builder
+	started bool
+}
+
+func newHarness(t *testing.T, cfg Config) *harness {
+	h := &harness{t: t, cfg: cfg, now: t0}
+	h.c = New(cfg)
+	h.standby = New(cfg)
+	return h
+}
+
+func (h *harness) printf(format string, args ...any) {
+	fmt.Fprintf(&h.out, format, args...)
+}
+
+func (h *harness) run(td *datadriven.TestData) string {
+	h.out.Reset()
+	if td.Cmd != "config" {
+		h.started = true
+	}
+	switch td.Cmd {
+	case "config":
+		if h.started {
+			td.Fatalf(h.t, "config must come first")
+		}
+		cfg := Config{}
+		cfg.RetryBase = h.durArg(td, "retry-base")
+		cfg.RetryCap = h.durArg(td, "retry-cap")
+		cfg.OrphanGrace = h.durArg(td, "orphan-grace")
+		*h = *newHarness(h.t, cfg)
+		c := h.c.Config()
+		h.printf("retry-base=%s retry-cap=%s orphan-grace=%s\n", c.RetryBase, c.RetryCap, c.OrphanGrace)
+	case "worker":
+		var id string
+		slots := 1
+		td.ScanArgs(h.t, "id", &id)
+		td.MaybeScanArgs(h.t, "slots", &slots)
+		h.c.AddWorker(id, slots)
+	case "remove-worker":
+		h.c.RemoveWorker(h.bare(td, 0), h.now)
+	case "become-leader":
+		h.c.BecomeLeader(h.now)
+	case "restart":
+		lost := len(h.c.outbox)
+		h.c = h.replay()
+		h.timers, h.shown = nil, 0
+		h.printf("new core at rev %d; %d uncommitted proposals lost\n", h.c.Rev(), lost)
+	case "submit":
+		h.submit(td)
+	case "commit":
+		n := 0
+		td.MaybeScanArgs(h.t, "n", &n)
+		h.commit(n)
+		return h.out.String() // commit prints its own proposals and effects
+	case "schedule":
+		if h.c.Schedule(h.now) == 0 {
+			h.printf("nothing dispatched\n")
+		}
+	case "report":
+		h.report(td)
+	case "fire":
+		kind := map[string]TimerKind{"retry": TimerRetry, "orphan": TimerOrphan}[h.bare(td, 0)]
+		if kind == 0 {
+			td.Fatalf(h.t, "fire retry|orphan <attempt>")
+		}
+		id := h.attemptID(td, h.bare(td, 1))
+		for i, tm := range h.timers {
+			if tm.Timer == kind && tm.ID == id {
+				h.timers = append(h.timers[:i], h.timers[i+1:]...)
+				break
+			}
+		}
+		h.c.Fire(kind, id, h.now)
+	case "advance":
+		d, err := time.ParseDuration(h.bare(td, 0))
+		if err != nil {
+			td.Fatalf(h.t, "%v", err)
+		}
+		h.now = h.now.Add(d)
+		h.printf("now %s\n", rel(h.now))
+		h.fireDue()
+		return h.out.String()
+	case "cancel":
+		if err := h.c.CancelDAG(h.bare(td, 0), h.now); err != nil {
+			h.printf("error: %s: %v\n", err.(*Error).Code, err)
+		}
+	case "retry":
+		if err := h.c.RetryDAG(h.bare(td, 0), h.now); err != nil {
+			h.printf("error: %s: %v\n", err.(*Error).Code, err)
+		}
+	case "adopt":
+		w, id := h.bare(td, 0), h.attemptID(td, h.bare(td, 1))
+		if h.c.Adopt(w, id) {
+			h.printf("adopted\n")
+		} else {
+			h.printf("refused\n")
+		}
+	case "state":
+		h.printf("%s", h.c.Dump())
+	case "workers":
+		for _, w := range h.c.Workers() {
+			h.printf("%s slots=%d busy=%d\n", w.ID, w.Slots, w.Busy)
+		}
+	case "stats":
+		s := h.c.Stats()
+		h.printf("stale_results=%d orphans=%d\n", s.StaleResults, s.Orphans)
+	case "replay":
+		want := h.c.Dump()
+		if got := h.replay().Dump(); got != want {
+			h.printf("replay differs:\n%s", got)
+		} else if got := h.restore().Dump(); got != want {
+			h.printf("restore differs:\n%s", got)
+		} else {
+			h.printf("ok\n")
+		}
+	default:
+		td.Fatalf(h.t, "unknown command %q", td.Cmd)
+	}
+	h.flush("")
+	return h.out.String()
+}
+
+// flush prints the proposals and effects produced since the last flush.
+func (h *harness) flush(indent string) {
+	// The outbox only grows at the end and shrinks at the front
+	// (TakeProposals), and everything in it has been printed but its tail.
+	for _, e := range h.c.outbox[min(h.shown, len(h.c.outbox)):] {
+		h.printf("%sproposed: %s\n", indent, fmtEntry(&e))
+	}
+	h.shown = len(h.c.outbox)
+	for _, ef := range h.c.TakeEffects() {
+		h.printf("%seffect: %s\n", indent, fmtEffect(ef))
+		if ef.Kind == EffectTimer {
+			h.timers = append(h.timers, ef)
+		}
+	}
+}
+
+func (h *harness) durArg(td *datadriven.TestData, key string) time.Duration {
+	var s string
+	if !td.MaybeScanArgs(h.t, key, &s) {
+		return 0
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		td.Fatalf(h.t, "%s: %v", key, err)
+	}
+	return d
+}
+
+// bare returns the i-th argument written without a value.
+func (h *harness) bare(td *datadriven.TestData, i int) string {
+	n := 0
+	for _, a := range td.CmdArgs {
+		if len(a.Vals) == 0 {
+			if n == i {
+				return a.Key
+			}
+			n++
+		}
+	}
+	td.Fatalf(h.t, "missing argument %d", i+1)
+	return ""
+}
+
+// attemptID reads dag/task#attempt.
+func (h *harness) attemptID(td *datadriven.TestData, s string) executor.AttemptID {
+	slash, hash := strings.Index(s, "/"), strings.LastIndex(s, "#")
+	if slash < 0 || hash < slash {
+		td.Fatalf(h.t, "want dag/task#attempt, got %q", s)
+	}
+	n, err := strconv.Atoi(s[hash+1:])
+	if err != nil {
+		td.Fatalf(h.t, "attempt in %q: %v", s, err)
+	}
+	return executor.AttemptID{DAG: s[:slash], Task: s[slash+1 : hash], Attempt: n}
+}
+
+func (h *harness) submit(td *datadriven.TestData) {
+	var id string
+	td.ScanArgs(h.t, "id", &id)
+	spec := &dag.DAG{ID: id, Name: id}
+	for _, line := range strings.Split(td.Input, "\n") {
+		if strings.TrimSpace(line) == "" {
+			continue
+		}
+		tid, args, err := datadriven.ParseLine(line)
+		if err != nil {
+			td.Fatalf(h.t, "%v", err)
+		}
+		tk := dag.Task{ID: tid, Kind: dag.KindNoop, Timeout: dag.Duration(time.Minute)}
+		for _, a := range args {
+			if len(a.Vals) != 1 {
+				td.Fatalf(h.t, "task %s: %s needs one value", tid, a.Key)
+			}
+			v := a.Vals[0]
+			switch a.Key {
+			case "deps":
+				tk.DependsOn = strings.Split(v, ",")
+			case "prio":
+				tk.Priority, err = strconv.Atoi(v)
+			case "retries":
+				tk.MaxRetries, err = strconv.Atoi(v)
+			default:
+				td.Fatalf(h.t, "task %s: unknown key %s", tid, a.Key)
+			}
+			if err != nil {
+				td.Fatalf(h.t, "task %s: %s: %v", tid, a.Key, err)
+			}
+		}
+		spec.Tasks = append(spec.Tasks, tk)
+	}
+	spec.Normalize()
+	if err := dag.Validate(spec, dag.Limits{}); err != nil {
+		td.Fatalf(h.t, "invalid DAG: %v", err)
+	}
+	out, err := h.c.Submit(spec, h.now)
+	switch {
+	case err != nil:
+		h.printf("error: %s: %v\n", err.(*Error).Code, err)
+	case out == SubmitProposed:
+		h.printf("submitted: proposed\n")
+	case out == SubmitPending:
+		h.printf("submitted: pending (an identical DAG is being committed)\n")
+	case out == SubmitDuplicate:
+		h.printf("submitted: duplicate (an identical DAG was already accepted)\n")
+	}
+}
+
+// commit plays etcd: one transaction, one revision, values round-tripped
+// through JSON. The leader and the standby each apply their own copy.
+func (h *harness) commit(n int) {
+	batch := h.c.TakeProposals(n)
+	h.shown = len(h.c.outbox)
+	if len(batch) == 0 {
+		h.printf("nothing to commit\n")
+		return
+	}
+	h.rev++
+	for i := range batch {
+		e := roundTrip(h.t, batch[i])
+		e.Rev = h.rev
+		h.log = append(h.log, e)
+		sb := roundTrip(h.t, e)
+		sb.Rev = h.rev
+		if err := h.standby.Apply(&sb); err != nil {
+			h.printf("standby: apply error: %v\n", err)
+		}
+		mine := roundTrip(h.t, e)
+		mine.Rev = h.rev
+		if err := h.c.Apply(&mine); err != nil {
+			h.printf("apply error: %v\n", err)
+			continue
+		}
+		h.printf("applied: %s\n", fmtEntry(&e))
+		h.flush("  ")
+	}
+	if got, want := h.standby.Dump(), h.c.Dump(); got != want {
+		h.t.Errorf("standby differs from leader\nleader:\n%s\nstandby:\n%s", want, got)
+	}
+	if r := h.readyList(); r != "" {
+		h.printf("ready: %s\n", r)
+	}
+}
+
+// readyList names the ready tasks in the order the leader would dispatch
+// them (priority, then submission order).
+func (h *harness) readyList() string {
+	var ready []*task
+	for _, d := range h.c.dags {
+		for i := range d.tasks {
+			if d.tasks[i].status == Ready {
+				ready = append(ready, &d.tasks[i])
+			}
+		}
+	}
+	sort.Slice(ready, func(i, j int) bool {
+		if less(ready[i], ready[j]) != less(ready[j], ready[i]) {
+			return less(ready[i], ready[j])
+		}
+		return ready[i].dag.id < ready[j].dag.id
+	})
+	names := make([]string, len(ready))
+	for i, t := range ready {
+		names[i] = t.dag.id + "/" + t.id()
+	}
+	return strings.Join(names, " ")
+}
+
+func (h *harness) report(td *datadriven.TestData) {
+	id := h.attemptID(td, h.bare(td, 0))
+	r := executor.Result{AttemptID: id, StartedAt: h.now, FinishedAt: h.now}
+	var outcome string
+	td.ScanArgs(h.t, "worker", &r.Worker)
+	td.ScanArgs(h.t, "outcome", &outcome)
+	r.Outcome = executor.Outcome(outcome)
+	switch r.Outcome {
+	case executor.Succeeded:
+		r.ExitCode = 0
+	case executor.Failed:
+		r.ExitCode = 1
+	case executor.TimedOut, executor.Cancelled:
+		r.ExitCode = -1
+	default:
+		td.Fatalf(h.t, "unknown outcome %q", outcome)
+	}
+	td.MaybeScanArgs(h.t, "exit", &r.ExitCode)
+	td.MaybeScanArgs(h.t, "error", &r.Error)
+	stale := h.c.Stats().StaleResults
+	h.c.Report(r, h.now)
+	if h.c.Stats().StaleResults > stale {
+		h.printf("stale result dropped\n")
+	}
+	if t := h.c.lookup(id.DAG, id.Task); t != nil && t.stash != nil {
+		h.printf("result held until the task's in-flight record is applied\n")
+	}
+}
+
+func (h *harness) fireDue() {
+	sort.SliceStable(h.timers, func(i, j int) bool { return h.timers[i].At.Before(h.timers[j].At) })
+	for len(h.timers) > 0 && !h.timers[0].At.After(h.now) {
+		tm := h.timers[0]
+		h.timers = h.timers[1:]
+		h.printf("fired: %s %s\n", timerName(tm.Timer), tm.ID)
+		h.c.Fire(tm.Timer, tm.ID, h.now)
+		h.flush("  ")
+	}
+}
+
+// replay builds a fresh core from the committed log, as a standby does.
+func (h *harness) replay() *Core {
+	fresh := New(h.cfg)
+	for i := range h.log {
+		e := roundTrip(h.t, h.log[i])
+		e.Rev = h.log[i].Rev
+		if err := fresh.Apply(&e); err != nil {
+			h.t.Fatalf("replay: %v", err)
+		}
+	}
+	return fresh
+}
+
+// restore builds a fresh core from the latest value of every key, as a cold
+// start reads etcd at one revision.
+func (h *harness) restore() *Core {
+	created := map[string]int64{}
+	dags := map[string]Entry{}
+	tasks := map[string]Entry{}
+	var taskKeys []string
+	for _, e := range h.log {
+		switch {
+		case e.Task != "":
+			k := e.DAG + "/" + e.Task
+			if _, ok := tasks[k]; !ok {
+				taskKeys = append(taskKeys, k)
+			}
+			tasks[k] = e
+		case e.Delete:
+			delete(dags, e.DAG)
+			delete(created, e.DAG)
+			for k, te := range tasks {
+				if te.DAG == e.DAG {
+					delete(tasks, k)
+				}
+			}
+		default:
+			if _, ok := created[e.DAG]; !ok {
+				created[e.DAG] = e.Rev
+			}
+			dags[e.DAG] = e
+		}
+	}
+	var ds, ts []Entry
+	ids := make([]string, 0, len(dags))
+	for id := range dags {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		e := roundTrip(h.t, dags[id])
+		e.Rev = created[id]
+		ds = append(ds, e)
+	}
+	sort.Strings(taskKeys)
+	for _, k := range taskKeys {
+		if e, ok := tasks[k]; ok {
+			ts = append(ts, roundTrip(h.t, e))
+		}
+	}
+	fresh := New(h.cfg)
+	if errs := fresh.Restore(h.rev, ds, ts); len(errs) > 0 {
+		h.t.Fatalf("restore: %v", errs)
+	}
+	return fresh
+}
+
+func rel(t time.Time) string { return "+" + t.Sub(t0).String() }
+
+func timerName(k TimerKind) string {
+	switch k {
+	case TimerRetry:
+		return "retry"
+	case TimerOrphan:
+		return "orphan"
+	}
+	return fmt.Sprintf("timer(%d)", k)
+}
+
+func fmtEffect(ef Effect) string {
+	switch ef.Kind {
+	case EffectDispatch:
+		return fmt.Sprintf("dispatch %s to %s", ef.Attempt.AttemptID, ef.Worker)
+	case EffectCancel:
+		return fmt.Sprintf("cancel %s on %s", ef.ID, ef.Worker)
+	case EffectTimer:
+		return fmt.Sprintf("timer %s %s at %s", timerName(ef.Timer), ef.ID, rel(ef.At))
+	}
+	return fmt.Sprintf("effect(%d)", ef.Kind)
+}
+
+// fmtEntry prints an entry on one line, leaving out what is empty.
+func fmtEntry(e *Entry) string {
+	var b strings.Builder
+	switch {
+	case e.Delete:
+		fmt.Fprintf(&b, "delete dag %s", e.DAG)
+	case e.D != nil:
+		fmt.Fprintf(&b, "dag %s %s run=%d", e.DAG, e.D.Status, e.D.Run)
+	case e.T != nil:
+		r := e.T
+		fmt.Fprintf(&b, "%s/%s %s", e.DAG, e.Task, r.Status)
+		if r.Run != 1 {
+			fmt.Fprintf(&b, " run=%d", r.Run)
+		}
+		fmt.Fprintf(&b, " attempt=%d", r.Attempt)
+		if r.Retries > 0 {
+			fmt.Fprintf(&b, " retries=%d", r.Retries)
+		}
+		if r.Worker != "" {
+			fmt.Fprintf(&b, " worker=%s", r.Worker)
+		}
+		fmt.Fprintf(&b, " event=%s", r.Event)
+		if r.ExitCode != nil {
+			fmt.Fprintf(&b, " exit=%d", *r.ExitCode)
+		}
+		if r.RetryAt != nil {
+			fmt.Fprintf(&b, " retry_at=%s", rel(*r.RetryAt))
+		}
+		if r.Cascade {
+			fmt.Fprintf(&b, " cascade cause=%s", r.Cause)
+		}
+		if r.Error != "" {
+			fmt.Fprintf(&b, " error=%q", r.Error)
+		}
+		if len(r.History) > 0 {
+			var hs []string
+			for _, a := range r.History {
+				hs = append(hs, fmt.Sprintf("#%d:%s", a.Attempt, a.Outcome))
+			}
+			fmt.Fprintf(&b, " history=%s", strings.Join(hs, ","))
+		}
+	default:
+		fmt.Fprintf(&b, "%s/%s (no record)", e.DAG, e.Task)
+	}
+	return b.String()
+}
