@@ -2,8 +2,8 @@ package core
 
 import (
 	"bytes"
-	"sort"
 	"encoding/json"
+	"sort"
 	"time"
 
 	"github.com/orion-sched/orion/internal/dag"
