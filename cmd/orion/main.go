@@ -26,7 +26,7 @@ Submit a DAG and watch it run:               orion submit -f dag.yaml --wait`,
 		SilenceErrors: true,
 	}
 	cli.AddGlobalFlags(root)
-	root.AddCommand(newServerCommand(), newBenchCommand(), newEtcdCommand())
+	root.AddCommand(newServerCommand(), newEtcdCommand(), newWorkerCommand(), newDrillCommand(), newBenchCommand())
 	cli.AddClientCommands(root)
 	os.Exit(cli.Execute(context.Background(), root))
 }

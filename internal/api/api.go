@@ -47,6 +47,9 @@ type Config struct {
 	// Logs is the local executor; the log endpoint reads attempt logs from it.
 	// Nil: no log is on this node.
 	Logs executor.Executor
+	// RemoteLogs returns the executor of a worker connected to this replica
+	// (the leader's hub), to read logs kept on that worker; nil if unknown.
+	RemoteLogs func(worker string) executor.Executor
 	// Metrics: /metrics serves Metrics.Registry, and the handler counts
 	// requests in Metrics.HTTPRequests. Nil: a private registry.
 	Metrics *metrics.Metrics

@@ -141,6 +141,7 @@ func (s *server) forward(w http.ResponseWriter, r *http.Request, body []byte) bo
 	if err != nil || !ok || leader.APIURL == "" || leader.Name == s.node() {
 		return false // the caller answers 503 not_leader with Retry-After
 	}
+	var reqBody io.Reader
 	if body == nil {
 		b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
 		if err != nil {
@@ -149,9 +150,12 @@ func (s *server) forward(w http.ResponseWriter, r *http.Request, body []byte) bo
 		}
 		body = b
 	}
+	if len(body) > 0 {
+		reqBody = bytes.NewReader(body)
+	}
 	fctx, fcancel := context.WithTimeout(r.Context(), s.cfg.WriteTimeout)
 	defer fcancel()
-	req, err := http.NewRequestWithContext(fctx, r.Method, strings.TrimRight(leader.APIURL, "/")+r.URL.RequestURI(), bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(fctx, r.Method, strings.TrimRight(leader.APIURL, "/")+r.URL.RequestURI(), reqBody)
 	if err != nil {
 		return false
 	}

@@ -278,11 +278,22 @@ func (s *server) taskLog(w http.ResponseWriter, r *http.Request) {
 		}
 		writeError(w, http.StatusNotFound, "not_found", msg, nil)
 	}
-	if s.cfg.Logs == nil || (worker != "" && worker != s.cfg.Logs.ID()) {
-		notHere()
-		return
+	logs := s.cfg.Logs
+	if logs == nil || (worker != "" && worker != logs.ID()) {
+		// Another worker ran it: the leader reaches every worker over its
+		// stream, so ask it (or be it).
+		logs = nil
+		if s.cfg.RemoteLogs != nil && worker != "" && s.status().Leader {
+			logs = s.cfg.RemoteLogs(worker)
+		} else if r.Header.Get(ForwardedHeader) == "" && s.forward(w, r, []byte{}) {
+			return
+		}
+		if logs == nil {
+			notHere()
+			return
+		}
 	}
-	rc, err := s.cfg.Logs.OpenLog(executor.AttemptID{DAG: id, Task: taskID, Attempt: attempt})
+	rc, err := logs.OpenLog(executor.AttemptID{DAG: id, Task: taskID, Attempt: attempt})
 	if errors.Is(err, fs.ErrNotExist) {
 		if worker == "" {
 			notHere()

@@ -21,6 +21,9 @@ import (
 type Server struct {
 	Name                 string        `mapstructure:"name" json:"name"`
 	Listen               string        `mapstructure:"listen" json:"listen"`
+	AdvertiseURL         string        `mapstructure:"advertise_url" json:"advertise_url"`
+	StreamStaleAfter     time.Duration `mapstructure:"stream_stale_after" json:"stream_stale_after"`
+	WorkerReconnectGrace time.Duration `mapstructure:"worker_reconnect_grace" json:"worker_reconnect_grace"`
 	DataDir              string        `mapstructure:"data_dir" json:"data_dir"`
 	EtcdEndpoints        []string      `mapstructure:"etcd_endpoints" json:"etcd_endpoints"`
 	EtcdUsername         string        `mapstructure:"etcd_username" json:"etcd_username,omitempty"`
@@ -65,6 +68,9 @@ type flag struct {
 var serverFlags = []flag{
 	{"name", "", "replica name: the election value and worker id prefix (default: host name)"},
 	{"listen", "127.0.0.1:8080", "HTTP address for the API, console and /metrics; non-loopback needs --auth-token or --insecure-no-auth"},
+	{"advertise-url", "", "URL other replicas and workers use to reach this API (default http://<listen address>)"},
+	{"stream-stale-after", time.Second, "a worker or leader stream silent this long is treated as dead (the leader sends heartbeats every 100ms)"},
+	{"worker-reconnect-grace", 2 * time.Second, "how long a disconnected worker keeps its running attempts before they are re-queued"},
 	{"data-dir", "./data", "directory for the embedded etcd member and task logs"},
 	{"etcd-endpoints", []string{}, "comma-separated etcd client URLs; empty: embed a single etcd member in --data-dir"},
 	{"etcd-username", "", "etcd user (auth enabled clusters)"},

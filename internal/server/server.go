@@ -27,6 +27,7 @@ import (
 	"github.com/orion-sched/orion/internal/executor"
 	"github.com/orion-sched/orion/internal/metrics"
 	"github.com/orion-sched/orion/internal/scheduler"
+	"github.com/orion-sched/orion/internal/workerstream"
 )
 
 // Server is a running replica.
@@ -36,10 +37,12 @@ type Server struct {
 	Member   *etcdserver.Member // nil with external etcd
 	Client   *clientv3.Client
 	Local    *executor.Local // nil with --slots 0
+	Hub      *workerstream.Hub
 	Metrics  *metrics.Metrics
 	HTTPAddr string // the address actually bound
 
 	log      *zap.Logger
+	agent    *workerstream.Agent
 	http     *http.Server
 	cancel   context.CancelFunc
 	engineCh chan error
@@ -88,6 +91,11 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger) (s *Server, 
 		return nil, err
 	}
 
+	// The replica's own slots: a local executor driven by an agent that
+	// keeps a stream to the leader, like any worker's (an in-process pipe
+	// when the leader is this replica). With no slots the stream is kept
+	// anyway: it tells this replica at once when the leader dies.
+	var own executor.Executor
 	if cfg.Slots > 0 {
 		logDir := cfg.TaskLogDir
 		if logDir == "" {
@@ -102,25 +110,70 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger) (s *Server, 
 		if err != nil {
 			return nil, err
 		}
+		own = s.Local
+	} else {
+		own = newIdleExecutor(WorkerID(cfg.Name))
 	}
 
-	var local executor.Executor
-	if s.Local != nil {
-		local = s.Local
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
+	s.HTTPAddr = ln.Addr().String()
+	apiURL := cfg.AdvertiseURL
+	if apiURL == "" {
+		apiURL = "http://" + s.HTTPAddr
+	}
+
+	info := &clusterInfo{cli: s.Client}
+	s.Hub = workerstream.NewHub(workerstream.HubConfig{
+		Leader:         cfg.Name,
+		StaleAfter:     cfg.StreamStaleAfter,
+		ReconnectGrace: cfg.WorkerReconnectGrace,
+		Logger:         log.Named("hub"),
+		Redirect: func() (string, string) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			addr, _, _ := info.LeaderAddr(ctx)
+			return addr.Name, addr.APIURL
+		},
+	})
+	info.workers = hubWorkers(s.Hub)
+	workerEvents := make(chan scheduler.WorkerEvent, 256)
+
 	s.Engine = scheduler.New(scheduler.Config{
-		Node:       cfg.Name,
-		Core:       core.Config{RetryBase: cfg.RetryBase, RetryCap: cfg.RetryCap, OrphanGrace: cfg.OrphanGrace},
-		Limits:     etcdlog.Limits{MaxOps: cfg.MaxTxnOps, MaxBytes: etcdlog.DefaultLimits.MaxBytes},
-		SessionTTL: cfg.SessionTTL,
-		Retention:  cfg.Retention,
-		Logger:     log.Named("scheduler"),
-		Metrics:    s.Metrics,
-	}, s.Client, local)
+		Node:          cfg.Name,
+		APIURL:        apiURL,
+		Core:          core.Config{RetryBase: cfg.RetryBase, RetryCap: cfg.RetryCap, OrphanGrace: cfg.OrphanGrace},
+		Limits:        etcdlog.Limits{MaxOps: cfg.MaxTxnOps, MaxBytes: etcdlog.DefaultLimits.MaxBytes},
+		SessionTTL:    cfg.SessionTTL,
+		Retention:     cfg.Retention,
+		Logger:        log.Named("scheduler"),
+		Metrics:       s.Metrics,
+		Workers:       workerEvents,
+		RemoteResults: s.Hub.Results(),
+		OnLeading:     s.Hub.SetLeading,
+	}, s.Client, nil)
 
+	s.agent = workerstream.NewAgent(workerstream.AgentConfig{
+		Exec:         own,
+		Dial:         replicaDialer(s.Client, cfg.Name, s.Hub, cfg.AuthToken),
+		Replica:      cfg.Name,
+		StaleAfter:   cfg.StreamStaleAfter,
+		OnLeaderLost: s.Engine.SuspectLeader,
+		MinBackoff:   5 * time.Millisecond,
+		MaxBackoff:   200 * time.Millisecond,
+		Logger:       log.Named("agent"),
+	})
+
+	var logs executor.Executor = s.Local
+	if s.Local == nil {
+		logs = nil
+	}
 	handler := api.New(api.Config{
 		Backend:       s.Engine,
-		Logs:          local,
+		Logs:          logs,
+		RemoteLogs:    func(worker string) executor.Executor { return remoteLogs(s.Hub, worker) },
 		Metrics:       s.Metrics,
 		Logger:        log.Named("api"),
 		Node:          cfg.Name,
@@ -130,17 +183,18 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger) (s *Server, 
 		MaxBodyBytes:  cfg.MaxBodyBytes,
 		MaxTasks:      cfg.MaxTasksPerDAG,
 		WriteTimeout:  cfg.WriteTimeout,
+		Cluster:       info,
+		APIURL:        apiURL,
+		PID:           os.Getpid(),
+		Routes:        map[string]http.Handler{"GET " + workerstream.Path: s.Hub.Handler()},
 	})
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return nil, fmt.Errorf("listen %s: %w", cfg.Listen, err)
-	}
-	s.HTTPAddr = ln.Addr().String()
 	s.http = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: zap.NewStdLog(log.Named("http"))}
 
 	ectx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
+	go relayWorkerEvents(ectx, s.Hub.Events(), workerEvents)
 	go func() { s.engineCh <- s.Engine.Run(ectx) }()
+	go func() { _ = s.agent.Run(ectx) }()
 	go func() {
 		if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("http server stopped", zap.Error(err))
@@ -218,6 +272,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 }
 
 func (s *Server) closeResources() {
+	if s.Hub != nil {
+		_ = s.Hub.Close()
+	}
 	if s.Local != nil {
 		_ = s.Local.Close()
 	}

@@ -1,0 +1,141 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/orion-sched/orion/internal/client"
+	"github.com/orion-sched/orion/internal/drill"
+)
+
+func newDrillCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "drill",
+		Short: "Failover drills against a local cluster (kill-leader)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return cmd.Help()
+		},
+	}
+	cmd.AddCommand(newDrillKillLeaderCommand())
+	return cmd
+}
+
+func newDrillKillLeaderCommand() *cobra.Command {
+	var (
+		o       drill.Options
+		servers string
+		restart string
+		asJSON  bool
+	)
+	cmd := &cobra.Command{
+		Use:   "kill-leader",
+		Short: "SIGKILL the scheduler leader repeatedly; measure takeover, check no task is lost or run twice",
+		Long: `kill-leader runs --count drills against a cluster whose replicas run on this
+host (such as test/cluster.sh's). Each drill:
+
+  1. finds the leader through the cluster endpoint and checks that its pid is
+     an "orion server" process here that serves the leader's API port
+     (anything else is refused: nothing is killed);
+  2. submits a DAG of --tasks shell tasks in parallel chains (a fixed id per
+     drill) and waits until one task has succeeded and others run; every
+     attempt appends "DAG/TASK ATTEMPT PPID" to WORK-DIR/runs.log;
+  3. saves the leader's command line, working directory and environment
+     from /proc, then SIGKILLs it;
+  4. polls the other replicas every 5 ms until one leads with a committed
+     write: takeover = its first_commit_at minus the kill time (15 s bound);
+  5. restarts the killed replica (--restart auto: the saved command, cwd and
+     environment, detached, output appended to its old log file; script:
+     test/cluster.sh restart NAME; none: leave it) and waits until it answers;
+  6. waits for the drill's DAG (2 m bound) and accounts it: lost = tasks not
+     succeeded; duplicates = tasks that ran again after a run on a worker that
+     stayed alive. Reruns after the killed replica's own slots died are
+     counted apart: at-least-once allows them.
+
+After the last drill every drill DAG is accounted again from the final
+runs.log; that recount gives the totals. The exit code is 0 only when no
+task was lost or duplicated and every takeover was measured. With --json the
+per-drill lines go to stderr and stdout gets one JSON object.
+
+Workers must run on this host: the tasks write to WORK-DIR. With
+--restart auto, a replica started by test/cluster.sh has its pid file
+updated, so "test/cluster.sh down" still stops it.`,
+		Example: `  test/cluster.sh up
+  orion drill kill-leader --server http://127.0.0.1:24081,http://127.0.0.1:24082,http://127.0.0.1:24083 --count 20
+  orion drill kill-leader --server http://127.0.0.1:24081 --count 5 --restart script --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cmd.SilenceUsage = true
+			if servers == "" {
+				servers = os.Getenv("ORION_SERVER")
+			}
+			for _, s := range strings.Split(servers, ",") {
+				if s = client.NormalizeURL(s); s != "" {
+					o.Servers = append(o.Servers, s)
+				}
+			}
+			if len(o.Servers) == 0 {
+				return errors.New("--server: give the API URL of at least one replica (or set ORION_SERVER)")
+			}
+			if f := cmd.Flag("token"); f != nil && f.Value.String() != "" {
+				o.Token = f.Value.String()
+			} else {
+				o.Token = os.Getenv("ORION_AUTH_TOKEN")
+			}
+			m, err := drill.ParseRestartMode(restart)
+			if err != nil {
+				return err
+			}
+			o.Restart = m
+			o.Out, o.Log = cmd.OutOrStdout(), cmd.ErrOrStderr()
+			if asJSON {
+				o.Out = cmd.ErrOrStderr()
+			}
+
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			rep, runErr := drill.Run(ctx, o)
+			if rep != nil {
+				if asJSON {
+					b, err := json.Marshal(rep)
+					if err != nil {
+						return err
+					}
+					fmt.Fprintln(cmd.OutOrStdout(), string(b))
+				} else {
+					rep.Print(cmd.OutOrStdout())
+				}
+			}
+			switch {
+			case runErr != nil && rep != nil:
+				return fmt.Errorf("drill stopped early: %w; %s", runErr, rep.Verdict)
+			case runErr != nil:
+				return runErr
+			case !rep.OK:
+				return fmt.Errorf("drill failed: %s", strings.TrimPrefix(rep.Verdict, "FAIL: "))
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&servers, "server", "", "comma-separated API URLs of the replicas (env ORION_SERVER)")
+	f.IntVar(&o.Count, "count", 1, "drills to run")
+	f.DurationVar(&o.Interval, "interval", 2*time.Second, "pause between drills")
+	f.IntVar(&o.Tasks, "tasks", 40, "shell tasks per drill DAG")
+	f.StringVar(&o.WorkDir, "work-dir", "", "directory for runs.log and logs (default: a new orion-drill-* directory under $TMPDIR)")
+	f.StringVar(&restart, "restart", string(drill.RestartAuto), "how to bring the killed replica back: auto, script or none")
+	f.StringVar(&o.ClusterScript, "cluster-script", "", "test/cluster.sh to run with --restart script (default: found next to the working directory or the binary)")
+	f.DurationVar(&o.TakeoverTimeout, "takeover-timeout", 15*time.Second, "how long a new leader may take to commit before the drill counts as failed")
+	f.DurationVar(&o.SettleTimeout, "settle-timeout", 2*time.Minute, "how long a drill DAG may take to finish after the kill")
+	f.DurationVar(&o.RestartTimeout, "restart-timeout", time.Minute, "how long the restarted replica may take to answer")
+	f.BoolVar(&asJSON, "json", false, "print one JSON object on stdout (per-drill lines go to stderr)")
+	return cmd
+}

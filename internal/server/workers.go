@@ -1,0 +1,142 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/orion-sched/orion/internal/api"
+	"github.com/orion-sched/orion/internal/etcdlog"
+	"github.com/orion-sched/orion/internal/executor"
+	"github.com/orion-sched/orion/internal/leadership"
+	"github.com/orion-sched/orion/internal/scheduler"
+	"github.com/orion-sched/orion/internal/workerstream"
+)
+
+// relayWorkerEvents turns the hub's events into the engine's.
+func relayWorkerEvents(ctx context.Context, in <-chan workerstream.Event, out chan<- scheduler.WorkerEvent) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev := <-in:
+			we := scheduler.WorkerEvent{ID: ev.ID, InFlight: ev.InFlight}
+			if ev.Worker != nil {
+				we.Exec = ev.Worker
+			}
+			switch ev.Kind {
+			case workerstream.Joined:
+				we.Kind = scheduler.WorkerJoined
+			case workerstream.Disconnected:
+				we.Kind = scheduler.WorkerDisconnected
+			case workerstream.Left:
+				we.Kind = scheduler.WorkerLeft
+			default:
+				continue
+			}
+			select {
+			case out <- we:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
+}
+
+// replicaDialer connects a replica's own slots to the leader: through an
+// in-process pipe when the leader is this replica (nothing is serialized),
+// over the leader's websocket otherwise.
+func replicaDialer(cli *clientv3.Client, self string, hub *workerstream.Hub, token string) func(ctx context.Context) (workerstream.Conn, string, error) {
+	return func(ctx context.Context) (workerstream.Conn, string, error) {
+		l, ok, err := leadership.CurrentLeader(ctx, cli)
+		if err != nil {
+			return nil, "", err
+		}
+		if !ok {
+			return nil, "", errors.New("no leader yet")
+		}
+		if l.Name == self {
+			if !hub.Leading() {
+				return nil, "", errors.New("this replica won the election but does not lead yet")
+			}
+			mine, theirs := workerstream.Pipe()
+			hub.Accept(theirs)
+			return mine, self, nil
+		}
+		resp, err := cli.Get(ctx, etcdlog.ReplicaPrefix+l.Name)
+		if err != nil {
+			return nil, "", err
+		}
+		if len(resp.Kvs) == 0 {
+			return nil, "", fmt.Errorf("leader %s is not registered", l.Name)
+		}
+		var rec scheduler.ReplicaRecord
+		if err := json.Unmarshal(resp.Kvs[0].Value, &rec); err != nil || rec.APIURL == "" {
+			return nil, "", fmt.Errorf("leader %s has no API URL", l.Name)
+		}
+		url, err := workerstream.StreamURL(rec.APIURL)
+		if err != nil {
+			return nil, "", err
+		}
+		c, err := workerstream.DialWebsocket(ctx, url, token, nil)
+		return c, l.Name, err
+	}
+}
+
+// hubWorkers describes the hub's workers for the cluster endpoint.
+func hubWorkers(hub *workerstream.Hub) func() []api.WorkerInfo {
+	return func() []api.WorkerInfo {
+		ws := hub.Workers()
+		out := make([]api.WorkerInfo, 0, len(ws))
+		for _, w := range ws {
+			out = append(out, api.WorkerInfo{ID: w.ID, Replica: w.Replica, Slots: w.Slots, Running: w.InFlight,
+				Connected: w.Connected, Since: w.Since})
+		}
+		return out
+	}
+}
+
+// idleExecutor stands in for the slots of a replica started with --slots 0:
+// it runs nothing, but its stream to the leader still tells the replica at
+// once when the leader dies.
+type idleExecutor struct {
+	id      string
+	results chan executor.Result
+}
+
+func newIdleExecutor(id string) *idleExecutor {
+	return &idleExecutor{id: id, results: make(chan executor.Result, 16)}
+}
+
+func (x *idleExecutor) ID() string                      { return x.id }
+func (x *idleExecutor) Slots() int                      { return 0 }
+func (x *idleExecutor) Close() error                    { return nil }
+func (x *idleExecutor) Cancel(executor.AttemptID)       {}
+func (x *idleExecutor) InFlight() []executor.AttemptID  { return nil }
+func (x *idleExecutor) Results() <-chan executor.Result { return x.results }
+func (x *idleExecutor) OpenLog(executor.AttemptID) (io.ReadCloser, error) {
+	return nil, fmt.Errorf("replica has no slots: %w", os.ErrNotExist)
+}
+
+// Start is never called (the leader dispatches nothing to zero slots); if it
+// were, the attempt is handed back at once without consuming a retry.
+func (x *idleExecutor) Start(a executor.Attempt) {
+	select {
+	case x.results <- executor.Result{AttemptID: a.AttemptID, Worker: x.id, Outcome: executor.Cancelled, ExitCode: -1, Error: "replica has no slots"}:
+	default:
+	}
+}
+
+// remoteLogs returns the stream-connected worker that can serve a log, if it
+// is connected to this replica's hub.
+func remoteLogs(hub *workerstream.Hub, worker string) executor.Executor {
+	if w := hub.Worker(worker); w != nil {
+		return w
+	}
+	return nil
+}

@@ -1,0 +1,274 @@
+package workerstream
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+)
+
+// clusterTimeout bounds one GET /api/v1/cluster of the HTTP dialer.
+const clusterTimeout = 3 * time.Second
+
+// HTTPDialer returns a Dial function for a standalone worker. servers are
+// API base URLs ("http://host:port"; "host:port" means http). Each dial:
+//
+//  1. if the last stream was answered with not_leader naming a URL, dials it;
+//  2. else asks the servers, in turn, GET /api/v1/cluster, and dials the
+//     leader's stream: the server it asked when that one is the leader,
+//     else the leader's api_url from the replica list (or a server known
+//     by that name from an earlier answer); when no leader is known it
+//     dials the server that answered, whose not_leader redirect (see 1)
+//     leads on.
+//
+// The replicas' api_url learned from cluster answers are kept as further
+// servers, so a worker given one address finds the others. token, when
+// non-empty, is sent as a bearer token. client nil: a client with short
+// timeouts; its transport's TLS settings and proxy are reused for the
+// websocket.
+func HTTPDialer(servers []string, token string, client *http.Client) func(ctx context.Context) (Conn, string, error) {
+	d := &httpDialer{token: token, client: client, byName: make(map[string]string)}
+	if d.client == nil {
+		d.client = &http.Client{Timeout: clusterTimeout}
+	}
+	d.ws = &websocket.Dialer{Proxy: http.ProxyFromEnvironment, HandshakeTimeout: 5 * time.Second}
+	if t, ok := d.client.Transport.(*http.Transport); ok && t != nil {
+		d.ws.Proxy = t.Proxy
+		d.ws.TLSClientConfig = t.TLSClientConfig
+		d.ws.NetDialContext = t.DialContext
+	}
+	for _, s := range servers {
+		d.addServer(s)
+	}
+	return d.dial
+}
+
+type httpDialer struct {
+	token  string
+	client *http.Client
+	ws     *websocket.Dialer
+
+	mu      sync.Mutex
+	servers []string          // normalized base URLs: given, then learned
+	next    int               // where the next round of cluster queries starts
+	byName  map[string]string // replica name → base URL
+	hint    *Redirect         // from the last not_leader
+}
+
+// normalizeBase turns "host:port" or "http://host:port/" into
+// "http://host:port"; ws/wss URLs are kept as they are.
+func normalizeBase(u string) string {
+	u = strings.TrimSpace(u)
+	if u == "" {
+		return ""
+	}
+	if !strings.Contains(u, "://") {
+		u = "http://" + u
+	}
+	return strings.TrimRight(u, "/")
+}
+
+// StreamURL is the worker stream's URL on the server at base.
+func StreamURL(base string) (string, error) {
+	u, err := url.Parse(normalizeBase(base))
+	if err != nil {
+		return "", fmt.Errorf("server URL %q: %w", base, err)
+	}
+	switch u.Scheme {
+	case "ws", "wss":
+		return u.String(), nil
+	case "http":
+		u.Scheme = "ws"
+	case "https":
+		u.Scheme = "wss"
+	default:
+		return "", fmt.Errorf("server URL %q: want http, https, ws or wss", base)
+	}
+	u.Path = strings.TrimRight(u.Path, "/") + Path
+	return u.String(), nil
+}
+
+func (d *httpDialer) addServer(s string) {
+	s = normalizeBase(s)
+	if s == "" {
+		return
+	}
+	for _, have := range d.servers {
+		if have == s {
+			return
+		}
+	}
+	d.servers = append(d.servers, s)
+}
+
+type clusterAnswer struct {
+	Node     string `json:"node"`
+	Leader   string `json:"leader"`
+	Replicas []struct {
+		Name   string `json:"name"`
+		Role   string `json:"role"`
+		APIURL string `json:"api_url"`
+	} `json:"replicas"`
+}
+
+func (d *httpDialer) dial(ctx context.Context) (Conn, string, error) {
+	d.mu.Lock()
+	hint := d.hint
+	d.hint = nil
+	servers := append([]string(nil), d.servers...)
+	start := d.next
+	d.mu.Unlock()
+	if len(servers) == 0 {
+		return nil, "", fmt.Errorf("workerstream: no server to dial")
+	}
+
+	var errs []string
+	if hint != nil && hint.URL != "" {
+		c, err := d.dialStream(ctx, hint.URL)
+		if err == nil {
+			return c, hint.Leader, nil
+		}
+		errs = append(errs, err.Error())
+	}
+	for i := range servers {
+		base := servers[(start+i)%len(servers)]
+		ans, err := d.cluster(ctx, base)
+		if err != nil {
+			errs = append(errs, err.Error())
+			if ctx.Err() != nil {
+				break
+			}
+			continue
+		}
+		target := d.learn(base, ans)
+		c, err := d.dialStream(ctx, target)
+		if err != nil {
+			errs = append(errs, err.Error())
+			if ctx.Err() != nil {
+				break
+			}
+			continue
+		}
+		d.mu.Lock()
+		d.next = (start + i) % len(servers)
+		d.mu.Unlock()
+		return c, ans.Leader, nil
+	}
+	d.mu.Lock()
+	d.next = (start + 1) % max(len(d.servers), 1)
+	d.mu.Unlock()
+	return nil, "", fmt.Errorf("workerstream: no server reachable: %s", strings.Join(errs, "; "))
+}
+
+// learn records what a cluster answer from base says and returns the base
+// URL to dial: the leader's if known, else base itself.
+func (d *httpDialer) learn(base string, ans clusterAnswer) string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if ans.Node != "" {
+		d.byName[ans.Node] = base
+	}
+	for _, r := range ans.Replicas {
+		if r.APIURL == "" {
+			continue
+		}
+		u := normalizeBase(r.APIURL)
+		d.addServer(u)
+		if r.Name != "" {
+			d.byName[r.Name] = u
+		}
+	}
+	switch {
+	case ans.Leader == "":
+		return base
+	case ans.Leader == ans.Node:
+		return base
+	case d.byName[ans.Leader] != "":
+		return d.byName[ans.Leader]
+	}
+	return base
+}
+
+func (d *httpDialer) cluster(ctx context.Context, base string) (clusterAnswer, error) {
+	var ans clusterAnswer
+	if u, err := url.Parse(base); err == nil && (u.Scheme == "ws" || u.Scheme == "wss") {
+		return ans, nil // a stream URL given directly: nothing to ask
+	}
+	ctx, cancel := context.WithTimeout(ctx, clusterTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/api/v1/cluster", nil)
+	if err != nil {
+		return ans, err
+	}
+	if d.token != "" {
+		req.Header.Set("Authorization", "Bearer "+d.token)
+	}
+	resp, err := d.client.Do(req)
+	if err != nil {
+		return ans, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return ans, fmt.Errorf("%s: %w", req.URL, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		e := &HTTPStatusError{URL: req.URL.String(), Status: resp.StatusCode, Body: strings.TrimSpace(string(body))}
+		if len(e.Body) > 200 {
+			e.Body = e.Body[:200]
+		}
+		return ans, e
+	}
+	if err := json.Unmarshal(body, &ans); err != nil {
+		return ans, fmt.Errorf("%s: %w", req.URL, err)
+	}
+	return ans, nil
+}
+
+func (d *httpDialer) dialStream(ctx context.Context, base string) (Conn, error) {
+	u, err := StreamURL(base)
+	if err != nil {
+		return nil, err
+	}
+	c, err := DialWebsocket(ctx, u, d.token, d.ws)
+	if err != nil {
+		return nil, err
+	}
+	return &redirectConn{Conn: c, d: d}, nil
+}
+
+// redirectConn notes a not_leader answer for the next dial.
+type redirectConn struct {
+	Conn
+	d *httpDialer
+}
+
+func (c *redirectConn) Recv() (Msg, error) {
+	m, err := c.Conn.Recv()
+	if err == nil && m.Type == TypeNotLeader && m.Redirect != nil {
+		rd := *m.Redirect
+		c.d.mu.Lock()
+		if rd.URL == "" && rd.Leader != "" {
+			rd.URL = c.d.byName[rd.Leader]
+		}
+		if rd.URL != "" {
+			c.d.addServer(rd.URL)
+			if rd.Leader != "" {
+				c.d.byName[rd.Leader] = normalizeBase(rd.URL)
+			}
+			c.d.hint = &rd
+		} else if n := len(c.d.servers); n > 0 {
+			// No way to the leader named: ask another server next time.
+			c.d.next = (c.d.next + 1) % n
+		}
+		c.d.mu.Unlock()
+	}
+	return m, err
+}

@@ -1,0 +1,554 @@
+package workerstream
+
+import (
+	"cmp"
+	"fmt"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"go.uber.org/zap"
+
+	"github.com/orion-sched/orion/internal/executor"
+)
+
+// Hub defaults.
+const (
+	DefaultHeartbeatInterval = 100 * time.Millisecond
+	DefaultStaleAfter        = 500 * time.Millisecond
+	DefaultReconnectGrace    = time.Second
+	DefaultLogTimeout        = 5 * time.Second
+)
+
+// HubConfig configures a Hub. Zero fields take the defaults.
+type HubConfig struct {
+	// Leader is this replica's name, sent to workers in the welcome.
+	Leader string
+	// HeartbeatInterval is how often the hub sends a heartbeat on every
+	// stream, and how often it asks workers to send theirs.
+	HeartbeatInterval time.Duration
+	// StaleAfter drops a stream on which nothing arrived for this long.
+	StaleAfter time.Duration
+	// ReconnectGrace is how long a disconnected worker keeps its identity
+	// (and its queued dispatches) before it is reported Left.
+	ReconnectGrace time.Duration
+	// WriteTimeout bounds one websocket write (DefaultWriteTimeout).
+	WriteTimeout time.Duration
+	// LogTimeout is how long OpenLog and each Read of a remote log wait for
+	// the worker (DefaultLogTimeout).
+	LogTimeout time.Duration
+	// Redirect names the current leader and its API URL; a stream opened
+	// while the hub is not leading gets them in a not_leader message. Nil:
+	// an empty redirect.
+	Redirect func() (leader, url string)
+	// Logger receives connection-level events. Nil: no logging.
+	Logger *zap.Logger
+}
+
+// EventKind says what happened to a worker.
+type EventKind int
+
+const (
+	// Joined: a worker said hello, for the first time or again after a
+	// reconnection (within the grace period it is the same *RemoteWorker,
+	// and attempts dispatched meanwhile are sent now). InFlight lists what
+	// it reported running or finished-but-unacknowledged: adopt them.
+	Joined EventKind = iota + 1
+	// Disconnected: the worker's stream dropped (EOF, error or no message
+	// for StaleAfter). Its attempts are kept for ReconnectGrace.
+	Disconnected
+	// Left: the worker did not come back within ReconnectGrace, was closed,
+	// or the hub stopped leading. Re-queue its attempts. Every Joined
+	// worker gets exactly one Left; the *RemoteWorker is then dead (Start
+	// reports Cancelled results at once) and a reconnection creates a new
+	// one.
+	Left
+)
+
+func (k EventKind) String() string {
+	switch k {
+	case Joined:
+		return "joined"
+	case Disconnected:
+		return "disconnected"
+	case Left:
+		return "left"
+	}
+	return fmt.Sprintf("EventKind(%d)", int(k))
+}
+
+// Event reports a change of a worker. Events of one worker arrive in order.
+type Event struct {
+	Kind     EventKind
+	ID       string               // the worker's id
+	Worker   *RemoteWorker        // set for every kind; the same pointer from Joined to Left
+	InFlight []executor.AttemptID // Joined: the attempts the worker reported
+}
+
+// WorkerInfo describes a worker for the cluster endpoint.
+type WorkerInfo struct {
+	ID        string    `json:"id"`
+	Replica   string    `json:"replica,omitempty"`
+	Slots     int       `json:"slots"`
+	Connected bool      `json:"connected"`
+	InFlight  int       `json:"in_flight"`
+	Since     time.Time `json:"since"` // when Connected last changed
+}
+
+// Hub is the leader's end of the worker streams.
+//
+// Concurrency: one mutex guards the hub and all its workers' state; each
+// stream has a reader goroutine (which also serves the HTTP request, for a
+// websocket) and a writer goroutine fed by an unbounded queue, so
+// RemoteWorker.Start and Cancel never block on a slow or stuck stream. A
+// stuck stream is closed by the write deadline or by staleness.
+type Hub struct {
+	cfg      HubConfig
+	log      *zap.Logger
+	upgrader websocket.Upgrader
+	events   *outlet[Event]
+	results  *outlet[executor.Result]
+	done     chan struct{}
+	nextReq  atomic.Uint64
+
+	mu      sync.Mutex
+	leading bool
+	closed  bool
+	conns   map[*hubConn]struct{}
+	workers map[string]*RemoteWorker
+}
+
+// NewHub returns a hub that is not leading: every stream is redirected until
+// SetLeading(true).
+func NewHub(cfg HubConfig) *Hub {
+	if cfg.HeartbeatInterval <= 0 {
+		cfg.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if cfg.StaleAfter <= 0 {
+		cfg.StaleAfter = DefaultStaleAfter
+	}
+	if cfg.ReconnectGrace <= 0 {
+		cfg.ReconnectGrace = DefaultReconnectGrace
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = DefaultWriteTimeout
+	}
+	if cfg.LogTimeout <= 0 {
+		cfg.LogTimeout = DefaultLogTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	done := make(chan struct{})
+	return &Hub{
+		cfg:     cfg,
+		log:     cfg.Logger,
+		events:  newOutlet[Event](256, done),
+		results: newOutlet[executor.Result](4096, done),
+		done:    done,
+		conns:   make(map[*hubConn]struct{}),
+		workers: make(map[string]*RemoteWorker),
+	}
+}
+
+// Events delivers worker changes. The channel is never closed. Read it
+// continuously (a backlog waits in memory, unbounded).
+func (h *Hub) Events() <-chan Event { return h.events.ch }
+
+// Results delivers the results of every worker, including results of
+// attempts a worker was never asked to run here (reported after a leader
+// change) and repeats; the core decides by attempt identity. The channel is
+// never closed.
+func (h *Hub) Results() <-chan executor.Result { return h.results.ch }
+
+// SetLeading switches the hub on or off. Off: every stream is closed, every
+// worker is reported Disconnected (if connected) and Left, and new streams
+// get not_leader. Call it from the scheduling loop when leadership changes.
+func (h *Hub) SetLeading(leading bool) {
+	h.mu.Lock()
+	if h.closed || h.leading == leading {
+		h.mu.Unlock()
+		return
+	}
+	h.leading = leading
+	var drop []*hubConn
+	var logs []*logReader
+	if !leading {
+		drop, logs = h.dropAllLocked()
+	}
+	h.mu.Unlock()
+	for _, hc := range drop {
+		hc.close()
+	}
+	for _, lr := range logs {
+		lr.fail(errNotLeading)
+	}
+	if leading {
+		h.log.Info("worker hub leading: accepting workers")
+	} else {
+		h.log.Info("worker hub not leading: streams closed", zap.Int("streams", len(drop)))
+	}
+}
+
+// Leading reports whether the hub accepts workers.
+func (h *Hub) Leading() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.leading
+}
+
+// Close stops the hub for good: like SetLeading(false), and later streams
+// are redirected. Channels are not closed.
+func (h *Hub) Close() error {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return nil
+	}
+	h.closed, h.leading = true, false
+	drop, logs := h.dropAllLocked()
+	h.mu.Unlock()
+	for _, hc := range drop {
+		hc.close()
+	}
+	for _, lr := range logs {
+		lr.fail(errNotLeading)
+	}
+	close(h.done)
+	return nil
+}
+
+var errNotLeading = fmt.Errorf("workerstream: this replica stopped leading")
+
+func (h *Hub) dropAllLocked() ([]*hubConn, []*logReader) {
+	drop := make([]*hubConn, 0, len(h.conns))
+	for hc := range h.conns {
+		drop = append(drop, hc)
+	}
+	clear(h.conns)
+	ws := make([]*RemoteWorker, 0, len(h.workers))
+	for _, w := range h.workers {
+		ws = append(ws, w)
+	}
+	slices.SortFunc(ws, func(a, b *RemoteWorker) int { return cmp.Compare(a.id, b.id) })
+	var logs []*logReader
+	for _, w := range ws {
+		logs = append(logs, h.leaveLocked(w)...)
+	}
+	return drop, logs
+}
+
+// Worker returns the live worker with this id, or nil.
+func (h *Hub) Worker(id string) *RemoteWorker {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.workers[id]
+}
+
+// Workers lists the workers, connected or within their reconnect grace,
+// sorted by id.
+func (h *Hub) Workers() []WorkerInfo {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]WorkerInfo, 0, len(h.workers))
+	for _, w := range h.workers {
+		out = append(out, WorkerInfo{ID: w.id, Replica: w.replica, Slots: w.slots, Connected: w.conn != nil,
+			InFlight: len(w.inFlightLocked()), Since: w.since})
+	}
+	slices.SortFunc(out, func(a, b WorkerInfo) int { return cmp.Compare(a.ID, b.ID) })
+	return out
+}
+
+// Handler serves the websocket endpoint (mount it at GET Path, behind the
+// API's authentication). The request's goroutine serves the stream until it
+// ends. Browsers from another origin are refused (gorilla's same-origin
+// check); non-browser clients send no Origin and are accepted.
+func (h *Hub) Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ws, err := h.upgrader.Upgrade(hijacker(w), r, nil)
+		if err != nil {
+			h.log.Debug("worker stream upgrade failed", zap.String("remote", r.RemoteAddr), zap.Error(err))
+			return // the upgrader has answered
+		}
+		h.serve(NewWebsocketConn(ws, h.cfg.WriteTimeout), r.RemoteAddr)
+	})
+}
+
+// hijacker finds a ResponseWriter that can be hijacked under middleware
+// wrappers that expose Unwrap (as http.ResponseController expects), since
+// gorilla/websocket asserts http.Hijacker directly.
+func hijacker(w http.ResponseWriter) http.ResponseWriter {
+	for cur := w; ; {
+		if _, ok := cur.(http.Hijacker); ok {
+			return cur
+		}
+		u, ok := cur.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			return w
+		}
+		cur = u.Unwrap()
+	}
+}
+
+// Accept serves an in-process stream (the hub's end of a Pipe) in a new
+// goroutine and returns at once.
+func (h *Hub) Accept(c Conn) {
+	go h.serve(c, "in-process")
+}
+
+// hubConn is one stream on the hub.
+type hubConn struct {
+	*link
+	remote string
+	worker *RemoteWorker // set by hello; guarded by hub.mu
+}
+
+// serve runs one stream to its end.
+func (h *Hub) serve(c Conn, remote string) {
+	hc := &hubConn{link: newLink(c, h.cfg.HeartbeatInterval, h.cfg.StaleAfter), remote: remote}
+	h.mu.Lock()
+	if !h.leading || h.closed {
+		h.mu.Unlock()
+		h.refuse(c, remote)
+		return
+	}
+	h.conns[hc] = struct{}{}
+	h.mu.Unlock()
+	go hc.writeLoop()
+	var endErr error
+	defer func() { h.ended(hc, endErr) }()
+
+	m, err := c.Recv()
+	if err != nil {
+		endErr = hc.endReason(err)
+		h.log.Debug("worker stream ended before hello", zap.String("remote", remote), zap.Error(endErr))
+		return
+	}
+	hc.touch()
+	// A replica without slots still keeps a stream (zero slots) so it sees
+	// the leader die at once; a standalone worker must bring slots.
+	if m.Type != TypeHello || m.Hello == nil || m.Hello.Worker == "" || m.Hello.Slots < 0 ||
+		(m.Hello.Slots == 0 && m.Hello.Replica == "") ||
+		(m.Hello.Version != 0 && m.Hello.Version != ProtocolVersion) {
+		h.log.Warn("worker stream refused: bad hello", zap.String("remote", remote), zap.String("type", m.Type),
+			zap.Any("hello", m.Hello))
+		return
+	}
+	if !h.join(hc, m.Hello) {
+		return
+	}
+	for {
+		m, err := c.Recv()
+		if err != nil {
+			endErr = hc.endReason(err)
+			return
+		}
+		hc.touch()
+		h.handle(hc, m)
+	}
+}
+
+// refuse answers a stream opened while not leading with not_leader, then
+// waits (briefly) for the worker to close, so that the message is not lost
+// to a TCP reset caused by closing with the worker's hello unread.
+func (h *Hub) refuse(c Conn, remote string) {
+	var rd Redirect
+	if h.cfg.Redirect != nil {
+		rd.Leader, rd.URL = h.cfg.Redirect()
+	}
+	h.log.Debug("worker stream redirected", zap.String("remote", remote), zap.String("leader", rd.Leader))
+	t := time.AfterFunc(time.Second, func() { _ = c.Close() })
+	defer t.Stop()
+	if c.Send(Msg{Type: TypeNotLeader, Redirect: &rd}) == nil {
+		for {
+			if _, err := c.Recv(); err != nil {
+				break
+			}
+		}
+	}
+	_ = c.Close()
+}
+
+// join attaches a stream to its worker, new or reconnecting.
+func (h *Hub) join(hc *hubConn, hello *Hello) bool {
+	h.mu.Lock()
+	if _, ok := h.conns[hc]; !ok || !h.leading || h.closed {
+		h.mu.Unlock()
+		return false
+	}
+	now := time.Now()
+	w := h.workers[hello.Worker]
+	reconnect := w != nil
+	var old *hubConn
+	var oldLogs []*logReader
+	if w == nil {
+		w = &RemoteWorker{hub: h, id: hello.Worker, outstanding: make(map[executor.AttemptID]outAttempt),
+			logs: make(map[uint64]*logReader)}
+		h.workers[w.id] = w
+	} else {
+		if w.grace != nil {
+			w.grace.Stop()
+			w.grace = nil
+		}
+		if w.conn != nil { // a second stream of the same worker: the new one wins
+			old = w.conn
+			old.worker = nil
+			oldLogs = w.takeLogsLocked(old)
+		}
+	}
+	w.slots, w.replica = hello.Slots, hello.Replica
+	w.conn, hc.worker, w.since = hc, w, now
+	w.reported = make(map[executor.AttemptID]struct{}, len(hello.InFlight))
+	for _, id := range hello.InFlight {
+		w.reported[id] = struct{}{}
+	}
+	hc.send(Msg{Type: TypeWelcome, Welcome: &Welcome{Leader: h.cfg.Leader,
+		HeartbeatMs: max(1, int(h.cfg.HeartbeatInterval/time.Millisecond)), StaleAfterMs: int(h.cfg.StaleAfter / time.Millisecond)}})
+	// Attempts dispatched while it was away, or sent on a stream that
+	// died before the worker read them, are sent (again) now.
+	redo := make([]outAttempt, 0, len(w.outstanding))
+	for id, oa := range w.outstanding {
+		if _, ok := w.reported[id]; !ok {
+			redo = append(redo, oa)
+		}
+	}
+	slices.SortFunc(redo, func(a, b outAttempt) int { return cmp.Compare(a.seq, b.seq) })
+	for _, oa := range redo {
+		a := oa.a
+		hc.send(Msg{Type: TypeDispatch, Attempt: &a})
+	}
+	for _, id := range w.cancels {
+		hc.send(Msg{Type: TypeCancel, ID: &id})
+	}
+	w.cancels = nil
+	inflight := slices.Clone(hello.InFlight)
+	h.events.push(Event{Kind: Joined, ID: w.id, Worker: w, InFlight: inflight})
+	h.mu.Unlock()
+	if old != nil {
+		old.close()
+		for _, lr := range oldLogs {
+			lr.fail(errDisconnected(w.id))
+		}
+	}
+	h.log.Info("worker joined", zap.String("worker", w.id), zap.String("replica", hello.Replica),
+		zap.Int("slots", hello.Slots), zap.Int("in_flight", len(hello.InFlight)), zap.Bool("reconnect", reconnect),
+		zap.Int("redispatched", len(redo)), zap.String("remote", hc.remote))
+	return true
+}
+
+// ended cleans up after a stream: its worker, if the stream was still its
+// current one, is Disconnected and gets ReconnectGrace to come back.
+func (h *Hub) ended(hc *hubConn, why error) {
+	hc.close()
+	h.mu.Lock()
+	delete(h.conns, hc)
+	w := hc.worker
+	if w == nil || w.conn != hc || w.left {
+		h.mu.Unlock()
+		return
+	}
+	w.conn, hc.worker, w.since = nil, nil, time.Now()
+	logs := w.takeLogsLocked(hc)
+	h.events.push(Event{Kind: Disconnected, ID: w.id, Worker: w})
+	w.gen++
+	gen := w.gen
+	w.grace = time.AfterFunc(h.cfg.ReconnectGrace, func() { h.expire(w, gen) })
+	h.mu.Unlock()
+	for _, lr := range logs {
+		lr.fail(errDisconnected(w.id))
+	}
+	h.log.Info("worker disconnected", zap.String("worker", w.id), zap.NamedError("reason", why),
+		zap.Duration("grace", h.cfg.ReconnectGrace))
+}
+
+func (h *Hub) expire(w *RemoteWorker, gen uint64) {
+	h.mu.Lock()
+	if w.left || w.conn != nil || w.gen != gen {
+		h.mu.Unlock()
+		return
+	}
+	logs := h.leaveLocked(w)
+	h.mu.Unlock()
+	for _, lr := range logs {
+		lr.fail(errDisconnected(w.id))
+	}
+	h.log.Info("worker left: no reconnection within the grace period", zap.String("worker", w.id))
+}
+
+// leaveLocked reports w Disconnected (if it was connected) and Left, and
+// forgets it. The caller closes w's stream (it is in h.conns or already
+// closing) and fails the returned log readers outside the lock.
+func (h *Hub) leaveLocked(w *RemoteWorker) []*logReader {
+	if w.left {
+		return nil
+	}
+	var logs []*logReader
+	if w.conn != nil {
+		logs = w.takeLogsLocked(w.conn)
+		w.conn.worker = nil
+		w.conn = nil
+		h.events.push(Event{Kind: Disconnected, ID: w.id, Worker: w})
+	}
+	logs = append(logs, w.takeLogsLocked(nil)...)
+	if w.grace != nil {
+		w.grace.Stop()
+		w.grace = nil
+	}
+	w.left = true
+	w.since = time.Now()
+	if h.workers[w.id] == w {
+		delete(h.workers, w.id)
+	}
+	w.outstanding, w.reported, w.cancels = nil, nil, nil
+	h.events.push(Event{Kind: Left, ID: w.id, Worker: w})
+	return logs
+}
+
+// handle processes one message from a worker that said hello.
+func (h *Hub) handle(hc *hubConn, m Msg) {
+	switch m.Type {
+	case TypeHeartbeat:
+	case TypeResult:
+		if m.Result == nil {
+			return
+		}
+		r := *m.Result
+		h.mu.Lock()
+		if w := hc.worker; w != nil {
+			if r.Worker != w.id {
+				// A stream speaks for one worker: its hello's.
+				r.Worker = w.id
+			}
+			delete(w.outstanding, r.AttemptID)
+			delete(w.reported, r.AttemptID)
+		}
+		h.results.push(r)
+		h.mu.Unlock()
+		id := r.AttemptID
+		hc.send(Msg{Type: TypeAck, ID: &id})
+	case TypeLogChunk:
+		if m.Log == nil {
+			return
+		}
+		h.mu.Lock()
+		var lr *logReader
+		if w := hc.worker; w != nil {
+			lr = w.logs[m.Log.Req]
+		}
+		h.mu.Unlock()
+		if lr != nil {
+			lr.deliver(*m.Log)
+		}
+	case TypeHello:
+		h.log.Warn("worker sent a second hello; ignored", zap.String("remote", hc.remote))
+	default:
+		h.log.Debug("unknown message from worker; ignored", zap.String("type", m.Type), zap.String("remote", hc.remote))
+	}
+}
+
+func errDisconnected(worker string) error {
+	return fmt.Errorf("workerstream: worker %s disconnected", worker)
+}

@@ -1,0 +1,113 @@
+package workerstream
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// link is what both ends of a stream run: an unbounded send queue drained by
+// one writer goroutine (so producers never block and the Conn has one
+// writer), a heartbeat every interval, and a watchdog that closes the
+// stream when nothing has been received for the stale timeout.
+type link struct {
+	c          Conn
+	q          *sendQueue
+	done       chan struct{}
+	once       sync.Once
+	lastRecv   atomic.Int64 // unix nanos
+	heartbeat  atomic.Int64 // nanos
+	staleAfter atomic.Int64 // nanos
+	stale      atomic.Bool  // closed by the watchdog
+	writeErr   atomic.Value // error: the write that failed
+}
+
+func newLink(c Conn, heartbeat, staleAfter time.Duration) *link {
+	l := &link{c: c, q: newSendQueue(), done: make(chan struct{})}
+	l.heartbeat.Store(int64(heartbeat))
+	l.staleAfter.Store(int64(staleAfter))
+	l.touch()
+	return l
+}
+
+// send queues m; false once the link is closed.
+func (l *link) send(m Msg) bool { return l.q.put(m) }
+
+// touch records that something was received.
+func (l *link) touch() { l.lastRecv.Store(time.Now().UnixNano()) }
+
+// close ends the link: queued messages are dropped and Conn is closed, which
+// unblocks its reader. Idempotent.
+func (l *link) close() {
+	l.once.Do(func() {
+		l.q.close()
+		close(l.done)
+		_ = l.c.Close()
+	})
+}
+
+// activityConn is a Conn that knows when it last received bytes, even of
+// a message not yet complete: on a slow link a large message (a log chunk,
+// an attempt with a big spec) must not look like silence.
+type activityConn interface {
+	LastActivity() time.Time
+}
+
+func (l *link) lastActivity() time.Time {
+	last := time.Unix(0, l.lastRecv.Load())
+	if ac, ok := l.c.(activityConn); ok {
+		if t := ac.LastActivity(); t.After(last) {
+			last = t
+		}
+	}
+	return last
+}
+
+func (l *link) writeLoop() {
+	interval := time.Duration(l.heartbeat.Load())
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	var buf []Msg
+	for {
+		select {
+		case <-l.done:
+			return
+		case <-l.q.wake:
+		case now := <-tick.C:
+			if now.Sub(l.lastActivity()) > time.Duration(l.staleAfter.Load()) {
+				l.stale.Store(true)
+				l.close()
+				return
+			}
+			if d := time.Duration(l.heartbeat.Load()); d != interval {
+				interval = d
+				tick.Reset(d)
+			}
+			l.q.put(Msg{Type: TypeHeartbeat})
+		}
+		buf = l.q.take(buf)
+		for i := range buf {
+			if err := l.c.Send(buf[i]); err != nil {
+				l.writeErr.Store(err)
+				l.close()
+				return
+			}
+		}
+		clear(buf)
+	}
+}
+
+// endReason explains why the link's reader saw err.
+func (l *link) endReason(err error) error {
+	if l.stale.Load() {
+		return errStale(time.Duration(l.staleAfter.Load()))
+	}
+	if we, ok := l.writeErr.Load().(error); ok && we != nil {
+		return we
+	}
+	return err
+}
+
+type errStale time.Duration
+
+func (e errStale) Error() string { return "no message for " + time.Duration(e).String() }

@@ -1,0 +1,129 @@
+// Package workerstream connects remote executors to the leader. Every worker
+// (a standalone `orion worker` process, or a replica's own slots) keeps one
+// long-lived, bidirectional stream to the leader replica; the leader
+// dispatches attempts over it and the worker sends results back.
+//
+// The leader side is a Hub: it accepts streams (a websocket via Handler, or an
+// in-process Pipe via Accept), turns each connected worker into a
+// *RemoteWorker that implements executor.Executor, and reports workers
+// joining, disconnecting and leaving as Events. The worker side is an Agent:
+// it dials the leader (following it across leader changes), announces its
+// in-flight attempts in its hello so a new leader adopts them instead of
+// running them again, runs what it is dispatched on a local executor and
+// sends the results back.
+//
+// Protocol: JSON messages (Msg), one per websocket text frame; over a Pipe the
+// Msg values themselves travel, unserialized.
+//
+//	worker → leader   hello (first), result, heartbeat, log_chunk
+//	leader → worker   welcome (answers hello), dispatch, cancel, ack,
+//	                  heartbeat, log_request, not_leader (then the leader closes)
+//
+// Both sides send a heartbeat every heartbeat interval and drop a stream on
+// which nothing arrived for the stale timeout. Results are acknowledged
+// (ack): a worker keeps a result and sends it again after every reconnect
+// until a leader has acknowledged it, and for a while after that it replays
+// it to any new leader, since the one that acknowledged it may have died
+// before committing it. The scheduler's core tells current results from
+// stale or repeated ones by attempt identity, so repeats are harmless.
+package workerstream
+
+import (
+	"github.com/orion-sched/orion/internal/executor"
+)
+
+// ProtocolVersion is sent in Hello.Version. A hub refuses a hello with a
+// different non-zero version.
+const ProtocolVersion = 1
+
+// Path is where a replica serves the worker stream (behind the API's auth).
+const Path = "/internal/v1/worker"
+
+// Message types (Msg.Type).
+const (
+	TypeHello      = "hello"       // worker → leader, first message: Hello
+	TypeWelcome    = "welcome"     // leader → worker, answers hello: Welcome
+	TypeDispatch   = "dispatch"    // leader → worker: Attempt
+	TypeCancel     = "cancel"      // leader → worker: ID
+	TypeResult     = "result"      // worker → leader: Result
+	TypeAck        = "ack"         // leader → worker: ID of a result now in the leader's hands
+	TypeHeartbeat  = "heartbeat"   // both ways, no payload
+	TypeLogRequest = "log_request" // leader → worker: LogReq (open, more credit, or close)
+	TypeLogChunk   = "log_chunk"   // worker → leader: Log
+	TypeNotLeader  = "not_leader"  // leader → worker: Redirect; the stream is then closed
+)
+
+// Msg is one message of the stream. Type says which payload field is set.
+type Msg struct {
+	Type     string              `json:"type"`
+	Hello    *Hello              `json:"hello,omitempty"`
+	Welcome  *Welcome            `json:"welcome,omitempty"`
+	Attempt  *executor.Attempt   `json:"attempt,omitempty"`
+	ID       *executor.AttemptID `json:"id,omitempty"`
+	Result   *executor.Result    `json:"result,omitempty"`
+	Log      *LogChunk           `json:"log,omitempty"`
+	LogReq   *LogRequest         `json:"log_req,omitempty"`
+	Redirect *Redirect           `json:"redirect,omitempty"`
+}
+
+// Hello introduces a worker. InFlight lists the attempts it is running or
+// has finished without a leader acknowledging the result yet: the leader
+// adopts them rather than running them again.
+type Hello struct {
+	Worker   string               `json:"worker"`
+	Slots    int                  `json:"slots"`
+	InFlight []executor.AttemptID `json:"in_flight,omitempty"`
+	// Replica is set when the worker is a replica's own slots (its name).
+	Replica string `json:"replica,omitempty"`
+	Version int    `json:"version"`
+}
+
+// Welcome accepts a worker. The worker sends heartbeats at least every
+// HeartbeatMs; the leader drops it after StaleAfterMs of silence.
+type Welcome struct {
+	Leader       string `json:"leader"`
+	HeartbeatMs  int    `json:"heartbeat_ms"`
+	StaleAfterMs int    `json:"stale_after_ms,omitempty"`
+}
+
+// LogRequest asks a worker for the full log of an attempt, flow-controlled by
+// credit: the first request (with ID) opens the log and allows Credit chunks;
+// later requests with the same Req grant more credit, or end the transfer
+// (Close). Req is chosen by the leader, unique per stream.
+type LogRequest struct {
+	Req    uint64             `json:"req"`
+	ID     executor.AttemptID `json:"id"`
+	Credit int                `json:"credit,omitempty"`
+	Close  bool               `json:"close,omitempty"`
+}
+
+// LogChunk is one piece (≤ MaxChunk bytes) of a log. The last chunk of a
+// transfer has EOF set; Err, when set, says why the transfer ended early,
+// and NotExist that the worker has no log for the attempt (os.ErrNotExist).
+type LogChunk struct {
+	Req      uint64 `json:"req"`
+	Data     []byte `json:"data,omitempty"`
+	EOF      bool   `json:"eof,omitempty"`
+	Err      string `json:"err,omitempty"`
+	NotExist bool   `json:"not_exist,omitempty"`
+}
+
+// MaxChunk is the largest LogChunk.Data.
+const MaxChunk = 64 << 10
+
+// Redirect names the current leader, if known, and its API base URL
+// ("http://host:port"; a ws:// or wss:// URL is used as the stream URL as is).
+type Redirect struct {
+	Leader string `json:"leader,omitempty"`
+	URL    string `json:"url,omitempty"`
+}
+
+// Conn is one stream. Send is safe for concurrent use; Recv is called by one
+// goroutine at a time; Close may be called at any time, from any goroutine,
+// more than once, and unblocks a pending Send or Recv. After the peer
+// closes, Recv returns io.EOF once the messages sent before are received.
+type Conn interface {
+	Send(Msg) error
+	Recv() (Msg, error)
+	Close() error
+}

@@ -1,0 +1,150 @@
+package workerstream
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gorilla/websocket"
+)
+
+// Defaults of the websocket transport.
+const (
+	// DefaultWriteTimeout bounds one websocket write: a peer that stops
+	// reading has its stream closed after it rather than blocking a writer.
+	DefaultWriteTimeout = 2 * time.Second
+	// MaxMessageBytes is the largest message accepted (an attempt carries
+	// its task spec, which the API bounds at 1 MiB per DAG).
+	MaxMessageBytes = 8 << 20
+)
+
+// NewWebsocketConn wraps an established websocket as a Conn. Each Send is
+// one text frame holding one JSON Msg, written under a mutex (gorilla allows
+// one writer at a time) with a write deadline of writeTimeout (<= 0:
+// DefaultWriteTimeout). Close sends a close frame (best effort) and closes
+// the connection, which unblocks a pending Recv.
+func NewWebsocketConn(ws *websocket.Conn, writeTimeout time.Duration) Conn {
+	if writeTimeout <= 0 {
+		writeTimeout = DefaultWriteTimeout
+	}
+	ws.SetReadLimit(MaxMessageBytes)
+	return &wsConn{ws: ws, writeTimeout: writeTimeout}
+}
+
+type wsConn struct {
+	ws           *websocket.Conn
+	writeTimeout time.Duration
+	wmu          sync.Mutex
+	once         sync.Once
+	lastRead     atomic.Int64 // unix nanos of the last bytes read
+}
+
+// LastActivity is when bytes last arrived (see activityConn).
+func (c *wsConn) LastActivity() time.Time { return time.Unix(0, c.lastRead.Load()) }
+
+// activityReader notes the time of every read that returns bytes.
+type activityReader struct {
+	r io.Reader
+	c *wsConn
+}
+
+func (a activityReader) Read(p []byte) (int, error) {
+	n, err := a.r.Read(p)
+	if n > 0 {
+		a.c.lastRead.Store(time.Now().UnixNano())
+	}
+	return n, err
+}
+
+func (c *wsConn) Send(m Msg) error {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("workerstream: encode %s: %w", m.Type, err)
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	_ = c.ws.SetWriteDeadline(time.Now().Add(c.writeTimeout))
+	return c.ws.WriteMessage(websocket.TextMessage, b)
+}
+
+func (c *wsConn) Recv() (Msg, error) {
+	for {
+		t, r, err := c.ws.NextReader()
+		var b []byte
+		if err == nil {
+			b, err = io.ReadAll(activityReader{r: r, c: c})
+		}
+		if err != nil {
+			if websocket.IsCloseError(err, websocket.CloseNormalClosure, websocket.CloseGoingAway) {
+				return Msg{}, io.EOF
+			}
+			return Msg{}, err
+		}
+		if t != websocket.TextMessage {
+			continue // not ours; ignore
+		}
+		var m Msg
+		if err := json.Unmarshal(b, &m); err != nil {
+			return Msg{}, fmt.Errorf("workerstream: bad message: %w", err)
+		}
+		return m, nil
+	}
+}
+
+func (c *wsConn) Close() error {
+	var err error
+	c.once.Do(func() {
+		_ = c.ws.WriteControl(websocket.CloseMessage,
+			websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(100*time.Millisecond))
+		err = c.ws.Close()
+	})
+	return err
+}
+
+// HTTPStatusError is a websocket handshake answered with something other
+// than 101 Switching Protocols.
+type HTTPStatusError struct {
+	URL    string
+	Status int
+	Body   string
+}
+
+func (e *HTTPStatusError) Error() string {
+	msg := fmt.Sprintf("%s: HTTP %d", e.URL, e.Status)
+	if e.Status == http.StatusUnauthorized {
+		msg += " (missing or wrong token)"
+	}
+	if e.Body != "" {
+		msg += ": " + e.Body
+	}
+	return msg
+}
+
+// DialWebsocket opens a worker stream to url (ws:// or wss://), sending
+// token as a bearer token when non-empty. dialer nil: a dialer with a 5 s
+// handshake timeout that honours the proxy environment.
+func DialWebsocket(ctx context.Context, url, token string, dialer *websocket.Dialer) (Conn, error) {
+	if dialer == nil {
+		dialer = &websocket.Dialer{Proxy: http.ProxyFromEnvironment, HandshakeTimeout: 5 * time.Second}
+	}
+	h := http.Header{}
+	if token != "" {
+		h.Set("Authorization", "Bearer "+token)
+	}
+	ws, resp, err := dialer.DialContext(ctx, url, h)
+	if err != nil {
+		if resp != nil && errors.Is(err, websocket.ErrBadHandshake) {
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+			_ = resp.Body.Close()
+			return nil, &HTTPStatusError{URL: url, Status: resp.StatusCode, Body: string(body)}
+		}
+		return nil, fmt.Errorf("dial %s: %w", url, err)
+	}
+	return NewWebsocketConn(ws, 0), nil
+}
