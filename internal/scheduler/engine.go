@@ -95,6 +95,7 @@ type Engine struct {
 	termRecordDue bool
 	watchCh       clientv3.WatchChan
 	watchStop     context.CancelFunc
+	watchFrom     int64 // first revision the current watch delivers
 	seenRev       int64 // highest revision the watch has shown us (events or progress)
 	etcdRev       int64 // etcd's revision in the latest watch response header
 	firstCommitAt time.Time

@@ -53,7 +53,8 @@ func (e *Engine) startWatch(ctx context.Context) {
 	e.stopWatch()
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	e.watchStop = cancel
-	e.watchCh = e.cli.Watch(wctx, etcdlog.Prefix, clientv3.WithPrefix(), clientv3.WithRev(e.c.Rev()+1))
+	e.watchFrom = e.c.Rev() + 1
+	e.watchCh = e.cli.Watch(wctx, etcdlog.Prefix, clientv3.WithPrefix(), clientv3.WithRev(e.watchFrom))
 }
 
 func (e *Engine) stopWatch() {
@@ -93,8 +94,11 @@ func (e *Engine) onWatch(ctx context.Context, wr clientv3.WatchResponse) {
 		if ev.Kv.ModRevision > e.seenRev {
 			e.seenRev = ev.Kv.ModRevision
 		}
-		if ev.Kv.ModRevision <= e.c.Rev() {
-			continue // applied already (a snapshot covered it)
+		// Every event of one transaction carries the same revision, so
+		// "already applied" cannot be judged by comparing with the last
+		// applied revision; the watch starts after what was applied.
+		if ev.Kv.ModRevision < e.watchFrom {
+			continue
 		}
 		en, ok, err := etcdlog.DecodeEvent(ev)
 		if err != nil {
