@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/orion-sched/orion/internal/core"
 	"github.com/orion-sched/orion/internal/leadership"
 )
@@ -39,8 +41,22 @@ tasks:
 	if _, err := a.eng.Submit(context.Background(), d); err != nil {
 		t.Fatal(err)
 	}
+	// A wide DAG puts many task records into one transaction, all at one
+	// revision: the standby must apply every one of them.
+	var wide strings.Builder
+	wide.WriteString("id: wide\nname: wide\ntasks:\n")
+	for i := 0; i < 60; i++ {
+		fmt.Fprintf(&wide, "  - {id: t%d, kind: noop}\n", i)
+	}
+	if _, err := a.eng.Submit(context.Background(), mustLoad(t, wide.String())); err != nil {
+		t.Fatal(err)
+	}
+	a.waitDAG("wide", core.DAGSucceeded)
 	waitFor(t, 10*time.Second, "two started", func() bool { _, err := os.Stat(filepath.Join(dir, "two")); return err == nil })
 	waitFor(t, 5*time.Second, "standby caught up", func() bool { return dump(a) == dump(b) })
+	if n := testutilApplyErrors(b); n != 0 {
+		t.Fatalf("standby refused %v committed entries", n)
+	}
 	if b.eng.Status().Leader {
 		t.Fatal("two leaders")
 	}
@@ -96,4 +112,8 @@ func TestDeposedLeaderIsFenced(t *testing.T) {
 	if a.eng.Status().Leader {
 		t.Fatal("two leaders")
 	}
+}
+
+func testutilApplyErrors(b *bundle) float64 {
+	return testutil.ToFloat64(b.eng.m.ApplyErrors)
 }
