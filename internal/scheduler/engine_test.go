@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
@@ -268,4 +269,79 @@ tasks:
 	if err != nil || len(resp.Kvs) != 1 || !strings.Contains(string(resp.Kvs[0].Value), `"status":"succeeded"`) {
 		t.Fatalf("task key: %v %v", resp, err)
 	}
+}
+
+// Finished DAGs are deleted from etcd (DAG key and task keys) once the
+// retention has passed; running ones are kept.
+func TestRetentionDeletesFinishedDAGs(t *testing.T) {
+	_, cli := startEtcd(t)
+	ex, err := executor.NewLocal(executor.LocalConfig{ID: "w-ret", Slots: 2, LogDir: t.TempDir(), Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := New(Config{Node: "n1", Retention: 300 * time.Millisecond, Logger: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))}, cli, ex)
+	ctx, cancel := context.WithCancel(context.Background())
+	go eng.Run(ctx)
+	b := &bundle{t: t, cli: cli, exec: ex, eng: eng, cancel: cancel}
+	t.Cleanup(b.stop)
+	waitFor(t, 10*time.Second, "leadership", func() bool { return eng.Status().Leader })
+	if _, err := eng.Submit(context.Background(), mustLoad(t, "id: old\nname: old\ntasks: [{id: a, kind: noop}, {id: b, kind: noop, depends_on: [a]}]\n")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eng.Submit(context.Background(), mustLoad(t, "id: busy\nname: busy\ntasks: [{id: s, command: 'sleep 30'}]\n")); err != nil {
+		t.Fatal(err)
+	}
+	b.waitDAG("old", core.DAGSucceeded)
+	waitFor(t, 10*time.Second, "old deleted from etcd", func() bool {
+		resp, err := cli.Get(context.Background(), "/orion/v1/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		if err != nil {
+			return false
+		}
+		for _, kv := range resp.Kvs {
+			if strings.Contains(string(kv.Key), "/old") {
+				return false
+			}
+		}
+		return true
+	})
+	if b.dag("old") != nil {
+		t.Fatal("deleted DAG still in memory")
+	}
+	if v := b.dag("busy"); v == nil || v.Status != core.DAGRunning {
+		t.Fatalf("running DAG touched by retention: %+v", v)
+	}
+}
+
+// Values written by hand under /orion/v1/ that do not parse are reported
+// and skipped, on a cold start and by a standby's watch; never a crash.
+func TestHandWrittenGarbageIsSkipped(t *testing.T) {
+	_, cli := startEtcd(t)
+	ctx := context.Background()
+	for k, v := range map[string]string{
+		"/orion/v1/dags/junk":         "not json",
+		"/orion/v1/dags/cyclic":       `{"id":"cyclic","name":"c","status":"running","run":1,"tasks":[{"id":"a","kind":"noop","depends_on":["b"],"max_retries":0,"timeout":"1s"},{"id":"b","kind":"noop","depends_on":["a"],"max_retries":0,"timeout":"1s"}]}`,
+		"/orion/v1/tasks/nodag/x":     `{"status":"running"}`,
+		"/orion/v1/tasks/junk/broken": "{",
+	} {
+		if _, err := cli.Put(ctx, k, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a := startReplica(t, cli, "a", 1)
+	waitFor(t, 10*time.Second, "a leads", func() bool { return a.eng.Status().Leader })
+	if got := testutil.ToFloat64(a.eng.m.BadValues) + testutil.ToFloat64(a.eng.m.ApplyErrors); got < 4 {
+		t.Fatalf("reported %v bad values, want 4", got)
+	}
+	b := startReplica(t, cli, "b", 1)
+	waitFor(t, 5*time.Second, "b follows", func() bool { return b.eng.Status().Loaded })
+	before := testutil.ToFloat64(b.eng.m.BadValues)
+	if _, err := cli.Put(ctx, "/orion/v1/dags/late", "garbage"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the standby's watch reports the bad value", func() bool { return testutil.ToFloat64(b.eng.m.BadValues) == before+1 })
+	if _, err := a.eng.Submit(ctx, mustLoad(t, "id: fine\nname: fine\ntasks: [{id: a, kind: noop}]\n")); err != nil {
+		t.Fatal(err)
+	}
+	a.waitDAG("fine", core.DAGSucceeded)
+	waitFor(t, 5*time.Second, "standby sees it", func() bool { v := b.dag("fine"); return v != nil && v.Status == core.DAGSucceeded })
 }
