@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -269,10 +268,7 @@ func runEtcd(ctx context.Context, r etcdRun) error {
 	}
 	defer log.Sync()
 	c := r.member
-	stopping := new(atomic.Bool)
-	c.Logger = log.WithOptions(zap.WrapCore(func(core zapcore.Core) zapcore.Core {
-		return quietClose{core, stopping}
-	}))
+	c.Logger = log // etcdserver drops the noise of a requested close
 
 	if c.AllowRemoteClients {
 		log.Warn("INSECURE: --allow-remote-clients: this etcd member has NO authentication and NO TLS; anyone who reaches "+
@@ -325,38 +321,11 @@ func runEtcd(ctx context.Context, r etcdRun) error {
 	}
 	stop() // a second SIGINT/SIGTERM now kills the process outright
 	begin = time.Now()
-	stopping.Store(true)
 	_ = m.Close()
 	if failure == nil {
 		log.Info("etcd member stopped", zap.String("name", m.Name()), zap.Duration("took", time.Since(begin).Round(time.Millisecond)))
 	}
 	return failure
-}
-
-// closeNoise are the warnings and errors etcd's listeners log when a member
-// is closed on purpose ("use of closed network connection", "server
-// closed"); after a requested shutdown they would only alarm.
-var closeNoise = map[string]bool{
-	"setting up serving from embedded etcd failed.": true,
-	"stopping insecure grpc server due to error":    true,
-	"stopped insecure grpc server due to error":     true,
-}
-
-// quietClose drops closeNoise once stopping is set.
-type quietClose struct {
-	zapcore.Core
-	stopping *atomic.Bool
-}
-
-func (q quietClose) With(fields []zapcore.Field) zapcore.Core {
-	return quietClose{q.Core.With(fields), q.stopping}
-}
-
-func (q quietClose) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
-	if closeNoise[e.Message] && q.stopping.Load() {
-		return ce
-	}
-	return q.Core.Check(e, ce)
 }
 
 // newEtcdLogger logs in zap's console format on stderr, in colour only when

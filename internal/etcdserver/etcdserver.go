@@ -28,6 +28,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
@@ -187,6 +188,7 @@ type Member struct {
 
 	errc      chan error    // buffered(1); closed by Close
 	stopping  chan struct{} // closed when Close starts
+	closing   *atomic.Bool  // set when Close starts: the logger drops close noise
 	watchDone chan struct{} // closed when watch returns
 	closeOnce sync.Once
 }
@@ -217,7 +219,8 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 		return nil, fmt.Errorf("etcdserver: starting member %q: %w", c.Name, err)
 	}
 
-	lg := memberLogger(c.Logger, lvl, c.Name)
+	closing := new(atomic.Bool)
+	lg := memberLogger(c.Logger, lvl, c.Name, closing)
 
 	ec := embed.NewConfig()
 	ec.Name = c.Name
@@ -302,6 +305,7 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 		peerURL:   urls.peer.String(),
 		errc:      make(chan error, 1),
 		stopping:  make(chan struct{}),
+		closing:   closing,
 		watchDone: make(chan struct{}),
 	}
 	go m.watch()
@@ -379,6 +383,7 @@ func (m *Member) Server() *etcdsrv.EtcdServer { return m.etcd.Server }
 // etcd's request timeout (5 s + 2*ElectionMs) for the leadership transfer.
 func (m *Member) Close() error {
 	m.closeOnce.Do(func() {
+		m.closing.Store(true)
 		close(m.stopping)
 		m.etcd.Close()
 		<-m.watchDone
@@ -576,7 +581,7 @@ func checkInitialCluster(ic, name string, peer *url.URL) error {
 
 // memberLogger derives the member's logger from base (stderr JSON if nil),
 // filtered to lvl.
-func memberLogger(base *zap.Logger, lvl zapcore.Level, name string) *zap.Logger {
+func memberLogger(base *zap.Logger, lvl zapcore.Level, name string, closing *atomic.Bool) *zap.Logger {
 	if base == nil {
 		enc := zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig())
 		base = zap.New(zapcore.NewCore(enc, zapcore.Lock(os.Stderr), lvl), zap.AddCaller())
@@ -591,7 +596,7 @@ func memberLogger(base *zap.Logger, lvl zapcore.Level, name string) *zap.Logger 
 		}))
 	}
 	base = base.WithOptions(zap.WrapCore(func(core zapcore.Core) zapcore.Core {
-		return dropBenign{core}
+		return dropBenign{core, closing}
 	}))
 	return base.Named("etcd").With(zap.String("member", name))
 }
@@ -606,15 +611,31 @@ var benignWarnings = map[string]bool{
 	"simple token is not cryptographically signed": true,
 }
 
-// dropBenign is a zapcore.Core that drops benignWarnings.
-type dropBenign struct{ zapcore.Core }
+// closeNoise are the warnings and errors etcd's listeners log when a member
+// is closed on purpose ("use of closed network connection", "server
+// closed"); after a requested shutdown they would only alarm.
+var closeNoise = map[string]bool{
+	"setting up serving from embedded etcd failed.": true,
+	"stopping insecure grpc server due to error":    true,
+	"stopped insecure grpc server due to error":     true,
+}
+
+// dropBenign is a zapcore.Core that drops benignWarnings, and closeNoise
+// once the member is being closed.
+type dropBenign struct {
+	zapcore.Core
+	closing *atomic.Bool
+}
 
 func (d dropBenign) With(fields []zapcore.Field) zapcore.Core {
-	return dropBenign{d.Core.With(fields)}
+	return dropBenign{d.Core.With(fields), d.closing}
 }
 
 func (d dropBenign) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
 	if e.Level == zapcore.WarnLevel && benignWarnings[e.Message] {
+		return ce
+	}
+	if closeNoise[e.Message] && d.closing.Load() {
 		return ce
 	}
 	return d.Core.Check(e, ce)
