@@ -1,0 +1,101 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
+)
+
+func load(t *testing.T, file string, env map[string]string, args ...string) (Server, error) {
+	t.Helper()
+	for k, v := range env {
+		t.Setenv(k, v)
+	}
+	v := viper.New()
+	fs := pflag.NewFlagSet("server", pflag.ContinueOnError)
+	BindServerFlags(fs, v)
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	s, _, err := LoadServer(v, file)
+	return s, err
+}
+
+// Precedence: defaults < config file < ORION_* env < flags.
+func TestPrecedence(t *testing.T) {
+	t.Chdir(t.TempDir()) // no config/orion.yaml here
+	file := filepath.Join(t.TempDir(), "orion.yaml")
+	if err := os.WriteFile(file, []byte("slots: 7\nretry_base: 2s\nname: from-file\netcd_endpoints: [http://a:2379, http://b:2379]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := load(t, "", nil)
+	if err != nil || s.Slots != 4 || s.RetryBase != time.Second || s.Listen != "127.0.0.1:8080" {
+		t.Fatalf("defaults: %+v %v", s, err)
+	}
+	s, err = load(t, file, nil)
+	if err != nil || s.Slots != 7 || s.RetryBase != 2*time.Second || s.Name != "from-file" || len(s.EtcdEndpoints) != 2 {
+		t.Fatalf("file: %+v %v", s, err)
+	}
+	s, err = load(t, file, map[string]string{"ORION_SLOTS": "9", "ORION_ETCD_ENDPOINTS": "http://x:1,http://y:2,http://z:3"})
+	if err != nil || s.Slots != 9 || len(s.EtcdEndpoints) != 3 || s.RetryBase != 2*time.Second {
+		t.Fatalf("env: %+v %v", s, err)
+	}
+	s, err = load(t, file, map[string]string{"ORION_SLOTS": "9"}, "--slots", "11", "--retry-base", "5ms")
+	if err != nil || s.Slots != 11 || s.RetryBase != 5*time.Millisecond {
+		t.Fatalf("flags: %+v %v", s, err)
+	}
+}
+
+// Binding beyond loopback without a token is refused, naming the way out.
+func TestNonLoopbackNeedsAuth(t *testing.T) {
+	t.Chdir(t.TempDir())
+	_, err := load(t, "", nil, "--listen", "0.0.0.0:8080")
+	if err == nil || !strings.Contains(err.Error(), "--auth-token") {
+		t.Fatalf("non-loopback without token: %v", err)
+	}
+	if _, err := load(t, "", nil, "--listen", "0.0.0.0:8080", "--auth-token", "s3cret"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := load(t, "", nil, "--listen", "0.0.0.0:8080", "--insecure-no-auth"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := load(t, "", nil, "--listen", "[::1]:8080"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestValidationNamesTheSetting(t *testing.T) {
+	t.Chdir(t.TempDir())
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--slots", "-1"}, "slots"},
+		{[]string{"--retry-base", "10s", "--retry-cap", "1s"}, "retry_base"},
+		{[]string{"--session-ttl", "500ms"}, "session_ttl"},
+		{[]string{"--log-format", "xml"}, "log_format"},
+		{[]string{"--listen", "nope"}, "listen"},
+	} {
+		if _, err := load(t, "", nil, c.args...); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v, want an error naming %s", c.args, err, c.want)
+		}
+	}
+}
+
+// The shipped config file documents every key the server reads.
+func TestShippedConfigFileHasEveryKey(t *testing.T) {
+	raw, err := os.ReadFile("../../config/orion.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range serverFlags {
+		if !strings.Contains(string(raw), "\n"+Key(f.key)+":") {
+			t.Errorf("config/orion.yaml lacks %s", Key(f.key))
+		}
+	}
+}

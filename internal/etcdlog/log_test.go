@@ -1,0 +1,162 @@
+package etcdlog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/orion-sched/orion/internal/core"
+	"github.com/orion-sched/orion/internal/dag"
+	"github.com/orion-sched/orion/internal/etcdserver"
+)
+
+func freeURL(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return "http://" + ln.Addr().String()
+}
+
+func etcd(t *testing.T) *clientv3.Client {
+	t.Helper()
+	m, err := etcdserver.Start(context.Background(), etcdserver.Config{DataDir: t.TempDir(), ClientURL: freeURL(t), PeerURL: freeURL(t), Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	cli, err := clientv3.New(clientv3.Config{Endpoints: m.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+func TestParseKey(t *testing.T) {
+	for key, want := range map[string][2]string{
+		"/orion/v1/dags/d1":         {"d1", ""},
+		"/orion/v1/tasks/d1/t1":     {"d1", "t1"},
+		"/orion/v1/tasks/d1/":       {"", "-"},
+		"/orion/v1/tasks/d1/t1/x":   {"", "-"},
+		"/orion/v1/dags/":           {"", "-"},
+		"/orion/v1/election/abc":    {"", "-"},
+		"/orion/v1/replicas/n1":     {"", "-"},
+		"/elsewhere/orion/v1/dags/": {"", "-"},
+	} {
+		d, tk, ok := ParseKey(key)
+		if want[1] == "-" {
+			if ok {
+				t.Errorf("%s parsed as %s/%s", key, d, tk)
+			}
+			continue
+		}
+		if !ok || d != want[0] || tk != want[1] {
+			t.Errorf("%s: %q %q %v", key, d, tk, ok)
+		}
+	}
+	if DAGTasksPrefix("d1") == DAGTasksPrefix("d10")[:len(DAGTasksPrefix("d1"))] {
+		t.Error("d1's task prefix covers d10's tasks")
+	}
+}
+
+func dagEntry(id string, n int) core.Entry {
+	d := dag.DAG{ID: id, Name: id}
+	for i := 0; i < n; i++ {
+		d.Tasks = append(d.Tasks, dag.Task{ID: fmt.Sprintf("t%d", i), Kind: dag.KindNoop, Timeout: dag.Duration(time.Minute)})
+	}
+	return core.Entry{DAG: id, D: &core.DAGRecord{DAG: d, Status: core.DAGRunning, Run: 1}}
+}
+
+// Commits respect the per-transaction limits, keep the entries' order, and a
+// write fenced on a key that is gone is rejected whole.
+func TestCommitSplitsAndFences(t *testing.T) {
+	cli := etcd(t)
+	ctx := context.Background()
+	fenceKey := ElectionPrefix + "/test"
+	resp, err := cli.Put(ctx, fenceKey, "me")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fence := Fence{Key: fenceKey, Rev: resp.Header.Revision}
+	entries := []core.Entry{dagEntry("d1", 3)}
+	for i := 0; i < 10; i++ {
+		entries = append(entries, core.Entry{DAG: "d1", Task: "t0", T: &core.TaskRecord{Status: core.Running, Run: 1, Attempt: i + 1}})
+	}
+	entries = append(entries, core.Entry{DAG: "d0", Delete: true})
+	got, err := Commit(ctx, cli, fence, entries[:1], Limits{MaxOps: 4, MaxBytes: 1 << 20})
+	if err != nil || got.Txns != 1 {
+		t.Fatalf("one entry: %+v %v", got, err)
+	}
+	// With MaxOps 1 four records go in four transactions, in order, so the
+	// last one is what the key holds.
+	got, err = Commit(ctx, cli, fence, entries[1:5], Limits{MaxOps: 1, MaxBytes: 1 << 20})
+	if err != nil || got.Txns != 4 || len(got.Revs) != 4 || !(got.Revs[0] < got.Revs[3]) {
+		t.Fatalf("split: %+v %v", got, err)
+	}
+	kv, _ := cli.Get(ctx, TaskKey("d1", "t0"))
+	if !strings.Contains(string(kv.Kvs[0].Value), `"attempt":4`) {
+		t.Fatalf("order lost: %s", kv.Kvs[0].Value)
+	}
+	// A byte limit splits as well.
+	got, err = Commit(ctx, cli, fence, []core.Entry{dagEntry("big1", 50), dagEntry("big2", 50)}, Limits{MaxOps: 128, MaxBytes: 2000})
+	if err != nil || got.Txns != 2 {
+		t.Fatalf("byte split: %+v %v", got, err)
+	}
+	// The fence: once the key is gone, nothing commits.
+	if _, err := cli.Delete(ctx, fenceKey); err != nil {
+		t.Fatal(err)
+	}
+	got, err = Commit(ctx, cli, fence, []core.Entry{dagEntry("late", 1)}, DefaultLimits)
+	if !errors.Is(err, ErrFenced) || len(got.Revs) != 0 {
+		t.Fatalf("fenced write: %+v %v", got, err)
+	}
+	if r, _ := cli.Get(ctx, DAGKey("late")); len(r.Kvs) != 0 {
+		t.Fatal("a fenced write landed")
+	}
+}
+
+// Load reads everything at one revision, in pages, and reports values that
+// do not decode instead of failing.
+func TestLoadPagesAndReportsGarbage(t *testing.T) {
+	cli := etcd(t)
+	ctx := context.Background()
+	fenceKey := ElectionPrefix + "/test"
+	resp, _ := cli.Put(ctx, fenceKey, "me")
+	fence := Fence{Key: fenceKey, Rev: resp.Header.Revision}
+	var entries []core.Entry
+	for i := 0; i < 30; i++ {
+		entries = append(entries, dagEntry(fmt.Sprintf("d%02d", i), 1))
+	}
+	if _, err := Commit(ctx, cli, fence, entries, DefaultLimits); err != nil {
+		t.Fatal(err)
+	}
+	var tasks []core.Entry
+	for i := 0; i < 1100; i++ { // more than one page of 1000
+		tasks = append(tasks, core.Entry{DAG: fmt.Sprintf("d%02d", i%30), Task: fmt.Sprintf("x%04d", i), T: &core.TaskRecord{Status: core.Running, Run: 1, Attempt: 1}})
+	}
+	if _, err := Commit(ctx, cli, fence, tasks, DefaultLimits); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Put(ctx, DAGKey("junk"), "{"); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := Load(ctx, cli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(snap.DAGs) != 30 || len(snap.Tasks) != 1100 || len(snap.Bad) != 1 {
+		t.Fatalf("loaded %d DAGs, %d tasks, %d bad", len(snap.DAGs), len(snap.Tasks), len(snap.Bad))
+	}
+	if snap.DAGs[0].Rev == 0 || snap.DAGs[0].D == nil {
+		t.Fatalf("DAG entry without its create revision or record: %+v", snap.DAGs[0])
+	}
+}
