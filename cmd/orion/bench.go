@@ -1,11 +1,15 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -15,6 +19,9 @@ import (
 func newBenchCommand() *cobra.Command {
 	var o bench.Options
 	var asJSON bool
+	var servers, etcdEndpoints string
+	var submitters int
+	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure durable throughput, chain latency, dispatch latency and memory against raw etcd",
@@ -23,13 +30,31 @@ measures, in one run: (a) the raw etcd ceiling (batched puts on the same
 member), (b) durable throughput of independent noop tasks, (c) a chain of
 tasks (ms per step), (d) dispatch latency ready→start at a fixed offered
 load, (e) memory per retained task. The last line of --json output is one
-JSON object.`,
+JSON object.
+
+With --server (and --etcd-endpoints) bench measures a RUNNING cluster
+instead: (a) the raw etcd ceiling on the cluster's own members, with one and
+with four transactions of batched puts in flight (keys under /orion-bench/,
+deleted after), (b) durable throughput of independent noop tasks submitted
+over the HTTP API by --submitters clients, completion read from the DAG
+listing, (c) a chain of tasks, (d) the ratio of (b) to the sequential etcd
+figure. The workers' slots bound how many noop attempts are in flight; bench
+prints them. The DAGs it submits stay in the cluster (ids bench-<time>-*).`,
 		Example: `  orion bench
-  orion bench --tasks 20000 --json`,
+  orion bench --tasks 20000 --json
+  orion bench --server http://127.0.0.1:24081,http://127.0.0.1:24082,http://127.0.0.1:24083 \
+    --etcd-endpoints http://127.0.0.1:24001,http://127.0.0.1:24002,http://127.0.0.1:24003 --tasks 20000`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			if servers != "" || etcdEndpoints != "" {
+				return runClusterBench(ctx, cmd, bench.ClusterOptions{
+					Servers: bench.SplitURLs(servers), EtcdEndpoints: bench.SplitURLs(etcdEndpoints),
+					Tasks: o.Tasks, DAGSize: o.DAGSize, Chain: o.Chain, Submitters: submitters,
+					EtcdSeconds: o.EtcdSeconds, Timeout: timeout,
+				}, asJSON)
+			}
 			o.Log = cmd.ErrOrStderr()
 			res, err := bench.Run(ctx, o)
 			if err != nil {
@@ -50,11 +75,53 @@ JSON object.`,
 	f.IntVar(&o.Chain, "chain", 1000, "length of the chain phase")
 	f.IntVar(&o.Rate, "rate", 2000, "offered load in tasks/s for the dispatch-latency phase")
 	f.DurationVar(&o.LatencyFor, "latency-for", 5e9, "how long the dispatch-latency phase offers load")
-	f.DurationVar(&o.EtcdSeconds, "etcd-for", 3e9, "how long the raw etcd phase runs")
+	f.DurationVar(&o.EtcdSeconds, "etcd-for", 3e9, "how long each raw etcd phase runs")
 	f.IntVar(&o.Slots, "slots", 4096, "executor slots (a noop holds one only until its result)")
 	f.StringVar(&o.DataDir, "data-dir", "", "where the embedded etcd member writes (default: a temp dir, removed after)")
 	f.StringVar(&o.ClientURL, "etcd-client-url", "", "embedded etcd client URL (default http://127.0.0.1:2379)")
 	f.StringVar(&o.PeerURL, "etcd-peer-url", "", "embedded etcd peer URL (default http://127.0.0.1:2380)")
+	f.StringVar(&servers, "server", "", "cluster mode: comma-separated API URLs of a running cluster's replicas")
+	f.StringVar(&etcdEndpoints, "etcd-endpoints", "", "cluster mode: comma-separated client URLs of the etcd members the cluster uses")
+	f.IntVar(&submitters, "submitters", 4, "cluster mode: concurrent DAG submissions")
+	f.DurationVar(&timeout, "timeout", 10*time.Minute, "cluster mode: how long each phase may wait for its DAGs")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object")
 	return cmd
+}
+
+// inProcessOnly are the flags that size the embedded member and engine.
+var inProcessOnly = []string{"rate", "latency-for", "slots", "data-dir", "etcd-client-url", "etcd-peer-url"}
+
+func runClusterBench(ctx context.Context, cmd *cobra.Command, o bench.ClusterOptions, asJSON bool) error {
+	if len(o.Servers) == 0 {
+		return errors.New("--server: give the API URL of at least one replica of the cluster")
+	}
+	if len(o.EtcdEndpoints) == 0 {
+		return errors.New("--etcd-endpoints: give the client URLs of the cluster's etcd members (the same the servers use)")
+	}
+	var bad []string
+	for _, name := range inProcessOnly {
+		if cmd.Flags().Changed(name) {
+			bad = append(bad, "--"+name)
+		}
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("%s: only for the in-process bench, not with --server", strings.Join(bad, ", "))
+	}
+	if f := cmd.Flag("token"); f != nil && f.Value.String() != "" {
+		o.Token = f.Value.String()
+	} else {
+		o.Token = os.Getenv("ORION_AUTH_TOKEN")
+	}
+	o.Log = cmd.ErrOrStderr()
+	res, err := bench.RunCluster(ctx, o)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		out, _ := json.Marshal(res)
+		fmt.Fprintln(cmd.OutOrStdout(), string(out))
+		return nil
+	}
+	res.Print(cmd.OutOrStdout())
+	return nil
 }

@@ -182,21 +182,11 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 // etcdCeiling measures sequential transactions of MaxOps puts of values the
 // size of a task record: what Orion's group commit could reach at best.
 func etcdCeiling(ctx context.Context, cli *clientv3.Client, d time.Duration) (float64, error) {
-	val := strings.Repeat("x", 180)
-	ops := make([]clientv3.Op, etcdlog.DefaultLimits.MaxOps)
-	n := 0
-	start := time.Now()
-	for time.Since(start) < d {
-		for i := range ops {
-			ops[i] = clientv3.OpPut("/orion-bench/k"+strconv.Itoa(n+i), val)
-		}
-		if _, err := cli.Txn(ctx).Then(ops...).Commit(); err != nil {
-			return 0, err
-		}
-		n += len(ops)
+	rate, err := etcdPuts(ctx, cli, d, 1)
+	if err != nil {
+		return 0, err
 	}
-	rate := float64(n) / time.Since(start).Seconds()
-	_, err := cli.Delete(ctx, "/orion-bench/", clientv3.WithPrefix())
+	_, err = cli.Delete(ctx, "/orion-bench/", clientv3.WithPrefix())
 	return rate, err
 }
 

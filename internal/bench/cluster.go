@@ -1,0 +1,697 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/orion-sched/orion/internal/client"
+	"github.com/orion-sched/orion/internal/dag"
+	"github.com/orion-sched/orion/internal/etcdlog"
+)
+
+// MaxClusterDAGs bounds the DAGs of the cluster throughput phase: completion
+// is read from one GET /api/v1/dags page, which holds at most this many.
+const MaxClusterDAGs = 1000
+
+// ClusterOptions sizes a run against a running cluster.
+type ClusterOptions struct {
+	Servers       []string // API URLs of the replicas
+	EtcdEndpoints []string // client URLs of the etcd members the replicas use
+	Token         string   // bearer token for the API, if it wants one
+	Tasks         int      // noop tasks for the throughput phase
+	DAGSize       int      // tasks per DAG in the throughput phase
+	Chain         int      // length of the chain phase
+	Submitters    int      // concurrent POST /api/v1/dags
+	EtcdSeconds   time.Duration
+	Timeout       time.Duration // bound of each waiting phase
+	Poll          time.Duration // how often completion is polled
+	RunID         string        // prefix of the DAG ids (default: bench-<time>)
+	Log           io.Writer
+}
+
+// ClusterResult is what `orion bench --server ... --json` prints.
+type ClusterResult struct {
+	Mode                string   `json:"mode"`
+	EtcdPutsPerSec      float64  `json:"etcd_puts_per_sec"`
+	EtcdPutsPerSec4     float64  `json:"etcd_puts_per_sec_4_in_flight"`
+	TasksPerSec         float64  `json:"tasks_per_sec"`
+	RatioToEtcd         float64  `json:"ratio_to_etcd"`
+	ChainMsPerStep      float64  `json:"chain_ms_per_step"`
+	Tasks               int      `json:"tasks"`
+	DAGSize             int      `json:"dag_size"`
+	Chain               int      `json:"chain"`
+	WorkerSlots         int      `json:"worker_slots"`
+	Workers             int      `json:"workers"`
+	Submitters          int      `json:"submitters"`
+	Leader              string   `json:"leader,omitempty"`
+	SubmitSeconds       float64  `json:"submit_seconds"`
+	TasksFailed         int      `json:"tasks_failed"`
+	CommitsPerSec       float64  `json:"commits_per_sec,omitempty"`
+	EntriesPerCommit    float64  `json:"entries_per_commit,omitempty"`
+	CommitBatchEntries  []Bucket `json:"commit_batch_entries,omitempty"`
+	CommitLatencyMeanMs float64  `json:"commit_latency_mean_ms,omitempty"`
+	RunID               string   `json:"run_id"`
+	LeaderChanges       []string `json:"leader_changes,omitempty"`
+}
+
+// Bucket is one bucket of a histogram taken over a phase: Count
+// observations were at most LE (and above the previous bucket's LE).
+type Bucket struct {
+	LE    string `json:"le"`
+	Count int64  `json:"count"`
+}
+
+func (o *ClusterOptions) defaults() {
+	if o.Tasks <= 0 {
+		o.Tasks = 100000
+	}
+	if o.DAGSize <= 0 {
+		o.DAGSize = 1000
+	}
+	if o.DAGSize > o.Tasks {
+		o.DAGSize = o.Tasks
+	}
+	if o.Chain <= 0 {
+		o.Chain = 1000
+	}
+	if o.Submitters <= 0 {
+		o.Submitters = 4
+	}
+	if o.EtcdSeconds <= 0 {
+		o.EtcdSeconds = 3 * time.Second
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 10 * time.Minute
+	}
+	if o.Poll <= 0 {
+		o.Poll = 100 * time.Millisecond
+	}
+	if o.RunID == "" {
+		o.RunID = "bench-" + time.Now().UTC().Format("20060102-150405.000")
+	}
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
+}
+
+// RunCluster measures a running cluster: the raw etcd ceiling on its
+// members, then noop throughput and a chain through its HTTP API.
+func RunCluster(ctx context.Context, o ClusterOptions) (*ClusterResult, error) {
+	o.defaults()
+	if len(o.Servers) == 0 {
+		return nil, errors.New("no server URL")
+	}
+	if len(o.EtcdEndpoints) == 0 {
+		return nil, errors.New("no etcd endpoint")
+	}
+	count := o.Tasks / o.DAGSize
+	if count > MaxClusterDAGs {
+		return nil, fmt.Errorf("%d tasks in DAGs of %d is %d DAGs; at most %d: raise --dag-size",
+			o.Tasks, o.DAGSize, count, MaxClusterDAGs)
+	}
+	if !dag.ValidID(o.RunID + "-chain") {
+		return nil, fmt.Errorf("run id %q does not make valid DAG ids", o.RunID)
+	}
+	res := &ClusterResult{Mode: "cluster", Tasks: count * o.DAGSize, DAGSize: o.DAGSize, Chain: o.Chain,
+		Submitters: o.Submitters, RunID: o.RunID}
+
+	c := client.New(o.Servers, o.Token)
+	c.UserAgent = "orion-bench"
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = 4 * o.Submitters
+	tr.ResponseHeaderTimeout = time.Minute
+	c.HTTPClient = &http.Client{Transport: tr}
+
+	cl, err := c.Cluster(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("GET /api/v1/cluster: %w", err)
+	}
+	res.WorkerSlots, res.Workers = workerSlots(cl)
+	fmt.Fprintf(o.Log, "cluster: leader %s, %d workers with %d slots in all (noop attempts in flight are bounded by these)\n",
+		orDash(cl.Leader), res.Workers, res.WorkerSlots)
+
+	cli, err := clientv3.New(clientv3.Config{Endpoints: o.EtcdEndpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return nil, err
+	}
+	defer cli.Close()
+	fmt.Fprintf(o.Log, "raw etcd: batched puts (%d per txn) on %s for %s, 1 then 4 in flight...\n",
+		etcdlog.DefaultLimits.MaxOps, strings.Join(o.EtcdEndpoints, ","), o.EtcdSeconds)
+	res.EtcdPutsPerSec, res.EtcdPutsPerSec4, err = etcdCeilings(ctx, cli, o.EtcdSeconds)
+	if err != nil {
+		return nil, fmt.Errorf("raw etcd: %w", err)
+	}
+
+	// Saturating etcd can starve the leader's session keepalives (the TTL
+	// is short): see who leads now, and wait for someone to.
+	leader := cl.Leader
+	if cl, err = waitLeader(ctx, c, time.Minute, o.Poll); err != nil {
+		return nil, fmt.Errorf("after the raw etcd phase: %w", err)
+	}
+	res.noteLeader(o.Log, "raw etcd", leader, cl.Leader)
+	res.Leader = cl.Leader
+	leaderURL := pickURL(c.BaseURLs(), cl.LeaderURL)
+	if leaderURL != "" {
+		// Submit and poll where the log is written: no forwarding hop, no
+		// replication lag in what we read.
+		c = client.New(leaderFirst(c.BaseURLs(), leaderURL), o.Token)
+		c.UserAgent = "orion-bench"
+		c.HTTPClient = &http.Client{Transport: tr}
+	}
+
+	fmt.Fprintf(o.Log, "throughput: %d noop tasks in %d DAGs of %d, %d submitters over HTTP...\n",
+		res.Tasks, count, o.DAGSize, o.Submitters)
+	ids := make([]string, count)
+	bodies := make([][]byte, count)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("%s-tp-%04d", o.RunID, i)
+		if bodies[i], err = json.Marshal(independent(ids[i], o.DAGSize)); err != nil {
+			return nil, err
+		}
+	}
+	m0, _ := scrapeMetrics(ctx, tr, leaderURL, o.Token)
+	start := time.Now()
+	if err := submitAll(ctx, c, bodies, o.Submitters); err != nil {
+		return nil, fmt.Errorf("throughput: %w", err)
+	}
+	res.SubmitSeconds = time.Since(start).Seconds()
+	fmt.Fprintf(o.Log, "throughput: all %d DAGs accepted after %.2fs; waiting for them to finish...\n", count, res.SubmitSeconds)
+	t, end, err := waitDAGs(ctx, c, ids, start, o.Timeout, o.Poll, o.Log)
+	if err != nil {
+		return nil, fmt.Errorf("throughput: %w", err)
+	}
+	el := end.Sub(start)
+	res.TasksPerSec = float64(t.Succeeded) / el.Seconds()
+	res.TasksFailed = t.Tasks - t.Succeeded
+	if res.EtcdPutsPerSec > 0 {
+		res.RatioToEtcd = res.TasksPerSec / res.EtcdPutsPerSec
+	}
+	m1, merr := scrapeMetrics(ctx, tr, leaderURL, o.Token)
+	if cl, err = waitLeader(ctx, c, time.Minute, o.Poll); err != nil {
+		return nil, fmt.Errorf("after the throughput phase: %w", err)
+	}
+	if res.noteLeader(o.Log, "throughput", res.Leader, cl.Leader) && merr == nil && m0 != nil {
+		res.commitStats(m0, m1, el) // only when one leader committed it all
+	}
+
+	fmt.Fprintf(o.Log, "chain: %d tasks, each waiting on the previous...\n", o.Chain)
+	chainID := o.RunID + "-chain"
+	body, err := json.Marshal(chain(chainID, o.Chain))
+	if err != nil {
+		return nil, err
+	}
+	start = time.Now()
+	if err := submitAll(ctx, c, [][]byte{body}, 1); err != nil {
+		return nil, fmt.Errorf("chain: %w", err)
+	}
+	if _, end, err = waitDAGs(ctx, c, []string{chainID}, start, o.Timeout, o.Poll, o.Log); err != nil {
+		return nil, fmt.Errorf("chain: %w", err)
+	}
+	res.ChainMsPerStep = float64(end.Sub(start).Microseconds()) / 1000 / float64(o.Chain)
+	if cl, err = c.Cluster(ctx); err == nil {
+		res.noteLeader(o.Log, "chain", res.Leader, cl.Leader)
+	}
+	return res, nil
+}
+
+// noteLeader records a change of leader over a phase, and says whether
+// there was none.
+func (r *ClusterResult) noteLeader(log io.Writer, phase, before, after string) bool {
+	if before == after {
+		return true
+	}
+	note := fmt.Sprintf("%s: %s → %s", phase, orDash(before), orDash(after))
+	r.LeaderChanges = append(r.LeaderChanges, note)
+	fmt.Fprintf(log, "WARNING: the leader changed during the %s phase (%s → %s)\n", phase, orDash(before), orDash(after))
+	return false
+}
+
+// waitLeader polls the cluster endpoint until it names a leader that has
+// committed in its term.
+func waitLeader(ctx context.Context, c *client.Client, timeout, poll time.Duration) (*client.Cluster, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		cl, err := c.Cluster(ctx)
+		if err == nil && hasLeader(cl) {
+			return cl, nil
+		}
+		if err != nil && !client.IsTemporary(err) {
+			return nil, err
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("no leader after %s", timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(poll):
+		}
+	}
+}
+
+// hasLeader reports whether cl names a leader that lists itself as such
+// and has committed in its term.
+func hasLeader(cl *client.Cluster) bool {
+	if cl.Leader == "" {
+		return false
+	}
+	for _, r := range cl.Replicas {
+		if r.Name == cl.Leader {
+			return r.Role == "leader" && r.FirstCommitAt != nil
+		}
+	}
+	return len(cl.Replicas) == 0 // a lone process lists no replicas
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// workerSlots sums the slots of the connected executors the cluster lists
+// (replicas that only schedule list 0) and counts those with any.
+func workerSlots(cl *client.Cluster) (slots, workers int) {
+	for _, w := range cl.Workers {
+		if w.Connected && w.Slots > 0 {
+			slots += w.Slots
+			workers++
+		}
+	}
+	return slots, workers
+}
+
+// pickURL returns the URL of urls that names the same server as want (the
+// leader's advertised URL), or "" when none does: only the given URLs are
+// ever contacted.
+func pickURL(urls []string, want string) string {
+	w, err := url.Parse(client.NormalizeURL(want))
+	if want == "" || err != nil {
+		return ""
+	}
+	for _, u := range urls {
+		p, err := url.Parse(u)
+		if err == nil && p.Scheme == w.Scheme && p.Host == w.Host {
+			return u
+		}
+	}
+	return ""
+}
+
+// leaderFirst returns urls with leader moved to the front.
+func leaderFirst(urls []string, leader string) []string {
+	out := []string{leader}
+	for _, u := range urls {
+		if u != leader {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// etcdCeilings measures sequential transactions of MaxOps puts, then the
+// same with 4 transactions in flight, and deletes the keys.
+func etcdCeilings(ctx context.Context, cli *clientv3.Client, d time.Duration) (seq, par float64, err error) {
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+		defer cancel()
+		if derr := deleteInChunks(dctx, cli, "/orion-bench/"); derr != nil && err == nil {
+			err = fmt.Errorf("deleting /orion-bench/: %w", derr)
+		}
+	}()
+	if seq, err = etcdPuts(ctx, cli, d, 1); err != nil {
+		return 0, 0, err
+	}
+	par, err = etcdPuts(ctx, cli, d, 4)
+	return seq, par, err
+}
+
+// deleteChunk is how many keys one delete removes. Deleting a few hundred
+// thousand keys in one request holds etcd's apply loop for over a second,
+// long enough to expire the leader's session lease (1s by default) and
+// depose it; chunks keep every request as short as a batch of puts.
+const deleteChunk = 1024
+
+// deleteInChunks deletes every key under prefix, deleteChunk keys a request.
+func deleteInChunks(ctx context.Context, cli *clientv3.Client, prefix string) error {
+	from, end := prefix, clientv3.GetPrefixRangeEnd(prefix)
+	for i := 0; i < 100000; i++ { // 100M keys: far more than a run writes
+		resp, err := cli.Get(ctx, from, clientv3.WithRange(end), clientv3.WithKeysOnly(),
+			clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend), clientv3.WithLimit(deleteChunk))
+		if err != nil {
+			return err
+		}
+		if len(resp.Kvs) == 0 {
+			return nil
+		}
+		last := string(resp.Kvs[len(resp.Kvs)-1].Key)
+		if _, err := cli.Delete(ctx, from, clientv3.WithRange(last+"\x00")); err != nil {
+			return err
+		}
+		from = last + "\x00"
+	}
+	return errors.New("keys left after 100000 chunks")
+}
+
+// etcdPuts runs inFlight writers, each committing transactions of MaxOps
+// puts of task-record-sized values one after the other for d, and returns
+// the puts per second of them all. The keys stay under /orion-bench/.
+func etcdPuts(ctx context.Context, cli *clientv3.Client, d time.Duration, inFlight int) (float64, error) {
+	val := strings.Repeat("x", 180)
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		total int
+		first error
+	)
+	start := time.Now()
+	for w := 0; w < inFlight; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			prefix := fmt.Sprintf("/orion-bench/%d/%d/k", inFlight, w)
+			ops := make([]clientv3.Op, etcdlog.DefaultLimits.MaxOps)
+			n := 0
+			var err error
+			for time.Since(start) < d && ctx.Err() == nil {
+				for i := range ops {
+					ops[i] = clientv3.OpPut(prefix+strconv.Itoa(n+i), val)
+				}
+				tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+				_, err = cli.Txn(tctx).Then(ops...).Commit()
+				cancel()
+				if err != nil {
+					break
+				}
+				n += len(ops)
+			}
+			if err == nil {
+				err = ctx.Err()
+			}
+			mu.Lock()
+			total += n
+			if err != nil && first == nil {
+				first = err
+			}
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if first != nil {
+		return 0, first
+	}
+	return float64(total) / time.Since(start).Seconds(), nil
+}
+
+// submitAll posts every body from `parallel` goroutines. Each body carries
+// its DAG id, so the client retries a submission safely.
+func submitAll(ctx context.Context, c *client.Client, bodies [][]byte, parallel int) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	next := make(chan []byte, len(bodies))
+	for _, b := range bodies {
+		next <- b
+	}
+	close(next)
+	errs := make(chan error, parallel)
+	var wg sync.WaitGroup
+	for p := 0; p < parallel; p++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for b := range next {
+				if _, err := c.Submit(ctx, b, "application/json"); err != nil {
+					errs <- fmt.Errorf("submit: %w", err)
+					cancel()
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+// tally is what the listing says of the DAGs a phase waits for.
+type tally struct {
+	Found, Terminal  int // DAGs listed, and those finished
+	Tasks, Succeeded int // tasks of the finished DAGs, and those that succeeded
+	LastFinished     time.Time
+}
+
+func tallyDAGs(list []client.DAGSummary, want map[string]bool) tally {
+	var t tally
+	for _, d := range list {
+		if !want[d.ID] {
+			continue
+		}
+		t.Found++
+		if !client.DAGTerminal(d.Status) {
+			continue
+		}
+		t.Terminal++
+		t.Tasks += d.TaskCount
+		t.Succeeded += d.Counts[client.StatusSucceeded]
+		if d.FinishedAt != nil && d.FinishedAt.After(t.LastFinished) {
+			t.LastFinished = *d.FinishedAt
+		}
+	}
+	return t
+}
+
+// finishTime is when a phase ended: the last finished_at the server
+// recorded, when it falls between the start and the poll that saw the end
+// (the server's clock agrees with ours), else the time of that poll.
+func finishTime(start, observed, lastFinished time.Time) time.Time {
+	if !lastFinished.IsZero() && lastFinished.After(start) && !lastFinished.After(observed) {
+		return lastFinished
+	}
+	return observed
+}
+
+// waitDAGs polls until every DAG of ids has finished. The tight loop asks
+// only for running DAGs; once none of ids is among them, one full page
+// confirms that each is listed and finished.
+func waitDAGs(ctx context.Context, c *client.Client, ids []string, start time.Time, timeout, poll time.Duration, log io.Writer) (tally, time.Time, error) {
+	want := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		want[id] = true
+	}
+	deadline := time.Now().Add(timeout)
+	lastLog := time.Now()
+	running := len(ids)
+	var lastErr error
+	for {
+		list, err := c.ListDAGs(ctx, client.DAGRunning, MaxClusterDAGs)
+		switch {
+		case err != nil && !client.IsTemporary(err):
+			return tally{}, time.Time{}, err
+		case err != nil:
+			lastErr = err
+		default:
+			running = tallyDAGs(list.DAGs, want).Found
+			if running == 0 && len(list.DAGs) < MaxClusterDAGs {
+				observed := time.Now()
+				all, err := c.ListDAGs(ctx, "", MaxClusterDAGs)
+				if err != nil && !client.IsTemporary(err) {
+					return tally{}, time.Time{}, err
+				}
+				if err == nil {
+					if t := tallyDAGs(all.DAGs, want); t.Terminal == len(ids) {
+						return t, finishTime(start, observed, t.LastFinished), nil
+					}
+				}
+			}
+		}
+		if time.Since(lastLog) >= 5*time.Second {
+			lastLog = time.Now()
+			fmt.Fprintf(log, "  %d of %d DAGs still running after %.0fs\n", running, len(ids), time.Since(start).Seconds())
+		}
+		if time.Now().After(deadline) {
+			if lastErr != nil {
+				return tally{}, time.Time{}, fmt.Errorf("%d of %d DAGs not finished after %s (last error: %v)", running, len(ids), timeout, lastErr)
+			}
+			return tally{}, time.Time{}, fmt.Errorf("%d of %d DAGs not finished after %s", running, len(ids), timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return tally{}, time.Time{}, ctx.Err()
+		case <-time.After(poll):
+		}
+	}
+}
+
+// metricSample is what bench reads from a replica's /metrics.
+type metricSample struct {
+	batchSum, batchCount   float64
+	batchBuckets           []Bucket // cumulative, in exposition order
+	latencySum, latencyCnt float64
+}
+
+// scrapeMetrics reads the leader's commit histograms; base "" means the
+// leader is not one of the given URLs, and there is nothing to read.
+func scrapeMetrics(ctx context.Context, tr http.RoundTripper, base, token string) (*metricSample, error) {
+	if base == "" {
+		return nil, errors.New("leader unknown")
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET /metrics: %s", resp.Status)
+	}
+	return parseMetrics(io.LimitReader(resp.Body, 16<<20))
+}
+
+// parseMetrics reads orion_commit_batch_entries and
+// orion_commit_latency_seconds from Prometheus text exposition.
+func parseMetrics(r io.Reader) (*metricSample, error) {
+	const batch, lat = "orion_commit_batch_entries", "orion_commit_latency_seconds"
+	m := &metricSample{}
+	found := false
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "orion_commit_") {
+			continue
+		}
+		name, val, ok := strings.Cut(line, " ")
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(val), 64)
+		if err != nil {
+			continue
+		}
+		switch {
+		case name == batch+"_sum":
+			m.batchSum, found = v, true
+		case name == batch+"_count":
+			m.batchCount = v
+		case name == lat+"_sum":
+			m.latencySum = v
+		case name == lat+"_count":
+			m.latencyCnt = v
+		case strings.HasPrefix(name, batch+`_bucket{le="`):
+			le := strings.TrimSuffix(strings.TrimPrefix(name, batch+`_bucket{le="`), `"}`)
+			m.batchBuckets = append(m.batchBuckets, Bucket{LE: le, Count: int64(v)})
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	if !found {
+		return nil, errors.New("no " + batch + " in /metrics")
+	}
+	return m, nil
+}
+
+// commitStats fills the commit figures from two samples taken el apart. A
+// counter that went down (another leader answered) leaves them empty.
+func (r *ClusterResult) commitStats(m0, m1 *metricSample, el time.Duration) {
+	commits := m1.batchCount - m0.batchCount
+	if commits <= 0 || m1.batchSum < m0.batchSum || len(m0.batchBuckets) != len(m1.batchBuckets) {
+		return
+	}
+	r.CommitsPerSec = commits / el.Seconds()
+	r.EntriesPerCommit = (m1.batchSum - m0.batchSum) / commits
+	if n := m1.latencyCnt - m0.latencyCnt; n > 0 {
+		r.CommitLatencyMeanMs = (m1.latencySum - m0.latencySum) / n * 1000
+	}
+	r.CommitBatchEntries = nil
+	var prev int64
+	for i := range m1.batchBuckets {
+		if m0.batchBuckets[i].LE != m1.batchBuckets[i].LE {
+			r.CommitBatchEntries = nil
+			return
+		}
+		cum := m1.batchBuckets[i].Count - m0.batchBuckets[i].Count
+		r.CommitBatchEntries = append(r.CommitBatchEntries, Bucket{LE: m1.batchBuckets[i].LE, Count: cum - prev})
+		prev = cum
+	}
+}
+
+// histogramLine renders the non-empty buckets: "≤1:40 ≤2:3 ≤128:12".
+func histogramLine(bs []Bucket) string {
+	var parts []string
+	for _, b := range bs {
+		if b.Count > 0 {
+			parts = append(parts, fmt.Sprintf("≤%s:%d", b.LE, b.Count))
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+// Print writes the human table.
+func (r *ClusterResult) Print(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "MEASURE\tVALUE\tNOTE\n")
+	fmt.Fprintf(tw, "raw etcd batched puts\t%.0f puts/s\tbaseline: %d puts per txn, 1 in flight, the cluster's members\n", r.EtcdPutsPerSec, etcdlog.DefaultLimits.MaxOps)
+	fmt.Fprintf(tw, "raw etcd batched puts, 4 in flight\t%.0f puts/s\t%.2f× the sequential baseline\n", r.EtcdPutsPerSec4, safeDiv(r.EtcdPutsPerSec4, r.EtcdPutsPerSec))
+	fmt.Fprintf(tw, "durable noop throughput\t%.0f tasks/s\t%d tasks in DAGs of %d over HTTP, %d submitters; %.2f× the etcd baseline\n", r.TasksPerSec, r.Tasks, r.DAGSize, r.Submitters, r.RatioToEtcd)
+	if r.TasksFailed > 0 {
+		fmt.Fprintf(tw, "tasks not succeeded\t%d\tnot counted in the throughput\n", r.TasksFailed)
+	}
+	fmt.Fprintf(tw, "submission\t%.2f s\tuntil every DAG was accepted (%.0f tasks/s accepted)\n", r.SubmitSeconds, safeDiv(float64(r.Tasks), r.SubmitSeconds))
+	if r.CommitsPerSec > 0 {
+		fmt.Fprintf(tw, "commits\t%.0f/s\t%.1f entries per commit, %.2f ms mean commit (leader's /metrics)\n", r.CommitsPerSec, r.EntriesPerCommit, r.CommitLatencyMeanMs)
+		fmt.Fprintf(tw, "entries per commit\t\t%s\n", histogramLine(r.CommitBatchEntries))
+	}
+	fmt.Fprintf(tw, "chain\t%.3f ms/step\t%d tasks in a line\n", r.ChainMsPerStep, r.Chain)
+	fmt.Fprintf(tw, "worker slots\t%d\tacross %d workers: they bound the noop attempts in flight\n", r.WorkerSlots, r.Workers)
+	fmt.Fprintf(tw, "leader\t%s\tDAG ids %s-*\n", orDash(r.Leader), r.RunID)
+	for _, ch := range r.LeaderChanges {
+		fmt.Fprintf(tw, "leader changed\t%s\tduring that phase\n", ch)
+	}
+	tw.Flush()
+}
+
+func safeDiv(a, b float64) float64 {
+	if b == 0 {
+		return math.NaN()
+	}
+	return a / b
+}
+
+// SplitURLs splits a comma-separated list, trimming blanks and normalizing
+// each URL as the API client does.
+func SplitURLs(s string) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, u := range strings.Split(s, ",") {
+		if u = client.NormalizeURL(u); u != "" && !seen[u] {
+			seen[u] = true
+			out = append(out, u)
+		}
+	}
+	return out
+}
