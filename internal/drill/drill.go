@@ -484,7 +484,6 @@ func (d *driller) kill(p *ProcInfo) (time.Time, error) {
 // seen.
 func (d *driller) awaitTakeover(ctx context.Context, standbys []replicaView, t0 time.Time) (string, time.Time, time.Time, error) {
 	ctx, cancel := context.WithTimeout(ctx, d.o.TakeoverTimeout)
-	defer cancel()
 	type hit struct {
 		name        string
 		first, seen time.Time
@@ -529,7 +528,9 @@ func (d *driller) awaitTakeover(ctx context.Context, standbys []replicaView, t0 
 			}
 		}()
 	}
-	defer wg.Wait()
+	// Stop the other pollers before waiting for them: defers run in
+	// reverse, and waiting first would hold every drill for the timeout.
+	defer func() { cancel(); wg.Wait() }()
 	select {
 	case h := <-hits:
 		return h.name, h.first, h.seen, nil

@@ -14,8 +14,21 @@ import (
 	"github.com/gorilla/websocket"
 )
 
-// clusterTimeout bounds one GET /api/v1/cluster of the HTTP dialer.
-const clusterTimeout = 3 * time.Second
+// clusterTimeout bounds one GET /api/v1/cluster of the HTTP dialer, and
+// handshakeTimeout one websocket handshake. Both are short: a frozen leader
+// (SIGSTOP, partition) accepts connections and never answers, and a worker
+// must reach the next leader well within the orphan grace.
+const (
+	clusterTimeout   = time.Second
+	handshakeTimeout = time.Second
+)
+
+// suspectFor is how long after its stream dropped a worker keeps away from
+// the leader it lost while replicas still name it: long enough for the
+// standbys to depose a frozen leader (stream silence + one etcd round
+// trip), shorter than the hub's reconnect grace so a worker whose stream
+// only blipped comes back to the same leader in time.
+const suspectFor = 1500 * time.Millisecond
 
 // HTTPDialer returns a Dial function for a standalone worker. servers are
 // API base URLs ("http://host:port"; "host:port" means http). Each dial:
@@ -38,7 +51,7 @@ func HTTPDialer(servers []string, token string, client *http.Client) func(ctx co
 	if d.client == nil {
 		d.client = &http.Client{Timeout: clusterTimeout}
 	}
-	d.ws = &websocket.Dialer{Proxy: http.ProxyFromEnvironment, HandshakeTimeout: 5 * time.Second}
+	d.ws = &websocket.Dialer{Proxy: http.ProxyFromEnvironment, HandshakeTimeout: handshakeTimeout}
 	if t, ok := d.client.Transport.(*http.Transport); ok && t != nil {
 		d.ws.Proxy = t.Proxy
 		d.ws.TLSClientConfig = t.TLSClientConfig
@@ -57,9 +70,10 @@ type httpDialer struct {
 
 	mu      sync.Mutex
 	servers []string          // normalized base URLs: given, then learned
-	next    int               // where the next round of cluster queries starts
-	byName  map[string]string // replica name → base URL
+		byName  map[string]string // replica name → base URL
 	hint    *Redirect         // from the last not_leader
+	current string            // leader of the last stream dialed
+	lostAt  time.Time         // when a dial after that stream began
 }
 
 // normalizeBase turns "host:port" or "http://host:port/" into
@@ -123,7 +137,11 @@ func (d *httpDialer) dial(ctx context.Context) (Conn, string, error) {
 	hint := d.hint
 	d.hint = nil
 	servers := append([]string(nil), d.servers...)
-	start := d.next
+	suspect := d.current
+	if suspect != "" && d.lostAt.IsZero() {
+		d.lostAt = time.Now()
+	}
+	suspectUntil := d.lostAt.Add(suspectFor)
 	d.mu.Unlock()
 	if len(servers) == 0 {
 		return nil, "", fmt.Errorf("workerstream: no server to dial")
@@ -133,21 +151,46 @@ func (d *httpDialer) dial(ctx context.Context) (Conn, string, error) {
 	if hint != nil && hint.URL != "" {
 		c, err := d.dialStream(ctx, hint.URL)
 		if err == nil {
+			d.connected(hint.Leader)
 			return c, hint.Leader, nil
 		}
 		errs = append(errs, err.Error())
 	}
-	for i := range servers {
-		base := servers[(start+i)%len(servers)]
-		ans, err := d.cluster(ctx, base)
-		if err != nil {
-			errs = append(errs, err.Error())
-			if ctx.Err() != nil {
-				break
-			}
-			continue
+	// Ask every server at once: one that hangs (a frozen leader) must not
+	// delay the others' answers.
+	replies := make([]clusterReply, len(servers))
+	var wg sync.WaitGroup
+	for i, base := range servers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ans, err := d.cluster(ctx, base)
+			replies[i] = clusterReply{base, ans, err}
+		}()
+	}
+	wg.Wait()
+	// Prefer an answer naming a leader other than the one just lost: right
+	// after a takeover some replicas may not know yet.
+	var fresh, stale []clusterReply
+	for _, r := range replies {
+		switch {
+		case r.err != nil:
+			errs = append(errs, r.err.Error())
+		case suspect != "" && r.ans.Leader == suspect:
+			stale = append(stale, r)
+		default:
+			fresh = append(fresh, r)
 		}
-		target := d.learn(base, ans)
+	}
+	candidates := fresh
+	if len(fresh) == 0 || allLeaderless(fresh) {
+		if len(stale) > 0 && time.Now().Before(suspectUntil) {
+			return nil, "", fmt.Errorf("workerstream: leader %s went silent and is still named; waiting for its successor", suspect)
+		}
+		candidates = append(fresh, stale...)
+	}
+	for _, r := range candidates {
+		target := d.learn(r.base, r.ans)
 		c, err := d.dialStream(ctx, target)
 		if err != nil {
 			errs = append(errs, err.Error())
@@ -156,15 +199,33 @@ func (d *httpDialer) dial(ctx context.Context) (Conn, string, error) {
 			}
 			continue
 		}
-		d.mu.Lock()
-		d.next = (start + i) % len(servers)
-		d.mu.Unlock()
-		return c, ans.Leader, nil
+		d.connected(r.ans.Leader)
+		return c, r.ans.Leader, nil
 	}
-	d.mu.Lock()
-	d.next = (start + 1) % max(len(d.servers), 1)
-	d.mu.Unlock()
 	return nil, "", fmt.Errorf("workerstream: no server reachable: %s", strings.Join(errs, "; "))
+}
+
+// clusterReply is one server's answer to GET /api/v1/cluster.
+type clusterReply struct {
+	base string
+	ans  clusterAnswer
+	err  error
+}
+
+func allLeaderless(rs []clusterReply) bool {
+	for _, r := range rs {
+		if r.ans.Leader != "" {
+			return false
+		}
+	}
+	return true
+}
+
+// connected records the leader of a new stream.
+func (d *httpDialer) connected(leader string) {
+	d.mu.Lock()
+	d.current, d.lostAt = leader, time.Time{}
+	d.mu.Unlock()
 }
 
 // learn records what a cluster answer from base says and returns the base
@@ -264,10 +325,9 @@ func (c *redirectConn) Recv() (Msg, error) {
 				c.d.byName[rd.Leader] = normalizeBase(rd.URL)
 			}
 			c.d.hint = &rd
-		} else if n := len(c.d.servers); n > 0 {
-			// No way to the leader named: ask another server next time.
-			c.d.next = (c.d.next + 1) % n
 		}
+		// Redirected, not lost: the server was simply not the leader.
+		c.d.current, c.d.lostAt = "", time.Time{}
 		c.d.mu.Unlock()
 	}
 	return m, err

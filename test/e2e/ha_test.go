@@ -1,0 +1,533 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The HA tests run one cluster each (cluster_harness_test.go): 3 etcd
+// members, 3 zero-slot replicas and 2 workers with 4 slots. They run one
+// after the other: two such clusters at once overload a 2-core machine and
+// turn 1 s leases into spurious failovers. None of them asserts a duration;
+// takeover times are logged.
+
+// kill -9 the leader five times while DAGs run, restarting it each time.
+// Every DAG succeeds, the leader changes at each kill, and since no worker
+// died no task runs twice.
+func TestKillLeaderRepeatedly(t *testing.T) {
+	c := newHACluster(t)
+	dags := map[string][]string{}
+	var order []string
+	next := 0
+	submit := func() {
+		next++
+		id := fmt.Sprintf("kl-%d", next)
+		d, tasks := taskDAG(id, c.work)
+		c.submitAny(d)
+		dags[id] = tasks
+		order = append(order, id)
+	}
+	for range 4 {
+		submit()
+	}
+
+	const kills = 5
+	var takeovers []time.Duration
+	for k := 1; k <= kills; k++ {
+		// The kill must land mid-run: top the work up when little is left,
+		// then wait until some task is running.
+		if c.unfinishedTasks(order) < 24 {
+			submit()
+			submit()
+		}
+		c.waitFor(fmt.Sprintf("kill %d: a task running", k), 30*time.Second, func() (bool, string) {
+			n := c.runningTasks(order)
+			return n > 0, fmt.Sprintf("%d tasks running", n)
+		})
+
+		old, rep := c.leader()
+		t0 := time.Now()
+		old.kill9()
+		nl, me := c.awaitNewLeader(old.name, t0, 30*time.Second)
+		if nl.name == old.name {
+			t.Fatalf("kill %d: the leader did not change (%s)", k, nl.name)
+		}
+		takeover := me.FirstCommitAt.Sub(t0)
+		takeovers = append(takeovers, takeover)
+		t.Logf("kill %d: killed leader %s (pid %d); %s leads, first commit %v after the kill (won %v after), seen %v after",
+			k, old.name, rep.PID, nl.name, takeover.Round(time.Millisecond), me.LeaderSince.Sub(t0).Round(time.Millisecond),
+			time.Since(t0).Round(time.Millisecond))
+
+		c.restart(old)
+		c.waitWorkers()
+	}
+	t.Logf("takeovers (first commit − kill): %v", takeovers)
+
+	states := c.waitDAGs(order, 2*time.Minute)
+	for _, id := range order {
+		if d := states[id]; d.Status != "succeeded" {
+			t.Errorf("DAG %s %s: %+v", id, d.Status, d.Tasks)
+		}
+	}
+	c.checkRanOnce(dags)
+}
+
+// unfinishedTasks counts the tasks of ids not finished yet.
+func (c *haCluster) unfinishedTasks(ids []string) int {
+	n := 0
+	for _, id := range ids {
+		d, err := c.dagAny(id)
+		if err != nil {
+			c.t.Fatalf("reading %s: %v", id, err)
+		}
+		for _, tk := range d.Tasks {
+			switch tk.Status {
+			case "succeeded", "failed", "upstream_failed", "cancelled":
+			default:
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// runningTasks counts the running tasks of ids.
+func (c *haCluster) runningTasks(ids []string) int {
+	n := 0
+	for _, id := range ids {
+		if d, err := c.dagAny(id); err == nil {
+			for _, tk := range d.Tasks {
+				if tk.Status == "running" {
+					n++
+				}
+			}
+		}
+	}
+	return n
+}
+
+// SIGSTOP the leader while DAGs run: a standby takes over; after SIGCONT the
+// old leader finds its lease gone or its write fenced, steps down and
+// reports itself a standby. Every DAG succeeds and no task runs twice.
+func TestSigstopLeader(t *testing.T) {
+	c := newHACluster(t)
+	dags := map[string][]string{}
+	var order []string
+	for i := 1; i <= 4; i++ {
+		id := fmt.Sprintf("ss-%d", i)
+		d, tasks := taskDAG(id, c.work)
+		c.submitAny(d)
+		dags[id], order = tasks, append(order, id)
+	}
+	c.waitFor("a task running", 30*time.Second, func() (bool, string) {
+		n := c.runningTasks(order)
+		return n > 0, fmt.Sprintf("%d tasks running", n)
+	})
+
+	old, rep := c.leader()
+	logBefore, _ := os.ReadFile(old.logPath)
+	t0 := time.Now()
+	old.signal(syscall.SIGSTOP) // stop() sends SIGCONT first, should the test end here
+	nl, me := c.awaitNewLeader(old.name, t0, 30*time.Second)
+	t.Logf("stopped leader %s (pid %d); %s leads, first commit %v after SIGSTOP",
+		old.name, rep.PID, nl.name, me.FirstCommitAt.Sub(t0).Round(time.Millisecond))
+	// The old leader stays frozen until both workers have found the new
+	// one: a frozen (not dead) leader must not keep them from following
+	// the new leader, and it then wakes up behind the log.
+	c.waitFor("the new leader's workers", 30*time.Second, func() (bool, string) {
+		v, err := c.view(nl)
+		if err != nil {
+			return false, err.Error()
+		}
+		ws := v.connectedWorkers()
+		return v.Leader == nl.name && ws["w1"] >= 1 && ws["w2"] >= 1, fmt.Sprintf("leader %q workers %v", v.Leader, ws)
+	})
+
+	old.signal(syscall.SIGCONT)
+	t1 := time.Now()
+	c.waitFor(old.name+" reports itself standby after SIGCONT", 30*time.Second, func() (bool, string) {
+		c.mustRun(old.haProc)
+		me, err := c.self(old)
+		return err == nil && me.Role == "standby", fmt.Sprintf("%+v %v", me, err)
+	})
+	t.Logf("%s reports standby %v after SIGCONT", old.name, time.Since(t1).Round(time.Millisecond))
+	c.waitFor(old.name+" logs that it stepped down", 10*time.Second, func() (bool, string) {
+		b, _ := os.ReadFile(old.logPath)
+		for _, l := range strings.Split(string(b[min(len(logBefore), len(b)):]), "\n") {
+			if strings.Contains(l, "stepping down") {
+				t.Logf("%s: %s", old.name, l)
+				return true, ""
+			}
+		}
+		return false, "no \"stepping down\" in " + old.logPath + " since SIGSTOP"
+	})
+	if v, err := c.view(old); err != nil || v.Leader != nl.name {
+		t.Errorf("after SIGCONT %s names the leader %q (%v), want %s", old.name, leaderOf(v), err, nl.name)
+	}
+
+	states := c.waitDAGs(order, 2*time.Minute)
+	for _, id := range order {
+		if d := states[id]; d.Status != "succeeded" {
+			t.Errorf("DAG %s %s: %+v", id, d.Status, d.Tasks)
+		}
+	}
+	c.checkRanOnce(dags)
+}
+
+func leaderOf(v *haClusterView) string {
+	if v == nil {
+		return ""
+	}
+	return v.Leader
+}
+
+// Any replica answers: a write sent to a standby is forwarded to the
+// leader, reads are served by every replica from its own state, the CLI and
+// etcdctl agree on the leader, and the DAG history outlives every replica.
+func TestAnyReplicaAnswers(t *testing.T) {
+	c := newHACluster(t)
+	leader, _ := c.leader()
+	var standby *haServer
+	for _, s := range c.servers {
+		if s != leader {
+			standby = s
+			break
+		}
+	}
+
+	// A submission to a standby is forwarded: 201 from the leader.
+	d, _ := taskDAG("any-1", c.work)
+	body, _ := json.Marshal(d)
+	code, out, hdr, err := c.do("POST", standby.url, "/api/v1/dags", "application/json", body)
+	if code != 201 {
+		t.Fatalf("POST to standby %s: %d %s %v", standby.name, code, out, err)
+	}
+	t.Logf("POST to standby %s: %d, X-Orion-Leader %q", standby.name, code, hdr.Get("X-Orion-Leader"))
+	c.waitEverywhere("any-1", "succeeded", 60*time.Second)
+
+	// Cancel and retry through a standby. The first run of slow creates a
+	// marker and sleeps; the retry finds the marker and succeeds.
+	marker := filepath.Join(c.work, "slow.marker")
+	c.submit(standby.url, map[string]any{"id": "any-2", "tasks": []map[string]any{
+		{"id": "slow", "command": fmt.Sprintf(`if [ -e %[1]s ]; then echo again; else touch %[1]s; sleep 60; fi`, marker)},
+		{"id": "after", "kind": "noop", "depends_on": []string{"slow"}},
+	}})
+	c.waitFor("any-2/slow running", 30*time.Second, func() (bool, string) {
+		d, err := c.dag(leader, "any-2")
+		if err != nil {
+			return false, err.Error()
+		}
+		_, statErr := os.Stat(marker)
+		return d.task("slow").Status == "running" && statErr == nil, statusOf(d)
+	})
+	for _, op := range []struct{ verb, want string }{{"cancel", "cancelled"}, {"retry", "succeeded"}} {
+		code, out, _, err := c.do("POST", standby.url, "/api/v1/dags/any-2/"+op.verb, "", nil)
+		if code != 200 {
+			t.Fatalf("%s any-2 through standby %s: %d %s %v", op.verb, standby.name, code, out, err)
+		}
+		c.waitEverywhere("any-2", op.want, 60*time.Second)
+	}
+	if d, _ := c.dag(standby, "any-2"); d == nil || d.Run != 2 || d.task("slow").Attempts < 2 {
+		t.Errorf("any-2 after retry: %+v", d)
+	}
+
+	// orion cluster through a standby.
+	outCLI, err := exec.Command(orionBin, "cluster", "--server", standby.url).CombinedOutput()
+	if err != nil {
+		t.Fatalf("orion cluster --server %s: %v\n%s", standby.url, err, outCLI)
+	}
+	checkClusterOutput(t, string(outCLI), leader.name)
+
+	// etcdctl agrees on the leader.
+	if _, err := exec.LookPath("etcdctl"); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Errorf("etcdctl not found (apt-get install etcd-client): %v", err)
+		} else {
+			t.Logf("etcdctl not found: skipping the election check")
+		}
+	} else {
+		got := etcdctlLeader(t, c.endpoints)
+		t.Logf("etcdctl elect -l /orion/v1/election: %s", got)
+		if got != leader.name {
+			t.Errorf("etcdctl elect -l names %q, the cluster endpoint %q", got, leader.name)
+		}
+	}
+
+	// Every replica stopped gracefully: nothing answers.
+	for _, s := range c.servers {
+		s.signal(syscall.SIGTERM)
+	}
+	for _, s := range c.servers {
+		if !s.wait(20 * time.Second) {
+			t.Fatalf("%s still running 20s after SIGTERM", s.name)
+		}
+		if err := s.exitErr(); err != nil {
+			t.Errorf("%s exited with %v after SIGTERM", s.name, err)
+		}
+	}
+	for _, s := range c.servers {
+		if code, _, err := c.get(s.url, "/api/v1/cluster"); err == nil {
+			t.Errorf("%s still answers (%d) after it stopped", s.name, code)
+		}
+	}
+
+	// One replica alone leads, and the history is still there.
+	lone := c.servers[2]
+	c.restart(lone)
+	c.waitFor(lone.name+" leads alone", 30*time.Second, func() (bool, string) {
+		me, err := c.self(lone)
+		return err == nil && me.Role == "leader" && me.FirstCommitAt != nil, fmt.Sprintf("%+v %v", me, err)
+	})
+	var list struct {
+		DAGs []struct {
+			ID     string `json:"id"`
+			Status string `json:"status"`
+		} `json:"dags"`
+	}
+	if err := c.getJSON(lone.url, "/api/v1/dags", &list); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, d := range list.DAGs {
+		got[d.ID] = d.Status
+	}
+	if len(got) != 2 || got["any-1"] != "succeeded" || got["any-2"] != "succeeded" {
+		t.Errorf("after a restart of %s alone the DAGs are %v, want any-1 and any-2 succeeded", lone.name, got)
+	}
+	if d, err := c.dag(lone, "any-1"); err != nil || d.Status != "succeeded" || len(d.Tasks) != 12 {
+		t.Errorf("any-1 on %s after the restart: %+v %v", lone.name, d, err)
+	}
+}
+
+// waitEverywhere waits until every running replica reports the DAG with the
+// status.
+func (c *haCluster) waitEverywhere(id, status string, bound time.Duration) {
+	c.t.Helper()
+	c.waitFor(fmt.Sprintf("%s %s on every replica", id, status), bound, func() (bool, string) {
+		var why []string
+		for _, s := range c.servers {
+			d, err := c.dag(s, id)
+			if err != nil || d.Status != status {
+				why = append(why, fmt.Sprintf("%s: %s %v", s.name, statusOf(d), err))
+			}
+		}
+		return len(why) == 0, strings.Join(why, "; ")
+	})
+}
+
+// checkClusterOutput checks `orion cluster`'s table: the leader named, three
+// replicas (one leading, two standbys), two standalone workers.
+func checkClusterOutput(t *testing.T, out, leader string) {
+	t.Helper()
+	section := ""
+	replicas := map[string]string{}
+	workers := map[string]bool{}
+	leaderLine := ""
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.Fields(l)
+		switch {
+		case len(f) == 0:
+			section = ""
+		case strings.HasPrefix(l, "Leader:"):
+			leaderLine = l
+		case l == "Replicas:" || l == "Workers:":
+			section = l
+		case section == "Replicas:" && f[0] != "NAME" && len(f) > 1:
+			replicas[f[0]] = f[1]
+		case section == "Workers:" && f[0] != "ID" && len(f) == 5 && f[4] == "-":
+			// A replica's own stream is listed too, with the replica
+			// named in the last column; standalone workers have "-".
+			workers[f[0]] = true
+		}
+	}
+	if f := strings.Fields(leaderLine); len(f) < 2 || f[1] != leader {
+		t.Errorf("orion cluster: leader line %q, want %s\n%s", leaderLine, leader, out)
+	}
+	if len(replicas) != 3 || replicas[leader] != "leader" {
+		t.Errorf("orion cluster: replicas %v, want 3 with %s leading\n%s", replicas, leader, out)
+	}
+	for name, role := range replicas {
+		if name != leader && role != "standby" {
+			t.Errorf("orion cluster: replica %s is %s, want standby\n%s", name, role, out)
+		}
+	}
+	names := map[string]int{}
+	for id := range workers {
+		n, _, _ := strings.Cut(id, "/")
+		names[n]++
+	}
+	if len(workers) != 2 || names["w1"] != 1 || names["w2"] != 1 {
+		t.Errorf("orion cluster: workers %v, want w1 and w2\n%s", workers, out)
+	}
+}
+
+// etcdctlLeader runs `etcdctl elect -l` (which keeps listening) until it
+// prints the leader's value, within a bound.
+func etcdctlLeader(t *testing.T, endpoints string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "etcdctl", "--endpoints", endpoints, "elect", "-l", "/orion/v1/election")
+	cmd.Env = append(os.Environ(), "ETCDCTL_API=3")
+	cmd.WaitDelay = 2 * time.Second
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("etcdctl: %v", err)
+	}
+	defer func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}()
+	// It prints the leader's key, then its value.
+	sc := bufio.NewScanner(stdout)
+	var seen []string
+	for sc.Scan() {
+		l := strings.TrimSpace(sc.Text())
+		seen = append(seen, l)
+		if strings.HasPrefix(l, "/orion/v1/election/") {
+			if sc.Scan() {
+				return strings.TrimSpace(sc.Text())
+			}
+		}
+	}
+	t.Errorf("etcdctl elect -l printed no leader: %q (stderr %s)", seen, stderr.String())
+	return ""
+}
+
+// orion drill kill-leader against the cluster: three drills, nothing lost
+// or run twice, every takeover measured.
+func TestDrillCommand(t *testing.T) {
+	c := newHACluster(t)
+	var urls []string
+	for _, s := range c.servers {
+		urls = append(urls, s.url)
+	}
+	work := filepath.Join(c.dir, "drill")
+	stderrPath := filepath.Join(c.dir, "drill.stderr")
+	stderr, err := os.Create(stderrPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stderr.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, orionBin, "drill", "kill-leader", "--server", strings.Join(urls, ","),
+		"--count", "3", "--json", "--work-dir", work, "--restart", "auto")
+	cmd.Env = filterEnv(os.Environ(), "ORION_")
+	cmd.Stderr = &stampWriter{w: stderr}
+	// On timeout the drill is interrupted (it then restarts the replica it
+	// killed and reports); SIGKILL only if that does not end it.
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 30 * time.Second
+	began := time.Now()
+	out, runErr := cmd.Output()
+	took := time.Since(began)
+	// The drill's progress (per-drill lines, time-stamped) is worth
+	// seeing whether it passes or not.
+	if b, err := os.ReadFile(stderrPath); err == nil {
+		t.Logf("drill stderr:\n%s", b)
+	}
+	if runErr != nil || ctx.Err() != nil {
+		t.Fatalf("orion drill kill-leader (%v): %v (context: %v)\n%s", took.Round(time.Millisecond), runErr, ctx.Err(), out)
+	}
+
+	// The drill restarted each killed replica itself (detached, with the
+	// same command line): those processes run in this cluster's directory.
+	strays := c.strays()
+	for pid, cmdline := range strays {
+		same := false
+		for _, s := range c.servers {
+			same = same || cmdline == strings.Join(append([]string{orionBin}, s.args...), " ")
+		}
+		if !same {
+			t.Errorf("pid %d in this cluster's directory is not a replica restarted with its own command line: %s", pid, cmdline)
+		}
+		t.Logf("replica restarted by the drill: pid %d: %s", pid, cmdline)
+	}
+
+	outLines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	var rep struct {
+		Drills []struct {
+			N            int      `json:"n"`
+			Killed       string   `json:"killed"`
+			KilledPID    int      `json:"killed_pid"`
+			NewLeader    string   `json:"new_leader"`
+			TakeoverMS   *float64 `json:"takeover_ms"`
+			ObservedMS   *float64 `json:"observed_ms"`
+			Lost         int      `json:"lost"`
+			Duplicates   int      `json:"duplicates"`
+			RestartedPID int      `json:"restarted_pid"`
+			Error        string   `json:"error"`
+		} `json:"drills"`
+		TakeoverP50MS *float64 `json:"takeover_p50_ms"`
+		TakeoverMaxMS *float64 `json:"takeover_max_ms"`
+		Lost          int      `json:"lost"`
+		Duplicates    int      `json:"duplicates"`
+		Reruns        int      `json:"reruns_after_killed_worker"`
+		Failures      int      `json:"failures"`
+		OK            bool     `json:"ok"`
+		Verdict       string   `json:"verdict"`
+	}
+	if err := json.Unmarshal([]byte(outLines[len(outLines)-1]), &rep); err != nil {
+		t.Fatalf("drill output is not one JSON object: %v\n%s", err, out)
+	}
+	t.Logf("drill: %v, verdict %q, takeover p50 %s max %s ms", took.Round(time.Millisecond), rep.Verdict, fmtMS(rep.TakeoverP50MS), fmtMS(rep.TakeoverMaxMS))
+	for _, d := range rep.Drills {
+		t.Logf("drill %d: killed %s (pid %d), %s leads, takeover %s ms (observed %s ms), restarted as pid %d, lost %d, duplicates %d %s",
+			d.N, d.Killed, d.KilledPID, d.NewLeader, fmtMS(d.TakeoverMS), fmtMS(d.ObservedMS), d.RestartedPID, d.Lost, d.Duplicates, d.Error)
+		if d.NewLeader == "" || d.NewLeader == d.Killed {
+			t.Errorf("drill %d: new leader %q after killing %s", d.N, d.NewLeader, d.Killed)
+		}
+		if d.KilledPID <= 0 || c.server(d.Killed) == nil {
+			t.Errorf("drill %d killed %s pid %d: not a replica of this cluster", d.N, d.Killed, d.KilledPID)
+		}
+	}
+	if len(rep.Drills) != 3 || rep.Lost != 0 || rep.Duplicates != 0 || rep.Failures != 0 || !rep.OK {
+		t.Errorf("drill: %d drills, lost %d, duplicates %d, failures %d, ok %v: %s\n%s",
+			len(rep.Drills), rep.Lost, rep.Duplicates, rep.Failures, rep.OK, rep.Verdict, out)
+	}
+
+	// The cluster is whole again: three replicas answer, one leads.
+	c.waitFor("three replicas after the drill", 30*time.Second, func() (bool, string) {
+		v, err := c.view(c.servers[0])
+		if err != nil {
+			for _, s := range c.servers[1:] {
+				if v, err = c.view(s); err == nil {
+					break
+				}
+			}
+		}
+		if err != nil {
+			return false, err.Error()
+		}
+		n := 0
+		for _, r := range v.Replicas {
+			if r.Reachable && (r.Role == "leader" || r.Role == "standby") {
+				n++
+			}
+		}
+		return n == 3 && v.Leader != "", fmt.Sprintf("leader %q replicas %+v", v.Leader, v.Replicas)
+	})
+}
+
+func fmtMS(v *float64) string {
+	if v == nil {
+		return "null"
+	}
+	return strconv.FormatFloat(*v, 'f', 1, 64)
+}
