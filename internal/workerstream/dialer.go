@@ -70,7 +70,7 @@ type httpDialer struct {
 
 	mu      sync.Mutex
 	servers []string          // normalized base URLs: given, then learned
-		byName  map[string]string // replica name → base URL
+	byName  map[string]string // replica name → base URL
 	hint    *Redirect         // from the last not_leader
 	current string            // leader of the last stream dialed
 	lostAt  time.Time         // when a dial after that stream began
