@@ -9,7 +9,8 @@ RACE_PKGS := ./internal/scheduler/... ./internal/executor/... ./internal/api/...
 # Pure packages run without it (the randomized core test is CPU-heavy).
 PURE_PKGS := ./internal/core/... ./internal/dag/... ./internal/etcdlog/... ./internal/metrics/... ./internal/bench/...
 
-.PHONY: all build run test test-unit test-race test-e2e bench lint fmt clean cluster cluster-down cluster-status
+.PHONY: all build run test test-unit test-race test-e2e bench lint fmt clean cluster cluster-down cluster-status \
+        chart-test chart-manifests
 
 all: build
 
@@ -19,7 +20,7 @@ build:
 run: build
 	$(BIN) server --config config/orion.yaml
 
-test: lint test-unit test-race test-e2e
+test: lint test-unit test-race test-e2e chart-test
 
 lint:
 	@out=$$(gofmt -l cmd internal test); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -53,3 +54,40 @@ cluster-down:
 
 cluster-status:
 	test/cluster.sh status
+
+# --- Kubernetes: charts/orion and deploy/ -------------------------------------
+# test/helm is its own Go module (the Kubernetes API packages stay out of
+# orion's). helm is built from source, pinned, into .cache/helm/VERSION (the
+# first build takes about 2 minutes); its default Kubernetes version is the
+# one of its client-go.
+HELM_VERSION    := v3.22.0
+HELM_KUBE_MINOR := 37
+HELM            := $(CURDIR)/.cache/helm/$(HELM_VERSION)/helm
+HELM_LDFLAGS    := -s -w -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
+                   -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$(HELM_KUBE_MINOR) \
+                   -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=$(HELM_KUBE_MINOR)
+CHART           := charts/orion
+
+$(HELM):
+	GOBIN=$(dir $(HELM)) $(GO) install -ldflags '$(HELM_LDFLAGS)' helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+
+# Lint and render the chart over test/helm/values/*.yaml, then test/helm:
+# strict decoding into the Kubernetes types and the chart's properties, the
+# schema refusing bad values, deploy/ in sync with the chart, the
+# Dockerfile's build command, and the rendered cluster run as local
+# processes (TestFidelity; ORION_BIN=... to use a given binary).
+chart-test: $(HELM) build
+	$(HELM) lint --strict $(CHART)
+	@for f in test/helm/values/*.yaml; do \
+		echo "helm lint --strict + helm template: $$f"; \
+		out=$$($(HELM) lint --strict $(CHART) -f $$f 2>&1) || { echo "$$out"; exit 1; }; \
+		$(HELM) template orion $(CHART) --namespace orion -f $$f >/dev/null || exit 1; \
+	done
+	@cd test/helm && out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	cd test/helm && $(GO) vet ./...
+	cd test/helm && HELM=$(HELM) ORION_BIN=$${ORION_BIN:-$(CURDIR)/$(BIN)} $(GO) test -count=1 -timeout 10m ./...
+
+# Regenerate deploy/manifests/orion.yaml and deploy/prometheus/orion-alerts.yaml
+# from the chart (chart-test fails until they are in sync).
+chart-manifests: $(HELM)
+	cd test/helm && HELM=$(HELM) $(GO) test -count=1 -run 'TestDeploy(Manifests|Alerts)$$' . -update

@@ -83,6 +83,15 @@ type Config struct {
 	// members. Default http://127.0.0.1:2380. For a cluster spanning hosts it
 	// must be an address the other members can reach.
 	PeerURL string
+	// AdvertiseClientURL is the client URL published to clients and to the
+	// cluster. Default: ClientURL. Required when ClientURL's host is a
+	// wildcard (0.0.0.0 or [::]); it may be a host name.
+	AdvertiseClientURL string
+	// AdvertisePeerURL is the peer URL published to the other members; it
+	// is the URL --initial-cluster lists for this member. Default: PeerURL.
+	// Required when PeerURL's host is a wildcard; it may be a host name
+	// (such as a StatefulSet pod's stable DNS name).
+	AdvertisePeerURL string
 	// AllowRemoteClients permits a non-loopback ClientURL host. Peer traffic
 	// and client traffic are unauthenticated and unencrypted, so only set
 	// this on a trusted network.
@@ -227,9 +236,9 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 	ec.Dir = c.DataDir
 
 	ec.ListenClientUrls = []url.URL{*urls.client}
-	ec.AdvertiseClientUrls = []url.URL{*urls.client}
+	ec.AdvertiseClientUrls = []url.URL{*urls.advClient}
 	ec.ListenPeerUrls = []url.URL{*urls.peer}
-	ec.AdvertisePeerUrls = []url.URL{*urls.peer}
+	ec.AdvertisePeerUrls = []url.URL{*urls.advPeer}
 	// Bind nothing but the two URLs above.
 	ec.ListenClientHttpUrls = nil
 	ec.ListenMetricsUrls = nil
@@ -301,8 +310,8 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 	m := &Member{
 		etcd:      e,
 		name:      c.Name,
-		clientURL: urls.client.String(),
-		peerURL:   urls.peer.String(),
+		clientURL: urls.advClient.String(),
+		peerURL:   urls.advPeer.String(),
 		errc:      make(chan error, 1),
 		stopping:  make(chan struct{}),
 		closing:   closing,
@@ -394,7 +403,8 @@ func (m *Member) Close() error {
 
 // memberURLs holds the parsed client and peer URLs.
 type memberURLs struct {
-	client, peer *url.URL
+	client, peer       *url.URL // listened on
+	advClient, advPeer *url.URL // advertised
 }
 
 // normalize applies defaults and validates c.
@@ -459,11 +469,22 @@ func (c Config) normalize() (Config, memberURLs, zapcore.Level, error) {
 	}
 
 	var err error
-	if urls.client, err = parseMemberURL("ClientURL", c.ClientURL); err != nil {
+	if urls.client, err = parseListenURL("ClientURL", c.ClientURL, c.AdvertiseClientURL != ""); err != nil {
 		return c, urls, 0, err
 	}
-	if urls.peer, err = parseMemberURL("PeerURL", c.PeerURL); err != nil {
+	if urls.peer, err = parseListenURL("PeerURL", c.PeerURL, c.AdvertisePeerURL != ""); err != nil {
 		return c, urls, 0, err
+	}
+	urls.advClient, urls.advPeer = urls.client, urls.peer
+	if c.AdvertiseClientURL != "" {
+		if urls.advClient, err = parseMemberURL("AdvertiseClientURL", c.AdvertiseClientURL); err != nil {
+			return c, urls, 0, err
+		}
+	}
+	if c.AdvertisePeerURL != "" {
+		if urls.advPeer, err = parseMemberURL("AdvertisePeerURL", c.AdvertisePeerURL); err != nil {
+			return c, urls, 0, err
+		}
 	}
 	if !c.AllowRemoteClients && !isLoopback(urls.client.Hostname()) {
 		return bad("ClientURL %s is not a loopback address (set AllowRemoteClients to serve other hosts)", c.ClientURL)
@@ -472,8 +493,8 @@ func (c Config) normalize() (Config, memberURLs, zapcore.Level, error) {
 		return bad("ClientURL %s and PeerURL %s use the same address", c.ClientURL, c.PeerURL)
 	}
 	if c.InitialCluster == "" {
-		c.InitialCluster = c.Name + "=" + urls.peer.String()
-	} else if err := checkInitialCluster(c.InitialCluster, c.Name, urls.peer); err != nil {
+		c.InitialCluster = c.Name + "=" + urls.advPeer.String()
+	} else if err := checkInitialCluster(c.InitialCluster, c.Name, urls.advPeer); err != nil {
 		return c, urls, 0, err
 	}
 
@@ -514,6 +535,33 @@ func (c Config) normalize() (Config, memberURLs, zapcore.Level, error) {
 		return bad("LogLevel %q: %v", c.LogLevel, err)
 	}
 	return c, urls, lvl, nil
+}
+
+// parseListenURL parses a URL to listen on: a member URL whose host is an
+// IP address or localhost (etcd binds it), or a wildcard (0.0.0.0, [::])
+// when an advertised URL is given too.
+func parseListenURL(field, raw string, advertised bool) (*url.URL, error) {
+	u, err := url.Parse(raw)
+	if err == nil && u.Scheme == "http" {
+		if ip := net.ParseIP(u.Hostname()); ip != nil && ip.IsUnspecified() {
+			if !advertised {
+				return nil, fmt.Errorf("etcdserver: invalid config: %s %q: a wildcard host needs the matching Advertise URL", field, raw)
+			}
+			if _, port, err := net.SplitHostPort(u.Host); err == nil {
+				if p, err := strconv.Atoi(port); err == nil && p >= 1 && p <= 65535 {
+					return &url.URL{Scheme: u.Scheme, Host: u.Host}, nil
+				}
+			}
+		}
+	}
+	v, err := parseMemberURL(field, raw)
+	if err != nil {
+		return nil, err
+	}
+	if h := v.Hostname(); net.ParseIP(h) == nil && !strings.EqualFold(h, "localhost") {
+		return nil, fmt.Errorf("etcdserver: invalid config: %s %q: etcd listens on IP addresses only; put the host name in the Advertise URL", field, raw)
+	}
+	return v, nil
 }
 
 // parseMemberURL parses a client or peer URL: http://host:port, where host

@@ -1,0 +1,194 @@
+{{/*
+Names. The full name is capped at 40 characters: StatefulSet pods get
+"-<ordinal>" and "controller-revision-hash" labels get "-<hash>" on top of
+"<fullname>-scheduler".
+*/}}
+{{- define "orion.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 40 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "orion.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 40 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 40 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 40 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "orion.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "orion.etcd.fullname" -}}{{ include "orion.fullname" . }}-etcd{{- end }}
+{{- define "orion.etcd.headless" -}}{{ include "orion.fullname" . }}-etcd-headless{{- end }}
+{{- define "orion.scheduler.fullname" -}}{{ include "orion.fullname" . }}-scheduler{{- end }}
+{{- define "orion.scheduler.headless" -}}{{ include "orion.fullname" . }}-scheduler-headless{{- end }}
+{{- define "orion.worker.fullname" -}}{{ include "orion.fullname" . }}-worker{{- end }}
+{{- define "orion.api.service" -}}{{ include "orion.fullname" . }}{{- end }}
+{{- define "orion.active.service" -}}{{ include "orion.fullname" . }}-active{{- end }}
+{{- define "orion.config.name" -}}{{ include "orion.fullname" . }}-config{{- end }}
+
+{{/* The Secret holding the API token: the user's, or the chart's. */}}
+{{- define "orion.auth.secretName" -}}
+{{- if .Values.auth.existingSecret }}{{ .Values.auth.existingSecret }}{{ else }}{{ include "orion.fullname" . }}-auth{{ end }}
+{{- end }}
+
+{{- define "orion.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "orion.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* Labels on every object. */}}
+{{- define "orion.labels" -}}
+helm.sh/chart: {{ include "orion.chart" . }}
+{{ include "orion.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: orion
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{- define "orion.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "orion.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/* Component labels: include "orion.componentLabels" (list $ "etcd"). */}}
+{{- define "orion.componentLabels" -}}
+{{ include "orion.labels" (index . 0) }}
+app.kubernetes.io/component: {{ index . 1 }}
+{{- end }}
+
+{{- define "orion.componentSelectorLabels" -}}
+{{ include "orion.selectorLabels" (index . 0) }}
+app.kubernetes.io/component: {{ index . 1 }}
+{{- end }}
+
+{{/*
+Image of a component: include "orion.image" (list $ .Values.etcd.image "").
+The third element is a tag suffix used when the component sets no tag of its
+own ("-worker" for workers).
+*/}}
+{{- define "orion.image" -}}
+{{- $root := index . 0 }}
+{{- $img := index . 1 }}
+{{- $suffix := index . 2 }}
+{{- $repo := default $root.Values.image.repository $img.repository }}
+{{- if $img.tag }}
+{{- printf "%s:%s" $repo $img.tag }}
+{{- else if and $root.Values.image.digest (not $suffix) }}
+{{- printf "%s@%s" $repo $root.Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s%s" $repo (default $root.Chart.AppVersion $root.Values.image.tag) $suffix }}
+{{- end }}
+{{- end }}
+
+{{- define "orion.pullPolicy" -}}
+{{- default (index . 0).Values.image.pullPolicy (index . 1).pullPolicy }}
+{{- end }}
+
+{{/* Soft or hard pod anti-affinity on the node, unless affinity is given:
+include "orion.affinity" (list $ "scheduler" .Values.scheduler). */}}
+{{- define "orion.affinity" -}}
+{{- $root := index . 0 }}
+{{- $component := index . 1 }}
+{{- $v := index . 2 }}
+{{- if $v.affinity }}
+{{- toYaml $v.affinity }}
+{{- else if eq $v.antiAffinity "soft" }}
+podAntiAffinity:
+  preferredDuringSchedulingIgnoredDuringExecution:
+    - weight: 100
+      podAffinityTerm:
+        topologyKey: kubernetes.io/hostname
+        labelSelector:
+          matchLabels:
+            {{- include "orion.componentSelectorLabels" (list $root $component) | nindent 12 }}
+{{- else if eq $v.antiAffinity "hard" }}
+podAntiAffinity:
+  requiredDuringSchedulingIgnoredDuringExecution:
+    - topologyKey: kubernetes.io/hostname
+      labelSelector:
+        matchLabels:
+          {{- include "orion.componentSelectorLabels" (list $root $component) | nindent 10 }}
+{{- end }}
+{{- end }}
+
+{{/* The DNS name of an etcd member: include "orion.etcd.memberHost" (list $ "orion-etcd-0"). */}}
+{{- define "orion.etcd.memberHost" -}}
+{{- $root := index . 0 }}
+{{- printf "%s.%s.%s.svc.%s" (index . 1) (include "orion.etcd.headless" $root) $root.Release.Namespace $root.Values.clusterDomain }}
+{{- end }}
+
+{{/* etcd client URLs the replicas use: every member, or etcd.endpoints. */}}
+{{- define "orion.etcd.endpoints" -}}
+{{- if .Values.etcd.enabled }}
+{{- $urls := list }}
+{{- range $i := until (int .Values.etcd.replicas) }}
+{{- $host := include "orion.etcd.memberHost" (list $ (printf "%s-%d" (include "orion.etcd.fullname" $) $i)) }}
+{{- $urls = append $urls (printf "http://%s:%d" $host (int $.Values.etcd.clientPort)) }}
+{{- end }}
+{{- join "," $urls }}
+{{- else }}
+{{- join "," .Values.etcd.endpoints }}
+{{- end }}
+{{- end }}
+
+{{/* --initial-cluster: name=peer URL of every member. */}}
+{{- define "orion.etcd.initialCluster" -}}
+{{- $members := list }}
+{{- range $i := until (int .Values.etcd.replicas) }}
+{{- $name := printf "%s-%d" (include "orion.etcd.fullname" $) $i }}
+{{- $members = append $members (printf "%s=http://%s:%d" $name (include "orion.etcd.memberHost" (list $ $name)) (int $.Values.etcd.peerPort)) }}
+{{- end }}
+{{- join "," $members }}
+{{- end }}
+
+{{/* The API Service URL (workers, the helm test). */}}
+{{- define "orion.api.url" -}}
+{{- printf "http://%s.%s.svc.%s:%d" (include "orion.api.service" .) .Release.Namespace .Values.clusterDomain (int .Values.scheduler.service.port) }}
+{{- end }}
+
+{{/* Where the etcd TLS Secret is mounted in the replicas. */}}
+{{- define "orion.etcd.tlsDir" -}}/etc/orion-etcd-tls{{- end }}
+
+{{/* The env entry of the API token. */}}
+{{- define "orion.auth.env" -}}
+- name: ORION_AUTH_TOKEN
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "orion.auth.secretName" . }}
+      key: {{ .Values.auth.secretKey }}
+{{- end }}
+
+{{/* Checks that the schema cannot express. */}}
+{{- define "orion.validate" -}}
+{{- if and .Values.etcd.enabled (lt (int .Values.etcd.maxTxnOps) (int .Values.config.max_txn_ops)) }}
+{{- fail (printf "config.max_txn_ops (%d) must not exceed etcd.maxTxnOps (%d): every Orion transaction would be refused" (int .Values.config.max_txn_ops) (int .Values.etcd.maxTxnOps)) }}
+{{- end }}
+{{- if and .Values.etcd.enabled (eq (int .Values.etcd.clientPort) (int .Values.etcd.peerPort)) }}
+{{- fail "etcd.clientPort and etcd.peerPort must differ" }}
+{{- end }}
+{{- if and .Values.etcd.enabled (lt (int .Values.etcd.electionMs) (mul 5 (int .Values.etcd.heartbeatMs))) }}
+{{- fail (printf "etcd.electionMs (%d) must be at least 5 x etcd.heartbeatMs (%d)" (int .Values.etcd.electionMs) (int .Values.etcd.heartbeatMs)) }}
+{{- end }}
+{{- if and .Values.etcd.tls.enabled .Values.etcd.enabled }}
+{{- fail "etcd.tls applies to an existing etcd (etcd.enabled=false): the chart's own members serve plain http inside the namespace" }}
+{{- end }}
+{{- if and (not .Values.workers.enabled) (lt (int .Values.config.slots) 1) }}
+{{- fail "workers.enabled=false needs config.slots >= 1: otherwise nothing runs tasks" }}
+{{- end }}
+{{- if and .Values.auth.existingSecret .Values.auth.token }}
+{{- fail "set auth.existingSecret or auth.token, not both" }}
+{{- end }}
+{{- end }}
