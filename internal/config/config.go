@@ -22,6 +22,8 @@ type Server struct {
 	Name                 string        `mapstructure:"name" json:"name"`
 	Listen               string        `mapstructure:"listen" json:"listen"`
 	AdvertiseURL         string        `mapstructure:"advertise_url" json:"advertise_url"`
+	KubeLeaderLabel      string        `mapstructure:"kube_leader_label" json:"kube_leader_label"`
+	MetricsNoAuth        bool          `mapstructure:"metrics_no_auth" json:"metrics_no_auth"`
 	StreamStaleAfter     time.Duration `mapstructure:"stream_stale_after" json:"stream_stale_after"`
 	WorkerReconnectGrace time.Duration `mapstructure:"worker_reconnect_grace" json:"worker_reconnect_grace"`
 	DataDir              string        `mapstructure:"data_dir" json:"data_dir"`
@@ -85,6 +87,8 @@ var serverFlags = []flag{
 	{"embedded-etcd-quota-bytes", int64(4 << 30), "backend quota of the embedded etcd member"},
 	{"embedded-etcd-heartbeat-ms", 50, "raft heartbeat of the embedded member (small so a 1 s session TTL is granted)"},
 	{"embedded-etcd-election-ms", 250, "raft election timeout of the embedded member"},
+	{"kube-leader-label", "", "in a Kubernetes pod: keep this label on the pod, \"leader\" while it leads and \"standby\" otherwise (for a Service that selects the leader); needs POD_NAME, POD_NAMESPACE and a service account allowed to patch the pod"},
+	{"metrics-no-auth", false, "serve /metrics without the bearer token (for Prometheus scrapes; the rest of the API still needs it)"},
 	{"auth-token", "", "bearer token required on the API (env ORION_AUTH_TOKEN)"},
 	{"insecure-no-auth", false, "allow a non-loopback --listen without a token (logged as a warning: shell tasks mean remote execution)"},
 	{"rate-limit", 5.0, "requests per second per non-loopback client IP"},

@@ -38,6 +38,7 @@ type Metrics struct {
 	StaleResults     prometheus.Counter
 	DroppedEvents    prometheus.Counter
 	RateLimited      prometheus.Counter
+	KubeLabelErrors  prometheus.Counter
 	HTTPRequests     *prometheus.CounterVec
 	RetentionDeletes prometheus.Counter
 	EtcdDBSizeBytes  prometheus.Gauge
@@ -78,6 +79,7 @@ func New() *Metrics {
 	m.StaleResults = f.counter("orion_stale_results_total", "Results for attempts that were no longer current, discarded.")
 	m.DroppedEvents = f.counter("orion_dropped_events_total", "Live events dropped because a subscriber was too slow.")
 	m.RateLimited = f.counter("orion_rate_limited_total", "API requests refused by the rate limit.")
+	m.KubeLabelErrors = f.counter("orion_kube_label_errors_total", "Failed attempts to set the leader/standby label on a pod.")
 	m.HTTPRequests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orion_http_requests_total", Help: "API requests by route and status code."}, []string{"route", "code"})
 	r.MustRegister(m.HTTPRequests)
 	m.RetentionDeletes = f.counter("orion_retention_deleted_dags_total", "Finished DAGs deleted by the retention policy.")

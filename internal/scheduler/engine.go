@@ -46,8 +46,10 @@ type Config struct {
 	Workers       <-chan WorkerEvent
 	RemoteResults <-chan executor.Result
 	// OnLeading is called on the loop goroutine when this replica starts or
-	// stops leading, so the worker hub accepts or closes connections.
-	OnLeading func(leading bool)
+	// stops leading, so the worker hub accepts or closes connections (and the
+	// pod label follows); previous names the leader of the term before, when
+	// known.
+	OnLeading func(leading bool, previous string)
 }
 
 // WorkerEventKind says what happened to a remote worker.
@@ -100,6 +102,7 @@ type Engine struct {
 	etcdRev       int64 // etcd's revision in the latest watch response header
 	firstCommitAt time.Time
 	deposing      bool
+	prevLeader    string // leader of the term before ours, from its term record
 
 	status  atomic.Pointer[Status]
 	commits atomic.Int64 // transactions committed

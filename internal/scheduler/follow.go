@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -122,6 +123,13 @@ func (e *Engine) catchUp(ctx context.Context) error {
 	resp, err := e.cli.Get(rctx, etcdlog.LeaderKey)
 	if err != nil {
 		return err
+	}
+	e.prevLeader = ""
+	if len(resp.Kvs) == 1 {
+		var rec TermRecord
+		if json.Unmarshal(resp.Kvs[0].Value, &rec) == nil {
+			e.prevLeader = rec.Name
+		}
 	}
 	target := resp.Header.Revision
 	for e.seenRev < target {

@@ -143,7 +143,7 @@ func (e *Engine) becomeLeader(term *leadership.Term) {
 		e.c.Report(r, now)
 	}
 	if e.cfg.OnLeading != nil {
-		e.cfg.OnLeading(true)
+		e.cfg.OnLeading(true, e.prevLeader)
 	}
 	e.m.IsLeader.Set(1)
 	e.m.LeaderChanges.Inc()
@@ -306,7 +306,7 @@ func (e *Engine) leaveLeadership(waitErr error) {
 	e.m.IsLeader.Set(0)
 	e.failWaiters(waitErr)
 	if e.cfg.OnLeading != nil {
-		e.cfg.OnLeading(false)
+		e.cfg.OnLeading(false, "")
 	}
 }
 

@@ -25,6 +25,7 @@ import (
 	"github.com/orion-sched/orion/internal/etcdlog"
 	"github.com/orion-sched/orion/internal/etcdserver"
 	"github.com/orion-sched/orion/internal/executor"
+	"github.com/orion-sched/orion/internal/kubelabel"
 	"github.com/orion-sched/orion/internal/metrics"
 	"github.com/orion-sched/orion/internal/scheduler"
 	"github.com/orion-sched/orion/internal/workerstream"
@@ -43,6 +44,7 @@ type Server struct {
 
 	log      *zap.Logger
 	agent    *workerstream.Agent
+	labeler  *kubelabel.Labeler
 	http     *http.Server
 	cancel   context.CancelFunc
 	engineCh chan error
@@ -125,6 +127,14 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger) (s *Server, 
 		apiURL = "http://" + s.HTTPAddr
 	}
 
+	if cfg.KubeLeaderLabel != "" {
+		s.labeler, err = kubelabel.FromEnv(cfg.KubeLeaderLabel, log.Named("kubelabel"), s.Metrics.KubeLabelErrors.Inc)
+		if err != nil {
+			return nil, err
+		}
+		s.labeler.Leading(false, "")
+	}
+
 	info := &clusterInfo{cli: s.Client}
 	s.Hub = workerstream.NewHub(workerstream.HubConfig{
 		Leader:         cfg.Name,
@@ -152,7 +162,12 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger) (s *Server, 
 		Metrics:       s.Metrics,
 		Workers:       workerEvents,
 		RemoteResults: s.Hub.Results(),
-		OnLeading:     s.Hub.SetLeading,
+		OnLeading: func(leading bool, previous string) {
+			s.Hub.SetLeading(leading)
+			if s.labeler != nil {
+				s.labeler.Leading(leading, previous)
+			}
+		},
 	}, s.Client, nil)
 
 	s.agent = workerstream.NewAgent(workerstream.AgentConfig{
@@ -179,6 +194,7 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger) (s *Server, 
 		Node:          cfg.Name,
 		EtcdEndpoints: endpoints,
 		AuthToken:     cfg.AuthToken,
+		MetricsNoAuth: cfg.MetricsNoAuth,
 		RateLimit:     cfg.RateLimit,
 		MaxBodyBytes:  cfg.MaxBodyBytes,
 		MaxTasks:      cfg.MaxTasksPerDAG,
@@ -195,6 +211,9 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger) (s *Server, 
 	go relayWorkerEvents(ectx, s.Hub.Events(), workerEvents)
 	go func() { s.engineCh <- s.Engine.Run(ectx) }()
 	go func() { _ = s.agent.Run(ectx) }()
+	if s.labeler != nil {
+		go s.labeler.Run(ectx)
+	}
 	go func() {
 		if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("http server stopped", zap.Error(err))
