@@ -7,20 +7,32 @@ RACE_PKGS := ./internal/scheduler/... ./internal/executor/... ./internal/api/...
              ./internal/leadership/... ./internal/server/... ./internal/client/... ./internal/cli/... ./internal/config/... \
              ./internal/workerstream/... ./internal/drill/...
 # Pure packages run without it (the randomized core test is CPU-heavy).
-PURE_PKGS := ./internal/core/... ./internal/dag/... ./internal/etcdlog/... ./internal/metrics/... ./internal/bench/...
+PURE_PKGS := ./internal/core/... ./internal/dag/... ./internal/etcdlog/... ./internal/metrics/... ./internal/bench/... \
+             ./internal/console/...
+
+# The web console (internal/console/web, TypeScript) is built into
+# internal/console/dist, which go:embed takes into the binary. `make build`
+# (and so `make run`) builds it first when npm is installed; without npm,
+# orion still builds and serves a page at / that says to run `make console`.
+NPM          ?= npm
+CONSOLE_WEB  := internal/console/web
+CONSOLE_DIST := internal/console/dist/index.html
+CONSOLE_SRC  := $(wildcard $(CONSOLE_WEB)/src/*) $(CONSOLE_WEB)/index.html $(CONSOLE_WEB)/vite.config.ts \
+                $(CONSOLE_WEB)/tsconfig.json $(CONSOLE_WEB)/package.json $(CONSOLE_WEB)/package-lock.json
+HAVE_NPM     := $(shell command -v $(NPM) 2>/dev/null)
 
 .PHONY: all build run test test-unit test-race test-e2e bench lint fmt clean cluster cluster-down cluster-status \
-        chart-test chart-manifests
+        chart-test chart-manifests console test-console
 
 all: build
 
-build:
+build: $(if $(HAVE_NPM),console)
 	$(GO) build -o $(BIN) ./cmd/orion
 
 run: build
 	$(BIN) server --config config/orion.yaml
 
-test: lint test-unit test-race test-e2e chart-test
+test: lint test-unit test-race test-e2e chart-test test-console
 
 lint:
 	@out=$$(gofmt -l cmd internal test); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -91,3 +103,17 @@ chart-test: $(HELM) build
 # from the chart (chart-test fails until they are in sync).
 chart-manifests: $(HELM)
 	cd test/helm && HELM=$(HELM) $(GO) test -count=1 -run 'TestDeploy(Manifests|Alerts)$$' . -update
+
+# --- Web console ----------------------------------------------------------------
+console: $(CONSOLE_DIST)
+
+$(CONSOLE_WEB)/node_modules/.package-lock.json: $(CONSOLE_WEB)/package.json $(CONSOLE_WEB)/package-lock.json
+	cd $(CONSOLE_WEB) && $(NPM) ci --no-audit --no-fund
+
+$(CONSOLE_DIST): $(CONSOLE_WEB)/node_modules/.package-lock.json $(CONSOLE_SRC)
+	cd $(CONSOLE_WEB) && $(NPM) run build
+
+# Browser tests of the console: the real binary and Debian's chromium
+# (/usr/bin/chromium; CHROMIUM=... to use another), through playwright-core.
+test-console: build
+	cd test/console && $(NPM) ci --no-audit --no-fund && ORION_BIN=$(CURDIR)/$(BIN) $(NPM) test

@@ -1003,3 +1003,44 @@ func TestRequestLog(t *testing.T) {
 		t.Fatalf("no duration: %v", f)
 	}
 }
+
+// A browser page of another site cannot submit to the API (CSRF): writes
+// carrying a foreign Origin are refused; same-origin pages (the console)
+// and programs without an Origin are not.
+func TestCrossSiteWritesRefused(t *testing.T) {
+	e := newEnv(t, nil)
+	body := `{"name":"x","tasks":[{"id":"a","kind":"noop"}]}`
+	for _, c := range []struct {
+		origin string
+		want   int
+	}{
+		{"http://evil.example", http.StatusForbidden},
+		{"null", http.StatusForbidden},
+		{"", http.StatusCreated},
+	} {
+		req, _ := http.NewRequest("POST", e.srv.URL+"/api/v1/dags", strings.NewReader(body))
+		req.Header.Set("Content-Type", "text/plain")
+		if c.origin != "" {
+			req.Header.Set("Origin", c.origin)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != c.want {
+			t.Errorf("Origin %q: %d, want %d", c.origin, resp.StatusCode, c.want)
+		}
+	}
+	req, _ := http.NewRequest("POST", e.srv.URL+"/api/v1/dags", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Origin", e.srv.URL)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated && resp.StatusCode != http.StatusOK {
+		t.Errorf("same-origin write: %d", resp.StatusCode)
+	}
+}

@@ -5,11 +5,14 @@ import (
 	"crypto/subtle"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/orion-sched/orion/internal/console"
 )
 
 // ServeHTTP wraps the routes with panic recovery, request logging and
@@ -43,13 +46,37 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !open && !forwarded && s.limiter != nil && !s.allow(rw, r) {
 		return
 	}
-	if !open && s.cfg.AuthToken != "" && !(s.cfg.MetricsNoAuth && r.URL.Path == "/metrics") && !s.authorized(r) {
+	if !open && s.cfg.AuthToken != "" && !(s.cfg.MetricsNoAuth && r.URL.Path == "/metrics") && !console.Public(r.URL.Path) && !s.authorized(r) {
 		rw.Header().Set("WWW-Authenticate", `Bearer realm="orion"`)
 		writeError(rw, http.StatusUnauthorized, "unauthorized", "missing or invalid bearer token", nil)
 		return
 	}
+	if crossSiteWrite(r) {
+		writeError(rw, http.StatusForbidden, "cross_origin",
+			"a write from another origin ("+r.Header.Get("Origin")+") is refused: shell tasks mean remote execution", nil)
+		return
+	}
 	rw.routing = true
 	s.mux.ServeHTTP(rw, r)
+}
+
+// crossSiteWrite reports a state-changing request that a browser sent on
+// behalf of another site. Without this check any web page open on this
+// machine could POST a DAG of shell tasks to a loopback server that needs
+// no token (browsers send text/plain and form bodies cross-origin without
+// asking). Browsers always send Origin on such requests; CLI and other
+// programs send none.
+func crossSiteWrite(r *http.Request) bool {
+	switch r.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions:
+		return false
+	}
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return false
+	}
+	u, err := url.Parse(origin)
+	return err != nil || !strings.EqualFold(u.Host, r.Host)
 }
 
 // allow applies the per-IP rate limit; loopback clients are never limited.

@@ -36,6 +36,9 @@ type Config struct {
 	// Observer, when set, is called on the loop goroutine for every applied
 	// entry. It must not block (the live event stream buffers and drops).
 	Observer func(e *core.Entry)
+	// OnReload, when set, is called on the loop goroutine after the state was
+	// replaced by a snapshot read at rev (the event stream restarts there).
+	OnReload func(rev int64)
 	// DispatchObserver, when set, receives each attempt's ready→start
 	// latency (benchmarks collect raw samples with it).
 	DispatchObserver func(time.Duration)

@@ -31,6 +31,9 @@ func (e *Engine) reload(ctx context.Context) error {
 				e.log.Warn("skipping a record that does not fit", zap.Error(err))
 			}
 			e.seenRev = max(e.seenRev, snap.Rev)
+			if e.cfg.OnReload != nil {
+				e.cfg.OnReload(snap.Rev)
+			}
 			e.m.AppliedRevision.Set(float64(snap.Rev))
 			e.log.Info("state loaded from etcd", zap.Int64("revision", snap.Rev),
 				zap.Int("dags", len(snap.DAGs)), zap.Int("task_records", len(snap.Tasks)))

@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -21,9 +22,11 @@ import (
 
 	"github.com/orion-sched/orion/internal/api"
 	"github.com/orion-sched/orion/internal/config"
+	"github.com/orion-sched/orion/internal/console"
 	"github.com/orion-sched/orion/internal/core"
 	"github.com/orion-sched/orion/internal/etcdlog"
 	"github.com/orion-sched/orion/internal/etcdserver"
+	"github.com/orion-sched/orion/internal/events"
 	"github.com/orion-sched/orion/internal/executor"
 	"github.com/orion-sched/orion/internal/kubelabel"
 	"github.com/orion-sched/orion/internal/metrics"
@@ -39,6 +42,7 @@ type Server struct {
 	Client   *clientv3.Client
 	Local    *executor.Local // nil with --slots 0
 	Hub      *workerstream.Hub
+	Events   *events.Hub
 	Metrics  *metrics.Metrics
 	HTTPAddr string // the address actually bound
 
@@ -151,6 +155,10 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger) (s *Server, 
 	info.workers = hubWorkers(s.Hub)
 	workerEvents := make(chan scheduler.WorkerEvent, 256)
 
+	// The live event stream: every replica publishes the entries it applies.
+	s.Events = events.NewHub(events.Config{Dropped: s.Metrics.DroppedEvents, Node: cfg.Name,
+		Snapshot: newEventSnapshot(s)})
+
 	s.Engine = scheduler.New(scheduler.Config{
 		Node:          cfg.Name,
 		APIURL:        apiURL,
@@ -162,6 +170,8 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger) (s *Server, 
 		Metrics:       s.Metrics,
 		Workers:       workerEvents,
 		RemoteResults: s.Hub.Results(),
+		Observer:      s.Events.Observe,
+		OnReload:      s.Events.Reset,
 		OnLeading: func(leading bool, previous string) {
 			s.Hub.SetLeading(leading)
 			if s.labeler != nil {
@@ -180,6 +190,10 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger) (s *Server, 
 		MaxBackoff:   200 * time.Millisecond,
 		Logger:       log.Named("agent"),
 	})
+
+	routes := console.Routes()
+	routes["GET "+workerstream.Path] = s.Hub.Handler()
+	maps.Copy(routes, s.Events.Routes(events.HTTPConfig{Logger: log.Named("events")}))
 
 	var logs executor.Executor = s.Local
 	if s.Local == nil {
@@ -202,7 +216,7 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger) (s *Server, 
 		Cluster:       info,
 		APIURL:        apiURL,
 		PID:           os.Getpid(),
-		Routes:        map[string]http.Handler{"GET " + workerstream.Path: s.Hub.Handler()},
+		Routes:        routes,
 	})
 	s.http = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: zap.NewStdLog(log.Named("http"))}
 
@@ -211,6 +225,7 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger) (s *Server, 
 	go relayWorkerEvents(ectx, s.Hub.Events(), workerEvents)
 	go func() { s.engineCh <- s.Engine.Run(ectx) }()
 	go func() { _ = s.agent.Run(ectx) }()
+	go s.Events.Run(ectx)
 	if s.labeler != nil {
 		go s.labeler.Run(ectx)
 	}

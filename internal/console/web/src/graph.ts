@@ -1,0 +1,248 @@
+// The DAG as a graph: Cytoscape.js draws it, ELK's layered algorithm (elkjs
+// through cytoscape-elk) lays it out. Nodes are coloured by task status and
+// recoloured in place as events arrive; the layout runs only when the set of
+// tasks changes.
+import cytoscape from "cytoscape";
+import type { Core, ElementDefinition, NodeSingular, StylesheetJson } from "cytoscape";
+import elk from "cytoscape-elk";
+import type { TaskStatus, TaskView } from "./types";
+
+cytoscape.use(elk);
+
+export const STATUS_COLORS: Record<TaskStatus, { bg: string; fg: string; border: string }> = {
+  pending: { bg: "#e5e7eb", fg: "#374151", border: "#9ca3af" },
+  ready: { bg: "#bfdbfe", fg: "#1e3a8a", border: "#3b82f6" },
+  running: { bg: "#2563eb", fg: "#ffffff", border: "#1e3a8a" },
+  retrying: { bg: "#f59e0b", fg: "#111827", border: "#b45309" },
+  succeeded: { bg: "#16a34a", fg: "#ffffff", border: "#14532d" },
+  failed: { bg: "#dc2626", fg: "#ffffff", border: "#7f1d1d" },
+  upstream_failed: { bg: "#fecaca", fg: "#7f1d1d", border: "#dc2626" },
+  cancelled: { bg: "#6b7280", fg: "#ffffff", border: "#374151" },
+};
+
+export interface GraphOptions {
+  onSelect: (taskId: string | null) => void;
+  onHover: (taskId: string | null, x: number, y: number) => void;
+}
+
+function style(): StylesheetJson {
+  const s: StylesheetJson = [
+    {
+      selector: "node",
+      style: {
+        shape: "round-rectangle",
+        width: 118,
+        height: 34,
+        label: "data(label)",
+        "font-size": 12,
+        "font-family": "ui-monospace, SFMono-Regular, Menlo, Consolas, monospace",
+        "text-valign": "center",
+        "text-halign": "center",
+        "text-wrap": "ellipsis",
+        "text-max-width": "110px",
+        "min-zoomed-font-size": 7,
+        "border-width": 1.5,
+        "background-color": STATUS_COLORS.pending.bg,
+        color: STATUS_COLORS.pending.fg,
+        "border-color": STATUS_COLORS.pending.border,
+      },
+    },
+    {
+      selector: "edge",
+      style: {
+        width: 1.4,
+        "curve-style": "bezier",
+        "line-color": "#9ca3af",
+        "target-arrow-color": "#9ca3af",
+        "target-arrow-shape": "triangle",
+        "arrow-scale": 0.8,
+        opacity: 0.8,
+      },
+    },
+  ];
+  for (const [st, c] of Object.entries(STATUS_COLORS)) {
+    s.push({ selector: `node[status = "${st}"]`, style: { "background-color": c.bg, color: c.fg, "border-color": c.border } });
+  }
+  s.push(
+    { selector: 'node[status = "running"]', style: { "border-width": 3, "border-color": "#93c5fd" } },
+    { selector: 'node[status = "retrying"]', style: { "border-style": "dashed", "border-width": 2.5 } },
+    { selector: 'node[status = "upstream_failed"]', style: { "border-style": "dashed", "border-width": 2 } },
+    { selector: "node:selected", style: { "border-width": 4, "border-color": "#f472b6", "overlay-opacity": 0 } },
+    { selector: "edge.hl", style: { "line-color": "#db2777", "target-arrow-color": "#db2777", width: 2.6, opacity: 1 } },
+    { selector: 'edge[cascade = "yes"]', style: { "line-color": "#f87171", "target-arrow-color": "#f87171", "line-style": "dashed" } },
+    { selector: "node.dim", style: { opacity: 0.35 } },
+    // Large DAGs: smaller nodes, so the overview shows more of the graph.
+    { selector: "node.compact", style: { width: 84, height: 24, "font-size": 10, "text-max-width": "78px" } },
+    { selector: "edge.compact", style: { width: 1, "arrow-scale": 0.6 } },
+  );
+  return s;
+}
+
+export class GraphView {
+  readonly cy: Core;
+  private key = "";
+  private laidOut = false;
+
+  constructor(
+    private readonly container: HTMLElement,
+    private readonly opts: GraphOptions,
+  ) {
+    this.cy = cytoscape({
+      container,
+      style: style(),
+      wheelSensitivity: 0.4,
+      minZoom: 0.05,
+      maxZoom: 3,
+      boxSelectionEnabled: false,
+      autoungrabify: true,
+      pixelRatio: "auto",
+    });
+    this.cy.on("tap", "node", (e) => {
+      this.opts.onHover(null, 0, 0);
+      this.select((e.target as NodeSingular).id(), true);
+    });
+    this.cy.on("tap", (e) => {
+      if (e.target === this.cy) this.select(null, true);
+    });
+    this.cy.on("mouseover", "node", (e) => {
+      const p = (e.target as NodeSingular).renderedPosition();
+      this.opts.onHover((e.target as NodeSingular).id(), p.x, p.y);
+      container.style.cursor = "pointer";
+    });
+    this.cy.on("mouseout", "node", () => {
+      this.opts.onHover(null, 0, 0);
+      container.style.cursor = "";
+    });
+    this.cy.on("viewport", () => this.opts.onHover(null, 0, 0));
+  }
+
+  /** Shows a DAG: rebuilds and lays out when its tasks changed, else recolours. */
+  setTasks(dagId: string, tasks: TaskView[]): void {
+    const key = dagId + "|" + tasks.map((t) => t.id + ":" + t.depends_on.join(",")).join(";");
+    if (key !== this.key) {
+      this.key = key;
+      this.rebuild(tasks);
+      return;
+    }
+    this.cy.batch(() => {
+      for (const t of tasks) this.setStatus(t.id, t.status, t);
+    });
+  }
+
+  clear(): void {
+    this.key = "";
+    this.cy.elements().remove();
+  }
+
+  setStatus(id: string, status: string, t?: TaskView): void {
+    const n = this.cy.getElementById(id);
+    if (n.empty()) return;
+    if (n.data("status") !== status) n.data("status", status);
+    if (t) {
+      const cas = t.status === "upstream_failed" ? "yes" : "no";
+      n.connectedEdges(`[target = "${cssEscape(id)}"]`).forEach((e) => {
+        if (e.data("cascade") !== cas) e.data("cascade", cas);
+      });
+    }
+  }
+
+  private rebuild(tasks: TaskView[]): void {
+    const els: ElementDefinition[] = [];
+    const compact = tasks.length > 60 ? "compact" : "";
+    for (const t of tasks) {
+      els.push({ group: "nodes", data: { id: t.id, label: t.id, status: t.status }, classes: compact });
+    }
+    const ids = new Set(tasks.map((t) => t.id));
+    for (const t of tasks) {
+      for (const d of t.depends_on) {
+        if (ids.has(d)) els.push({ group: "edges", data: { id: `${d}->${t.id}`, source: d, target: t.id, cascade: "no" }, classes: compact });
+      }
+    }
+    this.cy.batch(() => {
+      this.cy.elements().remove();
+      this.cy.add(els);
+    });
+    this.layout();
+  }
+
+  layout(): void {
+    const n = this.cy.nodes().length;
+    this.laidOut = false;
+    const opts = {
+      name: "elk",
+      fit: true,
+      padding: 40, // room for the legend and the zoom buttons
+      animate: false,
+      nodeDimensionsIncludeLabels: false,
+      elk: {
+        algorithm: "layered",
+        "elk.direction": "RIGHT",
+        "elk.layered.spacing.nodeNodeBetweenLayers": n > 60 ? 36 : 60,
+        "elk.spacing.nodeNode": n > 60 ? 6 : 22,
+        "elk.layered.nodePlacement.strategy": "BRANDES_KOEPF",
+        "elk.layered.crossingMinimization.strategy": "LAYER_SWEEP",
+        "elk.edgeRouting": "POLYLINE",
+        // One drawing: tasks without dependents stay in their layer.
+        "elk.separateConnectedComponents": false,
+        // Keep the DAG file's order where it costs no crossing (shard-01, shard-02, ...).
+        "elk.layered.considerModelOrder.strategy": "NODES_AND_EDGES",
+      },
+      stop: () => {
+        // Small DAGs would fill the view with huge nodes: keep them readable.
+        if (this.cy.zoom() > 1.15) {
+          this.cy.zoom(1.15);
+          this.cy.center();
+        }
+        this.laidOut = true;
+        this.container.dataset.layout = "done";
+        this.container.dataset.nodes = String(n);
+      },
+    };
+    this.container.dataset.layout = "running";
+    this.cy.layout(opts as unknown as cytoscape.LayoutOptions).run();
+  }
+
+  get ready(): boolean {
+    return this.laidOut;
+  }
+
+  fit(): void {
+    this.cy.fit(undefined, 40);
+  }
+
+  zoomBy(f: number): void {
+    const c = { x: this.container.clientWidth / 2, y: this.container.clientHeight / 2 };
+    this.cy.zoom({ level: this.cy.zoom() * f, renderedPosition: c });
+  }
+
+  resize(): void {
+    this.cy.resize();
+  }
+
+  /** Selects a task: highlights it and the edges of its dependencies and dependents. */
+  select(id: string | null, notify = false): void {
+    this.cy.batch(() => {
+      this.cy.elements().unselect();
+      this.cy.edges().removeClass("hl");
+      if (id) {
+        const n = this.cy.getElementById(id);
+        if (n.nonempty()) {
+          n.select();
+          n.connectedEdges().addClass("hl");
+        }
+      }
+    });
+    if (notify) this.opts.onSelect(id);
+  }
+
+  /** Centres a task in view, zooming in enough to read it. */
+  focus(id: string): void {
+    const n = this.cy.getElementById(id);
+    if (n.empty()) return;
+    this.cy.animate({ center: { eles: n }, zoom: Math.max(this.cy.zoom(), 0.9) }, { duration: 250 });
+  }
+}
+
+function cssEscape(s: string): string {
+  return s.replace(/["\\]/g, "\\$&");
+}

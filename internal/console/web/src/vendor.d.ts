@@ -1,0 +1,6 @@
+// cytoscape-elk ships no type declarations.
+declare module "cytoscape-elk" {
+  import type { Ext } from "cytoscape";
+  const ext: Ext;
+  export default ext;
+}

@@ -1,0 +1,350 @@
+package events
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"go.uber.org/zap"
+)
+
+// Paths of the stream endpoints.
+const (
+	SSEPath = "/api/v1/events"
+	WSPath  = "/api/v1/events/ws"
+)
+
+// HTTPConfig configures the stream endpoints.
+type HTTPConfig struct {
+	Origins      Origins
+	Heartbeat    time.Duration // SSE comment / WebSocket ping interval (default 15s)
+	WriteTimeout time.Duration // a write that takes longer ends the stream (default 10s)
+	Logger       *zap.Logger
+}
+
+func (c *HTTPConfig) defaults() {
+	if c.Heartbeat <= 0 {
+		c.Heartbeat = 15 * time.Second
+	}
+	if c.WriteTimeout <= 0 {
+		c.WriteTimeout = 10 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+}
+
+// Routes returns the stream endpoints keyed by ServeMux pattern, for
+// api.Config.Routes. The patterns carry no method so that CORS preflights
+// reach them; other methods get a JSON 405.
+func (h *Hub) Routes(cfg HTTPConfig) map[string]http.Handler {
+	return map[string]http.Handler{SSEPath: h.SSEHandler(cfg), WSPath: h.WSHandler(cfg)}
+}
+
+// SSEHandler serves GET /api/v1/events?since=CURSOR as Server-Sent Events.
+func (h *Hub) SSEHandler(cfg HTTPConfig) http.Handler {
+	cfg.defaults()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !cfg.Origins.Check(w, r, "GET") {
+			return
+		}
+		if r.Method != http.MethodGet {
+			methodNotAllowed(w, "GET")
+			return
+		}
+		since := r.Header.Get("Last-Event-ID") // the browser's resume wins
+		if since == "" {
+			since = r.URL.Query().Get("since")
+		}
+		sub, err := h.subscribeParam(since)
+		if err != nil {
+			subscribeError(w, err)
+			return
+		}
+		defer sub.Close()
+		hd := w.Header()
+		hd.Set("Content-Type", "text/event-stream")
+		hd.Set("Cache-Control", "no-store")
+		hd.Set("X-Accel-Buffering", "no")
+		w.WriteHeader(http.StatusOK)
+		rc := http.NewResponseController(w)
+		var buf bytes.Buffer
+		buf.WriteString("retry: 1000\n: orion events\n\n")
+		ctx := r.Context()
+		for {
+			if err := flushSSE(w, rc, &buf, cfg.WriteTimeout); err != nil {
+				cfg.Logger.Debug("event stream write failed", zap.String("remote", r.RemoteAddr), zap.Error(err))
+				return
+			}
+			ev, ok, err := sub.Poll(ctx, cfg.Heartbeat)
+			if err != nil {
+				return
+			}
+			if !ok {
+				buf.WriteString(": heartbeat\n\n")
+				continue
+			}
+			// Send what is ready in one write, up to a bound.
+			for n := 0; ok && n < 256 && buf.Len() < 64<<10; n++ {
+				writeSSE(&buf, &ev)
+				ev, ok, err = sub.Poll(ctx, 0)
+				if err != nil {
+					return
+				}
+			}
+			if ok {
+				writeSSE(&buf, &ev)
+			}
+		}
+	})
+}
+
+func writeSSE(buf *bytes.Buffer, ev *Event) {
+	b, err := json.Marshal(ev)
+	if err != nil {
+		return
+	}
+	if ev.ID != "" {
+		buf.WriteString("id: ")
+		buf.WriteString(ev.ID)
+		buf.WriteByte('\n')
+	}
+	buf.WriteString("data: ")
+	buf.Write(b)
+	buf.WriteString("\n\n")
+}
+
+func flushSSE(w http.ResponseWriter, rc *http.ResponseController, buf *bytes.Buffer, timeout time.Duration) error {
+	if buf.Len() == 0 {
+		return nil
+	}
+	if err := rc.SetWriteDeadline(time.Now().Add(timeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return err
+	}
+	_, err := w.Write(buf.Bytes())
+	buf.Reset()
+	if err != nil {
+		return err
+	}
+	if err := rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return err
+	}
+	return nil
+}
+
+// WSHandler serves GET /api/v1/events/ws?since=CURSOR: a WebSocket carrying
+// one JSON event per text message. Messages from the client are ignored.
+func (h *Hub) WSHandler(cfg HTTPConfig) http.Handler {
+	cfg.defaults()
+	up := Upgrader(cfg.Origins)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !cfg.Origins.Check(w, r, "GET") {
+			return
+		}
+		if r.Method != http.MethodGet {
+			methodNotAllowed(w, "GET")
+			return
+		}
+		sub, err := h.subscribeParam(r.URL.Query().Get("since"))
+		if err != nil {
+			subscribeError(w, err)
+			return
+		}
+		defer sub.Close()
+		conn, err := up.Upgrade(Hijackable(w), r, nil)
+		if err != nil {
+			return // the upgrader has answered
+		}
+		ServeWS(r.Context(), conn, cfg, func(ctx context.Context) ([]byte, bool, error) {
+			ev, ok, err := sub.Poll(ctx, cfg.Heartbeat)
+			if err != nil || !ok {
+				return nil, ok, err
+			}
+			b, err := json.Marshal(&ev)
+			return b, true, err
+		})
+	})
+}
+
+// ServeWS runs a WebSocket until the peer goes or ctx ends: next yields the
+// messages to send (ok false: nothing within a heartbeat, so a ping is sent
+// instead); the peer's messages are read and dropped. It closes conn.
+func ServeWS(ctx context.Context, conn *websocket.Conn, cfg HTTPConfig, next func(ctx context.Context) (msg []byte, ok bool, err error)) {
+	cfg.defaults()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer conn.Close()
+	conn.SetReadLimit(4096)
+	go func() {
+		defer cancel()
+		for {
+			if _, _, err := conn.ReadMessage(); err != nil {
+				return
+			}
+		}
+	}()
+	for {
+		msg, ok, err := next(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				_ = conn.WriteControl(websocket.CloseMessage,
+					websocket.FormatCloseMessage(websocket.CloseGoingAway, "stream closed"), time.Now().Add(time.Second))
+			}
+			return
+		}
+		if !ok {
+			if err := conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(cfg.WriteTimeout)); err != nil {
+				return
+			}
+			continue
+		}
+		_ = conn.SetWriteDeadline(time.Now().Add(cfg.WriteTimeout))
+		if err := conn.WriteMessage(websocket.TextMessage, msg); err != nil {
+			cfg.Logger.Debug("websocket write failed", zap.Error(err))
+			return
+		}
+	}
+}
+
+// subscribeParam subscribes from a since value: empty means live only.
+func (h *Hub) subscribeParam(since string) (*Sub, error) {
+	if strings.TrimSpace(since) == "" {
+		return h.SubscribeLive()
+	}
+	c, err := ParseCursor(since)
+	if err != nil {
+		return nil, err
+	}
+	return h.SubscribeAfter(c)
+}
+
+func subscribeError(w http.ResponseWriter, err error) {
+	var ce *CursorError
+	if errors.As(err, &ce) {
+		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+		return
+	}
+	w.Header().Set("Retry-After", "1")
+	writeError(w, http.StatusServiceUnavailable, "unavailable", "the event stream is shutting down")
+}
+
+// writeError writes Orion's JSON error shape.
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	b, _ := json.Marshal(map[string]any{"error": map[string]any{"code": code, "message": msg, "details": []string{}}})
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+func methodNotAllowed(w http.ResponseWriter, allow string) {
+	w.Header().Set("Allow", allow+", OPTIONS")
+	writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", "method not allowed; allowed: "+allow)
+}
+
+// Origins is the cross-origin policy of the browser-facing endpoints here
+// and in the seed API. A request with no Origin header (curl, scripts) or
+// from its own origin is always allowed. Allow lists further origins
+// ("http://host:port", or "*" for any); when empty, pages served from
+// loopback (localhost, 127.0.0.1, [::1], any port) are allowed, for
+// development servers such as the original console's.
+type Origins struct {
+	Allow []string
+}
+
+// Allowed reports whether r's Origin may use the endpoints.
+func (o Origins) Allowed(r *http.Request) bool {
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return true
+	}
+	u, err := url.Parse(origin)
+	if err != nil || u.Host == "" {
+		return false
+	}
+	if strings.EqualFold(u.Host, r.Host) {
+		return true
+	}
+	if len(o.Allow) == 0 {
+		host := u.Hostname()
+		if strings.EqualFold(host, "localhost") {
+			return true
+		}
+		ip := net.ParseIP(host)
+		return ip != nil && ip.IsLoopback()
+	}
+	for _, a := range o.Allow {
+		if a == "*" || strings.EqualFold(strings.TrimRight(a, "/"), origin) {
+			return true
+		}
+	}
+	return false
+}
+
+// Check applies the policy: it sets the CORS headers for an allowed
+// origin, answers a preflight (OPTIONS) itself, and refuses a request from
+// an origin that is not allowed with a JSON 403, so that no other site's
+// page can make a browser change anything here. It reports whether the
+// caller should go on serving the request.
+func (o Origins) Check(w http.ResponseWriter, r *http.Request, methods string) bool {
+	proceed, denied := o.Apply(w, r, methods)
+	if denied {
+		writeError(w, http.StatusForbidden, "forbidden", "requests from origin "+r.Header.Get("Origin")+" are not allowed")
+	}
+	return proceed
+}
+
+// Apply is Check without the error response: denied reports a refused
+// origin, for the caller to answer in its own error shape; proceed is false
+// also after a preflight it answered.
+func (o Origins) Apply(w http.ResponseWriter, r *http.Request, methods string) (proceed, denied bool) {
+	origin := r.Header.Get("Origin")
+	if !o.Allowed(r) {
+		return false, true
+	}
+	if origin != "" {
+		h := w.Header()
+		h.Set("Access-Control-Allow-Origin", origin)
+		h.Add("Vary", "Origin")
+		h.Set("Access-Control-Allow-Methods", methods+", OPTIONS")
+		h.Set("Access-Control-Allow-Headers", "Content-Type, Idempotency-Key, X-Orion-Admin-Token, Authorization, Last-Event-ID")
+		h.Set("Access-Control-Max-Age", "600")
+	}
+	if r.Method == http.MethodOptions {
+		w.WriteHeader(http.StatusNoContent)
+		return false, false
+	}
+	return true, false
+}
+
+// Upgrader returns a WebSocket upgrader that applies the origin policy.
+func Upgrader(o Origins) *websocket.Upgrader {
+	return &websocket.Upgrader{
+		ReadBufferSize:  1024,
+		WriteBufferSize: 16 << 10,
+		CheckOrigin:     o.Allowed,
+	}
+}
+
+// Hijackable finds, under middleware wrappers that expose Unwrap (as
+// http.ResponseController expects), a ResponseWriter that can be hijacked:
+// gorilla/websocket asserts http.Hijacker directly.
+func Hijackable(w http.ResponseWriter) http.ResponseWriter {
+	for cur := w; ; {
+		if _, ok := cur.(http.Hijacker); ok {
+			return cur
+		}
+		u, ok := cur.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			return w
+		}
+		cur = u.Unwrap()
+	}
+}

@@ -1,0 +1,361 @@
+// Browser tests of the web console against the real orion binary.
+//
+//   cd test/console && npm ci && npm test      (or `make test-console`)
+//
+// Each suite starts its own processes (harness.mjs) and one headless
+// Chromium; screenshots go to test/artifacts/console/ (gitignored).
+import { after, before, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { Orion, REPO, browser, hasFlag, shot, sleep, waitFor } from "./harness.mjs";
+
+// ---- page helpers -----------------------------------------------------------
+
+/** Errors the page logged, less the ones that are expected. */
+function unexpected(errors) {
+  return errors.filter(
+    (e) =>
+      // /admin/status answers 404 outside demo mode: that is how the page
+      // learns it is not in demo mode.
+      !/admin\/status/.test(e) &&
+      // A 404 resource error without URL comes from that same probe.
+      !/^console: Failed to load resource: the server responded with a status of 404/.test(e),
+  );
+}
+
+async function open(page, url) {
+  await page.goto(url, { waitUntil: "domcontentloaded" });
+  await page.waitForSelector('[data-template="chain"]');
+  await waitFor("the first DAG list", async () => (await page.textContent("#dag-count")) !== null);
+}
+
+/** Picks a template and submits it; returns the new DAG's id. */
+async function submitTemplate(page, key) {
+  await page.click(`[data-template="${key}"]`);
+  await page.click('[data-testid="submit"]');
+  const msg = page.locator('[data-testid="submit-msg"]');
+  await waitFor(`submission of ${key}`, async () => /Submitted: /.test((await msg.textContent()) ?? ""), 35000);
+  return ((await msg.textContent()) ?? "").replace(/^.*Submitted: /, "").trim();
+}
+
+/** Statuses of the graph's nodes, from Cytoscape itself. */
+async function nodeStatuses(page) {
+  return page.evaluate(() => {
+    const cy = window.orion.graph.cy;
+    const out = {};
+    cy.nodes().forEach((n) => (out[n.id()] = n.data("status")));
+    return out;
+  });
+}
+
+async function waitDAG(page, id, status, timeoutMs) {
+  await waitFor(
+    `DAG ${id} ${status} in the page`,
+    async () => (await page.getAttribute("#graph", "data-dag")) === id && (await page.getAttribute("#graph", "data-status")) === status,
+    timeoutMs,
+    200,
+  );
+}
+
+async function waitAllNodes(page, status, count, timeoutMs) {
+  return waitFor(
+    `${count} nodes ${status}`,
+    async () => {
+      const st = await nodeStatuses(page);
+      const vals = Object.values(st);
+      return vals.length === count && vals.every((s) => s === status) ? st : null;
+    },
+    timeoutMs,
+    200,
+  );
+}
+
+async function waitLayout(page, nodes) {
+  await waitFor(`the layout of ${nodes} nodes`, async () => {
+    const g = await page.$("#graph");
+    return (await g.getAttribute("data-layout")) === "done" && (await g.getAttribute("data-nodes")) === String(nodes);
+  }, 30000);
+}
+
+/** Clicks a task's node where Cytoscape drew it. */
+async function clickNode(page, id) {
+  const pos = await page.evaluate((id) => {
+    const n = window.orion.graph.cy.getElementById(id);
+    return n.empty() ? null : n.renderedPosition();
+  }, id);
+  assert.ok(pos, `no node ${id}`);
+  const box = await page.locator("#graph").boundingBox();
+  await page.mouse.click(box.x + pos.x, box.y + pos.y);
+  await waitFor(`the task panel of ${id}`, async () => (await page.textContent('[data-testid="task-id"]').catch(() => "")) === id);
+}
+
+async function api(base, path, init) {
+  const r = await fetch(base + path, init);
+  return { status: r.status, body: await r.json().catch(() => null) };
+}
+
+// ---- single node -----------------------------------------------------------
+
+// The demo controls need `orion server --demo` (and its /admin endpoints):
+// the demo tests skip themselves on a build without the flag.
+async function demoFlag(orion) {
+  return hasFlag(await orion.bin(), "server", "demo");
+}
+
+async function narration(page) {
+  return (await page.textContent('[data-testid="narration"]')) ?? "";
+}
+
+describe("console on a single node", { timeout: 480000 }, () => {
+  const orion = new Orion("single");
+  let node, b, page, demo;
+
+  before(async () => {
+    demo = await demoFlag(orion);
+    node = await orion.node({ name: "n1", slots: 4, extra: demo ? ["--demo"] : [] });
+    const r = await fetch(node.pageURL + "/");
+    const html = await r.text();
+    assert.equal(r.status, 200, `GET / on the server: ${r.status}: the console is not mounted at / (wire console.Handler() in internal/api, or set ORION_CONSOLE_PROXY_BIN)`);
+    assert.match(html, /Orion console/, "GET / does not serve the built console (run `make console` before building orion)");
+    b = await browser();
+    page = b.page;
+    await open(page, node.pageURL);
+  });
+
+  after(async (t) => {
+    if (b && unexpected(b.errors).length) console.error("page errors:\n" + unexpected(b.errors).join("\n"));
+    await b?.close();
+    await orion.stop();
+  });
+
+  test("a template runs live: every node succeeds, a task shows its output tail and log", async () => {
+    // The page follows the event stream (SSE), not polls.
+    await waitFor("the live stream", async () => /live/.test((await page.textContent('[data-testid="conn"]')) ?? ""), 15000);
+    const id = await submitTemplate(page, "diamond");
+    await waitLayout(page, 4);
+    await waitAllNodes(page, "succeeded", 4, 30000);
+    await waitDAG(page, id, "succeeded", 10000);
+    await clickNode(page, "left");
+    const tail = await page.textContent('[data-testid="output-tail"]');
+    assert.match(tail, /left branch: parse/);
+    assert.match(tail, /parsed 42/);
+    const facts = await page.textContent("#task-body");
+    assert.match(facts, /exit code\s*0/);
+    assert.match(facts, /attempts\s*1/);
+    const href = await page.getAttribute('[data-testid="log-link"]', "href");
+    const log = await (await fetch(node.pageURL + href)).text();
+    assert.match(log, /parsed 42/);
+    await shot(page, "diamond-succeeded");
+    await page.click("#tab-timeline");
+    await page.waitForSelector("#timeline svg.gantt");
+    assert.equal(await page.locator("#timeline svg .row").count(), 4);
+    await shot(page, "diamond-timeline");
+    await page.click("#tab-graph");
+  });
+
+  test("the failure cascade: retries, a failure for good, upstream_failed, then retry", async () => {
+    const id = await submitTemplate(page, "cascade");
+    await waitLayout(page, 8);
+    await waitDAG(page, id, "failed", 60000);
+    const st = await waitFor("final statuses", async () => {
+      const s = await nodeStatuses(page);
+      return s["load-db"] === "failed" && s.notify === "upstream_failed" ? s : null;
+    }, 10000);
+    assert.equal(st.extract, "succeeded");
+    assert.equal(st["flaky-api"], "succeeded");
+    assert.equal(st.archive, "succeeded");
+    for (const t of ["build-index", "refresh-views", "publish", "notify"]) assert.equal(st[t], "upstream_failed", t);
+    await clickNode(page, "flaky-api");
+    assert.match(await page.textContent("#task-body"), /attempts\s*2/);
+    assert.match(await page.textContent("#task-body"), /Earlier attempts/);
+    await clickNode(page, "publish");
+    assert.match(await page.textContent("#task-body"), /because load-db failed/);
+    await waitFor("the narration of the failure and its cascade", async () => {
+      const n = (await page.textContent('[data-testid="narration"]')) ?? "";
+      return /load-db failed for good/.test(n) && /cascade from load-db: 4 task/.test(n) && /flaky-api attempt 1 failed/.test(n);
+    }, 10000);
+    await shot(page, "cascade-failed");
+    await page.click("#tab-timeline");
+    await page.waitForSelector("#timeline svg.gantt");
+    await shot(page, "cascade-timeline");
+    await page.click("#tab-graph");
+
+    // Retry: a new run; load-db fails again, so the DAG fails again.
+    assert.equal(await page.isEnabled('[data-testid="retry"]'), true);
+    await page.click('[data-testid="retry"]');
+    await waitFor("run 2", async () => /run 2/.test((await page.textContent("#dag-meta")) ?? ""), 20000);
+    await waitDAG(page, id, "failed", 60000);
+  });
+
+  test("cancel a running DAG", async () => {
+    const id = await submitTemplate(page, "chain");
+    await waitFor("a running node", async () => Object.values(await nodeStatuses(page)).includes("running"), 20000);
+    await page.click('[data-testid="cancel"]');
+    await waitDAG(page, id, "cancelled", 20000);
+    // The DAG's record is committed first, its tasks' in the next commit.
+    const st = await waitFor("every unfinished task cancelled", async () => {
+      const s = await nodeStatuses(page);
+      return Object.values(s).every((x) => x === "cancelled" || x === "succeeded") ? s : null;
+    }, 20000);
+    assert.equal(st.announce, "cancelled");
+  });
+
+  test("paste YAML and JSON; an invalid DAG shows the server's error", async () => {
+    await page.fill('[data-testid="dag-text"]', readFileSync(join(REPO, "test/fixtures/etl.yaml"), "utf8"));
+    await page.click('[data-testid="submit"]');
+    await waitDAG(page, "etl-demo", "succeeded", 60000);
+    assert.deepEqual(new Set(Object.values(await nodeStatuses(page))), new Set(["succeeded"]));
+
+    await page.fill('[data-testid="dag-text"]', readFileSync(join(REPO, "test/fixtures/diamond.json"), "utf8"));
+    await page.click('[data-testid="submit"]');
+    await waitDAG(page, "diamond", "succeeded", 30000);
+
+    await page.fill('[data-testid="dag-text"]', readFileSync(join(REPO, "test/fixtures/bad/cycle.yaml"), "utf8"));
+    await page.click('[data-testid="submit"]');
+    await waitFor("the validation error", async () => /400/.test((await page.textContent('[data-testid="submit-msg"]')) ?? ""), 10000);
+    assert.match(await page.textContent('[data-testid="submit-msg"]'), /→/);
+    await shot(page, "invalid-dag");
+    // The browser logs the 400 it was meant to get.
+    const i = b.errors.findIndex((e) => /status of 400/.test(e));
+    if (i >= 0) b.errors.splice(i, 1);
+  });
+
+  test("the 200-task random DAG is laid out and readable, and finishes", async () => {
+    const id = await submitTemplate(page, "random200");
+    await waitLayout(page, 200);
+    await waitFor("some tasks done", async () => Object.values(await nodeStatuses(page)).filter((s) => s === "succeeded").length >= 20, 60000);
+    await shot(page, "random200-running");
+    await waitAllNodes(page, "succeeded", 200, 180000);
+    await waitDAG(page, id, "succeeded", 20000);
+    await shot(page, "random200-succeeded");
+    // Zoomed in: labels readable.
+    await page.evaluate(() => {
+      const cy = window.orion.graph.cy;
+      cy.zoom({ level: 1, position: cy.nodes()[0].position() });
+    });
+    await sleep(300);
+    await shot(page, "random200-zoomed");
+    await page.click("#zoom-fit");
+    await page.click("#tab-timeline");
+    await page.waitForSelector("#timeline svg.gantt");
+    assert.equal(await page.locator("#timeline svg .row").count(), 200);
+    await shot(page, "random200-timeline");
+    await page.click("#tab-graph");
+
+    // The metrics and cluster panels are filled.
+    assert.match(await page.textContent('[data-testid="m-throughput"]'), /tasks\/s/);
+    assert.match(await page.textContent('[data-testid="cluster"]'), /leader: n1/);
+    assert.deepEqual(unexpected(b.errors), []);
+  });
+
+  test("hover help explains the algorithms", async () => {
+    await page.hover('.algos [data-help="cascade"]');
+    const pop = page.locator(".help-pop");
+    await waitFor("the help popover", async () => await pop.isVisible(), 5000);
+    assert.match(await pop.textContent(), /breadth-first/);
+    await shot(page, "help-cascade");
+    await page.hover('.algos [data-help="fence"]');
+    await waitFor("the fenced-commit help", async () => /CreateRevision/.test((await pop.textContent()) ?? ""), 5000);
+    await page.mouse.move(5, 500);
+  });
+
+  test("demo mode: auto-demo crashes the scheduler, recovers it and the DAG finishes", async (t) => {
+    if (!demo) return t.skip("this orion has no --demo");
+    await waitFor("the demo controls", async () => page.isVisible('[data-testid="demo-controls"]'), 10000);
+    await page.click("#btn-autodemo");
+    await waitFor("the auto-demo to finish", async () => /auto-demo done: DAG succeeded/.test(await narration(page)), 150000, 500);
+    const n = await narration(page);
+    assert.match(n, /pulling the plug on n1/);
+    assert.match(n, /n1 recovered/);
+    await shot(page, "demo-single-recovered");
+  });
+
+  test("the page survives a restart of the server and catches up", async () => {
+    const id = await submitTemplate(page, "fanout");
+    await waitFor("a running node", async () => Object.values(await nodeStatuses(page)).includes("running"), 20000);
+    await node.proc.kill9();
+    node.proc.start(); // same command line, same data: replays from etcd
+    await orion.waitLeader([node], "n1");
+    await waitDAG(page, id, "succeeded", 90000);
+    await waitAllNodes(page, "succeeded", 15, 20000);
+    await shot(page, "restart-caught-up");
+  });
+});
+
+// ---- cluster ------------------------------------------------------------------
+
+// A cluster of real processes: 3 etcd members, 3 replicas without slots and
+// 2 workers (Orion.cluster starts any number of each). The page is served
+// by a standby.
+describe("console on a cluster", { timeout: 480000 }, () => {
+  const orion = new Orion("cluster");
+  let c, b, page, standby, demo;
+
+  before(async () => {
+    demo = await demoFlag(orion);
+    c = await orion.cluster({ etcd: 3, servers: 3, workers: 2, workerSlots: 4, serverExtra: demo ? ["--demo"] : [] });
+    standby = orion.servers.find((s) => s.name !== c.leader);
+    b = await browser();
+    page = b.page;
+    await open(page, standby.pageURL);
+  });
+
+  after(async () => {
+    if (b && unexpected(b.errors).length) console.error("page errors:\n" + unexpected(b.errors).join("\n"));
+    await b?.close();
+    await orion.stop();
+  });
+
+  test("replicas, workers and etcd members are shown; a DAG submitted to a standby runs", async () => {
+    await waitFor("3 replicas and 2 workers in the cluster panel", async () => {
+      const rows = await page.locator("#cluster-body tr[data-replica]").count();
+      const workers = await page.locator("#cluster-body [data-worker]").count();
+      return rows === 3 && workers >= 2;
+    }, 20000);
+    assert.equal(await page.locator('#cluster-body tr[data-role="leader"]').count(), 1);
+    assert.equal(await page.textContent('[data-testid="leader"]'), c.leader);
+    const id = await submitTemplate(page, "fanout");
+    await waitAllNodes(page, "succeeded", 15, 60000);
+    await waitDAG(page, id, "succeeded", 10000);
+    await shot(page, "cluster-fanout");
+  });
+
+  test("demo mode: auto-demo kills the leader, a standby takes over, the DAG finishes", async (t) => {
+    if (!demo) return t.skip("this orion has no --demo");
+    const before = await orion.waitLeader(orion.servers);
+    await waitFor("the demo controls", async () => page.isVisible('[data-testid="demo-controls"]'), 10000);
+    await page.click("#btn-autodemo");
+    await waitFor("a takeover", async () => /took over/.test(await narration(page)), 60000, 250);
+    await waitFor("the auto-demo to finish", async () => /auto-demo done: DAG succeeded/.test(await narration(page)), 150000, 500);
+    const after = await orion.waitLeader(orion.servers);
+    assert.notEqual(after, before, "the leader did not change");
+    assert.match(await narration(page), new RegExp(`pulling the plug on ${before}`));
+    await shot(page, "demo-cluster-takeover");
+    // The demo recovers the crashed replica as a standby.
+    await waitFor("3 reachable replicas", async () => (await page.locator('#cluster-body tr[data-role="standby"]').count()) === 2, 30000);
+  });
+
+  test("killing the leader: the page follows the takeover", async () => {
+    // Follow a replica that is not the one about to be killed.
+    let old = await orion.waitLeader(orion.servers);
+    if (old === standby.name) {
+      standby = orion.servers.find((s) => s.name !== old);
+      await open(page, standby.pageURL);
+    }
+    const id = await submitTemplate(page, "random200");
+    await waitLayout(page, 200);
+    await waitFor("progress", async () => Object.values(await nodeStatuses(page)).filter((s) => s === "succeeded").length >= 10, 60000);
+    old = await orion.waitLeader(orion.servers);
+    assert.notEqual(old, standby.name, "the page's replica became the leader");
+    const leader = orion.servers.find((s) => s.name === old);
+    await leader.proc.kill9();
+    const rest = orion.servers.filter((s) => s.name !== old);
+    const now = await orion.waitLeader(rest);
+    assert.notEqual(now, old);
+    await waitFor("the new leader in the page", async () => (await page.textContent('[data-testid="leader"]')) === now, 20000);
+    await waitDAG(page, id, "succeeded", 180000);
+    assert.match(await page.textContent('[data-testid="narration"]'), new RegExp(`${now} is the leader now`));
+    await shot(page, "cluster-takeover");
+  });
+});
