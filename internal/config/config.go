@@ -24,6 +24,7 @@ type Server struct {
 	AdvertiseURL         string        `mapstructure:"advertise_url" json:"advertise_url"`
 	KubeLeaderLabel      string        `mapstructure:"kube_leader_label" json:"kube_leader_label"`
 	MetricsNoAuth        bool          `mapstructure:"metrics_no_auth" json:"metrics_no_auth"`
+	Demo                 bool          `mapstructure:"demo" json:"demo"`
 	StreamStaleAfter     time.Duration `mapstructure:"stream_stale_after" json:"stream_stale_after"`
 	WorkerReconnectGrace time.Duration `mapstructure:"worker_reconnect_grace" json:"worker_reconnect_grace"`
 	DataDir              string        `mapstructure:"data_dir" json:"data_dir"`
@@ -88,6 +89,7 @@ var serverFlags = []flag{
 	{"embedded-etcd-heartbeat-ms", 50, "raft heartbeat of the embedded member (small so a 1 s session TTL is granted)"},
 	{"embedded-etcd-election-ms", 250, "raft election timeout of the embedded member"},
 	{"kube-leader-label", "", "in a Kubernetes pod: keep this label on the pod, \"leader\" while it leads and \"standby\" otherwise (for a Service that selects the leader); needs POD_NAME, POD_NAMESPACE and a service account allowed to patch the pod"},
+	{"demo", false, "demo mode: the console's \"pull the plug\" and auto-demo crash and recover the scheduler (never beyond loopback without --auth-token)"},
 	{"metrics-no-auth", false, "serve /metrics without the bearer token (for Prometheus scrapes; the rest of the API still needs it)"},
 	{"auth-token", "", "bearer token required on the API (env ORION_AUTH_TOKEN)"},
 	{"insecure-no-auth", false, "allow a non-loopback --listen without a token (logged as a warning: shell tasks mean remote execution)"},
@@ -195,6 +197,9 @@ func (s Server) Validate() error {
 		errs = append(errs, fmt.Errorf("listen %q: want HOST:PORT (%v)", s.Listen, err))
 	} else if !IsLoopbackHost(host) && s.AuthToken == "" && !s.InsecureNoAuth {
 		errs = append(errs, fmt.Errorf("listen %q is not loopback: set --auth-token (or ORION_AUTH_TOKEN), or --insecure-no-auth to accept anyone who can reach it running shell commands", s.Listen))
+	}
+	if err == nil && s.Demo && !IsLoopbackHost(host) && s.AuthToken == "" {
+		errs = append(errs, fmt.Errorf("demo mode on a non-loopback listen %q needs --auth-token (--insecure-no-auth is not enough: demo mode can crash the scheduler)", s.Listen))
 	}
 	if s.DataDir == "" {
 		errs = append(errs, errors.New("data_dir must not be empty"))

@@ -16,14 +16,15 @@ func newEventSnapshot(s *Server) func(m *events.Metrics) {
 		q = nil
 	}
 	return func(m *events.Metrics) {
-		if s.Engine == nil {
+		eng := s.ref.get()
+		if eng == nil {
 			return
 		}
-		st := s.Engine.Status()
+		st := eng.Status()
 		events.FillFromStatus(m, st)
 		if !st.Leader {
 			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-			if leader, err := s.Engine.Leader(ctx); err == nil {
+			if leader, err := eng.Leader(ctx); err == nil {
 				m.Leader, m.LeaderKnown = leader, true
 			}
 			cancel()

@@ -31,13 +31,13 @@ import (
 	"github.com/orion-sched/orion/internal/kubelabel"
 	"github.com/orion-sched/orion/internal/metrics"
 	"github.com/orion-sched/orion/internal/scheduler"
+	"github.com/orion-sched/orion/internal/seedapi"
 	"github.com/orion-sched/orion/internal/workerstream"
 )
 
 // Server is a running replica.
 type Server struct {
 	Config   config.Server
-	Engine   *scheduler.Engine
 	Member   *etcdserver.Member // nil with external etcd
 	Client   *clientv3.Client
 	Local    *executor.Local // nil with --slots 0
@@ -46,12 +46,15 @@ type Server struct {
 	Metrics  *metrics.Metrics
 	HTTPAddr string // the address actually bound
 
-	log      *zap.Logger
-	agent    *workerstream.Agent
-	labeler  *kubelabel.Labeler
-	http     *http.Server
-	cancel   context.CancelFunc
-	engineCh chan error
+	log       *zap.Logger
+	agent     *workerstream.Agent
+	labeler   *kubelabel.Labeler
+	http      *http.Server
+	cancel    context.CancelFunc
+	ectx      context.Context
+	ref       engineRef                // the running engine (a demo crash replaces it)
+	newEngine func() *scheduler.Engine // builds an engine wired like the first
+	engineCh  chan error
 }
 
 // Start brings the replica up and returns once the API is listening. The
@@ -159,33 +162,36 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger) (s *Server, 
 	s.Events = events.NewHub(events.Config{Dropped: s.Metrics.DroppedEvents, Node: cfg.Name,
 		Snapshot: newEventSnapshot(s)})
 
-	s.Engine = scheduler.New(scheduler.Config{
-		Node:          cfg.Name,
-		APIURL:        apiURL,
-		Core:          core.Config{RetryBase: cfg.RetryBase, RetryCap: cfg.RetryCap, OrphanGrace: cfg.OrphanGrace},
-		Limits:        etcdlog.Limits{MaxOps: cfg.MaxTxnOps, MaxBytes: etcdlog.DefaultLimits.MaxBytes},
-		SessionTTL:    cfg.SessionTTL,
-		Retention:     cfg.Retention,
-		Logger:        log.Named("scheduler"),
-		Metrics:       s.Metrics,
-		Workers:       workerEvents,
-		RemoteResults: s.Hub.Results(),
-		Observer:      s.Events.Observe,
-		OnReload:      s.Events.Reset,
-		OnLeading: func(leading bool, previous string) {
-			s.Hub.SetLeading(leading)
-			if s.labeler != nil {
-				s.labeler.Leading(leading, previous)
-			}
-		},
-	}, s.Client, nil)
+	s.newEngine = func() *scheduler.Engine {
+		return scheduler.New(scheduler.Config{
+			Node:          cfg.Name,
+			APIURL:        apiURL,
+			Core:          core.Config{RetryBase: cfg.RetryBase, RetryCap: cfg.RetryCap, OrphanGrace: cfg.OrphanGrace},
+			Limits:        etcdlog.Limits{MaxOps: cfg.MaxTxnOps, MaxBytes: etcdlog.DefaultLimits.MaxBytes},
+			SessionTTL:    cfg.SessionTTL,
+			Retention:     cfg.Retention,
+			Logger:        log.Named("scheduler"),
+			Metrics:       s.Metrics,
+			Workers:       workerEvents,
+			RemoteResults: s.Hub.Results(),
+			Observer:      s.Events.Observe,
+			OnReload:      s.Events.Reset,
+			OnLeading: func(leading bool, previous string) {
+				s.Hub.SetLeading(leading)
+				if s.labeler != nil {
+					s.labeler.Leading(leading, previous)
+				}
+			},
+		}, s.Client, nil)
+	}
+	s.ref.p.Store(s.newEngine())
 
 	s.agent = workerstream.NewAgent(workerstream.AgentConfig{
 		Exec:         own,
 		Dial:         replicaDialer(s.Client, cfg.Name, s.Hub, cfg.AuthToken),
 		Replica:      cfg.Name,
 		StaleAfter:   cfg.StreamStaleAfter,
-		OnLeaderLost: s.Engine.SuspectLeader,
+		OnLeaderLost: func(leader string) { s.ref.get().SuspectLeader(leader) },
 		MinBackoff:   5 * time.Millisecond,
 		MaxBackoff:   200 * time.Millisecond,
 		Logger:       log.Named("agent"),
@@ -194,13 +200,20 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger) (s *Server, 
 	routes := console.Routes()
 	routes["GET "+workerstream.Path] = s.Hub.Handler()
 	maps.Copy(routes, s.Events.Routes(events.HTTPConfig{Logger: log.Named("events")}))
+	seed := seedapi.New(seedapi.Config{
+		Backend: &s.ref, Hub: s.Events, Demo: demo{s}, DemoEnabled: cfg.Demo,
+		AuthToken: cfg.AuthToken, Cluster: info, Node: cfg.Name,
+		MaxBodyBytes: cfg.MaxBodyBytes, MaxTasks: cfg.MaxTasksPerDAG, WriteTimeout: cfg.WriteTimeout,
+		SlowTasks: cfg.Demo, Logger: log.Named("seedapi"),
+	})
+	maps.Copy(routes, seed.Routes())
 
 	var logs executor.Executor = s.Local
 	if s.Local == nil {
 		logs = nil
 	}
 	handler := api.New(api.Config{
-		Backend:       s.Engine,
+		Backend:       &s.ref,
 		Logs:          logs,
 		RemoteLogs:    func(worker string) executor.Executor { return remoteLogs(s.Hub, worker) },
 		Metrics:       s.Metrics,
@@ -221,9 +234,9 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger) (s *Server, 
 	s.http = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: zap.NewStdLog(log.Named("http"))}
 
 	ectx, cancel := context.WithCancel(context.Background())
-	s.cancel = cancel
+	s.ectx, s.cancel = ectx, cancel
 	go relayWorkerEvents(ectx, s.Hub.Events(), workerEvents)
-	go func() { s.engineCh <- s.Engine.Run(ectx) }()
+	go s.runEngine(s.ref.get())
 	go func() { _ = s.agent.Run(ectx) }()
 	go s.Events.Run(ectx)
 	if s.labeler != nil {
@@ -298,7 +311,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	cancel()
 	s.cancel()
 	select {
-	case <-s.Engine.Done():
+	case <-s.ref.get().Done():
 	case <-ctx.Done():
 	}
 	s.closeResources()

@@ -126,8 +126,9 @@ export const api = {
   },
   /**
    * POST /admin/simulate-crash or /admin/recover (demo mode only), on this
-   * server or, with base, on another replica (loopback origins may: the
-   * endpoints answer CORS for them).
+   * server or, with target (a replica's name), relayed by this server to
+   * that replica: the page stays on one origin.
    */
-  admin: (what: "simulate-crash" | "recover", base = "") => json<Record<string, unknown>>("POST", `${base}/admin/${what}`, undefined, {}, 35000),
+  admin: (what: "simulate-crash" | "recover", target = "") =>
+    json<Record<string, unknown>>("POST", `/admin/${what}` + (target ? `?target=${encodeURIComponent(target)}` : ""), undefined, {}, 35000),
 };

@@ -131,12 +131,9 @@ export class Demo {
     const here = c?.node ?? "";
     const leader = c?.leader || here;
     const single = !c || (c.replicas ?? []).length <= 1;
-    let base = "";
-    if (leader !== here) {
-      const url = c?.replicas.find((r) => r.name === leader)?.api_url ?? c?.leader_url;
-      if (!url) throw new Error(`no API URL for the leader ${leader}`);
-      base = url.replace(/\/$/, "");
-    }
+    // The replica serving this page relays the request to the one named
+    // (same origin: the page never calls another replica directly).
+    const base = leader !== here ? leader : "";
     this.app.say(
       `pulling the plug on ${leader}${leader === here ? " (the node serving this page)" : ""}: its scheduler stops as kill -9 would, mid-commit; ` +
         "its in-memory state is gone and its etcd session is abandoned, not resigned",

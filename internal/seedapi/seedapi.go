@@ -1,0 +1,772 @@
+// Package seedapi serves the HTTP surface of OrionScheduler, the project
+// Orion grew from ("the seed", github.com/Hrushikesh-ramilla/OrionScheduler),
+// so that its web console and its load tester work against Orion unchanged:
+//
+//	POST /api/v1/dag             submit a JSON array of {id, payload, priority, dependencies}
+//	GET  /api/v1/status          {"pending","running","completed","failed","retried"}
+//	GET  /api/v1/metrics/live    the status bar's metrics
+//	GET  /api/v1/dag/state       every recent task, keyed by task id, to redraw the graph
+//	GET  /ws                     the seed's TaskEvent stream
+//	POST /admin/simulate-crash   demo mode only: kill the scheduler as kill -9 would
+//	POST /admin/recover          demo mode only: start a new scheduler from etcd
+//	GET  /admin/status           {"running": bool, ...}
+//
+// Each seed submission becomes one Orion DAG of sleep tasks (the seed only
+// simulated work; see ToDAG), so everything Orion gives a DAG applies: it is
+// committed to etcd before the 201, survives a crash and can be read,
+// cancelled and retried through /api/v1/dags/{dag_id}. Task ids are scoped
+// to their DAG in Orion, where the seed had one global namespace: a
+// dependency on a task of an earlier submission is refused.
+//
+// Errors keep the seed's {"error": "message"} body, with a "code" added and
+// the Content-Type the seed got wrong (it sent text/plain) set to JSON.
+package seedapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/orion-sched/orion/internal/api"
+	"github.com/orion-sched/orion/internal/core"
+	"github.com/orion-sched/orion/internal/dag"
+	"github.com/orion-sched/orion/internal/events"
+	"github.com/orion-sched/orion/internal/scheduler"
+)
+
+// Backend is what the seed surface needs of a replica: *scheduler.Engine,
+// or whatever the API's Backend is (it is a subset of api.Backend).
+type Backend interface {
+	Submit(ctx context.Context, d *dag.DAG) (scheduler.SubmitResult, error)
+	Query(ctx context.Context, fn func(c *core.Core)) error
+	Status() *scheduler.Status
+}
+
+// Demo crashes and recovers this replica's scheduler for the demo console.
+// The server implements it; the handlers call it only in demo mode.
+type Demo interface {
+	// Crash stops the scheduler the way kill -9 would (Engine.Crash): the
+	// in-memory state is dropped and the etcd session abandoned without
+	// resigning. The HTTP server stays up.
+	Crash() error
+	// Recover starts a new scheduler that loads its state from etcd, and
+	// returns once that state is loaded (Status().Loaded).
+	Recover(ctx context.Context) error
+	// Status says whether a scheduler is running.
+	Status() DemoStatus
+}
+
+// DemoStatus is what GET /admin/status reports of the scheduler.
+type DemoStatus struct {
+	Running bool
+	// Detail, if not nil, is included as "detail".
+	Detail any
+}
+
+// Defaults for zero Config fields.
+const (
+	DefaultMaxQueue     = 10000
+	DefaultWriteTimeout = 30 * time.Second
+	DefaultStateDAGs    = 20
+	DefaultStateTasks   = 5000
+)
+
+// Config configures the handlers. Backend and Hub are required.
+type Config struct {
+	Backend Backend
+	Hub     *events.Hub
+	// Demo, with DemoEnabled, enables /admin/simulate-crash and
+	// /admin/recover; otherwise they answer 403.
+	Demo        Demo
+	DemoEnabled bool
+	// AuthToken is the API's bearer token: sent with submissions forwarded
+	// to the leader. The demo controls refuse clients beyond loopback when
+	// it is empty.
+	AuthToken string
+	// Cluster, when set, lets a standby forward submissions to the leader.
+	Cluster    api.ClusterInfo
+	Node       string
+	HTTPClient *http.Client
+	// MaxBodyBytes bounds a submission (default api.DefaultMaxBodyBytes);
+	// MaxTasks the tasks of one (default dag.DefaultMaxTasks).
+	MaxBodyBytes int64
+	MaxTasks     int
+	// MaxQueue: submissions are refused with 429 while more tasks than this
+	// are ready and waiting for a slot (default 10000, as in the seed).
+	MaxQueue     int
+	WriteTimeout time.Duration // how long a submission waits for its commit (default 30s)
+	// SlowTasks makes ordinary payloads take 2–5 s instead of 50–200 ms, as
+	// the seed's DEMO_MODE did, so a person can watch them.
+	SlowTasks bool
+	// StateDAGs and StateTasks bound /api/v1/dag/state: running DAGs and
+	// the StateDAGs most recent others, at most StateTasks tasks.
+	StateDAGs  int
+	StateTasks int
+	Origins    events.Origins
+	HTTP       events.HTTPConfig // /ws heartbeat and write timeout
+	Started    time.Time         // for uptime_seconds (default: New's time)
+	Logger     *zap.Logger
+}
+
+// Handler serves the seed surface.
+type Handler struct {
+	cfg Config
+	log *zap.Logger
+
+	adminMu   sync.Mutex // one crash or recovery at a time
+	mu        sync.Mutex
+	crashedAt time.Time
+	known     map[string]string // replica name → API URL, remembered for relays
+}
+
+// New returns the handlers; it panics without a Backend or a Hub.
+func New(cfg Config) *Handler {
+	if cfg.Backend == nil || cfg.Hub == nil {
+		panic("seedapi: Config.Backend and Config.Hub are required")
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = api.DefaultMaxBodyBytes
+	}
+	if cfg.MaxTasks <= 0 {
+		cfg.MaxTasks = dag.DefaultMaxTasks
+	}
+	if cfg.MaxQueue <= 0 {
+		cfg.MaxQueue = DefaultMaxQueue
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = DefaultWriteTimeout
+	}
+	if cfg.StateDAGs <= 0 {
+		cfg.StateDAGs = DefaultStateDAGs
+	}
+	if cfg.StateTasks <= 0 {
+		cfg.StateTasks = DefaultStateTasks
+	}
+	if cfg.Started.IsZero() {
+		cfg.Started = time.Now()
+	}
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = http.DefaultClient
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	if cfg.HTTP.Logger == nil {
+		cfg.HTTP.Logger = cfg.Logger
+	}
+	return &Handler{cfg: cfg, log: cfg.Logger}
+}
+
+// Paths of the seed surface.
+const (
+	PathSubmit   = "/api/v1/dag"
+	PathStatus   = "/api/v1/status"
+	PathLive     = "/api/v1/metrics/live"
+	PathState    = "/api/v1/dag/state"
+	PathWS       = "/ws"
+	PathCrash    = "/admin/simulate-crash"
+	PathRecover  = "/admin/recover"
+	PathAdminSts = "/admin/status"
+)
+
+// Routes returns the handlers keyed by ServeMux pattern, for
+// api.Config.Routes. Patterns carry no method, so CORS preflights reach
+// them; each answers other methods with a JSON 405. GET /api/v1/dags is not
+// among them: Orion serves that route (see ListDAGs).
+func (h *Handler) Routes() map[string]http.Handler {
+	return map[string]http.Handler{
+		PathSubmit:   h.route("POST", h.submit),
+		PathStatus:   h.route("GET", h.status),
+		PathLive:     h.route("GET", h.metricsLive),
+		PathState:    h.route("GET", h.dagState),
+		PathWS:       h.route("GET", h.ws),
+		PathCrash:    h.route("POST", h.crash),
+		PathRecover:  h.route("POST", h.recoverScheduler),
+		PathAdminSts: h.route("GET", h.adminStatus),
+	}
+}
+
+func (h *Handler) route(method string, fn http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		proceed, denied := h.cfg.Origins.Apply(w, r, method)
+		if denied {
+			writeError(w, http.StatusForbidden, "forbidden", "requests from origin "+r.Header.Get("Origin")+" are not allowed")
+		}
+		if !proceed {
+			return
+		}
+		if r.Method != method && !(method == http.MethodGet && r.Method == http.MethodHead) {
+			w.Header().Set("Allow", method+", OPTIONS")
+			writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", "method not allowed")
+			return
+		}
+		fn(w, r)
+	})
+}
+
+// writeJSON writes v; v is marshalled first so a failure is a clean 500.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status, b = http.StatusInternalServerError, []byte(`{"error":"internal error","code":"internal"}`)
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// ErrorBody is the seed's error shape, with a machine-readable code and,
+// for invalid DAGs, the list of problems.
+type ErrorBody struct {
+	Error   string   `json:"error"`
+	Code    string   `json:"code"`
+	Details []string `json:"details,omitempty"`
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	writeJSON(w, status, ErrorBody{Error: msg, Code: code})
+}
+
+// SubmitResponse answers POST /api/v1/dag, as the seed did (201 created,
+// 200 for a repeated Idempotency-Key).
+type SubmitResponse struct {
+	Status   string `json:"status"` // "accepted"
+	Ingested int    `json:"ingested"`
+	DAGID    string `json:"dag_id"`
+}
+
+func (h *Handler) submit(w http.ResponseWriter, r *http.Request) {
+	key := strings.TrimSpace(r.Header.Get("Idempotency-Key"))
+	if key == "" {
+		writeError(w, http.StatusBadRequest, "bad_request", "missing Idempotency-Key header")
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeError(w, http.StatusRequestEntityTooLarge, "body_too_large",
+				fmt.Sprintf("request body is larger than %d bytes", mbe.Limit))
+			return
+		}
+		writeError(w, http.StatusBadRequest, "bad_request", "could not read the request body")
+		return
+	}
+	var tasks []Task
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&tasks); err != nil {
+		writeError(w, http.StatusBadRequest, "parse_error", "invalid JSON body: "+err.Error())
+		return
+	}
+	if len(tasks) == 0 {
+		writeError(w, http.StatusBadRequest, "invalid_dag", "empty task list")
+		return
+	}
+	if len(tasks) > h.cfg.MaxTasks {
+		writeError(w, http.StatusBadRequest, dag.CodeTooMany,
+			fmt.Sprintf("too many tasks in request: %d; the limit is %d", len(tasks), h.cfg.MaxTasks))
+		return
+	}
+	d := ToDAG(key, tasks, h.cfg.SlowTasks)
+	if err := dag.Validate(d, dag.Limits{MaxTasks: h.cfg.MaxTasks}); err != nil {
+		var ve *dag.ValidationError
+		if errors.As(err, &ve) {
+			writeJSON(w, http.StatusBadRequest, ErrorBody{Error: ve.Message, Code: ve.Code, Details: ve.Details})
+			return
+		}
+		writeError(w, http.StatusBadRequest, "invalid_dag", err.Error())
+		return
+	}
+	st := h.cfg.Backend.Status()
+	if st != nil && st.Counts[core.Ready] > h.cfg.MaxQueue {
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusTooManyRequests, "overloaded", "system overloaded")
+		return
+	}
+	if st != nil && st.Loaded && !st.Leader && h.forward(w, r, body) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.WriteTimeout)
+	defer cancel()
+	res, err := h.cfg.Backend.Submit(ctx, d)
+	if err != nil {
+		if notLeader(err) && h.forward(w, r, body) {
+			return
+		}
+		h.fail(w, r, err)
+		return
+	}
+	if res.ID == "" {
+		res.ID = d.ID
+	}
+	status := http.StatusOK
+	if res.Created {
+		status = http.StatusCreated
+	}
+	w.Header().Set("Location", "/api/v1/dags/"+res.ID)
+	writeJSON(w, status, SubmitResponse{Status: "accepted", Ingested: len(tasks), DAGID: res.ID})
+}
+
+func notLeader(err error) bool {
+	var ce *core.Error
+	return errors.Is(err, scheduler.ErrNotLeader) || (errors.As(err, &ce) && ce.Code == core.ErrNotLeader.Code)
+}
+
+// fail maps a submission error to the seed's error shape.
+func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
+	var ce *core.Error
+	errors.As(err, &ce)
+	switch {
+	case notLeader(err), errors.Is(err, scheduler.ErrStopped), errors.Is(err, scheduler.ErrUnknown),
+		errors.Is(err, scheduler.ErrCrashed):
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, "unavailable", "scheduler is offline or recovering: "+err.Error())
+	case ce != nil && ce.Code == "conflict":
+		writeError(w, http.StatusConflict, "conflict",
+			"this Idempotency-Key was already used for a different DAG: "+ce.Msg)
+	case errors.Is(err, context.DeadlineExceeded):
+		writeError(w, http.StatusGatewayTimeout, "timeout", fmt.Sprintf(
+			"the DAG was not committed within %s; it may still be: retrying with the same Idempotency-Key is safe", h.cfg.WriteTimeout))
+	case errors.Is(err, context.Canceled):
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, "unavailable", "request cancelled before it completed")
+	default:
+		h.log.Error("seed submission failed", zap.String("path", r.URL.Path), zap.Error(err))
+		writeError(w, http.StatusInternalServerError, "internal", "internal error")
+	}
+}
+
+// forward sends a submission a standby received to the leader, which
+// serves the same route, and relays its answer. It reports whether it did.
+func (h *Handler) forward(w http.ResponseWriter, r *http.Request, body []byte) bool {
+	if h.cfg.Cluster == nil || r.Header.Get(api.ForwardedHeader) != "" {
+		return false
+	}
+	lctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
+	leader, ok, err := h.cfg.Cluster.LeaderAddr(lctx)
+	cancel()
+	if err != nil || !ok || leader.APIURL == "" || leader.Name == h.cfg.Node {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.WriteTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, r.Method, strings.TrimRight(leader.APIURL, "/")+r.URL.RequestURI(), bytes.NewReader(body))
+	if err != nil {
+		return false
+	}
+	for _, k := range []string{"Content-Type", "Idempotency-Key"} {
+		if v := r.Header.Get(k); v != "" {
+			req.Header.Set(k, v)
+		}
+	}
+	if h.cfg.AuthToken != "" {
+		req.Header.Set("Authorization", "Bearer "+h.cfg.AuthToken)
+	}
+	req.Header.Set(api.ForwardedHeader, h.cfg.Node)
+	resp, err := h.cfg.HTTPClient.Do(req)
+	if err != nil {
+		h.log.Warn("forwarding a seed submission to the leader failed", zap.String("leader", leader.Name), zap.Error(err))
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, "not_leader",
+			"this replica is not the leader and the leader "+leader.Name+" did not answer; retry shortly")
+		return true
+	}
+	defer resp.Body.Close()
+	for _, k := range []string{"Content-Type", "Location", "Retry-After"} {
+		if v := resp.Header.Get(k); v != "" {
+			w.Header().Set(k, v)
+		}
+	}
+	w.Header().Set("X-Orion-Leader", leader.Name)
+	w.WriteHeader(resp.StatusCode)
+	_, _ = io.Copy(w, io.LimitReader(resp.Body, 1<<20))
+	return true
+}
+
+// running reports the replica's status if its scheduler has loaded state.
+func (h *Handler) running() (*scheduler.Status, bool) {
+	st := h.cfg.Backend.Status()
+	return st, st != nil && st.Loaded
+}
+
+// counts reads the task counters on the scheduler's loop rather than from
+// its status, which is refreshed only every 250 ms: a client that was just
+// told 201 must see its tasks counted (the load tester waits for "pending"
+// and "running" to reach 0 right after submitting).
+func (h *Handler) counts(ctx context.Context) (c Counts, rev int64, err error) {
+	ctx, cancel := context.WithTimeout(ctx, h.cfg.WriteTimeout)
+	defer cancel()
+	err = h.cfg.Backend.Query(ctx, func(cc *core.Core) {
+		counts := cc.Counts()
+		c = countsOf(func(s core.Status) int { return counts[s] })
+		rev = cc.Rev()
+	})
+	c.Retried = int(h.cfg.Hub.Totals().Retried)
+	return c, rev, err
+}
+
+func (h *Handler) offline(w http.ResponseWriter) {
+	w.Header().Set("Retry-After", "1")
+	writeError(w, http.StatusServiceUnavailable, "unavailable", "scheduler offline")
+}
+
+func (h *Handler) status(w http.ResponseWriter, r *http.Request) {
+	if _, ok := h.running(); !ok {
+		h.offline(w)
+		return
+	}
+	c, _, err := h.counts(r.Context())
+	if err != nil {
+		h.offline(w)
+		return
+	}
+	writeJSON(w, http.StatusOK, c)
+}
+
+// LiveMetrics answers GET /api/v1/metrics/live.
+type LiveMetrics struct {
+	Counts
+	QueueSize     int    `json:"queue_size"`
+	WSClients     int    `json:"ws_clients"`
+	UptimeSeconds int    `json:"uptime_seconds"`
+	Workers       int    `json:"workers"` // executor slots
+	DroppedEvents int64  `json:"dropped_events"`
+	Node          string `json:"node"`
+	Leader        bool   `json:"leader"`
+	Revision      int64  `json:"revision"`
+}
+
+func (h *Handler) metricsLive(w http.ResponseWriter, r *http.Request) {
+	st, ok := h.running()
+	if !ok {
+		h.offline(w)
+		return
+	}
+	c, rev, err := h.counts(r.Context())
+	if err != nil {
+		h.offline(w)
+		return
+	}
+	slots := 0
+	for _, wk := range st.Workers {
+		slots += wk.Slots
+	}
+	if slots == 0 {
+		if m := h.cfg.Hub.LatestMetrics(); m != nil {
+			slots = m.WorkerSlots
+		}
+	}
+	writeJSON(w, http.StatusOK, LiveMetrics{
+		Counts:        c,
+		QueueSize:     st.Counts[core.Ready],
+		WSClients:     h.cfg.Hub.Subscribers(),
+		UptimeSeconds: int(time.Since(h.cfg.Started).Seconds()),
+		Workers:       slots,
+		DroppedEvents: h.cfg.Hub.Dropped(),
+		Node:          st.Node,
+		Leader:        st.Leader,
+		Revision:      rev,
+	})
+}
+
+// TaskInfo is one task of GET /api/v1/dag/state, as the seed's TaskInfo
+// plus the DAG it belongs to.
+type TaskInfo struct {
+	ID           string     `json:"id"`
+	DAGID        string     `json:"dag_id"`
+	Payload      string     `json:"payload"`
+	Priority     int        `json:"priority"`
+	Dependencies []string   `json:"dependencies"`
+	Status       string     `json:"status"`
+	RetryCount   int        `json:"retry_count"`
+	MaxRetries   int        `json:"max_retries"`
+	StartTime    *time.Time `json:"start_time,omitempty"`
+	EndTime      *time.Time `json:"end_time,omitempty"`
+}
+
+// StateResponse answers GET /api/v1/dag/state.
+type StateResponse struct {
+	Tasks            map[string]TaskInfo `json:"tasks"`
+	SchedulerRunning bool                `json:"scheduler_running"`
+	QueueSize        int                 `json:"queue_size"`
+	DroppedEvents    int64               `json:"dropped_events"`
+	Metrics          Counts              `json:"metrics"`
+	ServerTime       time.Time           `json:"server_time"`
+	Revision         int64               `json:"revision,omitempty"`
+	Truncated        bool                `json:"truncated,omitempty"`
+}
+
+// dagState lists the tasks of the running DAGs and of the most recent ones,
+// keyed by task id as the seed did; where two DAGs have a task of the same
+// id, the newer DAG's wins.
+func (h *Handler) dagState(w http.ResponseWriter, r *http.Request) {
+	st, ok := h.running()
+	resp := StateResponse{Tasks: map[string]TaskInfo{}, ServerTime: time.Now().UTC(), DroppedEvents: h.cfg.Hub.Dropped()}
+	if !ok {
+		writeJSON(w, http.StatusOK, resp) // the seed's offline answer: scheduler_running false
+		return
+	}
+	resp.SchedulerRunning = true
+	resp.QueueSize = st.Counts[core.Ready]
+	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.WriteTimeout)
+	defer cancel()
+	var views []*core.DAGView
+	err := h.cfg.Backend.Query(ctx, func(c *core.Core) {
+		resp.Revision = c.Rev()
+		counts := c.Counts()
+		resp.Metrics = countsOf(func(s core.Status) int { return counts[s] })
+		tasks, recent := 0, 0
+		for _, d := range c.DAGs() { // newest first
+			if d.Status != core.DAGRunning {
+				if recent >= h.cfg.StateDAGs {
+					continue
+				}
+				recent++
+			}
+			if tasks+d.TaskCount > h.cfg.StateTasks {
+				resp.Truncated = true
+				continue
+			}
+			tasks += d.TaskCount
+			if v, ok := c.DAG(d.ID); ok {
+				views = append(views, v)
+			}
+		}
+	})
+	if err != nil {
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, "unavailable", "scheduler offline: "+err.Error())
+		return
+	}
+	resp.Metrics.Retried = int(h.cfg.Hub.Totals().Retried)
+	for i := len(views) - 1; i >= 0; i-- { // oldest first: newer DAGs overwrite
+		v := views[i]
+		for k := range v.Tasks {
+			t := &v.Tasks[k]
+			deps := t.DependsOn
+			if deps == nil {
+				deps = []string{}
+			}
+			resp.Tasks[t.ID] = TaskInfo{ID: t.ID, DAGID: v.ID, Payload: payloadOf(&t.Spec), Priority: t.Priority,
+				Dependencies: deps, Status: seedStatus(t.Status), RetryCount: t.Retries, MaxRetries: t.MaxRetries,
+				StartTime: t.StartedAt, EndTime: t.FinishedAt}
+		}
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// DAGInfo is one DAG of the seed's GET /api/v1/dags.
+type DAGInfo struct {
+	ID          string    `json:"id"`
+	TaskIDs     []string  `json:"task_ids"`
+	TaskCount   int       `json:"task_count"`
+	SubmittedAt time.Time `json:"submitted_at"`
+	Status      string    `json:"status"`
+}
+
+// ListDAGs serves the seed's GET /api/v1/dags: {"dags":[{id, task_ids,
+// task_count, submitted_at}], "count"}, newest first, at most 1000. It is
+// not in Routes, since Orion's own API owns that route; neither the seed's
+// console nor its load tester reads it.
+func (h *Handler) ListDAGs() http.Handler {
+	return h.route("GET", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), h.cfg.WriteTimeout)
+		defer cancel()
+		out := []DAGInfo{}
+		err := h.cfg.Backend.Query(ctx, func(c *core.Core) {
+			for _, s := range c.DAGs() {
+				if len(out) == 1000 {
+					break
+				}
+				v, ok := c.DAG(s.ID)
+				if !ok {
+					continue
+				}
+				ids := make([]string, len(v.Tasks))
+				for i := range v.Tasks {
+					ids[i] = v.Tasks[i].ID
+				}
+				out = append(out, DAGInfo{ID: s.ID, TaskIDs: ids, TaskCount: s.TaskCount, SubmittedAt: s.SubmittedAt, Status: string(s.Status)})
+			}
+		})
+		if err != nil {
+			w.Header().Set("Retry-After", "1")
+			writeError(w, http.StatusServiceUnavailable, "unavailable", "scheduler offline: "+err.Error())
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"dags": out, "count": len(out)})
+	})
+}
+
+// demoAllowed answers 403 unless the demo controls may be used by r.
+func (h *Handler) demoAllowed(w http.ResponseWriter, r *http.Request) bool {
+	if h.cfg.Demo == nil || !h.cfg.DemoEnabled {
+		writeError(w, http.StatusForbidden, "demo_disabled",
+			"demo controls are disabled: start orion server with --demo to crash and recover the scheduler from the console")
+		return false
+	}
+	if h.cfg.AuthToken == "" && !loopback(r.RemoteAddr) {
+		writeError(w, http.StatusForbidden, "forbidden",
+			"demo controls need an auth token when the server is reached from beyond loopback")
+		return false
+	}
+	return true
+}
+
+// relay sends a demo request naming another replica (?target=NAME) to that
+// replica and reports whether it did (the answer is then written). The
+// console asks the replica serving it, which relays: the page never talks
+// to another origin.
+func (h *Handler) relay(w http.ResponseWriter, r *http.Request) bool {
+	target := r.URL.Query().Get("target")
+	if target == "" || target == h.cfg.Node || h.cfg.Cluster == nil || r.Header.Get(api.ForwardedHeader) != "" {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
+	replicas, err := h.cfg.Cluster.Replicas(ctx)
+	cancel()
+	// A crashed replica's registration goes with its lease, so remember
+	// every address seen: "recover" must still reach it.
+	h.mu.Lock()
+	if h.known == nil {
+		h.known = map[string]string{}
+	}
+	for _, rep := range replicas {
+		if rep.APIURL != "" {
+			h.known[rep.Name] = rep.APIURL
+		}
+	}
+	url := h.known[target]
+	h.mu.Unlock()
+	if url == "" {
+		writeError(w, http.StatusNotFound, "not_found", "no replica named "+target+" is registered")
+		return true
+	}
+	fctx, fcancel := context.WithTimeout(r.Context(), h.cfg.WriteTimeout)
+	defer fcancel()
+	req, err := http.NewRequestWithContext(fctx, r.Method, strings.TrimRight(url, "/")+r.URL.Path, nil)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+		return true
+	}
+	if h.cfg.AuthToken != "" {
+		req.Header.Set("Authorization", "Bearer "+h.cfg.AuthToken)
+	}
+	req.Header.Set(api.ForwardedHeader, h.cfg.Node)
+	resp, err := h.cfg.HTTPClient.Do(req)
+	if err != nil {
+		writeError(w, http.StatusBadGateway, "unreachable", "replica "+target+" did not answer: "+err.Error())
+		return true
+	}
+	defer resp.Body.Close()
+	w.Header().Set("Content-Type", resp.Header.Get("Content-Type"))
+	w.WriteHeader(resp.StatusCode)
+	_, _ = io.Copy(w, io.LimitReader(resp.Body, 1<<20))
+	return true
+}
+
+func loopback(remote string) bool {
+	host, _, err := net.SplitHostPort(remote)
+	if err != nil {
+		host = remote
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func (h *Handler) crash(w http.ResponseWriter, r *http.Request) {
+	if !h.demoAllowed(w, r) || h.relay(w, r) {
+		return
+	}
+	h.adminMu.Lock()
+	defer h.adminMu.Unlock()
+	if !h.cfg.Demo.Status().Running {
+		writeError(w, http.StatusConflict, "conflict", "scheduler is already stopped")
+		return
+	}
+	if err := h.cfg.Demo.Crash(); err != nil {
+		h.log.Error("demo crash failed", zap.Error(err))
+		writeError(w, http.StatusInternalServerError, "internal", "crash failed: "+err.Error())
+		return
+	}
+	now := time.Now().UTC()
+	h.mu.Lock()
+	h.crashedAt = now
+	h.mu.Unlock()
+	h.log.Warn("scheduler crashed on request (demo)", zap.String("remote", r.RemoteAddr))
+	h.cfg.Hub.PublishSystem("crash", nil)
+	writeJSON(w, http.StatusOK, map[string]any{"status": "crashed", "crash_time": now})
+}
+
+func (h *Handler) recoverScheduler(w http.ResponseWriter, r *http.Request) {
+	if !h.demoAllowed(w, r) || h.relay(w, r) {
+		return
+	}
+	h.adminMu.Lock()
+	defer h.adminMu.Unlock()
+	if h.cfg.Demo.Status().Running {
+		writeError(w, http.StatusConflict, "conflict", "scheduler is already running")
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.WriteTimeout)
+	defer cancel()
+	if err := h.cfg.Demo.Recover(ctx); err != nil {
+		h.log.Error("demo recovery failed", zap.Error(err))
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, "unavailable", "recovery failed: "+err.Error())
+		return
+	}
+	now := time.Now().UTC()
+	h.mu.Lock()
+	crashed := h.crashedAt
+	h.mu.Unlock()
+	var downtime int64
+	if !crashed.IsZero() {
+		downtime = now.Sub(crashed).Milliseconds()
+	}
+	meta := map[string]string{"downtime_ms": fmt.Sprint(downtime)}
+	if c, rev, err := h.counts(ctx); err == nil {
+		meta["completed_recovered"] = fmt.Sprint(c.Completed)
+		meta["failed_recovered"] = fmt.Sprint(c.Failed)
+		meta["in_flight"] = fmt.Sprint(c.Running)
+		meta["revision"] = fmt.Sprint(rev)
+	}
+	h.log.Info("scheduler recovered on request (demo)", zap.Int64("downtime_ms", downtime))
+	h.cfg.Hub.PublishSystem("recover", meta)
+	writeJSON(w, http.StatusOK, map[string]any{"status": "recovered", "recovery_time": now, "downtime_ms": downtime})
+}
+
+// adminStatus is read-only and always answers: the seed's console polls it
+// and takes any failure for a dead backend.
+func (h *Handler) adminStatus(w http.ResponseWriter, r *http.Request) {
+	resp := map[string]any{"demo": h.cfg.Demo != nil && h.cfg.DemoEnabled}
+	if h.cfg.Demo != nil {
+		ds := h.cfg.Demo.Status()
+		resp["running"] = ds.Running
+		if ds.Detail != nil {
+			resp["detail"] = ds.Detail
+		}
+	} else {
+		_, ok := h.running()
+		resp["running"] = ok
+	}
+	h.mu.Lock()
+	if !h.crashedAt.IsZero() {
+		resp["last_crash"] = h.crashedAt
+	}
+	h.mu.Unlock()
+	writeJSON(w, http.StatusOK, resp)
+}
