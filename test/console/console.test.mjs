@@ -276,7 +276,7 @@ describe("console on a single node", { timeout: 480000 }, () => {
     await waitFor("a running node", async () => Object.values(await nodeStatuses(page)).includes("running"), 20000);
     await node.proc.kill9();
     node.proc.start(); // same command line, same data: replays from etcd
-    await orion.waitLeader([node], "n1");
+    await orion.waitLeader([node], { want: "n1" });
     await waitDAG(page, id, "succeeded", 90000);
     await waitAllNodes(page, "succeeded", 15, 20000);
     await shot(page, "restart-caught-up");
@@ -328,8 +328,7 @@ describe("console on a cluster", { timeout: 480000 }, () => {
     await page.click("#btn-autodemo");
     await waitFor("a takeover", async () => /took over/.test(await narration(page)), 60000, 250);
     await waitFor("the auto-demo to finish", async () => /auto-demo done: DAG succeeded/.test(await narration(page)), 150000, 500);
-    const after = await orion.waitLeader(orion.servers);
-    assert.notEqual(after, before, "the leader did not change");
+    const after = await orion.waitLeader(orion.servers, { not: before });
     assert.match(await narration(page), new RegExp(`pulling the plug on ${before}`));
     await shot(page, "demo-cluster-takeover");
     // The demo recovers the crashed replica as a standby.
@@ -351,8 +350,7 @@ describe("console on a cluster", { timeout: 480000 }, () => {
     const leader = orion.servers.find((s) => s.name === old);
     await leader.proc.kill9();
     const rest = orion.servers.filter((s) => s.name !== old);
-    const now = await orion.waitLeader(rest);
-    assert.notEqual(now, old);
+    const now = await orion.waitLeader(rest, { not: old });
     await waitFor("the new leader in the page", async () => (await page.textContent('[data-testid="leader"]')) === now, 20000);
     await waitDAG(page, id, "succeeded", 180000);
     assert.match(await page.textContent('[data-testid="narration"]'), new RegExp(`${now} is the leader now`));

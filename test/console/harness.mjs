@@ -243,7 +243,7 @@ export class Orion {
       "--log-format", "json",
       ...extra,
     ]);
-    await this.waitLeader([{ name, url, proc }], name);
+    await this.waitLeader([{ name, url, proc }], { want: name });
     const s = { name, url, proc, pageURL: await this.front(name, url) };
     this.servers.push(s);
     return s;
@@ -310,19 +310,24 @@ export class Orion {
     return { leader, replicas: reps, etcd: members, endpoints };
   }
 
-  /** Waits until one of servers leads (want: that one); returns its name. */
-  async waitLeader(servers, want) {
-    return waitFor(want ? `${want} to lead` : "a leader", async () => {
+  /**
+   * Waits until one of servers leads and returns its name. A replica counts
+   * only when it says so itself (/api/v1/cluster/self) and is ready: a
+   * standby's idea of the leader lags a kill -9 by the session TTL, so asking
+   * it would return the dead leader. want: wait for that one; not: ignore
+   * that one (the leader just killed or crashed).
+   */
+  async waitLeader(servers, { want, not } = {}) {
+    return waitFor(want ? `${want} to lead` : not ? `a leader other than ${not}` : "a leader", async () => {
       for (const s of servers) {
         if (s.proc && !s.proc.alive()) throw new Fatal(`${s.name} ${s.proc.error ? "did not start: " + s.proc.error.message : "exited"}:\n${s.proc.tail()}`);
       }
       for (const s of servers) {
-        const r = await getJSON(s.url + "/api/v1/cluster").catch(() => null);
-        const leader = r?.status === 200 ? r.body?.leader : "";
-        if (leader && (!want || leader === want)) {
-          const ready = await getJSON(s.url + "/readyz").catch(() => null);
-          if (ready?.status === 200) return leader;
-        }
+        if (s.name === not || (want && s.name !== want)) continue;
+        const r = await getJSON(s.url + "/api/v1/cluster/self").catch(() => null);
+        if (r?.status !== 200 || r.body?.role !== "leader" || r.body?.name !== s.name) continue;
+        const ready = await getJSON(s.url + "/readyz").catch(() => null);
+        if (ready?.status === 200) return s.name;
       }
       return null;
     }, 90000, 150);
