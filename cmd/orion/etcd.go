@@ -27,39 +27,33 @@ import (
 // --initial-cluster is ORION_ETCD_INITIAL_CLUSTER.
 const etcdEnvPrefix = "ORION_ETCD_"
 
-// etcdFlag is one `orion etcd` setting; the env var is etcdEnvPrefix + the
-// flag name upper-cased with underscores.
-type etcdFlag struct {
-	name  string
-	def   any
-	usage string
-}
-
-var etcdFlags = []etcdFlag{
-	{"name", "", "member name, unique in the cluster; required with --initial-cluster (a single member defaults to the host name)"},
-	{"data-dir", "", "member data directory: WAL, snapshots, db (required; created if missing)"},
-	{"listen-client-url", etcdserver.DefaultClientURL, "client URL to listen on (an IP, or 0.0.0.0 with --advertise-client-url), also advertised unless --advertise-client-url is set; a non-loopback host needs --allow-remote-clients"},
-	{"listen-peer-url", etcdserver.DefaultPeerURL, "peer (raft) URL to listen on (an IP, or 0.0.0.0 with --advertise-peer-url), also advertised unless --advertise-peer-url is set"},
-	{"advertise-client-url", "", "client URL published to clients and the cluster (default: --listen-client-url); required when that host is 0.0.0.0"},
-	{"advertise-peer-url", "", "peer URL published to the other members, as listed in --initial-cluster (default: --listen-peer-url); required when that host is 0.0.0.0"},
-	{"initial-cluster", "", "every member of a new cluster, \"e1=http://127.0.0.1:2380,e2=...\"; empty: a single member; ignored once --data-dir holds a member"},
-	{"initial-cluster-state", "new", "new (bootstrap) or existing (join a member added with 'etcdctl member add')"},
-	{"initial-cluster-token", etcdserver.DefaultClusterToken, "token that keeps clusters bootstrapped from the same --initial-cluster apart"},
+// etcdFlags are the `orion etcd` settings; the env var of each is
+// etcdEnvPrefix + the flag name upper-cased with underscores.
+var etcdFlags = []config.Flag{
+	{Name: "name", Default: "", Usage: "member name, unique in the cluster; required with --initial-cluster (a single member defaults to the host name)"},
+	{Name: "data-dir", Default: "", Usage: "member data directory: WAL, snapshots, db (required; created if missing)"},
+	{Name: "listen-client-url", Default: etcdserver.DefaultClientURL, Usage: "client URL to listen on (an IP, or 0.0.0.0 with --advertise-client-url), also advertised unless --advertise-client-url is set; a non-loopback host needs --allow-remote-clients"},
+	{Name: "listen-peer-url", Default: etcdserver.DefaultPeerURL, Usage: "peer (raft) URL to listen on (an IP, or 0.0.0.0 with --advertise-peer-url), also advertised unless --advertise-peer-url is set"},
+	{Name: "advertise-client-url", Default: "", Usage: "client URL published to clients and the cluster (default: --listen-client-url); required when that host is 0.0.0.0"},
+	{Name: "advertise-peer-url", Default: "", Usage: "peer URL published to the other members, as listed in --initial-cluster (default: --listen-peer-url); required when that host is 0.0.0.0"},
+	{Name: "initial-cluster", Default: "", Usage: "every member of a new cluster, \"e1=http://127.0.0.1:2380,e2=...\"; empty: a single member; ignored once --data-dir holds a member"},
+	{Name: "initial-cluster-state", Default: "new", Usage: "new (bootstrap) or existing (join a member added with 'etcdctl member add')"},
+	{Name: "initial-cluster-token", Default: etcdserver.DefaultClusterToken, Usage: "token that keeps clusters bootstrapped from the same --initial-cluster apart"},
 	// 50 ms / 250 ms, not etcd's 100 ms / 1000 ms: etcd grants no lease
 	// shorter than 1.5 election timeouts rounded up to whole seconds, and
 	// orion's leadership session is a 1 s lease. With etcd's defaults that
 	// lease would silently become 2 s and every failover a second slower.
 	// See etcdserver.MinLeaseTTL.
-	{"heartbeat-ms", etcdserver.DefaultHeartbeatMs, "raft heartbeat interval in ms"},
-	{"election-ms", etcdserver.DefaultElectionMs, "raft election timeout in ms, at least 5x --heartbeat-ms; at most 650 with a 50 ms heartbeat keeps 1 s leases (orion's session TTL) possible"},
-	{"auto-compaction-mode", etcdserver.DefaultAutoCompactionMode, "revision or periodic"},
-	{"auto-compaction-retention", etcdserver.DefaultAutoCompactionRetention, "revisions to keep (revision mode), or a duration such as 1h (periodic mode; default 1h there)"},
-	{"quota-backend-bytes", etcdserver.DefaultQuotaBackendBytes, "backend size at which etcd raises a NOSPACE alarm and refuses writes"},
-	{"max-txn-ops", int(etcdserver.DefaultMaxTxnOps), "most operations in one transaction (orion batches up to 128)"},
-	{"max-request-bytes", int64(etcdserver.DefaultMaxRequestBytes), "largest client request in bytes"},
-	{"log-level", etcdserver.DefaultLogLevel, "level of etcd's own logs: debug, info, warn, error (orion's start and stop lines are always shown)"},
-	{"allow-remote-clients", false, "allow a non-loopback --listen-client-url; etcd then serves ANYONE who can reach it, with no auth and no TLS"},
-	{"ready-timeout", 5 * time.Minute, "how long to wait for the member to join a quorum before giving up"},
+	{Name: "heartbeat-ms", Default: etcdserver.DefaultHeartbeatMs, Usage: "raft heartbeat interval in ms"},
+	{Name: "election-ms", Default: etcdserver.DefaultElectionMs, Usage: "raft election timeout in ms, at least 5x --heartbeat-ms; at most 650 with a 50 ms heartbeat keeps 1 s leases (orion's session TTL) possible"},
+	{Name: "auto-compaction-mode", Default: etcdserver.DefaultAutoCompactionMode, Usage: "revision or periodic"},
+	{Name: "auto-compaction-retention", Default: etcdserver.DefaultAutoCompactionRetention, Usage: "revisions to keep (revision mode), or a duration such as 1h (periodic mode; default 1h there)"},
+	{Name: "quota-backend-bytes", Default: etcdserver.DefaultQuotaBackendBytes, Usage: "backend size at which etcd raises a NOSPACE alarm and refuses writes"},
+	{Name: "max-txn-ops", Default: int(etcdserver.DefaultMaxTxnOps), Usage: "most operations in one transaction (orion batches up to 128)"},
+	{Name: "max-request-bytes", Default: int64(etcdserver.DefaultMaxRequestBytes), Usage: "largest client request in bytes"},
+	{Name: "log-level", Default: etcdserver.DefaultLogLevel, Usage: "level of etcd's own logs: debug, info, warn, error (orion's start and stop lines are always shown)"},
+	{Name: "allow-remote-clients", Default: false, Usage: "allow a non-loopback --listen-client-url; etcd then serves ANYONE who can reach it, with no auth and no TLS"},
+	{Name: "ready-timeout", Default: 5 * time.Minute, Usage: "how long to wait for the member to join a quorum before giving up"},
 }
 
 func newEtcdCommand() *cobra.Command {
@@ -127,30 +121,10 @@ default), and peer URLs on a trusted network.`,
 }
 
 func bindEtcdFlags(fs *pflag.FlagSet, v *viper.Viper) {
-	for _, f := range etcdFlags {
-		switch d := f.def.(type) {
-		case string:
-			fs.String(f.name, d, f.usage)
-		case bool:
-			fs.Bool(f.name, d, f.usage)
-		case int:
-			fs.Int(f.name, d, f.usage)
-		case int64:
-			fs.Int64(f.name, d, f.usage)
-		case time.Duration:
-			fs.Duration(f.name, d, f.usage)
-		default:
-			panic(fmt.Sprintf("orion etcd: flag %s has unsupported default %T", f.name, d))
-		}
-		key := config.Key(f.name)
-		_ = v.BindPFlag(key, fs.Lookup(f.name))
-		_ = v.BindEnv(key, etcdEnv(f.name))
-	}
+	config.BindFlags(fs, v, etcdFlags, etcdEnvPrefix)
 }
 
-func etcdEnv(flagName string) string {
-	return etcdEnvPrefix + strings.ToUpper(config.Key(flagName))
-}
+func etcdEnv(flagName string) string { return config.EnvVar(etcdEnvPrefix, flagName) }
 
 // etcdSettings reads flags and environment with errors that name both forms
 // (viper's own getters turn an unparsable env value into zero silently).

@@ -60,15 +60,20 @@ type Server struct {
 	EmbeddedElectionMs   int           `mapstructure:"embedded_etcd_election_ms" json:"embedded_etcd_election_ms"`
 }
 
-// flag describes one setting: its key, default and help. The flag name is
-// the key with dashes; the env var is ORION_ + the key upper-cased.
-type flag struct {
-	key   string
-	def   any
-	usage string
+// Flag describes one setting: its flag name, default and help. The
+// config-file key is the name with underscores (Key); the environment
+// variable is a prefix and the key upper-cased (EnvVar).
+type Flag struct {
+	Name    string
+	Default any
+	Usage   string
 }
 
-var serverFlags = []flag{
+// ServerEnvPrefix prefixes the environment form of every server setting:
+// --data-dir is ORION_DATA_DIR.
+const ServerEnvPrefix = "ORION_"
+
+var serverFlags = []Flag{
 	{"name", "", "replica name: the election value and worker id prefix (default: host name)"},
 	{"listen", "127.0.0.1:8080", "HTTP address for the API, console and /metrics; non-loopback needs --auth-token or --insecure-no-auth"},
 	{"advertise-url", "", "URL other replicas and workers use to reach this API (default http://<listen address>)"},
@@ -113,32 +118,43 @@ var serverFlags = []flag{
 // BindServerFlags defines the server's flags on fs and binds them, the
 // environment and the defaults into v.
 func BindServerFlags(fs *pflag.FlagSet, v *viper.Viper) {
-	for _, f := range serverFlags {
-		switch d := f.def.(type) {
-		case string:
-			fs.String(f.key, d, f.usage)
-		case []string:
-			fs.StringSlice(f.key, d, f.usage)
-		case bool:
-			fs.Bool(f.key, d, f.usage)
-		case int:
-			fs.Int(f.key, d, f.usage)
-		case int64:
-			fs.Int64(f.key, d, f.usage)
-		case float64:
-			fs.Float64(f.key, d, f.usage)
-		case time.Duration:
-			fs.Duration(f.key, d, f.usage)
-		default:
-			panic(fmt.Sprintf("config: flag %s has unsupported default %T", f.key, d))
-		}
-		key := Key(f.key)
-		v.SetDefault(key, f.def)
-		_ = v.BindPFlag(key, fs.Lookup(f.key))
-		_ = v.BindEnv(key, "ORION_"+strings.ToUpper(key))
-	}
+	BindFlags(fs, v, serverFlags, ServerEnvPrefix)
 	fs.String("config", "", "config file (default: config/orion.yaml when present, else none); env ORION_CONFIG")
 }
+
+// BindFlags defines flags on fs and binds each, its environment variable
+// (envPrefix + the key upper-cased) and its default into v under Key(name),
+// so that v resolves flag > env > config file > default.
+func BindFlags(fs *pflag.FlagSet, v *viper.Viper, flags []Flag, envPrefix string) {
+	for _, f := range flags {
+		switch d := f.Default.(type) {
+		case string:
+			fs.String(f.Name, d, f.Usage)
+		case []string:
+			fs.StringSlice(f.Name, d, f.Usage)
+		case bool:
+			fs.Bool(f.Name, d, f.Usage)
+		case int:
+			fs.Int(f.Name, d, f.Usage)
+		case int64:
+			fs.Int64(f.Name, d, f.Usage)
+		case float64:
+			fs.Float64(f.Name, d, f.Usage)
+		case time.Duration:
+			fs.Duration(f.Name, d, f.Usage)
+		default:
+			panic(fmt.Sprintf("config: flag %s has unsupported default %T", f.Name, d))
+		}
+		key := Key(f.Name)
+		v.SetDefault(key, f.Default)
+		_ = v.BindPFlag(key, fs.Lookup(f.Name))
+		_ = v.BindEnv(key, EnvVar(envPrefix, f.Name))
+	}
+}
+
+// EnvVar is the environment form of a flag: EnvVar("ORION_", "data-dir")
+// is ORION_DATA_DIR.
+func EnvVar(prefix, flagName string) string { return prefix + strings.ToUpper(Key(flagName)) }
 
 // Key turns a flag name into its config-file key.
 func Key(flagName string) string { return strings.ReplaceAll(flagName, "-", "_") }

@@ -94,8 +94,8 @@ func TestShippedConfigFileHasEveryKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, f := range serverFlags {
-		if !strings.Contains(string(raw), "\n"+Key(f.key)+":") {
-			t.Errorf("config/orion.yaml lacks %s", Key(f.key))
+		if !strings.Contains(string(raw), "\n"+Key(f.Name)+":") {
+			t.Errorf("config/orion.yaml lacks %s", Key(f.Name))
 		}
 	}
 }
