@@ -1,7 +1,6 @@
 package api
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -141,7 +140,6 @@ func (s *server) forward(w http.ResponseWriter, r *http.Request, body []byte) bo
 	if err != nil || !ok || leader.APIURL == "" || leader.Name == s.node() {
 		return false // the caller answers 503 not_leader with Retry-After
 	}
-	var reqBody io.Reader
 	if body == nil {
 		b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
 		if err != nil {
@@ -150,41 +148,18 @@ func (s *server) forward(w http.ResponseWriter, r *http.Request, body []byte) bo
 		}
 		body = b
 	}
-	if len(body) > 0 {
-		reqBody = bytes.NewReader(body)
-	}
-	fctx, fcancel := context.WithTimeout(r.Context(), s.cfg.WriteTimeout)
-	defer fcancel()
-	req, err := http.NewRequestWithContext(fctx, r.Method, strings.TrimRight(leader.APIURL, "/")+r.URL.RequestURI(), reqBody)
-	if err != nil {
-		return false
-	}
-	for _, h := range []string{"Content-Type", "Idempotency-Key", "Accept"} {
-		if v := r.Header.Get(h); v != "" {
-			req.Header.Set(h, v)
-		}
-	}
-	if s.cfg.AuthToken != "" {
-		req.Header.Set("Authorization", "Bearer "+s.cfg.AuthToken)
-	}
-	req.Header.Set(ForwardedHeader, s.node())
-	resp, err := s.httpClient().Do(req)
+	err = Relay{
+		Client: s.cfg.HTTPClient, To: leader.APIURL, From: s.node(), Token: s.cfg.AuthToken,
+		Timeout: s.cfg.WriteTimeout,
+		Headers: []string{"Content-Type", "Idempotency-Key", "Accept"},
+		Set:     map[string]string{"X-Orion-Leader": leader.Name},
+	}.Do(w, r, body)
 	if err != nil {
 		s.log.Warn("forwarding a write to the leader failed", zap.String("leader", leader.Name), zap.Error(err))
 		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusServiceUnavailable, "not_leader",
 			"this replica is not the leader and the leader "+leader.Name+" did not answer; retry shortly", nil)
-		return true
 	}
-	defer resp.Body.Close()
-	for _, h := range []string{"Content-Type", "Location", "Retry-After"} {
-		if v := resp.Header.Get(h); v != "" {
-			w.Header().Set(h, v)
-		}
-	}
-	w.Header().Set("X-Orion-Leader", leader.Name)
-	w.WriteHeader(resp.StatusCode)
-	_, _ = io.Copy(w, resp.Body)
 	return true
 }
 

@@ -361,38 +361,18 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, body []byte) b
 	if err != nil || !ok || leader.APIURL == "" || leader.Name == h.cfg.Node {
 		return false
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.WriteTimeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, r.Method, strings.TrimRight(leader.APIURL, "/")+r.URL.RequestURI(), bytes.NewReader(body))
-	if err != nil {
-		return false
-	}
-	for _, k := range []string{"Content-Type", "Idempotency-Key"} {
-		if v := r.Header.Get(k); v != "" {
-			req.Header.Set(k, v)
-		}
-	}
-	if h.cfg.AuthToken != "" {
-		req.Header.Set("Authorization", "Bearer "+h.cfg.AuthToken)
-	}
-	req.Header.Set(api.ForwardedHeader, h.cfg.Node)
-	resp, err := h.cfg.HTTPClient.Do(req)
+	err = api.Relay{
+		Client: h.cfg.HTTPClient, To: leader.APIURL, From: h.cfg.Node, Token: h.cfg.AuthToken,
+		Timeout: h.cfg.WriteTimeout,
+		Headers: []string{"Content-Type", "Idempotency-Key"},
+		Set:     map[string]string{"X-Orion-Leader": leader.Name},
+	}.Do(w, r, body)
 	if err != nil {
 		h.log.Warn("forwarding a seed submission to the leader failed", zap.String("leader", leader.Name), zap.Error(err))
 		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusServiceUnavailable, "not_leader",
 			"this replica is not the leader and the leader "+leader.Name+" did not answer; retry shortly")
-		return true
 	}
-	defer resp.Body.Close()
-	for _, k := range []string{"Content-Type", "Location", "Retry-After"} {
-		if v := resp.Header.Get(k); v != "" {
-			w.Header().Set(k, v)
-		}
-	}
-	w.Header().Set("X-Orion-Leader", leader.Name)
-	w.WriteHeader(resp.StatusCode)
-	_, _ = io.Copy(w, io.LimitReader(resp.Body, 1<<20))
 	return true
 }
 
@@ -655,26 +635,15 @@ func (h *Handler) relay(w http.ResponseWriter, r *http.Request) bool {
 		writeError(w, http.StatusNotFound, "not_found", "no replica named "+target+" is registered")
 		return true
 	}
-	fctx, fcancel := context.WithTimeout(r.Context(), h.cfg.WriteTimeout)
-	defer fcancel()
-	req, err := http.NewRequestWithContext(fctx, r.Method, strings.TrimRight(url, "/")+r.URL.Path, nil)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
-		return true
-	}
-	if h.cfg.AuthToken != "" {
-		req.Header.Set("Authorization", "Bearer "+h.cfg.AuthToken)
-	}
-	req.Header.Set(api.ForwardedHeader, h.cfg.Node)
-	resp, err := h.cfg.HTTPClient.Do(req)
+	// The other replica sees ForwardedHeader and acts on itself, whatever
+	// ?target= says.
+	err = api.Relay{
+		Client: h.cfg.HTTPClient, To: url, From: h.cfg.Node, Token: h.cfg.AuthToken,
+		Timeout: h.cfg.WriteTimeout,
+	}.Do(w, r, nil)
 	if err != nil {
 		writeError(w, http.StatusBadGateway, "unreachable", "replica "+target+" did not answer: "+err.Error())
-		return true
 	}
-	defer resp.Body.Close()
-	w.Header().Set("Content-Type", resp.Header.Get("Content-Type"))
-	w.WriteHeader(resp.StatusCode)
-	_, _ = io.Copy(w, io.LimitReader(resp.Body, 1<<20))
 	return true
 }
 

@@ -1,0 +1,74 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// Relay sends one request a replica received on to another replica (the
+// leader, or the replica a demo control names) and copies the answer back.
+// The standby's write forwarding and the demo controls' relay share it, so
+// both send the same headers and mark the request as forwarded the same way.
+type Relay struct {
+	Client  *http.Client  // nil: http.DefaultClient
+	To      string        // the other replica's API URL
+	From    string        // this replica's name, sent in ForwardedHeader
+	Token   string        // bearer token for the other replica ("" for none)
+	Timeout time.Duration // for the whole exchange
+	// Headers are the request headers copied to the other replica.
+	Headers []string
+	// Set are response headers this replica adds to the answer.
+	Set map[string]string
+}
+
+// relayedResponseHeaders are copied from the other replica's answer.
+var relayedResponseHeaders = []string{"Content-Type", "Location", "Retry-After"}
+
+// Do sends r's method and request URI, with body (nil: none), and writes
+// the other replica's status, headers and body to w. An error means the
+// other replica did not answer and nothing was written to w.
+func (rl Relay) Do(w http.ResponseWriter, r *http.Request, body []byte) error {
+	ctx, cancel := context.WithTimeout(r.Context(), rl.Timeout)
+	defer cancel()
+	var reqBody io.Reader
+	if len(body) > 0 {
+		reqBody = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, r.Method, strings.TrimRight(rl.To, "/")+r.URL.RequestURI(), reqBody)
+	if err != nil {
+		return err
+	}
+	for _, h := range rl.Headers {
+		if v := r.Header.Get(h); v != "" {
+			req.Header.Set(h, v)
+		}
+	}
+	if rl.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+rl.Token)
+	}
+	req.Header.Set(ForwardedHeader, rl.From)
+	client := rl.Client
+	if client == nil {
+		client = http.DefaultClient
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	for _, h := range relayedResponseHeaders {
+		if v := resp.Header.Get(h); v != "" {
+			w.Header().Set(h, v)
+		}
+	}
+	for k, v := range rl.Set {
+		w.Header().Set(k, v)
+	}
+	w.WriteHeader(resp.StatusCode)
+	_, _ = io.Copy(w, resp.Body)
+	return nil
+}
