@@ -268,17 +268,7 @@ func (s *sim) crashLeader() {
 	s.c.Schedule(s.now)
 }
 
-func (s *sim) replay() *Core {
-	fresh := New(s.c.cfg)
-	for i := range s.log {
-		e := roundTrip(s.t, s.log[i])
-		e.Rev = s.log[i].Rev
-		if err := fresh.Apply(&e); err != nil {
-			s.t.Fatalf("replay: %v", err)
-		}
-	}
-	return fresh
-}
+func (s *sim) replay() *Core { return replayLog(s.t, s.c.cfg, s.log) }
 
 // checkReplay asserts I4: replaying the log, or restoring the latest value of
 // every key, yields the leader's state.
@@ -292,46 +282,8 @@ func (s *sim) checkReplay() {
 	}
 }
 
-// restore rebuilds state from the latest record of every key, as a cold
-// start reads etcd at one revision.
-func (s *sim) restore() *Core {
-	dags := map[string]Entry{}
-	created := map[string]int64{}
-	tasks := map[string]Entry{}
-	for _, e := range s.log {
-		switch {
-		case e.Task != "":
-			tasks[e.DAG+"/"+e.Task] = e
-		case e.Delete:
-			delete(dags, e.DAG)
-			delete(created, e.DAG)
-			for k, te := range tasks {
-				if te.DAG == e.DAG {
-					delete(tasks, k)
-				}
-			}
-		default:
-			if _, ok := created[e.DAG]; !ok {
-				created[e.DAG] = e.Rev
-			}
-			dags[e.DAG] = e
-		}
-	}
-	var ds, ts []Entry
-	for id, e := range dags {
-		e.Rev = created[id]
-		ds = append(ds, roundTrip(s.t, e))
-		ds[len(ds)-1].Rev = created[id]
-	}
-	for _, e := range tasks {
-		ts = append(ts, roundTrip(s.t, e))
-	}
-	fresh := New(s.c.cfg)
-	if errs := fresh.Restore(s.rev, ds, ts); len(errs) > 0 {
-		s.t.Fatalf("restore: %v", errs)
-	}
-	return fresh
-}
+// restore rebuilds state as a cold start reads etcd at one revision.
+func (s *sim) restore() *Core { return restoreLog(s.t, s.c.cfg, s.rev, s.log) }
 
 func (s *sim) step() {
 	switch x := s.rng.IntN(100); {

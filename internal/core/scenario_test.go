@@ -418,72 +418,9 @@ func (h *harness) fireDue() {
 	}
 }
 
-// replay builds a fresh core from the committed log, as a standby does.
-func (h *harness) replay() *Core {
-	fresh := New(h.cfg)
-	for i := range h.log {
-		e := roundTrip(h.t, h.log[i])
-		e.Rev = h.log[i].Rev
-		if err := fresh.Apply(&e); err != nil {
-			h.t.Fatalf("replay: %v", err)
-		}
-	}
-	return fresh
-}
+func (h *harness) replay() *Core { return replayLog(h.t, h.cfg, h.log) }
 
-// restore builds a fresh core from the latest value of every key, as a cold
-// start reads etcd at one revision.
-func (h *harness) restore() *Core {
-	created := map[string]int64{}
-	dags := map[string]Entry{}
-	tasks := map[string]Entry{}
-	var taskKeys []string
-	for _, e := range h.log {
-		switch {
-		case e.Task != "":
-			k := e.DAG + "/" + e.Task
-			if _, ok := tasks[k]; !ok {
-				taskKeys = append(taskKeys, k)
-			}
-			tasks[k] = e
-		case e.Delete:
-			delete(dags, e.DAG)
-			delete(created, e.DAG)
-			for k, te := range tasks {
-				if te.DAG == e.DAG {
-					delete(tasks, k)
-				}
-			}
-		default:
-			if _, ok := created[e.DAG]; !ok {
-				created[e.DAG] = e.Rev
-			}
-			dags[e.DAG] = e
-		}
-	}
-	var ds, ts []Entry
-	ids := make([]string, 0, len(dags))
-	for id := range dags {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	for _, id := range ids {
-		e := roundTrip(h.t, dags[id])
-		e.Rev = created[id]
-		ds = append(ds, e)
-	}
-	sort.Strings(taskKeys)
-	for _, k := range taskKeys {
-		if e, ok := tasks[k]; ok {
-			ts = append(ts, roundTrip(h.t, e))
-		}
-	}
-	fresh := New(h.cfg)
-	if errs := fresh.Restore(h.rev, ds, ts); len(errs) > 0 {
-		h.t.Fatalf("restore: %v", errs)
-	}
-	return fresh
-}
+func (h *harness) restore() *Core { return restoreLog(h.t, h.cfg, h.rev, h.log) }
 
 func rel(t time.Time) string { return "+" + t.Sub(t0).String() }
 
