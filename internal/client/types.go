@@ -123,7 +123,18 @@ type Cluster struct {
 	Etcd            EtcdInfo  `json:"etcd"`
 }
 
-// Replica is one scheduler node as the cluster endpoint reports it.
+// Replica returns the replica named name, if the cluster lists it.
+func (c *Cluster) Replica(name string) (Replica, bool) {
+	for _, r := range c.Replicas {
+		if r.Name == name {
+			return r, true
+		}
+	}
+	return Replica{}, false
+}
+
+// Replica is one scheduler node as the cluster endpoint reports it (and as
+// GET /api/v1/cluster/self reports itself, without Reachable).
 type Replica struct {
 	Name            string     `json:"name"`
 	Role            string     `json:"role"`

@@ -9,39 +9,14 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/orion-sched/orion/internal/client"
 )
 
-// The drill reads the cluster endpoints with its own small types: it needs
-// pid, api_url, leader_since and first_commit_at, and must address one
-// replica at a time (the typed client fails over between servers, which is
-// right for everything else but wrong for "ask n2 whether it leads").
-
-type clusterView struct {
-	Node      string        `json:"node"`
-	Leader    string        `json:"leader"`
-	LeaderURL string        `json:"leader_url"`
-	Replicas  []replicaView `json:"replicas"`
-}
-
-type replicaView struct {
-	Name          string     `json:"name"`
-	Role          string     `json:"role"`
-	APIURL        string     `json:"api_url"`
-	LeaderSince   *time.Time `json:"leader_since"`
-	FirstCommitAt *time.Time `json:"first_commit_at"`
-	PID           int        `json:"pid"`
-	Reachable     bool       `json:"reachable"`
-}
-
-// selfView answers GET /api/v1/cluster/self.
-type selfView struct {
-	Name          string     `json:"name"`
-	Role          string     `json:"role"`
-	APIURL        string     `json:"api_url"`
-	LeaderSince   *time.Time `json:"leader_since"`
-	FirstCommitAt *time.Time `json:"first_commit_at"`
-	PID           int        `json:"pid"`
-}
+// The drill decodes the cluster endpoints into the client's types but sends
+// its own requests: it must address one replica at a time, and the typed
+// client fails over between servers, which is right for everything else but
+// wrong for "ask n2 whether it leads".
 
 type apiClient struct {
 	hc    *http.Client
@@ -82,35 +57,28 @@ func (a *apiClient) get(ctx context.Context, base, path string, timeout time.Dur
 	return json.NewDecoder(io.LimitReader(resp.Body, 4<<20)).Decode(out)
 }
 
-func (a *apiClient) cluster(ctx context.Context, base string) (*clusterView, error) {
-	var v clusterView
+func (a *apiClient) cluster(ctx context.Context, base string) (*client.Cluster, error) {
+	var v client.Cluster
 	if err := a.get(ctx, base, "/api/v1/cluster", 4*time.Second, &v); err != nil {
 		return nil, err
 	}
 	return &v, nil
 }
 
-func (a *apiClient) self(ctx context.Context, base string, timeout time.Duration) (*selfView, error) {
-	var v selfView
+// self asks one replica about itself (GET /api/v1/cluster/self; Reachable
+// stays false there).
+func (a *apiClient) self(ctx context.Context, base string, timeout time.Duration) (*client.Replica, error) {
+	var v client.Replica
 	if err := a.get(ctx, base, "/api/v1/cluster/self", timeout, &v); err != nil {
 		return nil, err
 	}
 	return &v, nil
 }
 
-func (v *clusterView) replica(name string) (replicaView, bool) {
-	for _, r := range v.Replicas {
-		if r.Name == name {
-			return r, true
-		}
-	}
-	return replicaView{}, false
-}
-
 // standbys are the reachable replicas other than name that can take over.
-func (v *clusterView) standbys(name string) []replicaView {
-	var out []replicaView
-	for _, r := range v.Replicas {
+func standbys(cl *client.Cluster, name string) []client.Replica {
+	var out []client.Replica
+	for _, r := range cl.Replicas {
 		if r.Name != name && r.Reachable && r.Role == "standby" && r.APIURL != "" {
 			out = append(out, r)
 		}

@@ -308,7 +308,7 @@ func (d *driller) drill(ctx context.Context, n int) (*Result, error) {
 			return nil, err
 		}
 	}
-	standbys := cl.standbys(leader.Name)
+	standbys := standbys(cl, leader.Name)
 	if len(standbys) == 0 {
 		return nil, fmt.Errorf("%s: no reachable standby could take over from %s; not killing it", tag, leader.Name)
 	}
@@ -364,7 +364,7 @@ func (d *driller) drill(ctx context.Context, n int) (*Result, error) {
 }
 
 // localLeader finds the leader and proves it is an orion server here.
-func (d *driller) localLeader(ctx context.Context) (*clusterView, replicaView, *ProcInfo, error) {
+func (d *driller) localLeader(ctx context.Context) (*client.Cluster, client.Replica, *ProcInfo, error) {
 	cl, leader, err := d.findLeader(ctx)
 	if err != nil {
 		return nil, leader, nil, err
@@ -379,7 +379,7 @@ func (d *driller) localLeader(ctx context.Context) (*clusterView, replicaView, *
 
 // findLeader asks each server's cluster endpoint until one names a leader
 // with an API URL and a pid.
-func (d *driller) findLeader(ctx context.Context) (*clusterView, replicaView, error) {
+func (d *driller) findLeader(ctx context.Context) (*client.Cluster, client.Replica, error) {
 	deadline := time.Now().Add(d.o.LeaderTimeout)
 	var last error
 	for {
@@ -391,7 +391,7 @@ func (d *driller) findLeader(ctx context.Context) (*clusterView, replicaView, er
 			case cl.Leader == "":
 				last = fmt.Errorf("%s reports no leader", s)
 			default:
-				r, ok := cl.replica(cl.Leader)
+				r, ok := cl.Replica(cl.Leader)
 				if !ok {
 					last = fmt.Errorf("%s names the leader %s but does not list it among the replicas", s, cl.Leader)
 					continue
@@ -407,18 +407,18 @@ func (d *driller) findLeader(ctx context.Context) (*clusterView, replicaView, er
 			}
 		}
 		if time.Now().After(deadline) {
-			return nil, replicaView{}, fmt.Errorf("no leader found through %s within %v: %v",
+			return nil, client.Replica{}, fmt.Errorf("no leader found through %s within %v: %v",
 				strings.Join(d.o.Servers, ", "), d.o.LeaderTimeout, last)
 		}
 		if !sleepCtx(ctx, 200*time.Millisecond) {
-			return nil, replicaView{}, ctx.Err()
+			return nil, client.Replica{}, ctx.Err()
 		}
 	}
 }
 
 // checkLocal refuses a leader that is not an `orion server` process on this
 // host serving its API here, and returns its saved state otherwise.
-func checkLocal(r replicaView) (*ProcInfo, error) {
+func checkLocal(r client.Replica) (*ProcInfo, error) {
 	refuse := func(format string, args ...any) error {
 		return fmt.Errorf("refusing to kill the leader %s (pid %d, %s): %s", r.Name, r.PID, r.APIURL, fmt.Sprintf(format, args...))
 	}
@@ -482,7 +482,7 @@ func (d *driller) kill(p *ProcInfo) (time.Time, error) {
 // awaitTakeover polls the standbys until one leads with leader_since after
 // t0 and a first commit, and returns it, its first commit and when it was
 // seen.
-func (d *driller) awaitTakeover(ctx context.Context, standbys []replicaView, t0 time.Time) (string, time.Time, time.Time, error) {
+func (d *driller) awaitTakeover(ctx context.Context, standbys []client.Replica, t0 time.Time) (string, time.Time, time.Time, error) {
 	ctx, cancel := context.WithTimeout(ctx, d.o.TakeoverTimeout)
 	type hit struct {
 		name        string
@@ -552,7 +552,7 @@ func (d *driller) awaitTakeover(ctx context.Context, standbys []replicaView, t0 
 
 // restart brings the killed replica back and waits until it answers as a
 // standby. It returns the new pid when known.
-func (d *driller) restart(ctx context.Context, r replicaView, p *ProcInfo) (int, error) {
+func (d *driller) restart(ctx context.Context, r client.Replica, p *ProcInfo) (int, error) {
 	if d.o.Restart == RestartNone {
 		return 0, nil
 	}
@@ -609,11 +609,11 @@ func (d *driller) restart(ctx context.Context, r replicaView, p *ProcInfo) (int,
 }
 
 // waitBack polls the replica's /cluster/self until a new process answers.
-func (d *driller) waitBack(ctx context.Context, r replicaView, oldPID int, child *started) (int, error) {
+func (d *driller) waitBack(ctx context.Context, r client.Replica, oldPID int, child *started) (int, error) {
 	return d.waitBackFor(ctx, r, oldPID, child, d.o.RestartTimeout)
 }
 
-func (d *driller) waitBackFor(ctx context.Context, r replicaView, oldPID int, child *started, limit time.Duration) (int, error) {
+func (d *driller) waitBackFor(ctx context.Context, r client.Replica, oldPID int, child *started, limit time.Duration) (int, error) {
 	deadline := time.Now().Add(limit)
 	var last error
 	for {
