@@ -4,6 +4,8 @@
 // EventSource sends Last-Event-ID by itself, and after a hard failure we
 // reconnect with since=<last id>. When the server cannot resume it sends
 // "resync"; the page then reloads what it shows over REST.
+import { createParser } from "eventsource-parser";
+
 import { authHeaders, token } from "./api";
 import type { StreamEvent } from "./types";
 
@@ -140,34 +142,20 @@ export class EventStream {
       }
       this.backoff = 500;
       this.setState("live", "");
+      // The SSE framing (fields, multi-line data, the last-event-id
+      // buffer) is eventsource-parser's; a reconnect starts a new parser.
+      let lastID = "";
+      const parser = createParser({
+        onEvent: (m) => {
+          if (m.id !== undefined) lastID = m.id;
+          this.deliver(m.data, lastID, m.event ?? "");
+        },
+      });
       const reader = resp.body.pipeThrough(new TextDecoderStream()).getReader();
-      let buf = "";
-      let data: string[] = [];
-      let id = "";
-      let name = "";
       for (;;) {
         const { value, done } = await reader.read();
         if (done) break;
-        buf += value;
-        let nl: number;
-        while ((nl = buf.search(/\r?\n/)) >= 0) {
-          const line = buf.slice(0, nl);
-          buf = buf.slice(buf[nl] === "\r" ? nl + 2 : nl + 1);
-          if (line === "") {
-            this.deliver(data.join("\n"), id, name);
-            data = [];
-            name = "";
-            continue;
-          }
-          if (line.startsWith(":")) continue;
-          const colon = line.indexOf(":");
-          const field = colon < 0 ? line : line.slice(0, colon);
-          let val = colon < 0 ? "" : line.slice(colon + 1);
-          if (val.startsWith(" ")) val = val.slice(1);
-          if (field === "data") data.push(val);
-          else if (field === "id") id = val;
-          else if (field === "event") name = val;
-        }
+        parser.feed(value);
       }
       this.scheduleRetry("the stream ended");
     } catch (e) {
