@@ -283,6 +283,53 @@ describe("console on a single node", { timeout: 480000 }, () => {
   });
 });
 
+// ---- auth token -----------------------------------------------------------------
+
+// With --auth-token the page asks for the token, then sends it on every
+// call; EventSource cannot send a header, so the page reads the stream with
+// fetch, and the full-log link fetches the log and opens it as a blob.
+describe("console with an auth token", { timeout: 240000 }, () => {
+  const TOKEN = "console-test-token";
+  const orion = new Orion("token");
+  let node, b, page;
+
+  before(async () => {
+    node = await orion.node({ name: "n1", slots: 4, token: TOKEN });
+    b = await browser();
+    page = b.page;
+  });
+
+  after(async () => {
+    // The page's first calls, before it has the token, answer 401.
+    const errs = unexpected(b?.errors ?? []).filter((e) => !/status of 401/.test(e));
+    if (errs.length) console.error("page errors:\n" + errs.join("\n"));
+    await b?.close();
+    await orion.stop();
+  });
+
+  test("the page asks for the token, then streams, submits and opens a log with it", async () => {
+    const denied = await api(node.url, "/api/v1/dags");
+    assert.equal(denied.status, 401, "the API answered without the token");
+    await page.goto(node.pageURL, { waitUntil: "domcontentloaded" });
+    await waitFor("the token field", async () => page.isVisible("#auth-token"), 20000);
+    await page.fill("#auth-token", TOKEN);
+    await page.click("#auth-save"); // stores it for the tab and reloads
+    await waitFor("the live stream with the token", async () => /live/.test((await page.textContent('[data-testid="conn"]')) ?? ""), 20000);
+    assert.equal(await page.isVisible("#auth-token"), false, "the token field is still shown");
+    const id = await submitTemplate(page, "diamond");
+    await waitLayout(page, 4);
+    // Every state change reaches the page over the fetch-read stream.
+    await waitAllNodes(page, "succeeded", 4, 30000);
+    await waitDAG(page, id, "succeeded", 10000);
+    await clickNode(page, "left");
+    const [tab] = await Promise.all([page.context().waitForEvent("page"), page.click('[data-testid="log-link"]')]);
+    await waitFor("the log in the new tab", async () => /parsed 42/.test((await tab.textContent("body").catch(() => "")) ?? ""), 15000);
+    assert.match(tab.url(), /^blob:/);
+    await tab.close();
+    await shot(page, "token-diamond-succeeded");
+  });
+});
+
 // ---- cluster ------------------------------------------------------------------
 
 // A cluster of real processes: 3 etcd members, 3 replicas without slots and

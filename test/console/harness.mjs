@@ -172,11 +172,11 @@ export class Proc {
   }
 }
 
-async function getJSON(url, timeoutMs = 2000) {
+async function getJSON(url, timeoutMs = 2000, token = "") {
   const ctl = new AbortController();
   const t = setTimeout(() => ctl.abort(), timeoutMs);
   try {
-    const r = await fetch(url, { signal: ctl.signal });
+    const r = await fetch(url, { signal: ctl.signal, headers: token ? { Authorization: `Bearer ${token}` } : {} });
     const text = await r.text();
     let body = null;
     try {
@@ -225,10 +225,10 @@ export class Orion {
   }
 
   /**
-   * A lone `orion server` with an embedded etcd member and `slots` slots,
-   * ready and leading. Short retry timings keep tests fast.
+   * A lone `orion server` with an embedded etcd member and `slots` slots
+   * (and an API token when token is set), ready and leading. Short retry timings keep tests fast.
    */
-  async node({ name = "n1", slots = 4, extra = [] } = {}) {
+  async node({ name = "n1", slots = 4, token = "", extra = [] } = {}) {
     const [api, client, peer] = await freePorts(3);
     const url = `http://127.0.0.1:${api}`;
     const proc = await this.spawn(name, [
@@ -241,10 +241,11 @@ export class Orion {
       "--slots", String(slots),
       "--retry-base", "300ms", "--retry-cap", "2s", "--orphan-grace", "500ms",
       "--log-format", "json",
+      ...(token ? ["--auth-token", token] : []),
       ...extra,
     ]);
-    await this.waitLeader([{ name, url, proc }], { want: name });
-    const s = { name, url, proc, pageURL: await this.front(name, url) };
+    await this.waitLeader([{ name, url, proc, token }], { want: name });
+    const s = { name, url, proc, token, pageURL: await this.front(name, url) };
     this.servers.push(s);
     return s;
   }
@@ -324,7 +325,7 @@ export class Orion {
       }
       for (const s of servers) {
         if (s.name === not || (want && s.name !== want)) continue;
-        const r = await getJSON(s.url + "/api/v1/cluster/self").catch(() => null);
+        const r = await getJSON(s.url + "/api/v1/cluster/self", 2000, s.token).catch(() => null);
         if (r?.status !== 200 || r.body?.role !== "leader" || r.body?.name !== s.name) continue;
         const ready = await getJSON(s.url + "/readyz").catch(() => null);
         if (ready?.status === 200) return s.name;

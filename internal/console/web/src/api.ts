@@ -91,6 +91,13 @@ export const api = {
   listDAGs: (limit = 50) => json<ListResponse>("GET", `/api/v1/dags?limit=${limit}`),
   getDAG: (id: string) => json<DAGView>("GET", `/api/v1/dags/${enc(id)}`),
   getTask: (id: string, task: string) => json<TaskView>("GET", `/api/v1/dags/${enc(id)}/tasks/${enc(task)}`),
+  /** A task's full log as text, read with the token (for a link that cannot carry one). */
+  log: async (id: string, task: string, attempt?: number): Promise<string> => {
+    const path = api.logURL(id, task, attempt);
+    const resp = await request("GET", path, undefined, { Accept: "text/plain" }, 30000);
+    if (!resp.ok) throw new APIError(resp.status, "log", `GET ${path}: ${resp.status}`);
+    return resp.text();
+  },
   logURL: (id: string, task: string, attempt?: number) =>
     `/api/v1/dags/${enc(id)}/tasks/${enc(task)}/log` + (attempt ? `?attempt=${attempt}` : ""),
   /** Submits a DAG file: JSON when it parses as JSON, YAML otherwise. */

@@ -1,5 +1,5 @@
 // Render functions of the side panels: the selected task, metrics, cluster.
-import { api } from "./api";
+import { api, token } from "./api";
 import { fmtDuration, fmtNum, fmtTime, h, ms } from "./dom";
 import { STATUS_COLORS } from "./graph";
 import { helpBadge } from "./help";
@@ -87,7 +87,28 @@ export function renderTask(host: HTMLElement, d: DAGView, t: TaskView, now: numb
   const out = h("pre.output", { "data-testid": "output-tail" }, t.output_tail || (t.attempts ? "(no output)" : "(not run yet)"));
   const logs = h("div.logs");
   if (t.attempts > 0) {
-    logs.append(h("a", { href: api.logURL(d.id, t.id, t.attempts), target: "_blank", rel: "noopener", "data-testid": "log-link" }, `full log of attempt ${t.attempts} ↗`));
+    const link = h("a", { href: api.logURL(d.id, t.id, t.attempts), target: "_blank", rel: "noopener", "data-testid": "log-link" }, `full log of attempt ${t.attempts} ↗`);
+    // A new tab cannot send the bearer token: with one, read the log here
+    // and open it as a blob.
+    link.addEventListener("click", (ev) => {
+      if (!token()) return;
+      ev.preventDefault();
+      const tab = window.open("", "_blank");
+      api.log(d.id, t.id, t.attempts).then(
+        (text) => {
+          const url = URL.createObjectURL(new Blob([text], { type: "text/plain;charset=utf-8" }));
+          if (tab) tab.location.href = url;
+          else window.open(url, "_blank");
+          setTimeout(() => URL.revokeObjectURL(url), 60000);
+        },
+        (e: Error) => {
+          tab?.close();
+          link.title = e.message;
+          link.classList.add("error");
+        },
+      );
+    });
+    logs.append(link);
   }
 
   const hist = t.history ?? [];
