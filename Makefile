@@ -33,7 +33,7 @@ build: $(if $(HAVE_NPM),console)
 run: build
 	$(BIN) server --config config/orion.yaml
 
-test: lint test-unit test-race test-e2e chart-test
+test: lint test-unit test-race test-e2e chart-test test-console
 
 lint:
 	@out=$$(gofmt -l cmd internal test); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
