@@ -60,10 +60,12 @@ type Server struct {
 // Start brings the replica up and returns once the API is listening. The
 // engine loads its state and campaigns in the background.
 func Start(ctx context.Context, cfg config.Server, log *zap.Logger) (s *Server, err error) {
-	s = &Server{Config: cfg, log: log, Metrics: metrics.New(), engineCh: make(chan error, 1)}
+	srv := &Server{Config: cfg, log: log, Metrics: metrics.New(), engineCh: make(chan error, 1)}
+	s = srv
 	defer func() {
+		// srv, not s: every error return sets s to nil.
 		if err != nil {
-			s.closeResources()
+			srv.closeResources()
 		}
 	}()
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -332,5 +334,49 @@ func TestEtcdctlShowsReadableJSON(t *testing.T) {
 	_ = cmd.Run()
 	if !strings.Contains(buf.String(), "e2e") {
 		t.Errorf("etcdctl elect -l printed %q, want the leader's name", buf.String())
+	}
+}
+
+// A port already taken, for the API or the embedded etcd member, ends
+// `orion server` with an error that names the address (exit status 2, as
+// every CLI error), never a panic, and leaves the server that holds the
+// port alone. (A failed start used to panic on a nil *Server.)
+func TestPortInUseFailsCleanly(t *testing.T) {
+	n := newNode(t)
+	n.start()
+	for _, tc := range []struct {
+		name, taken string
+		args        []string
+	}{
+		{"api", fmt.Sprintf("127.0.0.1:%d", n.apiPort), []string{
+			"--listen", fmt.Sprintf("127.0.0.1:%d", n.apiPort),
+			"--embedded-etcd-client-url", fmt.Sprintf("http://127.0.0.1:%d", freePort(t)),
+			"--embedded-etcd-peer-url", fmt.Sprintf("http://127.0.0.1:%d", freePort(t)),
+		}},
+		{"etcd client", fmt.Sprintf("127.0.0.1:%d", n.etcdPort), []string{
+			"--listen", fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+			"--embedded-etcd-client-url", n.etcdURL(),
+			"--embedded-etcd-peer-url", fmt.Sprintf("http://127.0.0.1:%d", freePort(t)),
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			args := append([]string{"server", "--name", "second", "--data-dir", t.TempDir(), "--log-format", "json"}, tc.args...)
+			cmd := exec.CommandContext(ctx, orionBin, args...)
+			cmd.Env = filterEnv(os.Environ(), "ORION_")
+			out, err := cmd.CombinedOutput()
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) || exit.ExitCode() != 2 {
+				t.Fatalf("second server: %v (want exit status 2)\n%s", err, out)
+			}
+			if strings.Contains(string(out), "panic:") || strings.Contains(string(out), "goroutine ") ||
+				!strings.Contains(string(out), "error: ") || !strings.Contains(string(out), tc.taken) || !strings.Contains(string(out), "address already in use") {
+				t.Fatalf("the error does not name %s in use (or panics):\n%s", tc.taken, out)
+			}
+		})
+	}
+	if code, body := n.do("GET", "/readyz", "", nil); code != http.StatusOK {
+		t.Fatalf("the first server after the failed starts: %d %s", code, body)
 	}
 }
