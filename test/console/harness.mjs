@@ -47,23 +47,34 @@ export async function waitFor(what, fn, timeoutMs = 30000, everyMs = 100) {
   throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}` + (last ? `: ${last.message}` : ""));
 }
 
-/** A port that was free a moment ago (the kernel picks it). */
-export function freePort() {
-  return new Promise((res, rej) => {
-    const s = createServer();
-    s.unref();
-    s.on("error", rej);
-    s.listen(0, "127.0.0.1", () => {
-      const { port } = s.address();
-      s.close(() => res(port));
+// Ports handed out in this process: the kernel may offer a port that was
+// just closed again, and two processes given the same one fight over it.
+const portsGiven = new Set();
+
+/** A loopback port that was free a moment ago and not handed out before. */
+export async function freePort() {
+  for (let i = 0; i < 1000; i++) {
+    const port = await new Promise((res, rej) => {
+      const s = createServer();
+      s.unref();
+      s.on("error", rej);
+      s.listen(0, "127.0.0.1", () => {
+        const { port } = s.address();
+        s.close(() => res(port));
+      });
     });
-  });
+    if (!portsGiven.has(port)) {
+      portsGiven.add(port);
+      return port;
+    }
+  }
+  throw new Error("no loopback port left that was not handed out already");
 }
 
 async function freePorts(n) {
-  const out = new Set();
-  while (out.size < n) out.add(await freePort());
-  return [...out];
+  const out = [];
+  while (out.length < n) out.push(await freePort());
+  return out;
 }
 
 /** A temporary directory for one test run; removed by cleanup() unless KEEP_TMP is set. */

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -48,14 +49,35 @@ func repoRoot() string {
 
 func fixture(name string) string { return filepath.Join(repoRoot(), "test", "fixtures", name) }
 
+// portsGiven are the ports freePort has handed out in this test binary. The
+// kernel may offer a port that was just closed again; two processes given
+// the same one would fight over it (seen: two replicas on one API port).
+var (
+	portsMu    sync.Mutex
+	portsGiven = map[int]bool{}
+)
+
+// freePort returns a loopback port that is free now and that no other call
+// in this test binary has returned.
 func freePort(t *testing.T) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for range 1000 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		portsMu.Lock()
+		seen := portsGiven[port]
+		portsGiven[port] = true
+		portsMu.Unlock()
+		if !seen {
+			return port
+		}
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	t.Fatal("no loopback port left that was not handed out already")
+	return 0
 }
 
 // node is one `orion server` process with an embedded etcd member. Its ports
