@@ -99,6 +99,7 @@ type Engine struct {
 	heldResults   []executor.Result // local results that arrived while not leader
 	termRecordDue bool
 	watchCh       clientv3.WatchChan
+	watchRetry    <-chan time.Time // a watch restart pending after the last one ended
 	watchStop     context.CancelFunc
 	watchFrom     int64 // first revision the current watch delivers
 	seenRev       int64 // highest revision the watch has shown us (events or progress)
@@ -254,8 +255,19 @@ func (e *Engine) Run(ctx context.Context) error {
 			e.onWorker(ev)
 		case cr := <-e.commitDone:
 			e.onCommitted(ctx, cr)
-		case wr := <-e.watchCh:
+		case wr, open := <-e.watchCh:
+			if !open {
+				// The client closed the channel (its context or the client
+				// ended); a zero response has no header to read.
+				e.watchEnded(ctx, errors.New("watch channel closed"))
+				continue
+			}
 			e.onWatch(ctx, wr)
+		case <-e.watchRetry:
+			e.watchRetry = nil
+			if e.watchCh == nil && !e.c.IsLeader() && ctx.Err() == nil {
+				e.startWatch(ctx)
+			}
 		case <-e.timer.C:
 			e.fireTimers()
 		case term := <-e.elected:

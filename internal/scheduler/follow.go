@@ -67,6 +67,22 @@ func (e *Engine) stopWatch() {
 		e.watchStop = nil
 	}
 	e.watchCh = nil
+	e.watchRetry = nil
+}
+
+// watchRetryDelay spaces restarts of a watch that keeps ending (a closed
+// client ends every new watch at once), so a standby never spins.
+const watchRetryDelay = 100 * time.Millisecond
+
+// watchEnded stops following after the watch ended for a reason other than
+// compaction and restarts it from the last applied revision a moment later.
+func (e *Engine) watchEnded(ctx context.Context, err error) {
+	e.stopWatch()
+	if ctx.Err() != nil {
+		return
+	}
+	e.log.Warn("watch ended; restarting", zap.Error(err), zap.Duration("in", watchRetryDelay))
+	e.watchRetry = time.After(watchRetryDelay)
 }
 
 // onWatch applies what a standby's watch delivered.
@@ -80,12 +96,12 @@ func (e *Engine) onWatch(ctx context.Context, wr clientv3.WatchResponse) {
 			// one revision and watch on from there.
 			e.log.Warn("watch fell behind compaction; re-reading etcd", zap.Int64("compacted", wr.CompactRevision))
 			_ = e.reload(ctx)
-		} else {
-			e.log.Warn("watch ended; restarting", zap.Error(err))
+			if ctx.Err() == nil {
+				e.startWatch(ctx)
+			}
+			return
 		}
-		if ctx.Err() == nil {
-			e.startWatch(ctx)
-		}
+		e.watchEnded(ctx, err)
 		return
 	}
 	if wr.Header.Revision > e.etcdRev {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/orion-sched/orion/internal/core"
 	"github.com/orion-sched/orion/internal/leadership"
@@ -116,4 +117,34 @@ func TestDeposedLeaderIsFenced(t *testing.T) {
 
 func testutilApplyErrors(b *bundle) float64 {
 	return testutil.ToFloat64(b.eng.m.ApplyErrors)
+}
+
+// The client closes a watch channel when the watch's context or the client
+// itself ends; the loop then receives zero responses, which have no header.
+// A standby must take that as "watch ended" and follow on, not crash (it
+// used to dereference the zero response's nil header).
+func TestStandbySurvivesAClosedWatchChannel(t *testing.T) {
+	_, cli := startEtcd(t)
+	a := startReplica(t, cli, "a", 1)
+	waitFor(t, 10*time.Second, "a leads", func() bool { return a.eng.Status().Leader })
+	b := startReplica(t, cli, "b", 1)
+	waitFor(t, 10*time.Second, "b follows", func() bool { return b.eng.Status().Loaded })
+	for i := range 3 {
+		closed := make(chan clientv3.WatchResponse)
+		close(closed)
+		done := make(chan struct{})
+		b.eng.reqs <- func() { b.eng.watchCh = closed; close(done) }
+		<-done
+		id := fmt.Sprintf("after-close-%d", i)
+		if _, err := a.eng.Submit(context.Background(), mustLoad(t, "id: "+id+"\nname: c\ntasks: [{id: a, kind: noop}, {id: b, kind: noop, depends_on: [a]}]\n")); err != nil {
+			t.Fatal(err)
+		}
+		a.waitDAG(id, core.DAGSucceeded)
+		waitFor(t, 10*time.Second, "the standby to follow on after its watch channel closed", func() bool { return dump(a) == dump(b) })
+	}
+	select {
+	case <-b.eng.Done():
+		t.Fatal("the standby's loop ended")
+	default:
+	}
 }
