@@ -18,7 +18,7 @@ type Relay struct {
 	To      string        // the other replica's API URL
 	From    string        // this replica's name, sent in ForwardedHeader
 	Token   string        // bearer token for the other replica ("" for none)
-	Timeout time.Duration // for the whole exchange
+	Timeout time.Duration // for the whole exchange; 0: the request's own context only
 	// Headers are the request headers copied to the other replica.
 	Headers []string
 	// Set are response headers this replica adds to the answer.
@@ -32,8 +32,12 @@ var relayedResponseHeaders = []string{"Content-Type", "Location", "Retry-After"}
 // the other replica's status, headers and body to w. An error means the
 // other replica did not answer and nothing was written to w.
 func (rl Relay) Do(w http.ResponseWriter, r *http.Request, body []byte) error {
-	ctx, cancel := context.WithTimeout(r.Context(), rl.Timeout)
-	defer cancel()
+	ctx := r.Context()
+	if rl.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, rl.Timeout)
+		defer cancel()
+	}
 	var reqBody io.Reader
 	if len(body) > 0 {
 		reqBody = bytes.NewReader(body)
