@@ -2,24 +2,16 @@ package bench
 
 import (
 	"context"
-	"net"
 	"testing"
-)
 
-func freeURL(t testing.TB) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return "http://" + ln.Addr().String()
-}
+	"github.com/orion-sched/orion/internal/testkit"
+)
 
 // BenchmarkThroughput runs the throughput phase at b.N thousand noop tasks;
 // profile it with -cpuprofile to see what bounds the scheduler.
 func BenchmarkThroughput(b *testing.B) {
 	res, err := Run(context.Background(), Options{Tasks: 1000 * max(b.N, 20), DAGSize: 1000, Chain: 10, Rate: 500,
-		LatencyFor: 1e8, EtcdSeconds: 5e8, DataDir: b.TempDir(), ClientURL: freeURL(b), PeerURL: freeURL(b)})
+		LatencyFor: 1e8, EtcdSeconds: 5e8, DataDir: b.TempDir(), ClientURL: testkit.FreeURL(b), PeerURL: testkit.FreeURL(b)})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -31,7 +23,7 @@ func BenchmarkThroughput(b *testing.B) {
 // TestSmallRun checks the benchmark's plumbing end to end on a small load.
 func TestSmallRun(t *testing.T) {
 	res, err := Run(context.Background(), Options{Tasks: 2000, DAGSize: 500, Chain: 50, Rate: 500,
-		LatencyFor: 3e8, EtcdSeconds: 2e8, DataDir: t.TempDir(), ClientURL: freeURL(t), PeerURL: freeURL(t)})
+		LatencyFor: 3e8, EtcdSeconds: 2e8, DataDir: t.TempDir(), ClientURL: testkit.FreeURL(t), PeerURL: testkit.FreeURL(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

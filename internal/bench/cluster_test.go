@@ -14,11 +14,10 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/orion-sched/orion/internal/client"
 	"github.com/orion-sched/orion/internal/dag"
-	"github.com/orion-sched/orion/internal/etcdserver"
+	"github.com/orion-sched/orion/internal/etcdtest"
 )
 
 func TestSplitURLs(t *testing.T) {
@@ -300,16 +299,7 @@ func TestLeaderChecks(t *testing.T) {
 // member and checks that only the bench's keys are deleted, in chunks.
 func TestEtcdCeilingsCleanUp(t *testing.T) {
 	ctx := context.Background()
-	member, err := etcdserver.Start(ctx, etcdserver.Config{Name: "t", DataDir: t.TempDir(), ClientURL: freeURL(t), PeerURL: freeURL(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer member.Close()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: member.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	_, cli := etcdtest.Start(t)
 	for _, k := range []string{"/orion/v1/keep", "/orion-benchmark", "/orion-bench"} {
 		if _, err := cli.Put(ctx, k, "x"); err != nil {
 			t.Fatal(err)

@@ -4,42 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
-
 	"github.com/orion-sched/orion/internal/core"
 	"github.com/orion-sched/orion/internal/dag"
-	"github.com/orion-sched/orion/internal/etcdserver"
+	"github.com/orion-sched/orion/internal/etcdtest"
 )
-
-func freeURL(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return "http://" + ln.Addr().String()
-}
-
-func etcd(t *testing.T) *clientv3.Client {
-	t.Helper()
-	m, err := etcdserver.Start(context.Background(), etcdserver.Config{DataDir: t.TempDir(), ClientURL: freeURL(t), PeerURL: freeURL(t), Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close() })
-	cli, err := clientv3.New(clientv3.Config{Endpoints: m.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	return cli
-}
 
 func TestParseKey(t *testing.T) {
 	for key, want := range map[string][2]string{
@@ -79,7 +51,7 @@ func dagEntry(id string, n int) core.Entry {
 // Commits respect the per-transaction limits, keep the entries' order, and a
 // write fenced on a key that is gone is rejected whole.
 func TestCommitSplitsAndFences(t *testing.T) {
-	cli := etcd(t)
+	_, cli := etcdtest.Start(t)
 	ctx := context.Background()
 	fenceKey := ElectionPrefix + "/test"
 	resp, err := cli.Put(ctx, fenceKey, "me")
@@ -127,7 +99,7 @@ func TestCommitSplitsAndFences(t *testing.T) {
 // Load reads everything at one revision, in pages, and reports values that
 // do not decode instead of failing.
 func TestLoadPagesAndReportsGarbage(t *testing.T) {
-	cli := etcd(t)
+	_, cli := etcdtest.Start(t)
 	ctx := context.Background()
 	fenceKey := ElectionPrefix + "/test"
 	resp, _ := cli.Put(ctx, fenceKey, "me")

@@ -14,26 +14,17 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
-)
 
-// freeURL returns an http URL on a currently free port of 127.0.0.1.
-func freeURL(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return fmt.Sprintf("http://%s", l.Addr().String())
-}
+	"github.com/orion-sched/orion/internal/testkit"
+)
 
 func testConfig(t *testing.T, name string) Config {
 	t.Helper()
 	return Config{
 		Name:      name,
 		DataDir:   t.TempDir(),
-		ClientURL: freeURL(t),
-		PeerURL:   freeURL(t),
+		ClientURL: testkit.FreeURL(t),
+		PeerURL:   testkit.FreeURL(t),
 		Logger:    zap.NewNop(),
 	}
 }
@@ -394,7 +385,7 @@ func TestBusyPort(t *testing.T) {
 func TestStartCancelled(t *testing.T) {
 	t.Parallel()
 	cfg := testConfig(t, "n1")
-	cfg.InitialCluster = fmt.Sprintf("n1=%s,n2=%s,n3=%s", cfg.PeerURL, freeURL(t), freeURL(t))
+	cfg.InitialCluster = fmt.Sprintf("n1=%s,n2=%s,n3=%s", cfg.PeerURL, testkit.FreeURL(t), testkit.FreeURL(t))
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	m, err := Start(ctx, cfg)

@@ -21,6 +21,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/orion-sched/orion/internal/dag"
+	"github.com/orion-sched/orion/internal/testkit"
 )
 
 const bound = 10 * time.Second // upper bound for anything that should be quick
@@ -99,17 +100,6 @@ func (h *harness) logOf(id AttemptID) string {
 
 func shell(cmd string) dag.Task { return dag.Task{Kind: dag.KindShell, Command: cmd} }
 
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // processGone: the pid does not exist, or is a zombie waiting for a reaper
 // (PID 1 in a container may not reap orphans).
 func processGone(pid int) bool {
@@ -127,7 +117,7 @@ func processGone(pid int) bool {
 func readPID(t *testing.T, path string) int {
 	t.Helper()
 	var pid int
-	waitFor(t, bound, "pid file "+path, func() bool {
+	testkit.WaitFor(t, bound, "pid file "+path, func() bool {
 		b, err := os.ReadFile(path)
 		if err != nil || !bytes.HasSuffix(b, []byte("\n")) {
 			return false
@@ -140,7 +130,7 @@ func readPID(t *testing.T, path string) int {
 
 func assertGone(t *testing.T, pid int) {
 	t.Helper()
-	waitFor(t, bound, fmt.Sprintf("process %d to be gone", pid), func() bool { return processGone(pid) })
+	testkit.WaitFor(t, bound, fmt.Sprintf("process %d to be gone", pid), func() bool { return processGone(pid) })
 }
 
 func TestShellSuccess(t *testing.T) {
@@ -325,7 +315,7 @@ func TestCancelRunning(t *testing.T) {
 	pidFile := filepath.Join(t.TempDir(), "pid")
 	id := h.start(shell(fmt.Sprintf("sleep 100 & echo $! > %s; echo ready; wait", pidFile)))
 	pid := readPID(t, pidFile)
-	waitFor(t, bound, "ready in log", func() bool {
+	testkit.WaitFor(t, bound, "ready in log", func() bool {
 		b, _ := os.ReadFile(h.l.LogPath(id))
 		return strings.Contains(string(b), "ready")
 	})

@@ -3,7 +3,6 @@ package scheduler
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,18 +18,10 @@ import (
 	"github.com/orion-sched/orion/internal/dag"
 	"github.com/orion-sched/orion/internal/etcdlog"
 	"github.com/orion-sched/orion/internal/etcdserver"
+	"github.com/orion-sched/orion/internal/etcdtest"
 	"github.com/orion-sched/orion/internal/executor"
+	"github.com/orion-sched/orion/internal/testkit"
 )
-
-func freeURL(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return "http://" + ln.Addr().String()
-}
 
 // bundle is one replica on a real embedded etcd member.
 type bundle struct {
@@ -42,27 +33,10 @@ type bundle struct {
 	cancel context.CancelFunc
 }
 
-func startEtcd(t *testing.T) (*etcdserver.Member, *clientv3.Client) {
-	t.Helper()
-	m, err := etcdserver.Start(context.Background(), etcdserver.Config{
-		DataDir: t.TempDir(), ClientURL: freeURL(t), PeerURL: freeURL(t), Logger: zap.NewNop(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close() })
-	cli, err := clientv3.New(clientv3.Config{Endpoints: m.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	return m, cli
-}
-
 func startEngine(t *testing.T, cli *clientv3.Client, slots int) *bundle {
 	t.Helper()
 	b := startReplica(t, cli, "n1", slots)
-	waitFor(t, 10*time.Second, "leadership", func() bool { return b.eng.Status().Leader })
+	testkit.WaitFor(t, 10*time.Second, "leadership", func() bool { return b.eng.Status().Leader })
 	return b
 }
 
@@ -94,17 +68,6 @@ func (b *bundle) stop() {
 	b.exec.Close()
 }
 
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func (b *bundle) dag(id string) *core.DAGView {
 	var v *core.DAGView
 	if err := b.eng.Query(context.Background(), func(c *core.Core) { v, _ = c.DAG(id) }); err != nil {
@@ -116,7 +79,7 @@ func (b *bundle) dag(id string) *core.DAGView {
 func (b *bundle) waitDAG(id string, want core.DAGStatus) *core.DAGView {
 	b.t.Helper()
 	var v *core.DAGView
-	waitFor(b.t, 30*time.Second, "DAG "+id+" "+string(want), func() bool {
+	testkit.WaitFor(b.t, 30*time.Second, "DAG "+id+" "+string(want), func() bool {
 		v = b.dag(id)
 		return v != nil && v.Status.Terminal()
 	})
@@ -136,7 +99,7 @@ func mustLoad(t *testing.T, src string) *dag.DAG {
 }
 
 func TestMixedDAGRunsToCompletion(t *testing.T) {
-	_, cli := startEtcd(t)
+	_, cli := etcdtest.Start(t)
 	b := startEngine(t, cli, 4)
 	dir := t.TempDir()
 	d := mustLoad(t, fmt.Sprintf(`
@@ -201,7 +164,7 @@ tasks:
 func mustYAML(d *dag.DAG) string { return string(d.Canonical()) }
 
 func TestCancelKillsRunningTasks(t *testing.T) {
-	_, cli := startEtcd(t)
+	_, cli := etcdtest.Start(t)
 	b := startEngine(t, cli, 2)
 	dir := t.TempDir()
 	d := mustLoad(t, fmt.Sprintf(`
@@ -214,17 +177,17 @@ tasks:
 	if _, err := b.eng.Submit(context.Background(), d); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "task start", func() bool { _, err := os.Stat(filepath.Join(dir, "started")); return err == nil })
+	testkit.WaitFor(t, 10*time.Second, "task start", func() bool { _, err := os.Stat(filepath.Join(dir, "started")); return err == nil })
 	st, err := b.eng.Cancel(context.Background(), "long")
 	if err != nil || st != core.DAGCancelled {
 		t.Fatalf("cancel: %s %v", st, err)
 	}
 	v := b.waitDAG("long", core.DAGCancelled)
-	waitFor(t, 10*time.Second, "tasks cancelled", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "tasks cancelled", func() bool {
 		v = b.dag("long")
 		return v.Tasks[0].Status == core.Cancelled && v.Tasks[1].Status == core.Cancelled
 	})
-	waitFor(t, 10*time.Second, "slot freed", func() bool { return len(b.exec.InFlight()) == 0 })
+	testkit.WaitFor(t, 10*time.Second, "slot freed", func() bool { return len(b.exec.InFlight()) == 0 })
 	if _, err := os.Stat(filepath.Join(dir, "finished")); err == nil {
 		t.Fatal("cancelled task ran to the end")
 	}
@@ -236,7 +199,7 @@ tasks:
 // A new engine on the same etcd (as after kill -9) finishes what the first
 // one left: finished tasks are not run again, orphaned ones are.
 func TestRecoveryAfterCrash(t *testing.T) {
-	_, cli := startEtcd(t)
+	_, cli := etcdtest.Start(t)
 	dir := t.TempDir()
 	b1 := startEngine(t, cli, 2)
 	d := mustLoad(t, fmt.Sprintf(`
@@ -250,7 +213,7 @@ tasks:
 	if _, err := b1.eng.Submit(context.Background(), d); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "slow started", func() bool { _, err := os.Stat(filepath.Join(dir, "slow")); return err == nil })
+	testkit.WaitFor(t, 10*time.Second, "slow started", func() bool { _, err := os.Stat(filepath.Join(dir, "slow")); return err == nil })
 	// Crash: the engine loop and executor stop; the session is abandoned
 	// without resigning (its lease expires), as with kill -9.
 	b1.eng.Crash()
@@ -274,7 +237,7 @@ tasks:
 // Finished DAGs are deleted from etcd (DAG key and task keys) once the
 // retention has passed; running ones are kept.
 func TestRetentionDeletesFinishedDAGs(t *testing.T) {
-	_, cli := startEtcd(t)
+	_, cli := etcdtest.Start(t)
 	ex, err := executor.NewLocal(executor.LocalConfig{ID: "w-ret", Slots: 2, LogDir: t.TempDir(), Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
@@ -284,7 +247,7 @@ func TestRetentionDeletesFinishedDAGs(t *testing.T) {
 	go eng.Run(ctx)
 	b := &bundle{t: t, cli: cli, exec: ex, eng: eng, cancel: cancel}
 	t.Cleanup(b.stop)
-	waitFor(t, 10*time.Second, "leadership", func() bool { return eng.Status().Leader })
+	testkit.WaitFor(t, 10*time.Second, "leadership", func() bool { return eng.Status().Leader })
 	if _, err := eng.Submit(context.Background(), mustLoad(t, "id: old\nname: old\ntasks: [{id: a, kind: noop}, {id: b, kind: noop, depends_on: [a]}]\n")); err != nil {
 		t.Fatal(err)
 	}
@@ -292,7 +255,7 @@ func TestRetentionDeletesFinishedDAGs(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.waitDAG("old", core.DAGSucceeded)
-	waitFor(t, 10*time.Second, "old deleted from etcd", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "old deleted from etcd", func() bool {
 		resp, err := cli.Get(context.Background(), "/orion/v1/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
 		if err != nil {
 			return false
@@ -306,7 +269,7 @@ func TestRetentionDeletesFinishedDAGs(t *testing.T) {
 	})
 	// The delete is applied in memory once its commit returns, a moment
 	// after etcd shows it.
-	waitFor(t, 5*time.Second, "old deleted from memory", func() bool { return b.dag("old") == nil })
+	testkit.WaitFor(t, 5*time.Second, "old deleted from memory", func() bool { return b.dag("old") == nil })
 	if v := b.dag("busy"); v == nil || v.Status != core.DAGRunning {
 		t.Fatalf("running DAG touched by retention: %+v", v)
 	}
@@ -315,7 +278,7 @@ func TestRetentionDeletesFinishedDAGs(t *testing.T) {
 // Values written by hand under /orion/v1/ that do not parse are reported
 // and skipped, on a cold start and by a standby's watch; never a crash.
 func TestHandWrittenGarbageIsSkipped(t *testing.T) {
-	_, cli := startEtcd(t)
+	_, cli := etcdtest.Start(t)
 	ctx := context.Background()
 	for k, v := range map[string]string{
 		"/orion/v1/dags/junk":         "not json",
@@ -328,20 +291,20 @@ func TestHandWrittenGarbageIsSkipped(t *testing.T) {
 		}
 	}
 	a := startReplica(t, cli, "a", 1)
-	waitFor(t, 10*time.Second, "a leads", func() bool { return a.eng.Status().Leader })
+	testkit.WaitFor(t, 10*time.Second, "a leads", func() bool { return a.eng.Status().Leader })
 	if got := testutil.ToFloat64(a.eng.m.BadValues) + testutil.ToFloat64(a.eng.m.ApplyErrors); got < 4 {
 		t.Fatalf("reported %v bad values, want 4", got)
 	}
 	b := startReplica(t, cli, "b", 1)
-	waitFor(t, 5*time.Second, "b follows", func() bool { return b.eng.Status().Loaded })
+	testkit.WaitFor(t, 5*time.Second, "b follows", func() bool { return b.eng.Status().Loaded })
 	before := testutil.ToFloat64(b.eng.m.BadValues)
 	if _, err := cli.Put(ctx, "/orion/v1/dags/late", "garbage"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "the standby's watch reports the bad value", func() bool { return testutil.ToFloat64(b.eng.m.BadValues) == before+1 })
+	testkit.WaitFor(t, 5*time.Second, "the standby's watch reports the bad value", func() bool { return testutil.ToFloat64(b.eng.m.BadValues) == before+1 })
 	if _, err := a.eng.Submit(ctx, mustLoad(t, "id: fine\nname: fine\ntasks: [{id: a, kind: noop}]\n")); err != nil {
 		t.Fatal(err)
 	}
 	a.waitDAG("fine", core.DAGSucceeded)
-	waitFor(t, 5*time.Second, "standby sees it", func() bool { v := b.dag("fine"); return v != nil && v.Status == core.DAGSucceeded })
+	testkit.WaitFor(t, 5*time.Second, "standby sees it", func() bool { v := b.dag("fine"); return v != nil && v.Status == core.DAGSucceeded })
 }

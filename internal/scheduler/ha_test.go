@@ -13,7 +13,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/orion-sched/orion/internal/core"
+	"github.com/orion-sched/orion/internal/etcdtest"
 	"github.com/orion-sched/orion/internal/leadership"
+	"github.com/orion-sched/orion/internal/testkit"
 )
 
 func dump(b *bundle) string {
@@ -26,10 +28,10 @@ func dump(b *bundle) string {
 // when the leader crashes and is deposed, the standby takes over from the
 // revision it had applied and finishes the DAG.
 func TestStandbyFollowsAndTakesOver(t *testing.T) {
-	_, cli := startEtcd(t)
+	_, cli := etcdtest.Start(t)
 	dir := t.TempDir()
 	a := startReplica(t, cli, "a", 2)
-	waitFor(t, 10*time.Second, "a leads", func() bool { return a.eng.Status().Leader })
+	testkit.WaitFor(t, 10*time.Second, "a leads", func() bool { return a.eng.Status().Leader })
 	b := startReplica(t, cli, "b", 2)
 	d := mustLoad(t, fmt.Sprintf(`
 id: ha
@@ -53,8 +55,8 @@ tasks:
 		t.Fatal(err)
 	}
 	a.waitDAG("wide", core.DAGSucceeded)
-	waitFor(t, 10*time.Second, "two started", func() bool { _, err := os.Stat(filepath.Join(dir, "two")); return err == nil })
-	waitFor(t, 5*time.Second, "standby caught up", func() bool { return dump(a) == dump(b) })
+	testkit.WaitFor(t, 10*time.Second, "two started", func() bool { _, err := os.Stat(filepath.Join(dir, "two")); return err == nil })
+	testkit.WaitFor(t, 5*time.Second, "standby caught up", func() bool { return dump(a) == dump(b) })
 	if n := testutilApplyErrors(b); n != 0 {
 		t.Fatalf("standby refused %v committed entries", n)
 	}
@@ -69,8 +71,8 @@ tasks:
 	a.exec.Close()
 	start := time.Now()
 	b.eng.SuspectLeader("a") // what b's stream to a would report
-	waitFor(t, 5*time.Second, "b leads", func() bool { return b.eng.Status().Leader })
-	waitFor(t, 5*time.Second, "b's first write", func() bool { return !b.eng.Status().FirstCommitAt.IsZero() })
+	testkit.WaitFor(t, 5*time.Second, "b leads", func() bool { return b.eng.Status().Leader })
+	testkit.WaitFor(t, 5*time.Second, "b's first write", func() bool { return !b.eng.Status().FirstCommitAt.IsZero() })
 	took := b.eng.Status().FirstCommitAt.Sub(start)
 	t.Logf("takeover (suspect → first committed write): %s", took)
 	b.waitDAG("ha", core.DAGSucceeded)
@@ -87,11 +89,11 @@ tasks:
 // a partition, SIGSTOP) finds its next write rejected by the fence, steps
 // down, and never applies a write of the old term.
 func TestDeposedLeaderIsFenced(t *testing.T) {
-	_, cli := startEtcd(t)
+	_, cli := etcdtest.Start(t)
 	a := startReplica(t, cli, "a", 2)
-	waitFor(t, 10*time.Second, "a leads", func() bool { return a.eng.Status().Leader })
+	testkit.WaitFor(t, 10*time.Second, "a leads", func() bool { return a.eng.Status().Leader })
 	b := startReplica(t, cli, "b", 2)
-	waitFor(t, 5*time.Second, "b registered", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "b registered", func() bool {
 		resp, _ := cli.Get(context.Background(), "/orion/v1/replicas/b")
 		return resp != nil && len(resp.Kvs) == 1
 	})
@@ -99,8 +101,8 @@ func TestDeposedLeaderIsFenced(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("depose: %v %v", ok, err)
 	}
-	waitFor(t, 5*time.Second, "b leads", func() bool { return b.eng.Status().Leader })
-	waitFor(t, 5*time.Second, "a steps down", func() bool { return !a.eng.Status().Leader })
+	testkit.WaitFor(t, 5*time.Second, "b leads", func() bool { return b.eng.Status().Leader })
+	testkit.WaitFor(t, 5*time.Second, "a steps down", func() bool { return !a.eng.Status().Leader })
 	if _, err := a.eng.Submit(context.Background(), mustLoad(t, "id: late\nname: late\ntasks: [{id: a, kind: noop}]\n")); err == nil {
 		t.Fatal("deposed leader accepted a write")
 	}
@@ -108,7 +110,7 @@ func TestDeposedLeaderIsFenced(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.waitDAG("fresh", core.DAGSucceeded)
-	waitFor(t, 5*time.Second, "a follows b", func() bool { return dump(a) == dump(b) })
+	testkit.WaitFor(t, 5*time.Second, "a follows b", func() bool { return dump(a) == dump(b) })
 	// a campaigns again and is b's standby now.
 	if a.eng.Status().Leader {
 		t.Fatal("two leaders")
@@ -124,11 +126,11 @@ func testutilApplyErrors(b *bundle) float64 {
 // A standby must take that as "watch ended" and follow on, not crash (it
 // used to dereference the zero response's nil header).
 func TestStandbySurvivesAClosedWatchChannel(t *testing.T) {
-	_, cli := startEtcd(t)
+	_, cli := etcdtest.Start(t)
 	a := startReplica(t, cli, "a", 1)
-	waitFor(t, 10*time.Second, "a leads", func() bool { return a.eng.Status().Leader })
+	testkit.WaitFor(t, 10*time.Second, "a leads", func() bool { return a.eng.Status().Leader })
 	b := startReplica(t, cli, "b", 1)
-	waitFor(t, 10*time.Second, "b follows", func() bool { return b.eng.Status().Loaded })
+	testkit.WaitFor(t, 10*time.Second, "b follows", func() bool { return b.eng.Status().Loaded })
 	for i := range 3 {
 		closed := make(chan clientv3.WatchResponse)
 		close(closed)
@@ -140,7 +142,7 @@ func TestStandbySurvivesAClosedWatchChannel(t *testing.T) {
 			t.Fatal(err)
 		}
 		a.waitDAG(id, core.DAGSucceeded)
-		waitFor(t, 10*time.Second, "the standby to follow on after its watch channel closed", func() bool { return dump(a) == dump(b) })
+		testkit.WaitFor(t, 10*time.Second, "the standby to follow on after its watch channel closed", func() bool { return dump(a) == dump(b) })
 	}
 	select {
 	case <-b.eng.Done():

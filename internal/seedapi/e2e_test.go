@@ -10,7 +10,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -25,34 +24,14 @@ import (
 	"github.com/orion-sched/orion/internal/api"
 	"github.com/orion-sched/orion/internal/core"
 	"github.com/orion-sched/orion/internal/dag"
-	"github.com/orion-sched/orion/internal/etcdserver"
+	"github.com/orion-sched/orion/internal/etcdtest"
 	"github.com/orion-sched/orion/internal/events"
 	"github.com/orion-sched/orion/internal/executor"
 	"github.com/orion-sched/orion/internal/metrics"
 	"github.com/orion-sched/orion/internal/scheduler"
 	"github.com/orion-sched/orion/internal/seedapi"
+	"github.com/orion-sched/orion/internal/testkit"
 )
-
-func freeURL(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return "http://" + ln.Addr().String()
-}
-
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
 
 // replica is what internal/server would hold: the current engine behind a
 // stable Backend, and the Demo that replaces it.
@@ -138,18 +117,7 @@ func TestEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts etcd")
 	}
-	m, err := etcdserver.Start(context.Background(), etcdserver.Config{
-		DataDir: t.TempDir(), ClientURL: freeURL(t), PeerURL: freeURL(t), Logger: zap.NewNop(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: m.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	_, cli := etcdtest.Start(t)
 	ex, err := executor.NewLocal(executor.LocalConfig{ID: "w1", Slots: 4, LogDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
@@ -178,7 +146,7 @@ func TestEndToEnd(t *testing.T) {
 	go r.hub.Run(hctx)
 	r.start()
 	defer func() { r.cancel(); <-r.engine().Done() }()
-	waitFor(t, 15*time.Second, "leadership", func() bool { return r.Status().Leader })
+	testkit.WaitFor(t, 15*time.Second, "leadership", func() bool { return r.Status().Leader })
 	r.hub.Reset(r.Status().AppliedRev)
 
 	seed := seedapi.New(seedapi.Config{Backend: r, Hub: r.hub, Demo: demo{r}, DemoEnabled: true, Node: "n1",
@@ -236,7 +204,7 @@ func TestEndToEnd(t *testing.T) {
 	}
 
 	// As the load tester waits: until nothing is pending or running.
-	waitFor(t, 30*time.Second, "the engine to drain", func() bool {
+	testkit.WaitFor(t, 30*time.Second, "the engine to drain", func() bool {
 		var st map[string]int
 		getJSON(t, srv.URL+"/api/v1/status", &st)
 		return st["pending"] == 0 && st["running"] == 0 && st["completed"] > 0
@@ -370,7 +338,7 @@ collect:
 	}
 	// The recovered engine leads once the crashed one's lease expires; the
 	// acknowledged DAG survived.
-	waitFor(t, 15*time.Second, "leadership after recovery", func() bool { return r.Status().Leader })
+	testkit.WaitFor(t, 15*time.Second, "leadership after recovery", func() bool { return r.Status().Leader })
 	getJSON(t, srv.URL+"/api/v1/dag/state", &state)
 	if state.Tasks["a"].Status != "completed" || state.Tasks["c"].Status != "failed" {
 		t.Fatalf("state after recovery: %+v", state.Tasks)

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/orion-sched/orion/internal/testkit"
 )
 
 // This file is the harness of the HA tests (ha_test.go): a cluster of real
@@ -269,8 +271,8 @@ func newHACluster(t *testing.T) *haCluster {
 	var initial, clientURLs []string
 	for i := 1; i <= 3; i++ {
 		name := fmt.Sprintf("e%d", i)
-		client := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
-		peer := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
+		client := fmt.Sprintf("http://127.0.0.1:%d", testkit.FreePort(t))
+		peer := fmt.Sprintf("http://127.0.0.1:%d", testkit.FreePort(t))
 		initial = append(initial, name+"="+peer)
 		clientURLs = append(clientURLs, client)
 		c.etcd = append(c.etcd, &haProc{t: t, name: name, dir: filepath.Join(c.dir, name),
@@ -285,7 +287,7 @@ func newHACluster(t *testing.T) *haCluster {
 	var apiURLs []string
 	for i := 1; i <= 3; i++ {
 		name := fmt.Sprintf("n%d", i)
-		port := freePort(t)
+		port := testkit.FreePort(t)
 		s := &haServer{url: fmt.Sprintf("http://127.0.0.1:%d", port), haProc: &haProc{t: t, name: name,
 			dir: filepath.Join(c.dir, name), logPath: filepath.Join(c.dir, name+".log"),
 			args: []string{"server", "--name", name, "--etcd-endpoints", c.endpoints,

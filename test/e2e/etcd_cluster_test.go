@@ -13,6 +13,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/orion-sched/orion/internal/testkit"
 )
 
 // etcdProc is one `orion etcd` process.
@@ -43,8 +45,8 @@ func TestEtcdCommandThreeMemberCluster(t *testing.T) {
 	for i := range procs {
 		p := &etcdProc{
 			name:      fmt.Sprintf("e%d", i+1),
-			clientURL: fmt.Sprintf("http://127.0.0.1:%d", freePort(t)),
-			peerURL:   fmt.Sprintf("http://127.0.0.1:%d", freePort(t)),
+			clientURL: fmt.Sprintf("http://127.0.0.1:%d", testkit.FreePort(t)),
+			peerURL:   fmt.Sprintf("http://127.0.0.1:%d", testkit.FreePort(t)),
 		}
 		p.logPath = filepath.Join(dir, p.name+".log")
 		procs[i] = p

@@ -8,17 +8,17 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/orion-sched/orion/internal/testkit"
 )
 
 var orionBin string
@@ -49,37 +49,6 @@ func repoRoot() string {
 
 func fixture(name string) string { return filepath.Join(repoRoot(), "test", "fixtures", name) }
 
-// portsGiven are the ports freePort has handed out in this test binary. The
-// kernel may offer a port that was just closed again; two processes given
-// the same one would fight over it (seen: two replicas on one API port).
-var (
-	portsMu    sync.Mutex
-	portsGiven = map[int]bool{}
-)
-
-// freePort returns a loopback port that is free now and that no other call
-// in this test binary has returned.
-func freePort(t *testing.T) int {
-	t.Helper()
-	for range 1000 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		portsMu.Lock()
-		seen := portsGiven[port]
-		portsGiven[port] = true
-		portsMu.Unlock()
-		if !seen {
-			return port
-		}
-	}
-	t.Fatal("no loopback port left that was not handed out already")
-	return 0
-}
-
 // node is one `orion server` process with an embedded etcd member. Its ports
 // and data dir survive restarts, as they would on a laptop.
 type node struct {
@@ -97,7 +66,7 @@ type node struct {
 
 func newNode(t *testing.T, extra ...string) *node {
 	t.Helper()
-	n := &node{t: t, name: "e2e", dataDir: t.TempDir(), apiPort: freePort(t), etcdPort: freePort(t), peerPort: freePort(t), extra: extra}
+	n := &node{t: t, name: "e2e", dataDir: t.TempDir(), apiPort: testkit.FreePort(t), etcdPort: testkit.FreePort(t), peerPort: testkit.FreePort(t), extra: extra}
 	n.logPath = filepath.Join(n.dataDir, "server.log")
 	t.Cleanup(n.stop)
 	return n

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/orion-sched/orion/internal/testkit"
 )
 
 // The README's quick start: submit the ETL sample with the CLI and wait.
@@ -350,13 +352,13 @@ func TestPortInUseFailsCleanly(t *testing.T) {
 	}{
 		{"api", fmt.Sprintf("127.0.0.1:%d", n.apiPort), []string{
 			"--listen", fmt.Sprintf("127.0.0.1:%d", n.apiPort),
-			"--embedded-etcd-client-url", fmt.Sprintf("http://127.0.0.1:%d", freePort(t)),
-			"--embedded-etcd-peer-url", fmt.Sprintf("http://127.0.0.1:%d", freePort(t)),
+			"--embedded-etcd-client-url", fmt.Sprintf("http://127.0.0.1:%d", testkit.FreePort(t)),
+			"--embedded-etcd-peer-url", fmt.Sprintf("http://127.0.0.1:%d", testkit.FreePort(t)),
 		}},
 		{"etcd client", fmt.Sprintf("127.0.0.1:%d", n.etcdPort), []string{
-			"--listen", fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+			"--listen", fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(t)),
 			"--embedded-etcd-client-url", n.etcdURL(),
-			"--embedded-etcd-peer-url", fmt.Sprintf("http://127.0.0.1:%d", freePort(t)),
+			"--embedded-etcd-peer-url", fmt.Sprintf("http://127.0.0.1:%d", testkit.FreePort(t)),
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
