@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strings"
@@ -60,13 +61,7 @@ prints them. The DAGs it submits stay in the cluster (ids bench-<time>-*).`,
 			if err != nil {
 				return err
 			}
-			if asJSON {
-				out, _ := json.Marshal(res)
-				fmt.Fprintln(cmd.OutOrStdout(), string(out))
-				return nil
-			}
-			res.Print(cmd.OutOrStdout())
-			return nil
+			return printResult(cmd.OutOrStdout(), res, asJSON)
 		},
 	}
 	f := cmd.Flags()
@@ -117,11 +112,19 @@ func runClusterBench(ctx context.Context, cmd *cobra.Command, o bench.ClusterOpt
 	if err != nil {
 		return err
 	}
-	if asJSON {
-		out, _ := json.Marshal(res)
-		fmt.Fprintln(cmd.OutOrStdout(), string(out))
+	return printResult(cmd.OutOrStdout(), res, asJSON)
+}
+
+// printResult writes a bench result as one JSON object, or as the report.
+func printResult(w io.Writer, res interface{ Print(io.Writer) }, asJSON bool) error {
+	if !asJSON {
+		res.Print(w)
 		return nil
 	}
-	res.Print(cmd.OutOrStdout())
-	return nil
+	out, err := json.Marshal(res)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(w, string(out))
+	return err
 }
