@@ -266,11 +266,16 @@ collect:
 		t.Errorf("metrics.update: %+v", mu)
 	}
 
-	// The Orion stream: each task's statuses in order, each event once.
+	// The Orion stream: each task's statuses in order, each event once, up
+	// to the DAG's final record (the last write before the crash below).
 	statuses := map[string][]string{}
 	var lastID string
-	for len(statuses["c"]) == 0 || len(statuses["b"]) < 5 || len(statuses["a"]) < 2 || len(statuses["d"]) < 2 {
+	dagDone := false
+	for !dagDone || len(statuses["c"]) == 0 || len(statuses["b"]) < 5 || len(statuses["a"]) < 2 || len(statuses["d"]) < 2 {
 		id, ev := sse.next(t)
+		if ev.Type == events.TypeDAG && (ev.Status == "failed" || ev.Status == "succeeded") {
+			dagDone = true
+		}
 		if ev.Type == events.TypeTask {
 			statuses[ev.Task] = append(statuses[ev.Task], ev.Status)
 			if id != ev.ID || id == lastID {
