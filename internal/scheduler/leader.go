@@ -192,7 +192,9 @@ func (e *Engine) flush(ctx context.Context) {
 	}()
 }
 
-func (e *Engine) onCommitted(ctx context.Context, cr commitResult) {
+// applyCommitted ends a transaction: it counts it and applies the entries
+// that committed, each at its revision.
+func (e *Engine) applyCommitted(cr commitResult) {
 	e.inflight = false
 	e.m.CommitLatency.Observe(time.Since(cr.started).Seconds())
 	e.m.BatchSize.Observe(float64(len(cr.batch)))
@@ -203,6 +205,10 @@ func (e *Engine) onCommitted(ctx context.Context, cr commitResult) {
 		en.Rev = rev
 		e.apply(en)
 	}
+}
+
+func (e *Engine) onCommitted(ctx context.Context, cr commitResult) {
+	e.applyCommitted(cr)
 	if cr.term != e.term {
 		return // a commit of an earlier term; its committed prefix is applied
 	}
@@ -332,13 +338,7 @@ func (e *Engine) drainCommit() {
 	if !e.inflight {
 		return
 	}
-	cr := <-e.commitDone
-	e.inflight = false
-	for i, rev := range cr.res.Revs {
-		en := &cr.batch[i]
-		en.Rev = rev
-		e.apply(en)
-	}
+	e.applyCommitted(<-e.commitDone)
 }
 
 // onSessionLost handles the end of this replica's lease: as leader its fence
