@@ -241,6 +241,11 @@ func (e *Engine) Run(ctx context.Context) error {
 			}
 			e.failWaiters(ErrCrashed)
 			e.m.IsLeader.Set(0)
+			// The process lives on (a demo crash): what follows leadership
+			// (worker streams, the pod label) must learn it is gone.
+			if e.term != nil && e.cfg.OnLeading != nil {
+				e.cfg.OnLeading(false, "")
+			}
 			e.status.Store(&Status{Node: e.cfg.Node})
 			return ErrCrashed
 		case fn := <-e.reqs:

@@ -53,8 +53,7 @@ type demo struct{ s *Server }
 // abandoned without resigning. The worker streams drop too, as they would
 // with the process, so workers and standbys see the leader die.
 func (d demo) Crash() error {
-	d.s.ref.get().Crash()
-	d.s.Hub.SetLeading(false)
+	d.s.ref.get().Crash() // a leader's OnLeading(false) drops the worker streams
 	return nil
 }
 
