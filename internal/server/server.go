@@ -190,7 +190,7 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger) (s *Server, 
 
 	s.agent = workerstream.NewAgent(workerstream.AgentConfig{
 		Exec:         own,
-		Dial:         replicaDialer(s.Client, cfg.Name, s.Hub, cfg.AuthToken),
+		Dial:         replicaDialer(info, cfg.Name, s.Hub, cfg.AuthToken),
 		Replica:      cfg.Name,
 		StaleAfter:   cfg.StreamStaleAfter,
 		OnLeaderLost: func(leader string) { s.ref.get().SuspectLeader(leader) },

@@ -2,18 +2,13 @@ package server
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/orion-sched/orion/internal/api"
-	"github.com/orion-sched/orion/internal/etcdlog"
 	"github.com/orion-sched/orion/internal/executor"
-	"github.com/orion-sched/orion/internal/leadership"
 	"github.com/orion-sched/orion/internal/scheduler"
 	"github.com/orion-sched/orion/internal/workerstream"
 )
@@ -51,9 +46,9 @@ func relayWorkerEvents(ctx context.Context, in <-chan workerstream.Event, out ch
 // replicaDialer connects a replica's own slots to the leader: through an
 // in-process pipe when the leader is this replica (nothing is serialized),
 // over the leader's websocket otherwise.
-func replicaDialer(cli *clientv3.Client, self string, hub *workerstream.Hub, token string) func(ctx context.Context) (workerstream.Conn, string, error) {
+func replicaDialer(info *clusterInfo, self string, hub *workerstream.Hub, token string) func(ctx context.Context) (workerstream.Conn, string, error) {
 	return func(ctx context.Context) (workerstream.Conn, string, error) {
-		l, ok, err := leadership.CurrentLeader(ctx, cli)
+		l, ok, err := info.LeaderAddr(ctx)
 		if err != nil {
 			return nil, "", err
 		}
@@ -68,18 +63,10 @@ func replicaDialer(cli *clientv3.Client, self string, hub *workerstream.Hub, tok
 			hub.Accept(theirs)
 			return mine, self, nil
 		}
-		resp, err := cli.Get(ctx, etcdlog.ReplicaPrefix+l.Name)
-		if err != nil {
-			return nil, "", err
+		if l.APIURL == "" {
+			return nil, "", fmt.Errorf("leader %s has no API URL registered", l.Name)
 		}
-		if len(resp.Kvs) == 0 {
-			return nil, "", fmt.Errorf("leader %s is not registered", l.Name)
-		}
-		var rec scheduler.ReplicaRecord
-		if err := json.Unmarshal(resp.Kvs[0].Value, &rec); err != nil || rec.APIURL == "" {
-			return nil, "", fmt.Errorf("leader %s has no API URL", l.Name)
-		}
-		url, err := workerstream.StreamURL(rec.APIURL)
+		url, err := workerstream.StreamURL(l.APIURL)
 		if err != nil {
 			return nil, "", err
 		}
