@@ -389,11 +389,7 @@ func (h *Handler) running() (*scheduler.Status, bool) {
 func (h *Handler) counts(ctx context.Context) (c Counts, rev int64, err error) {
 	ctx, cancel := context.WithTimeout(ctx, h.cfg.WriteTimeout)
 	defer cancel()
-	err = h.cfg.Backend.Query(ctx, func(cc *core.Core) {
-		counts := cc.Counts()
-		c = countsOf(func(s core.Status) int { return counts[s] })
-		rev = cc.Rev()
-	})
+	err = h.cfg.Backend.Query(ctx, func(cc *core.Core) { c, rev = countsIn(cc) })
 	c.Retried = int(h.cfg.Hub.Totals().Retried)
 	return c, rev, err
 }
@@ -505,9 +501,7 @@ func (h *Handler) dagState(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	var views []*core.DAGView
 	err := h.cfg.Backend.Query(ctx, func(c *core.Core) {
-		resp.Revision = c.Rev()
-		counts := c.Counts()
-		resp.Metrics = countsOf(func(s core.Status) int { return counts[s] })
+		resp.Metrics, resp.Revision = countsIn(c)
 		tasks, recent := 0, 0
 		for _, d := range c.DAGs() { // newest first
 			if d.Status != core.DAGRunning {

@@ -8,7 +8,9 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/orion-sched/orion/internal/core"
 	"github.com/orion-sched/orion/internal/events"
+	"github.com/orion-sched/orion/internal/hijack"
 )
 
 // TaskEvent is the seed's event JSON (its models.TaskEvent), plus the DAG a
@@ -101,13 +103,13 @@ func (t *Translator) Translate(ev *events.Event) (out TaskEvent, ok bool) {
 		if m == nil {
 			return out, false
 		}
-		by := func(s string) int { return m.Tasks[s] }
+		c := countsOf(func(s core.Status) int { return m.Tasks[s.String()] })
 		out.Type = EventMetricsUpdate
 		out.Metadata = map[string]string{
-			"pending":        strconv.Itoa(by("pending") + by("ready") + by("retrying")),
-			"running":        strconv.Itoa(by("running")),
-			"completed":      strconv.Itoa(by("succeeded")),
-			"failed":         strconv.Itoa(by("failed") + by("upstream_failed") + by("cancelled")),
+			"pending":        strconv.Itoa(c.Pending),
+			"running":        strconv.Itoa(c.Running),
+			"completed":      strconv.Itoa(c.Completed),
+			"failed":         strconv.Itoa(c.Failed),
 			"retried":        strconv.FormatInt(m.Totals.Retried, 10),
 			"queue_size":     strconv.Itoa(m.QueueSize),
 			"dropped_events": strconv.FormatInt(m.DroppedEvents, 10),
@@ -246,7 +248,7 @@ func (h *Handler) ws(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer sub.Close()
-	conn, err := events.Upgrader(h.cfg.Origins).Upgrade(events.Hijackable(w), r, nil)
+	conn, err := events.Upgrader(h.cfg.Origins).Upgrade(hijack.Writer(w), r, nil)
 	if err != nil {
 		return // the upgrader has answered
 	}
