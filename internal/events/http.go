@@ -13,6 +13,8 @@ import (
 
 	"github.com/gorilla/websocket"
 	"go.uber.org/zap"
+
+	"github.com/orion-sched/orion/internal/hijack"
 )
 
 // Paths of the stream endpoints.
@@ -158,7 +160,7 @@ func (h *Hub) WSHandler(cfg HTTPConfig) http.Handler {
 			return
 		}
 		defer sub.Close()
-		conn, err := up.Upgrade(Hijackable(w), r, nil)
+		conn, err := up.Upgrade(hijack.Writer(w), r, nil)
 		if err != nil {
 			return // the upgrader has answered
 		}
@@ -330,21 +332,5 @@ func Upgrader(o Origins) *websocket.Upgrader {
 		ReadBufferSize:  1024,
 		WriteBufferSize: 16 << 10,
 		CheckOrigin:     o.Allowed,
-	}
-}
-
-// Hijackable finds, under middleware wrappers that expose Unwrap (as
-// http.ResponseController expects), a ResponseWriter that can be hijacked:
-// gorilla/websocket asserts http.Hijacker directly.
-func Hijackable(w http.ResponseWriter) http.ResponseWriter {
-	for cur := w; ; {
-		if _, ok := cur.(http.Hijacker); ok {
-			return cur
-		}
-		u, ok := cur.(interface{ Unwrap() http.ResponseWriter })
-		if !ok {
-			return w
-		}
-		cur = u.Unwrap()
 	}
 }

@@ -37,9 +37,8 @@ type Config struct {
 	RingSize  int // events kept for resuming (default 10000)
 	QueueSize int // live events queued per subscriber (default 1024)
 	// Dropped counts events that could not be queued for a subscriber
-	// (metrics.DroppedEvents); OnDrop, if set, is told too.
+	// (metrics.DroppedEvents).
 	Dropped prometheus.Counter
-	OnDrop  func(n int)
 	// Node names this replica in leader and system events.
 	Node string
 	// Snapshot fills a metrics event's fields the hub cannot know (see
@@ -183,9 +182,6 @@ func (h *Hub) countDropped(n int) {
 	if h.cfg.Dropped != nil {
 		h.cfg.Dropped.Add(float64(n))
 	}
-	if h.cfg.OnDrop != nil {
-		h.cfg.OnDrop(n)
-	}
 }
 
 // Dropped returns how many events could not be queued for a subscriber.
@@ -203,13 +199,6 @@ func (h *Hub) Totals() Totals {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.totals
-}
-
-// Head returns the cursor of the latest log event (or of the last reset).
-func (h *Hub) Head() Cursor {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.last
 }
 
 // LatestMetrics returns the last metrics snapshot published, or nil.

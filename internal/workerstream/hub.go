@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/orion-sched/orion/internal/executor"
+	"github.com/orion-sched/orion/internal/hijack"
 )
 
 // Hub defaults.
@@ -268,29 +269,13 @@ func (h *Hub) Workers() []WorkerInfo {
 // check); non-browser clients send no Origin and are accepted.
 func (h *Hub) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ws, err := h.upgrader.Upgrade(hijacker(w), r, nil)
+		ws, err := h.upgrader.Upgrade(hijack.Writer(w), r, nil)
 		if err != nil {
 			h.log.Debug("worker stream upgrade failed", zap.String("remote", r.RemoteAddr), zap.Error(err))
 			return // the upgrader has answered
 		}
 		h.serve(NewWebsocketConn(ws, h.cfg.WriteTimeout), r.RemoteAddr)
 	})
-}
-
-// hijacker finds a ResponseWriter that can be hijacked under middleware
-// wrappers that expose Unwrap (as http.ResponseController expects), since
-// gorilla/websocket asserts http.Hijacker directly.
-func hijacker(w http.ResponseWriter) http.ResponseWriter {
-	for cur := w; ; {
-		if _, ok := cur.(http.Hijacker); ok {
-			return cur
-		}
-		u, ok := cur.(interface{ Unwrap() http.ResponseWriter })
-		if !ok {
-			return w
-		}
-		cur = u.Unwrap()
-	}
 }
 
 // Accept serves an in-process stream (the hub's end of a Pipe) in a new
