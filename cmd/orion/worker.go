@@ -153,9 +153,17 @@ func runWorker(servers []string, token, name string, slots int, logDir string, l
 	if err != nil {
 		return err
 	}
+	dialer := workerstream.NewHTTPDialer(servers, token, nil)
 	agent := workerstream.NewAgent(workerstream.AgentConfig{
-		Exec:   exec,
-		Dial:   workerstream.HTTPDialer(servers, token, nil),
+		Exec: exec,
+		Dial: dialer.Dial,
+		// The leader's list of replicas: with it, a worker given only the
+		// replica that dies (or a Service that maps to it) still finds the
+		// next leader.
+		OnPeers: func(peers []workerstream.Peer) {
+			dialer.SetPeers(peers)
+			log.Debug("replicas known", zap.Any("peers", peers))
+		},
 		Logger: log.Named("stream"),
 	})
 

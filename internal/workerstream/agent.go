@@ -49,6 +49,10 @@ type AgentConfig struct {
 	// not_leader redirect or the end of Run's context, with the leader's
 	// name, before redialing. It runs on the agent's loop: return quickly.
 	OnLeaderLost func(leader string)
+	// OnPeers is called with the leader's list of registered replicas, after
+	// its welcome and whenever the list changes (HTTPDialer.SetPeers takes
+	// it). It runs on the stream's reader: return quickly.
+	OnPeers func([]Peer)
 	// ReplayWindow is how long a result the leader acknowledged is kept to
 	// be sent again to a different leader, in case the one that
 	// acknowledged it died before committing it (DefaultReplayWindow;
@@ -454,6 +458,10 @@ func (s *session) handle(m Msg) {
 	case TypeLogRequest:
 		if m.LogReq != nil {
 			s.logRequest(*m.LogReq)
+		}
+	case TypePeers:
+		if a.cfg.OnPeers != nil {
+			a.cfg.OnPeers(m.Peers)
 		}
 	default:
 		a.log.Debug("unknown message from the leader; ignored", zap.String("type", m.Type))

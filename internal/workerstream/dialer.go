@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -30,8 +31,9 @@ const (
 // only blipped comes back to the same leader in time.
 const suspectFor = 1500 * time.Millisecond
 
-// HTTPDialer returns a Dial function for a standalone worker. servers are
-// API base URLs ("http://host:port"; "host:port" means http). Each dial:
+// HTTPDialer dials the leader for a standalone worker: its Dial is the
+// agent's Dial, its SetPeers the agent's OnPeers. servers are API base URLs
+// ("http://host:port"; "host:port" means http). Each dial:
 //
 //  1. if the last stream was answered with not_leader naming a URL, dials it;
 //  2. else asks the servers, in turn, GET /api/v1/cluster, and dials the
@@ -41,13 +43,30 @@ const suspectFor = 1500 * time.Millisecond
 //     dials the server that answered, whose not_leader redirect (see 1)
 //     leads on.
 //
-// The replicas' api_url learned from cluster answers are kept as further
-// servers, so a worker given one address finds the others. token, when
-// non-empty, is sent as a bearer token. client nil: a client with short
-// timeouts; its transport's TLS settings and proxy are reused for the
-// websocket.
-func HTTPDialer(servers []string, token string, client *http.Client) func(ctx context.Context) (Conn, string, error) {
-	d := &httpDialer{token: token, client: client, byName: make(map[string]string)}
+// The servers asked are the given ones plus the replicas learned since: from
+// cluster answers, redirects, and the leader's peer list (SetPeers, which
+// replaces what was learned before). So a worker given one address finds the
+// others, including replicas that registered after it connected, and can
+// reach the next leader when the replica it was given is the one that died.
+type HTTPDialer struct {
+	token  string
+	client *http.Client
+	ws     *websocket.Dialer
+
+	mu      sync.Mutex
+	given   []string          // normalized base URLs from the command line
+	learned []string          // normalized base URLs learned since, not in given
+	byName  map[string]string // replica name → base URL
+	hint    *Redirect         // from the last not_leader
+	current string            // leader of the last stream dialed
+	lostAt  time.Time         // when a dial after that stream began
+}
+
+// NewHTTPDialer returns a dialer for servers. token, when non-empty, is sent
+// as a bearer token. client nil: a client with short timeouts; its
+// transport's TLS settings and proxy are reused for the websocket.
+func NewHTTPDialer(servers []string, token string, client *http.Client) *HTTPDialer {
+	d := &HTTPDialer{token: token, client: client, byName: make(map[string]string)}
 	if d.client == nil {
 		d.client = &http.Client{Timeout: clusterTimeout}
 	}
@@ -58,22 +77,34 @@ func HTTPDialer(servers []string, token string, client *http.Client) func(ctx co
 		d.ws.NetDialContext = t.DialContext
 	}
 	for _, s := range servers {
-		d.addServer(s)
+		if s = normalizeBase(s); s != "" && !slices.Contains(d.given, s) {
+			d.given = append(d.given, s)
+		}
 	}
-	return d.dial
+	return d
 }
 
-type httpDialer struct {
-	token  string
-	client *http.Client
-	ws     *websocket.Dialer
+// SetPeers replaces the learned servers with the leader's list of replicas.
+func (d *HTTPDialer) SetPeers(peers []Peer) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.learned = d.learned[:0]
+	for _, p := range peers {
+		u := normalizeBase(p.URL)
+		if u == "" {
+			continue
+		}
+		d.learnLocked(u)
+		if p.Name != "" {
+			d.byName[p.Name] = u
+		}
+	}
+}
 
-	mu      sync.Mutex
-	servers []string          // normalized base URLs: given, then learned
-	byName  map[string]string // replica name → base URL
-	hint    *Redirect         // from the last not_leader
-	current string            // leader of the last stream dialed
-	lostAt  time.Time         // when a dial after that stream began
+// serversLocked lists the servers the next dial asks: the given ones, then
+// the learned ones.
+func (d *HTTPDialer) serversLocked() []string {
+	return slices.Concat(d.given, d.learned)
 }
 
 // normalizeBase turns "host:port" or "http://host:port/" into
@@ -109,17 +140,12 @@ func StreamURL(base string) (string, error) {
 	return u.String(), nil
 }
 
-func (d *httpDialer) addServer(s string) {
-	s = normalizeBase(s)
-	if s == "" {
+// learnLocked adds a normalized base URL to the learned servers.
+func (d *HTTPDialer) learnLocked(s string) {
+	if s == "" || slices.Contains(d.given, s) || slices.Contains(d.learned, s) {
 		return
 	}
-	for _, have := range d.servers {
-		if have == s {
-			return
-		}
-	}
-	d.servers = append(d.servers, s)
+	d.learned = append(d.learned, s)
 }
 
 type clusterAnswer struct {
@@ -132,11 +158,12 @@ type clusterAnswer struct {
 	} `json:"replicas"`
 }
 
-func (d *httpDialer) dial(ctx context.Context) (Conn, string, error) {
+// Dial opens a stream to the leader and names it (see HTTPDialer).
+func (d *HTTPDialer) Dial(ctx context.Context) (Conn, string, error) {
 	d.mu.Lock()
 	hint := d.hint
 	d.hint = nil
-	servers := append([]string(nil), d.servers...)
+	servers := d.serversLocked()
 	suspect := d.current
 	if suspect != "" && d.lostAt.IsZero() {
 		d.lostAt = time.Now()
@@ -222,7 +249,7 @@ func allLeaderless(rs []clusterReply) bool {
 }
 
 // connected records the leader of a new stream.
-func (d *httpDialer) connected(leader string) {
+func (d *HTTPDialer) connected(leader string) {
 	d.mu.Lock()
 	d.current, d.lostAt = leader, time.Time{}
 	d.mu.Unlock()
@@ -230,7 +257,7 @@ func (d *httpDialer) connected(leader string) {
 
 // learn records what a cluster answer from base says and returns the base
 // URL to dial: the leader's if known, else base itself.
-func (d *httpDialer) learn(base string, ans clusterAnswer) string {
+func (d *HTTPDialer) learn(base string, ans clusterAnswer) string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if ans.Node != "" {
@@ -241,7 +268,7 @@ func (d *httpDialer) learn(base string, ans clusterAnswer) string {
 			continue
 		}
 		u := normalizeBase(r.APIURL)
-		d.addServer(u)
+		d.learnLocked(u)
 		if r.Name != "" {
 			d.byName[r.Name] = u
 		}
@@ -257,7 +284,7 @@ func (d *httpDialer) learn(base string, ans clusterAnswer) string {
 	return base
 }
 
-func (d *httpDialer) cluster(ctx context.Context, base string) (clusterAnswer, error) {
+func (d *HTTPDialer) cluster(ctx context.Context, base string) (clusterAnswer, error) {
 	var ans clusterAnswer
 	if u, err := url.Parse(base); err == nil && (u.Scheme == "ws" || u.Scheme == "wss") {
 		return ans, nil // a stream URL given directly: nothing to ask
@@ -293,7 +320,7 @@ func (d *httpDialer) cluster(ctx context.Context, base string) (clusterAnswer, e
 	return ans, nil
 }
 
-func (d *httpDialer) dialStream(ctx context.Context, base string) (Conn, error) {
+func (d *HTTPDialer) dialStream(ctx context.Context, base string) (Conn, error) {
 	u, err := StreamURL(base)
 	if err != nil {
 		return nil, err
@@ -308,7 +335,7 @@ func (d *httpDialer) dialStream(ctx context.Context, base string) (Conn, error) 
 // redirectConn notes a not_leader answer for the next dial.
 type redirectConn struct {
 	Conn
-	d *httpDialer
+	d *HTTPDialer
 }
 
 func (c *redirectConn) Recv() (Msg, error) {
@@ -320,7 +347,7 @@ func (c *redirectConn) Recv() (Msg, error) {
 			rd.URL = c.d.byName[rd.Leader]
 		}
 		if rd.URL != "" {
-			c.d.addServer(rd.URL)
+			c.d.learnLocked(normalizeBase(rd.URL))
 			if rd.Leader != "" {
 				c.d.byName[rd.Leader] = normalizeBase(rd.URL)
 			}

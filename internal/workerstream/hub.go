@@ -120,6 +120,7 @@ type Hub struct {
 	closed  bool
 	conns   map[*hubConn]struct{}
 	workers map[string]*RemoteWorker
+	peers   []Peer // sorted by name
 }
 
 // NewHub returns a hub that is not leading: every stream is redirected until
@@ -191,6 +192,26 @@ func (h *Hub) SetLeading(leading bool) {
 		h.log.Info("worker hub leading: accepting workers")
 	} else {
 		h.log.Info("worker hub not leading: streams closed", zap.Int("streams", len(drop)))
+	}
+}
+
+// SetPeers records the registered replicas. Every standalone worker gets the
+// list after its welcome, and again whenever it changes: it is how a worker
+// given one address learns where to look when that replica goes away.
+// Replicas' own slots are not told (they find the leader through etcd).
+func (h *Hub) SetPeers(peers []Peer) {
+	peers = slices.Clone(peers)
+	slices.SortFunc(peers, func(a, b Peer) int { return cmp.Compare(a.Name, b.Name) })
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if slices.Equal(h.peers, peers) {
+		return
+	}
+	h.peers = peers
+	for hc := range h.conns {
+		if w := hc.worker; w != nil && w.replica == "" {
+			hc.send(Msg{Type: TypePeers, Peers: slices.Clone(peers)})
+		}
 	}
 }
 
@@ -392,6 +413,9 @@ func (h *Hub) join(hc *hubConn, hello *Hello) bool {
 	}
 	hc.send(Msg{Type: TypeWelcome, Welcome: &Welcome{Leader: h.cfg.Leader,
 		HeartbeatMs: max(1, int(h.cfg.HeartbeatInterval/time.Millisecond)), StaleAfterMs: int(h.cfg.StaleAfter / time.Millisecond)}})
+	if hello.Replica == "" && len(h.peers) > 0 {
+		hc.send(Msg{Type: TypePeers, Peers: slices.Clone(h.peers)})
+	}
 	// Attempts dispatched while it was away, or sent on a stream that
 	// died before the worker read them, are sent (again) now.
 	redo := make([]outAttempt, 0, len(w.outstanding))

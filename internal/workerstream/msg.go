@@ -17,7 +17,8 @@
 //
 //	worker → leader   hello (first), result, heartbeat, log_chunk
 //	leader → worker   welcome (answers hello), dispatch, cancel, ack,
-//	                  heartbeat, log_request, not_leader (then the leader closes)
+//	                  heartbeat, log_request, peers, not_leader (then the
+//	                  leader closes)
 //
 // Both sides send a heartbeat every heartbeat interval and drop a stream on
 // which nothing arrived for the stale timeout. Results are acknowledged
@@ -51,6 +52,7 @@ const (
 	TypeLogRequest = "log_request" // leader → worker: LogReq (open, more credit, or close)
 	TypeLogChunk   = "log_chunk"   // worker → leader: Log
 	TypeNotLeader  = "not_leader"  // leader → worker: Redirect; the stream is then closed
+	TypePeers      = "peers"       // leader → worker: Peers, after welcome and whenever they change
 )
 
 // Msg is one message of the stream. Type says which payload field is set.
@@ -64,6 +66,7 @@ type Msg struct {
 	Log      *LogChunk           `json:"log,omitempty"`
 	LogReq   *LogRequest         `json:"log_req,omitempty"`
 	Redirect *Redirect           `json:"redirect,omitempty"`
+	Peers    []Peer              `json:"peers,omitempty"`
 }
 
 // Hello introduces a worker. InFlight lists the attempts it is running or
@@ -116,6 +119,14 @@ const MaxChunk = 64 << 10
 type Redirect struct {
 	Leader string `json:"leader,omitempty"`
 	URL    string `json:"url,omitempty"`
+}
+
+// Peer is a registered replica: a worker that loses its leader asks the
+// peers it knows who leads next, so a worker given one address (which may
+// be the replica that just died) still finds the others.
+type Peer struct {
+	Name string `json:"name"`
+	URL  string `json:"url"` // API base URL
 }
 
 // Conn is one stream. Send is safe for concurrent use; Recv is called by one

@@ -5,11 +5,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"reflect"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -670,7 +674,7 @@ func TestNotLeader(t *testing.T) {
 	t.Cleanup(onlyStandby.Close)
 	lost := &leaderLost{}
 	local := newLocal(t, "w1/1-aa")
-	runAgent(t, AgentConfig{Exec: local, Dial: HTTPDialer([]string{onlyStandby.URL}, "", nil), OnLeaderLost: lost.record})
+	runAgent(t, AgentConfig{Exec: local, Dial: NewHTTPDialer([]string{onlyStandby.URL}, "", nil).Dial, OnLeaderLost: lost.record})
 	w := wantEvent(t, leader, Joined, "w1/1-aa").Worker
 	at := attempt("d", "t", 1, noop())
 	w.Start(at)
@@ -722,13 +726,13 @@ func TestHTTPDialer(t *testing.T) {
 	s1 = replica("n1", h1, cluster)
 	s2 = replica("n2", h2, cluster)
 
-	if _, _, err := HTTPDialer([]string{s1.URL}, "wrong", nil)(context.Background()); err == nil || !strings.Contains(err.Error(), "401") {
+	if _, _, err := NewHTTPDialer([]string{s1.URL}, "wrong", nil).Dial(context.Background()); err == nil || !strings.Contains(err.Error(), "401") {
 		t.Fatalf("wrong token: %v", err)
 	}
 
 	// Given only the standby's address (no scheme), it dials the leader at
 	// the api_url the cluster answer names.
-	c, name, err := HTTPDialer([]string{strings.TrimPrefix(s1.URL, "http://")}, token, nil)(context.Background())
+	c, name, err := NewHTTPDialer([]string{strings.TrimPrefix(s1.URL, "http://")}, token, nil).Dial(context.Background())
 	if err != nil || name != "n2" {
 		t.Fatalf("dial: %v %q", err, name)
 	}
@@ -740,7 +744,7 @@ func TestHTTPDialer(t *testing.T) {
 
 	// Given only the leader's address, it learns n1's; when n2's server
 	// dies and n1 leads, it finds n1.
-	dial := HTTPDialer([]string{s2.URL}, token, nil)
+	dial := NewHTTPDialer([]string{s2.URL}, token, nil).Dial
 	if c, name, err = dial(context.Background()); err != nil || name != "n2" {
 		t.Fatalf("dial: %v %q", err, name)
 	}
@@ -965,5 +969,127 @@ func TestHandlerBehindMiddlewareAndSecondStream(t *testing.T) {
 	case ev := <-h.Events():
 		t.Fatalf("unexpected event %v", ev.Kind)
 	default:
+	}
+}
+
+// TestPeersLeadAWorkerToTheNextLeader is the failure a worker given one
+// address (a Service that maps to one replica) used to hit: the cluster
+// answer of its first dial named no other replica (they had not registered
+// yet), so when that replica died the worker knew nowhere else to ask and
+// never reached the new leader. The leader's peer list, sent after the
+// welcome and on every change, fixes that.
+func TestPeersLeadAWorkerToTheNextLeader(t *testing.T) {
+	h1 := newHub(t, "n1", HubConfig{})
+	h2 := NewHub(HubConfig{Leader: "n2", StaleAfter: testStaleAfter, Logger: testLogger(t).Named("n2")}) // standby
+	t.Cleanup(func() { _ = h2.Close() })
+	var mu sync.Mutex
+	leaderName, s2URL := "n1", ""
+	replica := func(h *Hub, node string) *httptest.Server {
+		mux := http.NewServeMux()
+		mux.Handle("GET "+Path, h.Handler())
+		mux.HandleFunc("GET /api/v1/cluster", func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			defer mu.Unlock()
+			// Only the answering replica is registered, as at start-up.
+			fmt.Fprintf(w, `{"node":%q,"leader":%q,"replicas":[{"name":%q}]}`, node, leaderName, node)
+		})
+		srv := httptest.NewServer(mux)
+		t.Cleanup(srv.Close)
+		return srv
+	}
+	s1, s2 := replica(h1, "n1"), replica(h2, "n2")
+	mu.Lock()
+	s2URL = s2.URL
+	mu.Unlock()
+
+	dialer := NewHTTPDialer([]string{s1.URL}, "", nil)
+	var pmu sync.Mutex
+	var got [][]Peer
+	local := newLocal(t, "w1/1-aa")
+	runAgent(t, AgentConfig{Exec: local, Dial: dialer.Dial, StaleAfter: testStaleAfter,
+		OnPeers: func(p []Peer) {
+			dialer.SetPeers(p)
+			pmu.Lock()
+			got = append(got, p)
+			pmu.Unlock()
+		}})
+	wantEvent(t, h1, Joined, "w1/1-aa")
+	peers := func() [][]Peer {
+		pmu.Lock()
+		defer pmu.Unlock()
+		return slices.Clone(got)
+	}
+
+	// The replicas register; the leader tells its workers. The same list
+	// again is not sent: the next message is the next change.
+	both := []Peer{{Name: "n2", URL: s2URL}, {Name: "n1", URL: s1.URL}}
+	h1.SetPeers(both)
+	h1.SetPeers([]Peer{{Name: "n1", URL: s1.URL}, {Name: "n2", URL: s2URL}})
+	h1.SetPeers(both[:1])
+	eventually(t, "two peer lists", func() bool { return len(peers()) == 2 })
+	want := [][]Peer{{{Name: "n1", URL: s1.URL}, {Name: "n2", URL: s2URL}}, {{Name: "n2", URL: s2URL}}}
+	if p := peers(); !reflect.DeepEqual(p, want) {
+		t.Fatalf("peer lists %v, want %v (sorted by name; no repeat)", p, want)
+	}
+	h1.SetPeers(both)
+	eventually(t, "the third list", func() bool { return len(peers()) == 3 })
+
+	// n1 dies; n2 leads. The worker, given only n1's address, must find n2.
+	mu.Lock()
+	leaderName = "n2"
+	mu.Unlock()
+	h2.SetLeading(true)
+	h1.SetLeading(false)
+	s1.CloseClientConnections()
+	s1.Close()
+	w := wantEvent(t, h2, Joined, "w1/1-aa").Worker
+	at := attempt("d", "t", 1, noop())
+	w.Start(at)
+	if r := nextResult(t, h2); r.AttemptID != at.AttemptID {
+		t.Fatalf("result %+v", r)
+	}
+
+	// A worker that joins gets the list right after its welcome; a
+	// replica's own slots do not (they find the leader through etcd).
+	h2.SetPeers(both)
+	srv2 := serveHub(t, h2)
+	for _, replicaName := range []string{"", "n3"} {
+		c, err := DialWebsocket(context.Background(), wsURL(srv2), "", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := "raw-" + replicaName
+		_ = c.Send(Msg{Type: TypeHello, Hello: &Hello{Worker: id, Slots: 1, Replica: replicaName, Version: ProtocolVersion}})
+		if m, err := c.Recv(); err != nil || m.Type != TypeWelcome {
+			t.Fatalf("%s: want welcome, got %+v %v", id, m, err)
+		}
+		rw := wantEvent(t, h2, Joined, id).Worker
+		rw.Start(attempt("d", id, 1, noop()))
+		var types []string
+		for {
+			m, err := c.Recv()
+			if err != nil {
+				t.Fatalf("%s: %v after %v", id, err, types)
+			}
+			if m.Type == TypeHeartbeat {
+				continue
+			}
+			types = append(types, m.Type)
+			if m.Type == TypeDispatch {
+				break
+			}
+			if m.Type == TypePeers && !reflect.DeepEqual(m.Peers, want[0]) {
+				t.Fatalf("%s: peers %v, want %v", id, m.Peers, want[0])
+			}
+		}
+		wantTypes := []string{TypePeers, TypeDispatch}
+		if replicaName != "" {
+			wantTypes = []string{TypeDispatch}
+		}
+		if !slices.Equal(types, wantTypes) {
+			t.Fatalf("%s: after the welcome got %v, want %v", id, types, wantTypes)
+		}
+		c.Close()
+		wantEvent(t, h2, Disconnected, id)
 	}
 }
