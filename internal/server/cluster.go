@@ -22,9 +22,16 @@ type clusterInfo struct {
 }
 
 func (c *clusterInfo) Replicas(ctx context.Context) ([]api.ReplicaAddr, error) {
+	out, _, err := c.replicas(ctx)
+	return out, err
+}
+
+// replicas reads the replica registry, sorted by name, and the revision it
+// was read at.
+func (c *clusterInfo) replicas(ctx context.Context) ([]api.ReplicaAddr, int64, error) {
 	resp, err := c.cli.Get(ctx, etcdlog.ReplicaPrefix, clientv3.WithPrefix())
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	out := make([]api.ReplicaAddr, 0, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
@@ -34,7 +41,7 @@ func (c *clusterInfo) Replicas(ctx context.Context) ([]api.ReplicaAddr, error) {
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out, nil
+	return out, resp.Header.Revision, nil
 }
 
 func (c *clusterInfo) LeaderAddr(ctx context.Context) (api.ReplicaAddr, bool, error) {

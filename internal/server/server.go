@@ -238,6 +238,7 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger) (s *Server, 
 	ectx, cancel := context.WithCancel(context.Background())
 	s.ectx, s.cancel = ectx, cancel
 	go relayWorkerEvents(ectx, s.Hub.Events(), workerEvents)
+	go followPeers(ectx, info, s.Hub, log.Named("peers"))
 	go s.runEngine(s.ref.get())
 	go func() { _ = s.agent.Run(ectx) }()
 	go s.Events.Run(ectx)
