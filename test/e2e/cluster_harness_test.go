@@ -244,7 +244,9 @@ type haCluster struct {
 	servers   []*haServer
 	workers   []*haProc
 	endpoints string
-	http      *http.Client
+	// clientURLs are the etcd members' client URLs (endpoints, split).
+	clientURLs []string
+	http       *http.Client
 }
 
 const (
@@ -255,6 +257,27 @@ const (
 // newHACluster starts 3 etcd members, 3 replicas and 2 workers and returns
 // once a replica leads and both workers are connected to it.
 func newHACluster(t *testing.T) *haCluster {
+	t.Helper()
+	c := defineHACluster(t)
+	began := time.Now()
+	c.startEtcd()
+	for _, s := range c.servers {
+		s.start()
+	}
+	for _, s := range c.servers {
+		c.waitReady(s)
+	}
+	for _, w := range c.workers {
+		w.start()
+	}
+	c.waitWorkers()
+	t.Logf("cluster up in %v (dir %s)", time.Since(began).Round(time.Millisecond), c.dir)
+	return c
+}
+
+// defineHACluster lays out the processes of newHACluster's cluster (with
+// their ports, directories and arguments) and starts none of them.
+func defineHACluster(t *testing.T) *haCluster {
 	t.Helper()
 	c := &haCluster{t: t, dir: t.TempDir(), http: &http.Client{Timeout: 3 * time.Second}}
 	c.work = filepath.Join(c.dir, "work")
@@ -283,6 +306,7 @@ func newHACluster(t *testing.T) *haCluster {
 		e.args = append(e.args, "--initial-cluster", strings.Join(initial, ","),
 			"--initial-cluster-token", "e2e-"+filepath.Base(filepath.Dir(c.dir))+"-"+filepath.Base(c.dir), "--log-level", "warn")
 	}
+	c.clientURLs = clientURLs
 	c.endpoints = strings.Join(clientURLs, ",")
 	var apiURLs []string
 	for i := 1; i <= 3; i++ {
@@ -305,29 +329,22 @@ func newHACluster(t *testing.T) *haCluster {
 				"--log-dir", filepath.Join(c.dir, name, "logs")}})
 	}
 
-	began := time.Now()
+	return c
+}
+
+// startEtcd starts the etcd members and waits until each is healthy.
+func (c *haCluster) startEtcd() {
+	c.t.Helper()
 	for _, e := range c.etcd { // all three at once: each waits for a quorum
 		e.start()
 	}
 	for i, e := range c.etcd {
 		c.waitFor(e.name+" healthy", haStartBound, func() (bool, string) {
 			c.mustRun(e)
-			code, body, err := c.get(clientURLs[i], "/health")
+			code, body, err := c.get(c.clientURLs[i], "/health")
 			return code == 200 && strings.Contains(string(body), `"health":"true"`), fmt.Sprintf("%d %s %v", code, body, err)
 		})
 	}
-	for _, s := range c.servers {
-		s.start()
-	}
-	for _, s := range c.servers {
-		c.waitReady(s)
-	}
-	for _, w := range c.workers {
-		w.start()
-	}
-	c.waitWorkers()
-	t.Logf("cluster up in %v (dir %s)", time.Since(began).Round(time.Millisecond), c.dir)
-	return c
 }
 
 // mustRun fails the test when p has exited.

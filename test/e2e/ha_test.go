@@ -184,6 +184,64 @@ func TestSigstopLeader(t *testing.T) {
 	c.checkRanOnce(dags)
 }
 
+// A worker given one replica's address (as a Kubernetes Service that maps to
+// one pod gives it) follows the leader to a replica that registered after
+// the worker connected, when the given replica is SIGTERMed. This is how
+// the chart's fidelity test once stalled: the workers' first cluster answer
+// named no other replica, so with the given one gone they knew nowhere to
+// ask, and the new leader had no workers. The leader's peer list (the
+// replica registry, sent on every change) is what they follow now.
+func TestWorkerGivenOneReplicaFindsTheNextLeader(t *testing.T) {
+	c := defineHACluster(t)
+	n1 := c.servers[0]
+	for _, w := range c.workers {
+		for i, a := range w.args {
+			if a == "--server" {
+				w.args[i+1] = n1.url
+			}
+		}
+	}
+	c.startEtcd()
+	n1.start()
+	c.waitReady(n1)
+	for _, w := range c.workers {
+		w.start()
+	}
+	c.waitFor("both workers on n1", haStartBound, func() (bool, string) {
+		v, err := c.view(n1)
+		if err != nil {
+			return false, err.Error()
+		}
+		ws := v.connectedWorkers()
+		return v.Leader == "n1" && ws["w1"] == 1 && ws["w2"] == 1, fmt.Sprintf("leader %q workers %v", v.Leader, ws)
+	})
+	for _, s := range c.servers[1:] { // they register after the workers joined
+		s.start()
+		c.waitReady(s)
+	}
+	d1, tasks1 := taskDAG("before", c.work)
+	c.submit(n1.url, d1)
+	c.waitDAGs([]string{"before"}, time.Minute)
+
+	t0 := time.Now()
+	n1.signal(syscall.SIGTERM)
+	if !n1.wait(haStopGrace) {
+		t.Fatalf("n1 did not exit within %v of SIGTERM", haStopGrace)
+	}
+	v := c.waitWorkers()
+	t.Logf("n1 stopped; %s leads with both workers connected %v after SIGTERM", v.Leader,
+		time.Since(t0).Round(time.Millisecond))
+	d2, tasks2 := taskDAG("after", c.work)
+	c.submitAny(d2)
+	states := c.waitDAGs([]string{"before", "after"}, time.Minute)
+	for id, d := range states {
+		if d.Status != "succeeded" {
+			t.Errorf("DAG %s %s: %+v", id, d.Status, d.Tasks)
+		}
+	}
+	c.checkRanOnce(map[string][]string{"before": tasks1, "after": tasks2})
+}
+
 func leaderOf(v *haClusterView) string {
 	if v == nil {
 		return ""
