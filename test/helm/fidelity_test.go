@@ -116,6 +116,17 @@ func TestFidelity(t *testing.T) {
 	lc.runDrillScript("crash")
 }
 
+// tail is the end of b, at most max bytes, from a line start.
+func tail(b []byte, max int) string {
+	if len(b) > max {
+		b = b[len(b)-max:]
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			b = b[i+1:]
+		}
+	}
+	return string(b)
+}
+
 // simPod is one pod of a rendered workload, run as a local process.
 type simPod struct {
 	lc           *localCluster
@@ -166,6 +177,15 @@ func newLocalCluster(t *testing.T, r *Rendered, bin string) *localCluster {
 	t.Cleanup(lc.stopAll)
 	t.Cleanup(func() {
 		logs, _ := filepath.Glob(filepath.Join(root, "*.log"))
+		if t.Failed() {
+			// CI keeps only this output: the scheduler and worker logs say
+			// who led, who was connected to whom, and why not.
+			for _, l := range logs {
+				if b, err := os.ReadFile(l); err == nil && !strings.Contains(l, "etcd") {
+					t.Logf("--- last lines of %s:\n%s", filepath.Base(l), tail(b, 4000))
+				}
+			}
+		}
 		if len(logs) > 0 && (t.Failed() || os.Getenv("FIDELITY_KEEP") != "") {
 			t.Logf("logs and data kept in %s", root)
 			return
