@@ -268,8 +268,15 @@ func TestThreeMemberCluster(t *testing.T) {
 			t.Fatalf("members disagree on leader: %v vs %v", l, leader)
 		}
 	}
-	if eps := members[0].Endpoints(); len(eps) != 3 || eps[0] != cfgs[0].ClientURL {
-		t.Fatalf("Endpoints = %v, want 3 starting with %s", eps, cfgs[0].ClientURL)
+	// Each member publishes its client URL through raft once it is ready,
+	// so n1 may learn the last one's a moment after Start returns.
+	var eps []string
+	testkit.WaitFor(t, 10*time.Second, "n1 to know the 3 client URLs", func() bool {
+		eps = members[0].Endpoints()
+		return len(eps) == 3
+	})
+	if eps[0] != cfgs[0].ClientURL {
+		t.Fatalf("Endpoints = %v, want n1's own %s first", eps, cfgs[0].ClientURL)
 	}
 
 	c0 := newClient(t, members[0].ClientURL())
