@@ -157,8 +157,9 @@ func (s *server) forward(w http.ResponseWriter, r *http.Request, body []byte) bo
 	if err != nil {
 		s.log.Warn("forwarding a write to the leader failed", zap.String("leader", leader.Name), zap.Error(err))
 		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, "not_leader",
+		WriteError(w, http.StatusServiceUnavailable, "not_leader",
 			"this replica is not the leader and the leader "+leader.Name+" did not answer; retry shortly", nil)
+
 	}
 	return true
 }

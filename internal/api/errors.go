@@ -46,7 +46,10 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_, _ = w.Write(append(b, '\n'))
 }
 
-func writeError(w http.ResponseWriter, status int, code, msg string, details []string) {
+// WriteError answers with the API's error body (ErrorBody). Other packages
+// that serve routes of the API (the event stream) use it, so every error a
+// client of /api/v1 sees has the same shape.
+func WriteError(w http.ResponseWriter, status int, code, msg string, details []string) {
 	if details == nil {
 		details = []string{}
 	}
@@ -65,22 +68,23 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	errors.As(err, &ce)
 	switch {
 	case errors.As(err, &mbe):
-		writeError(w, http.StatusRequestEntityTooLarge, "body_too_large",
+		WriteError(w, http.StatusRequestEntityTooLarge, "body_too_large",
 			fmt.Sprintf("request body is larger than %d bytes", mbe.Limit), nil)
+
 	case errors.As(err, &ve):
 		status := http.StatusBadRequest
 		if ve.Code == dag.CodeUnsupportedMedia {
 			status = http.StatusUnsupportedMediaType
 		}
-		writeError(w, status, ve.Code, ve.Message, ve.Details)
+		WriteError(w, status, ve.Code, ve.Message, ve.Details)
 	case errors.Is(err, scheduler.ErrNotLeader), errors.Is(err, scheduler.ErrUnknown),
 		errors.Is(err, scheduler.ErrStopped), ce != nil && ce.Code == core.ErrNotLeader.Code:
 		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, "not_leader", err.Error(), nil)
+		WriteError(w, http.StatusServiceUnavailable, "not_leader", err.Error(), nil)
 	case ce != nil && ce.Code == "not_found":
-		writeError(w, http.StatusNotFound, "not_found", ce.Msg, nil)
+		WriteError(w, http.StatusNotFound, "not_found", ce.Msg, nil)
 	case ce != nil && ce.Code == "conflict":
-		writeError(w, http.StatusConflict, "conflict", ce.Msg, nil)
+		WriteError(w, http.StatusConflict, "conflict", ce.Msg, nil)
 	case errors.Is(err, context.DeadlineExceeded):
 		msg := fmt.Sprintf("the scheduler did not answer within %s", s.cfg.WriteTimeout)
 		switch {
@@ -90,13 +94,13 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		case r.Method == http.MethodPost:
 			msg = fmt.Sprintf("the change was not committed within %s; it may still be", s.cfg.WriteTimeout)
 		}
-		writeError(w, http.StatusGatewayTimeout, "timeout", msg, nil)
+		WriteError(w, http.StatusGatewayTimeout, "timeout", msg, nil)
 	case errors.Is(err, context.Canceled):
 		// The client went away or the server is shutting down.
 		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, "unavailable", "request cancelled before it completed", nil)
+		WriteError(w, http.StatusServiceUnavailable, "unavailable", "request cancelled before it completed", nil)
 	default:
 		s.log.Error("request failed", zap.String("method", r.Method), zap.String("path", r.URL.Path), zap.Error(err))
-		writeError(w, http.StatusInternalServerError, "internal", "internal error", nil)
+		WriteError(w, http.StatusInternalServerError, "internal", "internal error", nil)
 	}
 }

@@ -105,7 +105,7 @@ func (s *server) submit(w http.ResponseWriter, r *http.Request) {
 			s.fail(w, r, err)
 			return
 		}
-		writeError(w, http.StatusBadRequest, "bad_request", "could not read the request body", nil)
+		WriteError(w, http.StatusBadRequest, "bad_request", "could not read the request body", nil)
 		return
 	}
 	d, err := dag.Load(body, ct, dag.Limits{MaxTasks: s.cfg.MaxTasks})
@@ -154,16 +154,18 @@ func (s *server) listDAGs(w http.ResponseWriter, r *http.Request) {
 	case core.DAGRunning, core.DAGSucceeded, core.DAGFailed, core.DAGCancelled:
 		want = st
 	default:
-		writeError(w, http.StatusBadRequest, "bad_request",
+		WriteError(w, http.StatusBadRequest, "bad_request",
 			fmt.Sprintf("status %q is not one of running, succeeded, failed, cancelled", st), nil)
+
 		return
 	}
 	limit := DefaultListLimit
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {
-			writeError(w, http.StatusBadRequest, "bad_request",
+			WriteError(w, http.StatusBadRequest, "bad_request",
 				fmt.Sprintf("limit %q is not a positive integer", v), nil)
+
 			return
 		}
 		limit = min(n, MaxListLimit)
@@ -202,7 +204,7 @@ func (s *server) getDAG(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if resp.DAGView == nil {
-		writeError(w, http.StatusNotFound, "not_found", "no DAG "+id, nil)
+		WriteError(w, http.StatusNotFound, "not_found", "no DAG "+id, nil)
 		return
 	}
 	writeJSON(w, http.StatusOK, resp)
@@ -228,9 +230,9 @@ func (s *server) lookupTask(w http.ResponseWriter, r *http.Request) (*core.TaskV
 	case err != nil:
 		s.fail(w, r, err)
 	case tv == nil && dagNil:
-		writeError(w, http.StatusNotFound, "not_found", "no DAG "+id, nil)
+		WriteError(w, http.StatusNotFound, "not_found", "no DAG "+id, nil)
 	case tv == nil:
-		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("DAG %s has no task %s", id, taskID), nil)
+		WriteError(w, http.StatusNotFound, "not_found", fmt.Sprintf("DAG %s has no task %s", id, taskID), nil)
 	}
 	return tv, rev
 }
@@ -248,7 +250,7 @@ func (s *server) taskLog(w http.ResponseWriter, r *http.Request) {
 	if v := r.URL.Query().Get("attempt"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {
-			writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("attempt %q is not a positive integer", v), nil)
+			WriteError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("attempt %q is not a positive integer", v), nil)
 			return
 		}
 		attempt = n
@@ -260,12 +262,14 @@ func (s *server) taskLog(w http.ResponseWriter, r *http.Request) {
 	id, taskID := r.PathValue("id"), tv.ID
 	switch {
 	case tv.Attempts == 0:
-		writeError(w, http.StatusNotFound, "not_found",
+		WriteError(w, http.StatusNotFound, "not_found",
 			fmt.Sprintf("task %s of DAG %s has not run yet: there is no log", taskID, id), nil)
+
 		return
 	case attempt > tv.Attempts:
-		writeError(w, http.StatusNotFound, "not_found",
+		WriteError(w, http.StatusNotFound, "not_found",
 			fmt.Sprintf("task %s of DAG %s has no attempt %d; its latest is %d", taskID, id, attempt, tv.Attempts), nil)
+
 		return
 	case attempt == 0:
 		attempt = tv.Attempts
@@ -276,7 +280,7 @@ func (s *server) taskLog(w http.ResponseWriter, r *http.Request) {
 		if worker != "" {
 			msg += fmt.Sprintf("; it lives on worker %s, which ran it", worker)
 		}
-		writeError(w, http.StatusNotFound, "not_found", msg, nil)
+		WriteError(w, http.StatusNotFound, "not_found", msg, nil)
 	}
 	logs := s.cfg.Logs
 	if logs == nil || (worker != "" && worker != logs.ID()) {
@@ -299,9 +303,10 @@ func (s *server) taskLog(w http.ResponseWriter, r *http.Request) {
 			notHere()
 			return
 		}
-		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf(
+		WriteError(w, http.StatusNotFound, "not_found", fmt.Sprintf(
 			"attempt %d of task %s has no log on worker %s: it wrote no output (noop and http tasks do not) or the log was removed",
 			attempt, taskID, worker), nil)
+
 		return
 	}
 	if err != nil {

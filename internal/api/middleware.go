@@ -29,7 +29,7 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				zap.String("path", r.URL.Path), zap.Any("panic", p), zap.Stack("stack"))
 			if !rw.wroteHeader {
 				clear(rw.Header()) // drop what the handler set before it panicked
-				writeError(rw, http.StatusInternalServerError, "internal", "internal error", nil)
+				WriteError(rw, http.StatusInternalServerError, "internal", "internal error", nil)
 			}
 		}
 		s.observe(rw, r, start)
@@ -48,12 +48,13 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if !open && s.cfg.AuthToken != "" && !(s.cfg.MetricsNoAuth && r.URL.Path == "/metrics") && !console.Public(r.URL.Path) && !s.authorized(r) {
 		rw.Header().Set("WWW-Authenticate", `Bearer realm="orion"`)
-		writeError(rw, http.StatusUnauthorized, "unauthorized", "missing or invalid bearer token", nil)
+		WriteError(rw, http.StatusUnauthorized, "unauthorized", "missing or invalid bearer token", nil)
 		return
 	}
 	if crossSiteWrite(r) {
-		writeError(rw, http.StatusForbidden, "cross_origin",
+		WriteError(rw, http.StatusForbidden, "cross_origin",
 			"a write from another origin ("+r.Header.Get("Origin")+") is refused: shell tasks mean remote execution", nil)
+
 		return
 	}
 	rw.routing = true
@@ -95,8 +96,9 @@ func (s *server) allow(w http.ResponseWriter, r *http.Request) bool {
 		secs = 1
 	}
 	w.Header().Set("Retry-After", strconv.Itoa(secs))
-	writeError(w, http.StatusTooManyRequests, "rate_limited",
+	WriteError(w, http.StatusTooManyRequests, "rate_limited",
 		fmt.Sprintf("too many requests from this address; retry in %ds", secs), nil)
+
 	return false
 }
 
@@ -163,9 +165,9 @@ func (w *responseWriter) WriteHeader(code int) {
 			errCode = "method_not_allowed"
 			msg = fmt.Sprintf("method %s is not allowed on %s; allowed: %s", w.req.Method, w.req.URL.Path, w.Header().Get("Allow"))
 		}
-		w.routing = false // writeError calls WriteHeader again
+		w.routing = false // WriteError calls WriteHeader again
 		w.wroteHeader = false
-		writeError(w, code, errCode, msg, nil)
+		WriteError(w, code, errCode, msg, nil)
 		w.swallow = true
 		return
 	}

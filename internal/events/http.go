@@ -14,6 +14,7 @@ import (
 	"github.com/gorilla/websocket"
 	"go.uber.org/zap"
 
+	"github.com/orion-sched/orion/internal/api"
 	"github.com/orion-sched/orion/internal/hijack"
 )
 
@@ -230,25 +231,17 @@ func (h *Hub) subscribeParam(since string) (*Sub, error) {
 func subscribeError(w http.ResponseWriter, err error) {
 	var ce *CursorError
 	if errors.As(err, &ce) {
-		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+		api.WriteError(w, http.StatusBadRequest, "bad_request", err.Error(), nil)
 		return
 	}
 	w.Header().Set("Retry-After", "1")
-	writeError(w, http.StatusServiceUnavailable, "unavailable", "the event stream is shutting down")
+	api.WriteError(w, http.StatusServiceUnavailable, "unavailable", "the event stream is shutting down", nil)
 }
 
 // writeError writes Orion's JSON error shape.
-func writeError(w http.ResponseWriter, status int, code, msg string) {
-	b, _ := json.Marshal(map[string]any{"error": map[string]any{"code": code, "message": msg, "details": []string{}}})
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
-}
-
 func methodNotAllowed(w http.ResponseWriter, allow string) {
 	w.Header().Set("Allow", allow+", OPTIONS")
-	writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", "method not allowed; allowed: "+allow)
+	api.WriteError(w, http.StatusMethodNotAllowed, "method_not_allowed", "method not allowed; allowed: "+allow, nil)
 }
 
 // Origins is the cross-origin policy of the browser-facing endpoints here
@@ -298,7 +291,7 @@ func (o Origins) Allowed(r *http.Request) bool {
 func (o Origins) Check(w http.ResponseWriter, r *http.Request, methods string) bool {
 	proceed, denied := o.Apply(w, r, methods)
 	if denied {
-		writeError(w, http.StatusForbidden, "forbidden", "requests from origin "+r.Header.Get("Origin")+" are not allowed")
+		api.WriteError(w, http.StatusForbidden, "forbidden", "requests from origin "+r.Header.Get("Origin")+" are not allowed", nil)
 	}
 	return proceed
 }
