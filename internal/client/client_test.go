@@ -211,11 +211,13 @@ func TestRetryElapsedBudget(t *testing.T) {
 
 func TestContextStopsRetries(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Retry-After", "2")
+		w.Header().Set("Retry-After", "10") // within the retry budget: the client waits
 		writeErr(w, 503, "unavailable", "down")
 	}))
 	defer srv.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	// Long enough for the first answer on a loaded machine, far shorter
+	// than the wait it asks for.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	_, err := New([]string{srv.URL}, "").ListDAGs(ctx, "", 0)
 	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "down") {

@@ -259,15 +259,17 @@ func TestThreeMemberCluster(t *testing.T) {
 		}
 	}
 
-	leader := members[0].Server().Leader()
-	if leader == 0 {
-		t.Fatal("no leader")
-	}
-	for _, m := range members[1:] {
-		if l := m.Server().Leader(); l != leader {
-			t.Fatalf("members disagree on leader: %v vs %v", l, leader)
+	// Short election timings on a loaded machine may bring a new election
+	// right after start: wait for the three to agree.
+	testkit.WaitFor(t, 10*time.Second, "the members to agree on a leader", func() bool {
+		leader := members[0].Server().Leader()
+		for _, m := range members[1:] {
+			if m.Server().Leader() != leader {
+				return false
+			}
 		}
-	}
+		return leader != 0
+	})
 	// Each member publishes its client URL through raft once it is ready,
 	// so n1 may learn the last one's a moment after Start returns.
 	var eps []string

@@ -387,7 +387,8 @@ func TestControlEvents(t *testing.T) {
 	defer s.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go h.Run(ctx)
+	runDone := make(chan struct{})
+	go func() { h.Run(ctx); close(runDone) }()
 	var sawMetrics, sawLeader bool
 	for !(sawMetrics && sawLeader) {
 		ev := next(t, s)
@@ -398,8 +399,10 @@ func TestControlEvents(t *testing.T) {
 			sawLeader = ev.Leader != nil && *ev.Leader == "n1" && ev.Node == "n1"
 		}
 	}
-	// Metrics are not buffered per subscriber: only the latest waits.
+	// Metrics are not buffered per subscriber: only the latest waits. Run
+	// must have stopped, or its own next metrics could come after ours.
 	cancel()
+	<-runDone
 	for i := 0; i < 5; i++ {
 		h.Publish(Event{Type: TypeMetrics, Metrics: &Metrics{Revision: int64(i)}})
 	}

@@ -38,7 +38,7 @@ id: ha
 name: ha
 tasks:
   - {id: one, command: "echo x >> %[1]s/one"}
-  - {id: two, command: "echo x >> %[1]s/two; sleep 0.5", depends_on: [one]}
+  - {id: two, command: "echo x >> %[1]s/two; while [ ! -e %[1]s/gate ]; do sleep 0.05; done", depends_on: [one]}
   - {id: three, command: "echo x >> %[1]s/three", depends_on: [two]}
 `, dir))
 	if _, err := a.eng.Submit(context.Background(), d); err != nil {
@@ -67,8 +67,13 @@ tasks:
 		t.Fatal("standby accepted a write")
 	}
 
+	// two is running on a (it waits for the gate), so three has not run:
+	// after the crash b re-runs two, whose worker died, and runs three once.
 	a.eng.Crash()
 	a.exec.Close()
+	if err := os.WriteFile(filepath.Join(dir, "gate"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	start := time.Now()
 	b.eng.SuspectLeader("a") // what b's stream to a would report
 	testkit.WaitFor(t, 5*time.Second, "b leads", func() bool { return b.eng.Status().Leader })

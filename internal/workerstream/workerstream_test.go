@@ -514,19 +514,36 @@ func TestStaleWorker(t *testing.T) {
 	if err := c.Send(hello("silent")); err != nil {
 		t.Fatal(err)
 	}
-	wantEvent(t, h, Joined, "silent")
-	joined := time.Now()
-	wantEvent(t, h, Disconnected, "silent")
-	disconnected := time.Now()
-	if d := disconnected.Sub(joined); d < stale-50*time.Millisecond {
-		t.Fatalf("disconnected after %v, before StaleAfter %v", d, stale)
+	// The hub stamps each change (RemoteWorker.since) when it happens; the
+	// test reads the stamps, not its own clock, since reading an event may
+	// lag on a loaded machine.
+	type stamp struct {
+		at              time.Time
+		connected, left bool
 	}
-	if ws := h.Workers(); len(ws) != 1 || ws[0].Connected {
+	stampOf := func(w *RemoteWorker) stamp {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return stamp{w.since, w.conn != nil, w.left}
+	}
+	w := wantEvent(t, h, Joined, "silent").Worker
+	joined := stampOf(w)
+	wantEvent(t, h, Disconnected, "silent")
+	disconnected := stampOf(w)
+	// Staleness counts from the hello, read a moment before the join.
+	if joined.connected && disconnected.at.Sub(joined.at) < stale-50*time.Millisecond {
+		t.Fatalf("disconnected after %v, before StaleAfter %v", disconnected.at.Sub(joined.at), stale)
+	}
+	if ws := h.Workers(); len(ws) > 1 || (len(ws) == 1 && ws[0].Connected) {
 		t.Fatalf("workers %+v", ws)
 	}
 	wantEvent(t, h, Left, "silent")
-	if d := time.Since(disconnected); d < grace-50*time.Millisecond {
-		t.Fatalf("left %v after disconnecting, before ReconnectGrace %v", d, grace)
+	left := stampOf(w)
+	if !left.left {
+		t.Fatal("a worker reported Left is not marked left")
+	}
+	if !disconnected.left && left.at.Sub(disconnected.at) < grace {
+		t.Fatalf("left %v after disconnecting, before ReconnectGrace %v", left.at.Sub(disconnected.at), grace)
 	}
 	if ws := h.Workers(); len(ws) != 0 {
 		t.Fatalf("workers %+v", ws)
@@ -852,7 +869,16 @@ func TestLogTimeoutAndDisconnect(t *testing.T) {
 		t.Fatalf("want the transfer closed, got %+v", m)
 	}
 
-	// A transfer in progress fails when the hub stops leading.
+	// A transfer in progress fails when the hub stops leading. (On a hub
+	// with the default LogTimeout: the worker's first chunk must not race
+	// a 200 ms bound on a loaded machine.)
+	h = newHub(t, "L1", HubConfig{StaleAfter: time.Minute})
+	w, l = Pipe()
+	h.Accept(l)
+	rw = rawWorker{t, w}
+	rw.send(hello("quiet"))
+	rw.next() // welcome
+	remote = wantEvent(t, h, Joined, "quiet").Worker
 	opened := make(chan io.ReadCloser, 1)
 	go func() {
 		rc, err := remote.OpenLog(id)
