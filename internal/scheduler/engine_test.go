@@ -207,7 +207,7 @@ id: rec
 name: rec
 tasks:
   - {id: first, command: "echo x >> %[1]s/first"}
-  - {id: slow, command: "echo x >> %[1]s/slow; sleep 1", depends_on: [first]}
+  - {id: slow, command: "echo x >> %[1]s/slow; while [ ! -e %[1]s/gate ]; do sleep 0.05; done", depends_on: [first]}
   - {id: last, command: "echo x >> %[1]s/last", depends_on: [slow]}
 `, dir))
 	if _, err := b1.eng.Submit(context.Background(), d); err != nil {
@@ -216,8 +216,14 @@ tasks:
 	testkit.WaitFor(t, 10*time.Second, "slow started", func() bool { _, err := os.Stat(filepath.Join(dir, "slow")); return err == nil })
 	// Crash: the engine loop and executor stop; the session is abandoned
 	// without resigning (its lease expires), as with kill -9.
+	// slow waits for the gate, opened only after the crash: its first
+	// attempt cannot finish (and commit) before it, however slow the
+	// machine, so the new engine must find it orphaned and run it again.
 	b1.eng.Crash()
 	b1.exec.Close()
+	if err := os.WriteFile(filepath.Join(dir, "gate"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	b2 := startEngine(t, cli, 2)
 	b2.waitDAG("rec", core.DAGSucceeded)
 	count := func(name string) int {
