@@ -30,6 +30,9 @@ type Backend interface {
 	Query(ctx context.Context, fn func(c *core.Core)) error
 	Status() *scheduler.Status
 	Leader(ctx context.Context) (string, error)
+	// WaitApplied returns once the replica has applied the log through rev
+	// (Engine.WaitApplied).
+	WaitApplied(ctx context.Context, rev int64) error
 }
 
 var _ Backend = (*scheduler.Engine)(nil)

@@ -69,6 +69,9 @@ func (f *fakeBackend) Submit(ctx context.Context, d *dag.DAG) (scheduler.SubmitR
 	return scheduler.SubmitResult{ID: d.ID, Created: true}, nil
 }
 
+// WaitApplied: the fake applies everything at once.
+func (f *fakeBackend) WaitApplied(ctx context.Context, rev int64) error { return ctx.Err() }
+
 func (f *fakeBackend) Cancel(ctx context.Context, id string) (core.DAGStatus, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -150,9 +150,10 @@ func (s *server) forward(w http.ResponseWriter, r *http.Request, body []byte) bo
 	}
 	err = Relay{
 		Client: s.cfg.HTTPClient, To: leader.APIURL, From: s.node(), Token: s.cfg.AuthToken,
-		Timeout: s.cfg.WriteTimeout,
-		Headers: []string{"Content-Type", "Idempotency-Key", "Accept"},
-		Set:     map[string]string{"X-Orion-Leader": leader.Name},
+		Timeout:  s.cfg.WriteTimeout,
+		Headers:  []string{"Content-Type", "Idempotency-Key", "Accept"},
+		Set:      map[string]string{"X-Orion-Leader": leader.Name},
+		AwaitRev: s.b.WaitApplied,
 	}.Do(w, r, body)
 	if err != nil {
 		s.log.Warn("forwarding a write to the leader failed", zap.String("leader", leader.Name), zap.Error(err))

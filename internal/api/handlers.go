@@ -132,6 +132,7 @@ func (s *server) submit(w http.ResponseWriter, r *http.Request) {
 		res.ID = d.ID
 	}
 	w.Header().Set("Location", dagPath(res.ID))
+	MarkRevision(ctx, s.b, w)
 	if res.Created {
 		writeJSON(w, http.StatusCreated, SubmitResponse{ID: res.ID, Created: true, Status: string(core.DAGRunning)})
 		return
@@ -362,6 +363,7 @@ func (s *server) change(w http.ResponseWriter, r *http.Request,
 	if st == "" {
 		st = want
 	}
+	MarkRevision(ctx, s.b, w)
 	writeJSON(w, http.StatusOK, StatusResponse{ID: id, Status: string(st)})
 }
 

@@ -5,8 +5,11 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/orion-sched/orion/internal/core"
 )
 
 // Relay sends one request a replica received on to another replica (the
@@ -23,10 +26,36 @@ type Relay struct {
 	Headers []string
 	// Set are response headers this replica adds to the answer.
 	Set map[string]string
+	// AwaitRev, when set, is called with the RevisionHeader of a successful
+	// answer before it is passed on (a forwarded write: this replica
+	// answers once it has applied the write, so its client can read it
+	// here at once). It is bounded by awaitRevBound; a replica that lags
+	// further answers anyway.
+	AwaitRev func(ctx context.Context, rev int64) error
 }
 
+// RevisionHeader carries, on the answer to a write, the etcd revision the
+// answering replica had applied when it answered (the write included).
+const RevisionHeader = "X-Orion-Revision"
+
+// awaitRevBound bounds how long a relayed write's answer waits for this
+// replica to apply the write. A standby applies within milliseconds; one
+// that lags by more answers without the guarantee rather than stall.
+const awaitRevBound = 3 * time.Second
+
 // relayedResponseHeaders are copied from the other replica's answer.
-var relayedResponseHeaders = []string{"Content-Type", "Location", "Retry-After"}
+var relayedResponseHeaders = []string{"Content-Type", "Location", "Retry-After", RevisionHeader}
+
+// MarkRevision sets RevisionHeader on w to the revision b has applied. Write
+// handlers call it once their change is applied.
+func MarkRevision(ctx context.Context, b interface {
+	Query(context.Context, func(*core.Core)) error
+}, w http.ResponseWriter) {
+	var rev int64
+	if err := b.Query(ctx, func(c *core.Core) { rev = c.Rev() }); err == nil && rev > 0 {
+		w.Header().Set(RevisionHeader, strconv.FormatInt(rev, 10))
+	}
+}
 
 // Do sends r's method and request URI, with body (nil: none), and writes
 // the other replica's status, headers and body to w. An error means the
@@ -64,6 +93,13 @@ func (rl Relay) Do(w http.ResponseWriter, r *http.Request, body []byte) error {
 		return err
 	}
 	defer resp.Body.Close()
+	if rl.AwaitRev != nil && resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		if rev, err := strconv.ParseInt(resp.Header.Get(RevisionHeader), 10, 64); err == nil && rev > 0 {
+			actx, cancel := context.WithTimeout(r.Context(), awaitRevBound)
+			_ = rl.AwaitRev(actx, rev)
+			cancel()
+		}
+	}
 	for _, h := range relayedResponseHeaders {
 		if v := resp.Header.Get(h); v != "" {
 			w.Header().Set(h, v)

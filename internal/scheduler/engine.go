@@ -96,6 +96,7 @@ type Engine struct {
 	timers        timerQueue
 	timer         *time.Timer
 	waiters       map[string][]*waiter
+	revWaiters    []revWaiter       // WaitApplied calls, until the replica has applied their revision
 	heldResults   []executor.Result // local results that arrived while not leader
 	termRecordDue bool
 	watchCh       clientv3.WatchChan
@@ -326,6 +327,7 @@ func (e *Engine) expireEvery() time.Duration {
 // afterEvent lets the core dispatch into free slots, sends what it proposed
 // to etcd, and performs its effects.
 func (e *Engine) afterEvent(ctx context.Context) {
+	e.resolveRevWaiters()
 	if !e.c.IsLeader() {
 		return
 	}

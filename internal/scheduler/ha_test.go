@@ -155,3 +155,49 @@ func TestStandbySurvivesAClosedWatchChannel(t *testing.T) {
 	default:
 	}
 }
+
+// WaitApplied on a standby returns once the standby has applied the
+// revision: after a write the leader committed (the standby then shows it),
+// and after a write to a key outside the log (which only a progress
+// notification can move the standby past).
+func TestStandbyWaitApplied(t *testing.T) {
+	_, cli := etcdtest.Start(t)
+	a := startReplica(t, cli, "a", 1)
+	testkit.WaitFor(t, 10*time.Second, "a leads", func() bool { return a.eng.Status().Leader })
+	b := startReplica(t, cli, "b", 1)
+	testkit.WaitFor(t, 10*time.Second, "b loaded", func() bool { return b.eng.Status().Loaded })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i := range 20 {
+		id := fmt.Sprintf("ryw-%d", i)
+		if _, err := a.eng.Submit(ctx, mustLoad(t, "id: "+id+"\nname: x\ntasks: [{id: a, kind: noop}]\n")); err != nil {
+			t.Fatal(err)
+		}
+		var rev int64
+		_ = a.eng.Query(ctx, func(c *core.Core) { rev = c.Rev() })
+		if err := b.eng.WaitApplied(ctx, rev); err != nil {
+			t.Fatalf("WaitApplied(%d): %v", rev, err)
+		}
+		var seen bool
+		_ = b.eng.Query(ctx, func(c *core.Core) { _, seen = c.DAG(id) })
+		if !seen {
+			t.Fatalf("standby returned from WaitApplied(%d) without %s", rev, id)
+		}
+	}
+	// Quiet: every DAG done, nothing more for the log.
+	for i := range 20 {
+		a.waitDAG(fmt.Sprintf("ryw-%d", i), core.DAGSucceeded)
+	}
+	var rev int64
+	_ = a.eng.Query(ctx, func(c *core.Core) { rev = c.Rev() })
+	if err := b.eng.WaitApplied(ctx, rev); err != nil {
+		t.Fatal(err)
+	}
+	put, err := cli.Put(ctx, "/elsewhere/key", "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.eng.WaitApplied(ctx, put.Header.Revision); err != nil {
+		t.Fatalf("WaitApplied past a revision outside the log: %v", err)
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/orion-sched/orion/internal/core"
 )
 
@@ -85,4 +87,70 @@ func (e *Engine) failWaiters(err error) {
 		}
 		delete(e.waiters, id)
 	}
+}
+
+// revWaiter is a WaitApplied call.
+type revWaiter struct {
+	ctx  context.Context
+	rev  int64
+	done chan struct{}
+}
+
+// WaitApplied returns once this replica has applied the log through rev, so
+// that what it answers next includes every write committed up to rev. A
+// standby that forwarded a write to the leader waits here for the
+// revision the leader answered with before it answers, so its client reads
+// its own write from it (read-your-writes through any replica).
+func (e *Engine) WaitApplied(ctx context.Context, rev int64) error {
+	w := revWaiter{ctx: ctx, rev: rev, done: make(chan struct{})}
+	err := e.do(ctx, func() {
+		if e.appliedThrough() >= rev {
+			close(w.done)
+			return
+		}
+		e.revWaiters = append(e.revWaiters, w)
+		if e.watchCh != nil {
+			// The revisions up to rev may hold nothing this replica
+			// applies (another program's keys on a shared etcd): a
+			// progress notification moves the watch past them. Off the
+			// loop: it is a call into the etcd client.
+			go func() { _ = e.cli.RequestProgress(clientv3.WithRequireLeader(ctx)) }()
+		}
+	})
+	if err != nil {
+		return err
+	}
+	select {
+	case <-w.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-e.done:
+		return ErrStopped
+	}
+}
+
+// appliedThrough is the revision through which this replica has applied the
+// log: its last entry's, or a later one its watch has shown (events it does
+// not apply, or a progress notification).
+func (e *Engine) appliedThrough() int64 { return max(e.c.Rev(), e.seenRev) }
+
+// resolveRevWaiters releases the WaitApplied calls whose revision is
+// applied, and forgets those whose caller gave up.
+func (e *Engine) resolveRevWaiters() {
+	if len(e.revWaiters) == 0 {
+		return
+	}
+	through := e.appliedThrough()
+	keep := e.revWaiters[:0]
+	for _, w := range e.revWaiters {
+		switch {
+		case w.rev <= through:
+			close(w.done)
+		case w.ctx.Err() == nil:
+			keep = append(keep, w)
+		}
+	}
+	clear(e.revWaiters[len(keep):])
+	e.revWaiters = keep
 }

@@ -80,6 +80,9 @@ func (r *replica) Retry(ctx context.Context, id string) (core.DAGStatus, error) 
 func (r *replica) Query(ctx context.Context, fn func(c *core.Core)) error {
 	return r.engine().Query(ctx, fn)
 }
+func (r *replica) WaitApplied(ctx context.Context, rev int64) error {
+	return r.engine().WaitApplied(ctx, rev)
+}
 func (r *replica) Status() *scheduler.Status                  { return r.engine().Status() }
 func (r *replica) Leader(ctx context.Context) (string, error) { return r.engine().Leader(ctx) }
 

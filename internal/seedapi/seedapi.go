@@ -50,6 +50,7 @@ type Backend interface {
 	Submit(ctx context.Context, d *dag.DAG) (scheduler.SubmitResult, error)
 	Query(ctx context.Context, fn func(c *core.Core)) error
 	Status() *scheduler.Status
+	WaitApplied(ctx context.Context, rev int64) error
 }
 
 // Demo crashes and recovers this replica's scheduler for the demo console.
@@ -317,6 +318,7 @@ func (h *Handler) submit(w http.ResponseWriter, r *http.Request) {
 		status = http.StatusCreated
 	}
 	w.Header().Set("Location", "/api/v1/dags/"+res.ID)
+	api.MarkRevision(ctx, h.cfg.Backend, w)
 	writeJSON(w, status, SubmitResponse{Status: "accepted", Ingested: len(tasks), DAGID: res.ID})
 }
 
@@ -363,9 +365,10 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, body []byte) b
 	}
 	err = api.Relay{
 		Client: h.cfg.HTTPClient, To: leader.APIURL, From: h.cfg.Node, Token: h.cfg.AuthToken,
-		Timeout: h.cfg.WriteTimeout,
-		Headers: []string{"Content-Type", "Idempotency-Key"},
-		Set:     map[string]string{"X-Orion-Leader": leader.Name},
+		Timeout:  h.cfg.WriteTimeout,
+		Headers:  []string{"Content-Type", "Idempotency-Key"},
+		Set:      map[string]string{"X-Orion-Leader": leader.Name},
+		AwaitRev: h.cfg.Backend.WaitApplied,
 	}.Do(w, r, body)
 	if err != nil {
 		h.log.Warn("forwarding a seed submission to the leader failed", zap.String("leader", leader.Name), zap.Error(err))

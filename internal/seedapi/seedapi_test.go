@@ -53,6 +53,8 @@ func (f *fakeBackend) Query(ctx context.Context, fn func(c *core.Core)) error {
 	return nil
 }
 
+func (f *fakeBackend) WaitApplied(ctx context.Context, rev int64) error { return ctx.Err() }
+
 func (f *fakeBackend) Status() *scheduler.Status {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -33,6 +33,9 @@ func (r *engineRef) Retry(ctx context.Context, id string) (core.DAGStatus, error
 func (r *engineRef) Query(ctx context.Context, fn func(*core.Core)) error {
 	return r.get().Query(ctx, fn)
 }
+func (r *engineRef) WaitApplied(ctx context.Context, rev int64) error {
+	return r.get().WaitApplied(ctx, rev)
+}
 func (r *engineRef) Status() *scheduler.Status                  { return r.get().Status() }
 func (r *engineRef) Leader(ctx context.Context) (string, error) { return r.get().Leader(ctx) }
 

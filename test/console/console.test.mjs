@@ -4,7 +4,7 @@
 //
 // Each suite starts its own processes (harness.mjs) and one headless
 // Chromium; screenshots go to test/artifacts/console/ (gitignored).
-import { after, before, describe, test } from "node:test";
+import { after, afterEach, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
@@ -22,6 +22,17 @@ function unexpected(errors) {
       // A 404 resource error without URL comes from that same probe.
       !/^console: Failed to load resource: the server responded with a status of 404/.test(e),
   );
+}
+
+/**
+ * Prints the tails of the suite's process logs after a test that failed:
+ * CI keeps only the test output, and the logs say who led and which worker
+ * was connected where.
+ */
+function logsOnFailure(orion) {
+  afterEach((t) => {
+    if (!t.passed) console.error(`processes after "${t.name}" failed:\n${orion.logs(60)}`);
+  });
 }
 
 async function open(page, url) {
@@ -109,6 +120,7 @@ async function narration(page) {
 
 describe("console on a single node", { timeout: 480000 }, () => {
   const orion = new Orion("single");
+  logsOnFailure(orion);
   let node, b, page, demo;
 
   before(async () => {
@@ -291,6 +303,7 @@ describe("console on a single node", { timeout: 480000 }, () => {
 describe("console with an auth token", { timeout: 240000 }, () => {
   const TOKEN = "console-test-token";
   const orion = new Orion("token");
+  logsOnFailure(orion);
   let node, b, page;
 
   before(async () => {
@@ -337,6 +350,7 @@ describe("console with an auth token", { timeout: 240000 }, () => {
 // by a standby.
 describe("console on a cluster", { timeout: 480000 }, () => {
   const orion = new Orion("cluster");
+  logsOnFailure(orion);
   let c, b, page, standby, demo;
 
   before(async () => {

@@ -270,7 +270,17 @@ func TestAnyReplicaAnswers(t *testing.T) {
 	if code != 201 {
 		t.Fatalf("POST to standby %s: %d %s %v", standby.name, code, out, err)
 	}
-	t.Logf("POST to standby %s: %d, X-Orion-Leader %q", standby.name, code, hdr.Get("X-Orion-Leader"))
+	t.Logf("POST to standby %s: %d, X-Orion-Leader %q, X-Orion-Revision %q", standby.name, code,
+		hdr.Get("X-Orion-Leader"), hdr.Get("X-Orion-Revision"))
+	// Read-your-writes: the standby answered once it had applied the
+	// write, so a read from it right after shows the DAG.
+	rev, _ := strconv.ParseInt(hdr.Get("X-Orion-Revision"), 10, 64)
+	if rev <= 0 {
+		t.Errorf("the forwarded submission's answer has no X-Orion-Revision: %v", hdr)
+	}
+	if got, err := c.dag(standby, "any-1"); err != nil || got.Revision < rev {
+		t.Fatalf("GET any-1 from standby %s right after submitting through it: %+v %v (want revision >= %d)", standby.name, got, err, rev)
+	}
 	c.waitEverywhere("any-1", "succeeded", 60*time.Second)
 
 	// Cancel and retry through a standby. The first run of slow creates a
@@ -292,6 +302,10 @@ func TestAnyReplicaAnswers(t *testing.T) {
 		code, out, _, err := c.do("POST", standby.url, "/api/v1/dags/any-2/"+op.verb, "", nil)
 		if code != 200 {
 			t.Fatalf("%s any-2 through standby %s: %d %s %v", op.verb, standby.name, code, out, err)
+		}
+		// The standby shows its client's write at once.
+		if d, err := c.dag(standby, "any-2"); err != nil || (op.verb == "cancel" && d.Status != "cancelled") || (op.verb == "retry" && d.Run != 2) {
+			t.Errorf("any-2 on standby %s right after %s through it: %+v %v", standby.name, op.verb, d, err)
 		}
 		c.waitEverywhere("any-2", op.want, 60*time.Second)
 	}

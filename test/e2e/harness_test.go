@@ -226,6 +226,8 @@ type dagState struct {
 	Run    int            `json:"run"`
 	Counts map[string]int `json:"counts"`
 	Tasks  []taskState    `json:"tasks"`
+	// Revision is the one the answering replica had applied.
+	Revision int64 `json:"revision"`
 }
 
 func (d *dagState) task(id string) taskState {
