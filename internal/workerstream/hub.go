@@ -200,6 +200,8 @@ func (h *Hub) SetLeading(leading bool) {
 // given one address learns where to look when that replica goes away.
 // Replicas' own slots are not told (they find the leader through etcd).
 func (h *Hub) SetPeers(peers []Peer) {
+	// The hub's own copy; it is replaced, never changed in place, so every
+	// message can share it (a Pipe passes the slice itself).
 	peers = slices.Clone(peers)
 	slices.SortFunc(peers, func(a, b Peer) int { return cmp.Compare(a.Name, b.Name) })
 	h.mu.Lock()
@@ -210,7 +212,7 @@ func (h *Hub) SetPeers(peers []Peer) {
 	h.peers = peers
 	for hc := range h.conns {
 		if w := hc.worker; w != nil && w.replica == "" {
-			hc.send(Msg{Type: TypePeers, Peers: slices.Clone(peers)})
+			hc.send(Msg{Type: TypePeers, Peers: peers})
 		}
 	}
 }
@@ -414,7 +416,7 @@ func (h *Hub) join(hc *hubConn, hello *Hello) bool {
 	hc.send(Msg{Type: TypeWelcome, Welcome: &Welcome{Leader: h.cfg.Leader,
 		HeartbeatMs: max(1, int(h.cfg.HeartbeatInterval/time.Millisecond)), StaleAfterMs: int(h.cfg.StaleAfter / time.Millisecond)}})
 	if hello.Replica == "" && len(h.peers) > 0 {
-		hc.send(Msg{Type: TypePeers, Peers: slices.Clone(h.peers)})
+		hc.send(Msg{Type: TypePeers, Peers: h.peers})
 	}
 	// Attempts dispatched while it was away, or sent on a stream that
 	// died before the worker read them, are sent (again) now.
