@@ -18,6 +18,7 @@ import (
 	"github.com/orion-sched/orion/internal/core"
 	"github.com/orion-sched/orion/internal/dag"
 	"github.com/orion-sched/orion/internal/executor"
+	"github.com/orion-sched/orion/internal/httpguard"
 	"github.com/orion-sched/orion/internal/metrics"
 	"github.com/orion-sched/orion/internal/scheduler"
 )
@@ -87,6 +88,10 @@ type Config struct {
 	// HTTPClient makes forwarded and fan-out requests (default
 	// http.DefaultClient).
 	HTTPClient *http.Client
+	// Hosts is the Host allow-list every request must pass, before any
+	// other check (DNS rebinding; see httpguard). The zero value serves IP
+	// literals and localhost only.
+	Hosts httpguard.Hosts
 	// Routes are extra handlers mounted behind the same rate limit and
 	// authentication (the worker stream endpoint).
 	Routes map[string]http.Handler
@@ -166,6 +171,13 @@ func IdempotencyID(key string) string {
 	}
 	sum := sha256.Sum256([]byte(key))
 	return "k-" + hex.EncodeToString(sum[:])[:20]
+}
+
+// dagLimits bounds a submitted DAG: its task count, and the text it decodes
+// to at twice the body limit (YAML aliases multiply bytes; see
+// dag.DecodedBytes).
+func (s *server) dagLimits() dag.Limits {
+	return dag.Limits{MaxTasks: s.cfg.MaxTasks, MaxDecodedBytes: 2 * s.cfg.MaxBodyBytes}
 }
 
 // node is this replica's name.

@@ -25,6 +25,7 @@ import (
 	"github.com/orion-sched/orion/internal/core"
 	"github.com/orion-sched/orion/internal/dag"
 	"github.com/orion-sched/orion/internal/executor"
+	"github.com/orion-sched/orion/internal/httpguard"
 	"github.com/orion-sched/orion/internal/metrics"
 	"github.com/orion-sched/orion/internal/scheduler"
 )
@@ -848,7 +849,7 @@ func TestAuth(t *testing.T) {
 
 // direct calls the handler without a network, from the given address.
 func direct(h http.Handler, remote, method, path string, hdr ...string) *httptest.ResponseRecorder {
-	req := httptest.NewRequest(method, path, nil)
+	req := httptest.NewRequest(method, "http://127.0.0.1:8080"+path, nil)
 	req.RemoteAddr = remote
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
@@ -954,30 +955,6 @@ func TestLimiterBounded(t *testing.T) {
 	}
 }
 
-func TestClientKey(t *testing.T) {
-	for _, c := range []struct {
-		remote  string
-		key     string
-		limited bool
-	}{
-		{"127.0.0.1:80", "", false},
-		{"127.1.2.3:80", "", false},
-		{"[::1]:80", "", false},
-		{"[::ffff:127.0.0.1]:80", "", false},
-		{"203.0.113.9:1234", "203.0.113.9", true},
-		{"[::ffff:203.0.113.9]:1", "203.0.113.9", true},
-		{"[2001:db8:1:2:3:4:5:6]:443", "2001:db8:1:2::/64", true},
-		{"[2001:db8:1:2::9]:443", "2001:db8:1:2::/64", true},
-		{"[fe80::1%eth0]:1", "fe80::/64", true},
-		{"@", "?@", true},
-	} {
-		key, limited := clientKey(c.remote)
-		if key != c.key || limited != c.limited {
-			t.Errorf("clientKey(%q) = %q, %v; want %q, %v", c.remote, key, limited, c.key, c.limited)
-		}
-	}
-}
-
 func TestNewRequiresBackend(t *testing.T) {
 	defer func() {
 		if recover() == nil {
@@ -1045,5 +1022,91 @@ func TestCrossSiteWritesRefused(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusCreated && resp.StatusCode != http.StatusOK {
 		t.Errorf("same-origin write: %d", resp.StatusCode)
+	}
+}
+
+// DNS rebinding: a page whose own name now resolves to 127.0.0.1 sends a Host
+// and an Origin that name that page's site and match each other. No route
+// family may be reached that way, not even the probes or a mounted route
+// (the worker stream, events, the seed API, the console), and the names
+// this server serves still work.
+func TestForeignHostRefusedOnEveryRoute(t *testing.T) {
+	reached := map[string]int{}
+	mounted := func(name string) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { reached[name]++ })
+	}
+	e := newEnv(t, func(c *Config) {
+		c.Hosts = httpguard.NewHosts("orion.example.com")
+		c.Routes = map[string]http.Handler{
+			"GET /internal/v1/worker": mounted("worker"),
+			"/api/v1/events":          mounted("events"),
+			"POST /api/v1/dag":        mounted("seed"),
+			"GET /{$}":                mounted("console"),
+		}
+	})
+	routes := []struct{ method, path string }{
+		{"POST", "/api/v1/dags"}, {"GET", "/api/v1/dags"}, {"GET", "/api/v1/dags/x"}, {"POST", "/api/v1/dags/x/cancel"},
+		{"GET", "/api/v1/cluster"}, {"GET", "/metrics"}, {"GET", "/healthz"}, {"GET", "/readyz"},
+		{"GET", "/internal/v1/worker"}, {"GET", "/api/v1/events"}, {"POST", "/api/v1/dag"}, {"GET", "/"},
+	}
+	for _, host := range []string{"rebind.example:8080", "rebind.example", "127.0.0.1.nip.io:8080", "orion.example.com.evil.example"} {
+		for _, rt := range routes {
+			req := httptest.NewRequest(rt.method, "http://"+host+rt.path, strings.NewReader(`{"name":"x","tasks":[{"id":"a"}]}`))
+			req.RemoteAddr = "127.0.0.1:5555"
+			req.Header.Set("Origin", "http://"+host)
+			rec := httptest.NewRecorder()
+			e.h.ServeHTTP(rec, req)
+			resp{code: rec.Code, header: rec.Header(), body: rec.Body.Bytes()}.wantError(t, http.StatusMisdirectedRequest, "host_not_allowed")
+		}
+	}
+	e.f.mu.Lock()
+	submitted := len(e.f.submitted)
+	e.f.mu.Unlock()
+	if len(reached) != 0 || submitted != 0 {
+		t.Fatalf("a rebound request reached a handler: %v, %d DAGs submitted", reached, submitted)
+	}
+	// Served names: loopback, an IP literal, a configured name.
+	for _, host := range []string{"127.0.0.1:8080", "localhost:8080", "[::1]:8080", "10.1.2.3:8080", "orion.example.com"} {
+		req := httptest.NewRequest("GET", "http://"+host+"/internal/v1/worker", nil)
+		req.RemoteAddr = "127.0.0.1:5555"
+		rec := httptest.NewRecorder()
+		e.h.ServeHTTP(rec, req)
+		if rec.Code != http.StatusOK {
+			t.Errorf("Host %s: %d %s", host, rec.Code, rec.Body)
+		}
+	}
+	if reached["worker"] != 5 {
+		t.Fatalf("worker route reached %d times, want 5", reached["worker"])
+	}
+	r := e.do(t, "GET", "/metrics", "")
+	if !strings.Contains(string(r.body), "orion_http_host_refused_total 48") {
+		t.Fatal("refused hosts not counted (orion_http_host_refused_total 48)")
+	}
+}
+
+// A write whose Origin names a page of the rebinding site is refused even
+// when its Host is allowed: the Origin is judged by the allow-list, never by
+// the request's own Host.
+func TestOriginJudgedByAllowList(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.Hosts = httpguard.NewHosts("orion.example.com") })
+	for _, c := range []struct {
+		host, origin string
+		want         int
+	}{
+		{"127.0.0.1:8080", "http://rebind.example:8080", http.StatusForbidden},
+		{"orion.example.com", "http://rebind.example", http.StatusForbidden},
+		{"10.1.2.3:8080", "http://10.1.2.3:8080", http.StatusForbidden}, // not the address it arrived on
+		{"127.0.0.1:8080", "http://127.0.0.1:8080", http.StatusCreated},
+		{"orion.example.com", "https://orion.example.com", http.StatusCreated},
+	} {
+		req := httptest.NewRequest("POST", "http://"+c.host+"/api/v1/dags", strings.NewReader(`{"name":"x","tasks":[{"id":"a"}]}`))
+		req.RemoteAddr = "127.0.0.1:5555"
+		req.Header.Set("Origin", c.origin)
+		req.Header.Set("Content-Type", "text/plain")
+		rec := httptest.NewRecorder()
+		e.h.ServeHTTP(rec, req)
+		if rec.Code != c.want && !(c.want == http.StatusCreated && rec.Code == http.StatusOK) {
+			t.Errorf("Host %s Origin %s: %d %s, want %d", c.host, c.origin, rec.Code, rec.Body, c.want)
+		}
 	}
 }

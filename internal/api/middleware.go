@@ -5,7 +5,6 @@ import (
 	"crypto/subtle"
 	"fmt"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -13,12 +12,14 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/orion-sched/orion/internal/console"
+	"github.com/orion-sched/orion/internal/httpguard"
 )
 
 // ServeHTTP wraps the routes with panic recovery, request logging and
-// metrics, the rate limit and authentication, in that order from outside in:
-// the rate limit comes before authentication so that guessing tokens is
-// limited too.
+// metrics, the Host allow-list, the rate limit and authentication, in that
+// order from outside in: the rate limit comes before authentication so that
+// guessing tokens is limited too, and the Host check comes first so that a
+// rebound name reaches nothing, not even the probes.
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	rw := &responseWriter{ResponseWriter: w, req: r}
@@ -38,6 +39,12 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 
+	if !s.cfg.Hosts.AllowedHost(r.Host) {
+		s.m.HostRefused.Inc()
+		WriteError(rw, http.StatusMisdirectedRequest, "host_not_allowed",
+			fmt.Sprintf("host %q is not served here: use 127.0.0.1 or localhost, or add the name to allowed_hosts (--allowed-hosts, ORION_ALLOWED_HOSTS)", r.Host), nil)
+		return
+	}
 	open := r.URL.Path == "/healthz" || r.URL.Path == "/readyz"
 	// A write a standby forwarded with the cluster's token was limited where
 	// it arrived; limiting it again would throttle every forwarded client as
@@ -51,7 +58,7 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		WriteError(rw, http.StatusUnauthorized, "unauthorized", "missing or invalid bearer token", nil)
 		return
 	}
-	if crossSiteWrite(r) {
+	if s.crossSiteWrite(r) {
 		WriteError(rw, http.StatusForbidden, "cross_origin",
 			"a write from another origin ("+r.Header.Get("Origin")+") is refused: shell tasks mean remote execution", nil)
 
@@ -66,23 +73,19 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // machine could POST a DAG of shell tasks to a loopback server that needs
 // no token (browsers send text/plain and form bodies cross-origin without
 // asking). Browsers always send Origin on such requests; CLI and other
-// programs send none.
-func crossSiteWrite(r *http.Request) bool {
+// programs send none. The Origin is judged by the allow-list, never by the
+// request's own Host, which a rebinding page chooses.
+func (s *server) crossSiteWrite(r *http.Request) bool {
 	switch r.Method {
 	case http.MethodGet, http.MethodHead, http.MethodOptions:
 		return false
 	}
-	origin := r.Header.Get("Origin")
-	if origin == "" {
-		return false
-	}
-	u, err := url.Parse(origin)
-	return err != nil || !strings.EqualFold(u.Host, r.Host)
+	return !s.cfg.Hosts.AllowedOrigin(r)
 }
 
 // allow applies the per-IP rate limit; loopback clients are never limited.
 func (s *server) allow(w http.ResponseWriter, r *http.Request) bool {
-	key, limited := clientKey(r.RemoteAddr)
+	key, limited := httpguard.ClientKey(r.RemoteAddr)
 	if !limited {
 		return true
 	}

@@ -2,8 +2,6 @@ package api
 
 import (
 	"math"
-	"net"
-	"net/netip"
 	"sync"
 	"time"
 
@@ -94,29 +92,4 @@ func (l *ipLimiter) size() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return len(l.clients)
-}
-
-// clientKey names the client of a request for the rate limit, and says
-// whether it is limited at all: loopback clients (127.0.0.0/8, ::1) are not.
-// Only the connection's address counts; X-Forwarded-For is not trusted. An
-// IPv6 client is keyed by its /64, which one host usually has whole. An
-// address that does not parse is limited under its own text.
-func clientKey(remoteAddr string) (string, bool) {
-	host := remoteAddr
-	if h, _, err := net.SplitHostPort(remoteAddr); err == nil {
-		host = h
-	}
-	a, err := netip.ParseAddr(host)
-	if err != nil {
-		return "?" + remoteAddr, true
-	}
-	a = a.Unmap().WithZone("")
-	if a.IsLoopback() {
-		return "", false
-	}
-	if a.Is6() {
-		p, _ := a.Prefix(64)
-		return p.String(), true
-	}
-	return a.String(), true
 }

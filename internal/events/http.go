@@ -5,9 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net"
 	"net/http"
-	"net/url"
 	"strings"
 	"time"
 
@@ -16,6 +14,7 @@ import (
 
 	"github.com/orion-sched/orion/internal/api"
 	"github.com/orion-sched/orion/internal/hijack"
+	"github.com/orion-sched/orion/internal/httpguard"
 )
 
 // Paths of the stream endpoints.
@@ -78,6 +77,12 @@ func (h *Hub) SSEHandler(cfg HTTPConfig) http.Handler {
 		hd.Set("X-Accel-Buffering", "no")
 		w.WriteHeader(http.StatusOK)
 		rc := http.NewResponseController(w)
+		// A stream outlives the server's request read timeout, which would
+		// otherwise end it (net/http cancels the request when its background
+		// read times out); each write sets its own deadline below.
+		if err := rc.SetReadDeadline(time.Time{}); err != nil && !errors.Is(err, http.ErrNotSupported) {
+			return
+		}
 		var buf bytes.Buffer
 		buf.WriteString("retry: 1000\n: orion events\n\n")
 		ctx := r.Context()
@@ -245,36 +250,22 @@ func methodNotAllowed(w http.ResponseWriter, allow string) {
 }
 
 // Origins is the cross-origin policy of the browser-facing endpoints here
-// and in the seed API. A request with no Origin header (curl, scripts) or
-// from its own origin is always allowed. Allow lists further origins
-// ("http://host:port", or "*" for any); when empty, pages served from
-// loopback (localhost, 127.0.0.1, [::1], any port) are allowed, for
-// development servers such as the original console's.
+// and in the seed API. A request with no Origin header (curl, scripts) is
+// always allowed. A browser's Origin is judged by Hosts (loopback pages,
+// configured names, the address the connection arrived on), never by the
+// request's own Host, which a DNS-rebinding page controls. Allow lists
+// further origins ("http://host:port", or "*" for any).
 type Origins struct {
+	Hosts httpguard.Hosts
 	Allow []string
 }
 
 // Allowed reports whether r's Origin may use the endpoints.
 func (o Origins) Allowed(r *http.Request) bool {
+	if o.Hosts.AllowedOrigin(r) {
+		return true
+	}
 	origin := r.Header.Get("Origin")
-	if origin == "" {
-		return true
-	}
-	u, err := url.Parse(origin)
-	if err != nil || u.Host == "" {
-		return false
-	}
-	if strings.EqualFold(u.Host, r.Host) {
-		return true
-	}
-	if len(o.Allow) == 0 {
-		host := u.Hostname()
-		if strings.EqualFold(host, "localhost") {
-			return true
-		}
-		ip := net.ParseIP(host)
-		return ip != nil && ip.IsLoopback()
-	}
 	for _, a := range o.Allow {
 		if a == "*" || strings.EqualFold(strings.TrimRight(a, "/"), origin) {
 			return true

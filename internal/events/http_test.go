@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+
+	"github.com/orion-sched/orion/internal/httpguard"
 )
 
 type sseMsg struct {
@@ -234,9 +236,12 @@ func TestWebSocketEndToEnd(t *testing.T) {
 
 func TestOriginPolicy(t *testing.T) {
 	h := NewHub(Config{})
-	handler := h.SSEHandler(HTTPConfig{})
-	do := func(method, origin string) *httptest.ResponseRecorder {
-		req := httptest.NewRequest(method, "http://orion.example:8080/api/v1/events?since=abc", nil)
+	// orion.example is a configured name; rebind.example is a name whose
+	// page rebound itself to this server: its Origin equals its Host, which
+	// proves nothing.
+	handler := h.SSEHandler(HTTPConfig{Origins: Origins{Hosts: httpguard.NewHosts("orion.example")}})
+	do := func(method, host, origin string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(method, "http://"+host+"/api/v1/events?since=abc", nil)
 		if origin != "" {
 			req.Header.Set("Origin", origin)
 		}
@@ -244,31 +249,39 @@ func TestOriginPolicy(t *testing.T) {
 		handler.ServeHTTP(rec, req)
 		return rec
 	}
-	if rec := do(http.MethodGet, "http://evil.example"); rec.Code != http.StatusForbidden {
-		t.Fatalf("foreign origin: %d", rec.Code)
+	for _, c := range []struct{ host, origin string }{
+		{"orion.example:8080", "http://evil.example"},
+		{"rebind.example:8080", "http://rebind.example:8080"},
+		{"127.0.0.1:8080", "null"},
+		{"127.0.0.1:8080", "http://192.0.2.7:8080"}, // another machine's page
+	} {
+		if rec := do(http.MethodGet, c.host, c.origin); rec.Code != http.StatusForbidden {
+			t.Errorf("Host %s, Origin %s: %d, want 403", c.host, c.origin, rec.Code)
+		}
 	}
-	if rec := do(http.MethodOptions, "http://localhost:3000"); rec.Code != http.StatusNoContent ||
+	if rec := do(http.MethodOptions, "127.0.0.1:8080", "http://localhost:3000"); rec.Code != http.StatusNoContent ||
 		rec.Header().Get("Access-Control-Allow-Origin") != "http://localhost:3000" {
 		t.Fatalf("preflight from loopback: %d %v", rec.Code, rec.Header())
 	}
-	// Same origin, and no origin at all, reach the handler (400: bad since).
-	for _, o := range []string{"", "http://orion.example:8080"} {
-		if rec := do(http.MethodGet, o); rec.Code != http.StatusBadRequest {
-			t.Fatalf("origin %q: %d", o, rec.Code)
+	// A configured origin, a loopback one, and none at all reach the handler
+	// (400: bad since).
+	for _, o := range []string{"", "http://orion.example:8080", "http://127.0.0.1:8080"} {
+		if rec := do(http.MethodGet, "orion.example:8080", o); rec.Code != http.StatusBadRequest {
+			t.Errorf("origin %q: %d", o, rec.Code)
 		}
 	}
-	if rec := do(http.MethodPost, ""); rec.Code != http.StatusMethodNotAllowed {
+	if rec := do(http.MethodPost, "127.0.0.1", ""); rec.Code != http.StatusMethodNotAllowed {
 		t.Fatalf("POST: %d", rec.Code)
 	}
 	o := Origins{Allow: []string{"https://console.example"}}
 	req := httptest.NewRequest(http.MethodGet, "http://x/", nil)
-	req.Header.Set("Origin", "http://localhost:3000")
-	if o.Allowed(req) {
-		t.Fatal("an explicit list replaces the loopback default")
-	}
 	req.Header.Set("Origin", "https://console.example")
 	if !o.Allowed(req) {
 		t.Fatal("listed origin refused")
+	}
+	req.Header.Set("Origin", "https://other.example")
+	if o.Allowed(req) {
+		t.Fatal("unlisted origin allowed")
 	}
 }
 

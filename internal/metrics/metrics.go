@@ -38,6 +38,9 @@ type Metrics struct {
 	StaleResults     prometheus.Counter
 	DroppedEvents    prometheus.Counter
 	RateLimited      prometheus.Counter
+	HostRefused      prometheus.Counter
+	ConnsRefused     prometheus.Counter
+	TooLarge         prometheus.Counter
 	KubeLabelErrors  prometheus.Counter
 	HTTPRequests     *prometheus.CounterVec
 	RetentionDeletes prometheus.Counter
@@ -79,6 +82,9 @@ func New() *Metrics {
 	m.StaleResults = f.counter("orion_stale_results_total", "Results for attempts that were no longer current, discarded.")
 	m.DroppedEvents = f.counter("orion_dropped_events_total", "Live events dropped because a subscriber was too slow.")
 	m.RateLimited = f.counter("orion_rate_limited_total", "API requests refused by the rate limit.")
+	m.HostRefused = f.counter("orion_http_host_refused_total", "Requests refused because their Host is not in the allow-list (DNS rebinding or a missing allowed_hosts entry).")
+	m.ConnsRefused = f.counter("orion_http_connections_refused_total", "Connections closed at once because their client address already held its limit of open connections.")
+	m.TooLarge = f.counter("orion_submissions_too_large_total", "Submissions refused because they would not fit etcd's request limit or the decoded-size budget.")
 	m.KubeLabelErrors = f.counter("orion_kube_label_errors_total", "Failed attempts to set the leader/standby label on a pod.")
 	m.HTTPRequests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orion_http_requests_total", Help: "API requests by route and status code."}, []string{"route", "code"})
 	r.MustRegister(m.HTTPRequests)

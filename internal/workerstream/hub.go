@@ -146,13 +146,17 @@ func NewHub(cfg HubConfig) *Hub {
 	}
 	done := make(chan struct{})
 	return &Hub{
-		cfg:     cfg,
-		log:     cfg.Logger,
-		events:  newOutlet[Event](256, done),
-		results: newOutlet[executor.Result](4096, done),
-		done:    done,
-		conns:   make(map[*hubConn]struct{}),
-		workers: make(map[string]*RemoteWorker),
+		cfg: cfg,
+		log: cfg.Logger,
+		// Workers are programs and send no Origin. A request that carries
+		// one comes from a browser page, which must never pose as a worker
+		// and receive tasks, whatever origin it claims.
+		upgrader: websocket.Upgrader{CheckOrigin: func(r *http.Request) bool { return r.Header.Get("Origin") == "" }},
+		events:   newOutlet[Event](256, done),
+		results:  newOutlet[executor.Result](4096, done),
+		done:     done,
+		conns:    make(map[*hubConn]struct{}),
+		workers:  make(map[string]*RemoteWorker),
 	}
 }
 
@@ -288,8 +292,8 @@ func (h *Hub) Workers() []WorkerInfo {
 
 // Handler serves the websocket endpoint (mount it at GET Path, behind the
 // API's authentication). The request's goroutine serves the stream until it
-// ends. Browsers from another origin are refused (gorilla's same-origin
-// check); non-browser clients send no Origin and are accepted.
+// ends. Any request with an Origin header (a browser) is refused; workers
+// send none.
 func (h *Hub) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ws, err := h.upgrader.Upgrade(hijack.Writer(w), r, nil)
