@@ -73,8 +73,12 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 
 	case errors.As(err, &ve):
 		status := http.StatusBadRequest
-		if ve.Code == dag.CodeUnsupportedMedia {
+		switch ve.Code {
+		case dag.CodeUnsupportedMedia:
 			status = http.StatusUnsupportedMediaType
+		case dag.CodeTooLarge:
+			status = http.StatusRequestEntityTooLarge
+			s.m.TooLarge.Inc()
 		}
 		WriteError(w, status, ve.Code, ve.Message, ve.Details)
 	case errors.Is(err, scheduler.ErrNotLeader), errors.Is(err, scheduler.ErrUnknown),

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -108,18 +109,22 @@ func (s *server) submit(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, http.StatusBadRequest, "bad_request", "could not read the request body", nil)
 		return
 	}
-	d, err := dag.Load(body, ct, dag.Limits{MaxTasks: s.cfg.MaxTasks})
+	d, err := dag.Parse(body, ct)
+	if err == nil {
+		// The key names the DAG before defaults apply, so a DAG given only
+		// a key and tasks takes the key as its id and its name.
+		if key := strings.TrimSpace(r.Header.Get("Idempotency-Key")); d.ID == "" && key != "" {
+			d.ID = IdempotencyID(key)
+		}
+		d.Normalize()
+		err = dag.Validate(d, s.dagLimits())
+	}
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
 	if s.forward(w, r, body) {
 		return
-	}
-	if d.ID == "" {
-		if key := r.Header.Get("Idempotency-Key"); key != "" {
-			d.ID = IdempotencyID(key)
-		}
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.WriteTimeout)
 	defer cancel()
@@ -319,12 +324,18 @@ func (s *server) taskLog(w http.ResponseWriter, r *http.Request) {
 	h.Set("Content-Type", "text/plain; charset=utf-8")
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Cache-Control", "no-store")
+	// A log may be large or come from a remote worker: it gets longer than
+	// the server's write timeout, and still a bound.
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(logWriteTimeout))
 	w.WriteHeader(http.StatusOK)
 	if _, err := io.Copy(w, rc); err != nil {
 		s.log.Debug("copying a task log failed", zap.String("dag", id), zap.String("task", taskID),
 			zap.Int("attempt", attempt), zap.Error(err))
 	}
 }
+
+// logWriteTimeout bounds the copy of one task log to the client.
+const logWriteTimeout = 10 * time.Minute
 
 // workerOf names the worker that ran an attempt, or "" if unknown.
 func workerOf(tv *core.TaskView, attempt int) string {

@@ -24,6 +24,13 @@ type Server struct {
 	AdvertiseURL         string        `mapstructure:"advertise_url" json:"advertise_url"`
 	KubeLeaderLabel      string        `mapstructure:"kube_leader_label" json:"kube_leader_label"`
 	MetricsNoAuth        bool          `mapstructure:"metrics_no_auth" json:"metrics_no_auth"`
+	AllowedHosts         []string      `mapstructure:"allowed_hosts" json:"allowed_hosts"`
+	HTTPReadTimeout      time.Duration `mapstructure:"http_read_timeout" json:"http_read_timeout"`
+	HTTPWriteTimeout     time.Duration `mapstructure:"http_write_timeout" json:"http_write_timeout"`
+	HTTPIdleTimeout      time.Duration `mapstructure:"http_idle_timeout" json:"http_idle_timeout"`
+	HTTPMaxHeaderBytes   int           `mapstructure:"http_max_header_bytes" json:"http_max_header_bytes"`
+	MaxConnsPerClient    int           `mapstructure:"max_conns_per_client" json:"max_conns_per_client"`
+	EtcdMaxRequestBytes  int           `mapstructure:"etcd_max_request_bytes" json:"etcd_max_request_bytes"`
 	Demo                 bool          `mapstructure:"demo" json:"demo"`
 	StreamStaleAfter     time.Duration `mapstructure:"stream_stale_after" json:"stream_stale_after"`
 	WorkerReconnectGrace time.Duration `mapstructure:"worker_reconnect_grace" json:"worker_reconnect_grace"`
@@ -76,6 +83,13 @@ const ServerEnvPrefix = "ORION_"
 var serverFlags = []Flag{
 	{"name", "", "replica name: the election value and worker id prefix (default: host name)"},
 	{"listen", "127.0.0.1:8080", "HTTP address for the API, console and /metrics; non-loopback needs --auth-token or --insecure-no-auth"},
+	{"allowed-hosts", []string{}, "host names requests may carry in Host besides IP literals and localhost (the names of a load balancer or Service); \".example.com\" allows its subdomains, \"*\" any name (then only a token protects the server from DNS rebinding)"},
+	{"http-read-timeout", 30 * time.Second, "longest time to read a whole request (headers have 10s)"},
+	{"http-write-timeout", 60 * time.Second, "longest time to answer a request; streams (events, worker stream, logs) set their own deadlines; must exceed write-timeout"},
+	{"http-idle-timeout", 120 * time.Second, "how long an idle keep-alive connection is kept"},
+	{"http-max-header-bytes", 64 << 10, "largest request header block"},
+	{"max-conns-per-client", 128, "open connections one non-loopback client address (an IPv4 address or an IPv6 /64) may hold; more are closed at once"},
+	{"etcd-max-request-bytes", 3 << 19, "etcd's --max-request-bytes (1.5 MiB by default): every record is checked against it before it is committed, and the embedded member uses it"},
 	{"advertise-url", "", "URL other replicas and workers use to reach this API (default http://<listen address>)"},
 	{"stream-stale-after", time.Second, "a worker or leader stream silent this long is treated as dead (the leader sends heartbeats every 100ms)"},
 	{"worker-reconnect-grace", 2 * time.Second, "how long a disconnected worker keeps its running attempts before they are re-queued"},
@@ -181,6 +195,7 @@ func LoadServer(v *viper.Viper, configFile string) (Server, string, error) {
 		return s, configFile, fmt.Errorf("config: %w", err)
 	}
 	s.EtcdEndpoints = splitList(s.EtcdEndpoints)
+	s.AllowedHosts = splitList(s.AllowedHosts)
 	if s.Name == "" {
 		h, err := os.Hostname()
 		if err != nil || h == "" {
@@ -234,6 +249,21 @@ func (s Server) Validate() error {
 	}
 	if s.MaxTxnOps < 4 {
 		errs = append(errs, fmt.Errorf("max_txn_ops %d: must be ≥ 4", s.MaxTxnOps))
+	}
+	if s.HTTPReadTimeout <= 0 || s.HTTPIdleTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("http_read_timeout %s / http_idle_timeout %s: must be > 0", s.HTTPReadTimeout, s.HTTPIdleTimeout))
+	}
+	if s.HTTPWriteTimeout <= s.WriteTimeout {
+		errs = append(errs, fmt.Errorf("http_write_timeout %s: must exceed write_timeout %s, or a write's answer is cut off while it waits for its commit", s.HTTPWriteTimeout, s.WriteTimeout))
+	}
+	if s.HTTPMaxHeaderBytes < 4<<10 {
+		errs = append(errs, fmt.Errorf("http_max_header_bytes %d: must be ≥ 4096", s.HTTPMaxHeaderBytes))
+	}
+	if s.MaxConnsPerClient < 1 {
+		errs = append(errs, fmt.Errorf("max_conns_per_client %d: must be ≥ 1", s.MaxConnsPerClient))
+	}
+	if s.EtcdMaxRequestBytes < 64<<10 {
+		errs = append(errs, fmt.Errorf("etcd_max_request_bytes %d: must be ≥ 65536 (etcd's default is 1572864)", s.EtcdMaxRequestBytes))
 	}
 	if s.RateLimit <= 0 {
 		errs = append(errs, fmt.Errorf("rate_limit %v: must be > 0", s.RateLimit))

@@ -246,6 +246,18 @@ func (c *Core) Submit(spec *dag.DAG, now time.Time) (SubmitOutcome, error) {
 	return SubmitProposed, nil
 }
 
+// WithdrawSubmit forgets the proposal of DAG id when etcd refused it without
+// applying it (a record too large for one request): it never entered the
+// log, so a later submission with this id is judged afresh. It reports
+// whether such a proposal was pending.
+func (c *Core) WithdrawSubmit(id string) bool {
+	if c.pendingSubmit[id] == nil {
+		return false
+	}
+	delete(c.pendingSubmit, id)
+	return true
+}
+
 func sameSpec(a, b *dag.DAG) bool {
 	if a.ID == b.ID && a.Name == b.Name && len(a.Tasks) == len(b.Tasks) && len(a.Tasks) > 0 && &a.Tasks[0] == &b.Tasks[0] {
 		return true // the leader's own records share the submitted task list

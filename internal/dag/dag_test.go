@@ -706,6 +706,12 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(`{"name":"n","tasks":[{"id":"a","fail":1e999}]}`), "application/json")
 	f.Add([]byte("name: n\ntasks:\n  - id: a\n    fail: .nan\n    duration: .inf\n"), "application/yaml")
 	f.Add([]byte("a: &a [*a]\n"), "text/yaml")
+	f.Add([]byte("name: x\ntasks:\n  - {id: a, command: &c echo}\n  - {id: b, command: *c, depends_on: [a]}\n"), "application/yaml")
+	f.Add([]byte(aliasBomb(50, 200)), "application/yaml")
+	f.Add([]byte("name: x\ntasks:\n  - {id: a, env: &e {A: b}}\n  - {id: b, env: *e}\n"), "text/yaml")
+	// The expansion budget is an invariant: whatever the body, an accepted
+	// DAG's decoded text is within the limit and every field within its own.
+	const budget = 4 << 10
 	f.Fuzz(func(t *testing.T, body []byte, contentType string) {
 		d, err := Parse(body, contentType)
 		if err != nil {
@@ -713,9 +719,17 @@ func FuzzParse(f *testing.F) {
 			return
 		}
 		d.Normalize()
-		if err := Validate(d, Limits{MaxTasks: 50}); err != nil {
+		if err := Validate(d, Limits{MaxTasks: 50, MaxDecodedBytes: budget}); err != nil {
 			asVE(t, err)
 			return
+		}
+		if n := d.DecodedBytes(); n > budget {
+			t.Fatalf("accepted a DAG of %d decoded bytes; the budget is %d", n, budget)
+		}
+		for i := range d.Tasks {
+			if tk := &d.Tasks[i]; len(tk.Command) > MaxCommandBytes || tk.envBytes() > MaxEnvBytes || len(tk.URL) > MaxURLBytes {
+				t.Fatalf("task %s is over a field limit", tk.ID)
+			}
 		}
 		// A valid DAG must survive its canonical form unchanged.
 		c := d.Canonical()

@@ -19,6 +19,7 @@ const (
 	CodeInvalid          = "invalid_dag"            // any rule other than the two below
 	CodeCycle            = "cycle"                  // the only problems are cycles
 	CodeTooMany          = "too_many_tasks"         // more than Limits.MaxTasks
+	CodeTooLarge         = "dag_too_large"          // over the decoded-size budget, or larger than etcd stores
 )
 
 // Bounds on values. They exist to catch typos (a timeout of 5000h, a
@@ -48,6 +49,12 @@ func (e *ValidationError) Error() string { return e.Message }
 // Limits bounds what Validate accepts; zero values mean the defaults.
 type Limits struct {
 	MaxTasks int // 0: DefaultMaxTasks
+	// MaxDecodedBytes bounds DecodedBytes (0: DefaultMaxDecodedBytes). The
+	// API sets twice its body limit.
+	MaxDecodedBytes int64
+	// Stored skips the per-field size limits, for records read back from
+	// etcd: an earlier version may have accepted larger fields.
+	Stored bool
 }
 
 // problems collects Details while validating.
@@ -170,8 +177,11 @@ func Validate(d *DAG, limits Limits) error {
 	// Checked first and alone: listing per-task problems of a DAG that is
 	// refused for its size anyway would only cost time on a big input.
 	if len(d.Tasks) > maxTasks {
-		msg := fmt.Sprintf("dag has %d tasks; the limit is %d", len(d.Tasks), maxTasks)
+		msg := fmt.Sprintf("dag has %d tasks; the limit is %d (max_tasks_per_dag)", len(d.Tasks), maxTasks)
 		return &ValidationError{Code: CodeTooMany, Message: msg, Details: []string{msg}}
+	}
+	if err := checkBudget(d, limits.MaxDecodedBytes); err != nil {
+		return err
 	}
 
 	var p problems
@@ -205,6 +215,9 @@ func Validate(d *DAG, limits Limits) error {
 			}
 		}
 		validateTask(&p, label, t)
+		if !limits.Stored {
+			checkFieldSizes(&p, label, t)
+		}
 	}
 
 	for i := range d.Tasks {

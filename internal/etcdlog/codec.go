@@ -1,6 +1,7 @@
 package etcdlog
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 
@@ -16,7 +17,7 @@ import (
 func Ops(e *core.Entry) ([]clientv3.Op, int, error) {
 	switch {
 	case e.Task != "":
-		v, err := json.Marshal(e.T)
+		v, err := marshal(e.T)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -29,12 +30,26 @@ func Ops(e *core.Entry) ([]clientv3.Op, int, error) {
 			clientv3.OpDelete(DAGTasksPrefix(e.DAG), clientv3.WithPrefix()),
 		}, 0, nil
 	default:
-		v, err := json.Marshal(e.D)
+		v, err := marshal(e.D)
 		if err != nil {
 			return nil, 0, err
 		}
 		return []clientv3.Op{clientv3.OpPut(DAGKey(e.DAG), string(v))}, len(v), nil
 	}
+}
+
+// marshal is json.Marshal without HTML escaping: a record is read by Orion
+// and etcdctl, never embedded in a page, and escaping turns each of <, >
+// and & into six bytes, so a body that fits the API's limit could encode
+// past etcd's.
+func marshal(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
 
 // DecodeError is a value under the log prefix that is not a valid record,
@@ -107,7 +122,9 @@ func decodeValue(e *core.Entry, v []byte) error {
 		return fmt.Errorf("record id %q does not match its key", rec.ID)
 	}
 	// A DAG value edited by hand must still be a valid DAG.
-	if err := dag.Validate(&rec.DAG, dag.Limits{MaxTasks: 1 << 20}); err != nil {
+	// Sizes are not checked again: etcd bounds a stored value, and a record
+	// an earlier version accepted must still load.
+	if err := dag.Validate(&rec.DAG, dag.Limits{MaxTasks: 1 << 20, MaxDecodedBytes: 1 << 40, Stored: true}); err != nil {
 		return err
 	}
 	e.D = &rec

@@ -28,12 +28,59 @@ var ErrFenced = errors.New("etcdlog: fence lost: this node is no longer the lead
 // Limits bound one transaction. etcd refuses more than --max-txn-ops (128 by
 // default) operations or --max-request-bytes (1.5 MiB) per request.
 type Limits struct {
-	MaxOps   int
+	MaxOps int
+	// MaxBytes is the value bytes a batch collects before it starts another
+	// transaction; a single larger record goes alone.
 	MaxBytes int
+	// MaxRequest is etcd's --max-request-bytes: no record may come close
+	// (RecordLimit), since etcd refuses the whole transaction that carries
+	// it.
+	MaxRequest int
 }
 
 // DefaultLimits match etcd's defaults, leaving room for keys and framing.
-var DefaultLimits = Limits{MaxOps: 128, MaxBytes: 1 << 20}
+var DefaultLimits = Limits{MaxOps: 128, MaxBytes: 1 << 20, MaxRequest: 3 << 19}
+
+// recordOverhead is what a transaction adds to its largest value: the key
+// (ids are at most 128 bytes each), the fence comparison, the leader's term
+// record that a term's first transaction carries, and protobuf framing.
+const recordOverhead = 4 << 10
+
+// RecordLimit is the largest value a record may encode to.
+func (l Limits) RecordLimit() int {
+	req := l.MaxRequest
+	if req <= 0 {
+		req = DefaultLimits.MaxRequest
+	}
+	return req - recordOverhead
+}
+
+// TooLargeError is a record that etcd would refuse: nothing was sent.
+type TooLargeError struct {
+	DAG   string
+	Size  int // the encoded value
+	Limit int // RecordLimit
+}
+
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("DAG %s encodes to %d bytes; one etcd request holds at most %d for a record "+
+		"(etcd_max_request_bytes less %d for its key and framing)", e.DAG, e.Size, e.Limit, recordOverhead)
+}
+
+// CheckSize encodes e as Commit would and reports a *TooLargeError when its
+// value does not fit one etcd request. Leaders call it before an entry joins
+// a batch, so that one oversized record never fails the others committed
+// with it.
+func CheckSize(e *core.Entry, lim Limits) error {
+	_, n, err := Ops(e)
+	if err != nil {
+		return err
+	}
+	if n > lim.RecordLimit() {
+		return &TooLargeError{DAG: e.DAG, Size: n, Limit: lim.RecordLimit()}
+	}
+	return nil
+}
 
 // Committed reports the revision at which each entry was committed.
 type Committed struct {

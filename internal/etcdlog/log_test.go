@@ -132,3 +132,44 @@ func TestLoadPagesAndReportsGarbage(t *testing.T) {
 		t.Fatalf("DAG entry without its create revision or record: %+v", snap.DAGs[0])
 	}
 }
+
+// Records are stored without HTML escaping: a command full of '<' costs one
+// byte per '<' in etcd, as in the body that carried it, not six.
+func TestRecordsAreNotHTMLEscaped(t *testing.T) {
+	e := dagEntry("html", 1)
+	e.D.Tasks[0].Kind, e.D.Tasks[0].Command = dag.KindShell, strings.Repeat("<>&", 1000)
+	ops, n, err := Ops(&e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := string(ops[0].ValueBytes())
+	if strings.Contains(v, `\u003c`) || !strings.Contains(v, "<>&<>&") || n != len(v) || n > 3000+1000 {
+		t.Fatalf("%d bytes, escaped: %v", n, strings.Contains(v, `\u003c`))
+	}
+	// And it reads back the same.
+	var back core.Entry
+	back.DAG = "html"
+	if err := decodeValue(&back, []byte(v)); err != nil || back.D.Tasks[0].Command != e.D.Tasks[0].Command {
+		t.Fatalf("round trip: %v", err)
+	}
+}
+
+func TestCheckSize(t *testing.T) {
+	lim := Limits{MaxOps: 128, MaxBytes: 1 << 20, MaxRequest: 64 << 10}
+	small := dagEntry("small", 3)
+	if err := CheckSize(&small, lim); err != nil {
+		t.Fatal(err)
+	}
+	big := dagEntry("big", 1)
+	big.D.Tasks[0].Kind, big.D.Tasks[0].Command = dag.KindShell, strings.Repeat("x", 64<<10)
+	var tl *TooLargeError
+	if err := CheckSize(&big, lim); !errors.As(err, &tl) || tl.Limit != 60<<10 || tl.Size <= 64<<10 || tl.DAG != "big" {
+		t.Fatalf("%v", err)
+	}
+	if !strings.Contains(tl.Error(), "etcd_max_request_bytes") {
+		t.Fatalf("message does not name the setting: %s", tl)
+	}
+	if (Limits{}).RecordLimit() != DefaultLimits.MaxRequest-recordOverhead {
+		t.Fatal("zero limits do not default to etcd's request size")
+	}
+}

@@ -93,6 +93,7 @@ type Engine struct {
 	execs         map[string]executor.Executor
 	pending       []core.Entry // proposals waiting for a transaction
 	inflight      bool         // one transaction at a time: group commit
+	solo          int          // the next solo pending entries go one per transaction (after a refused batch)
 	timers        timerQueue
 	timer         *time.Timer
 	waiters       map[string][]*waiter

@@ -2,10 +2,12 @@ package scheduler
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -33,25 +35,29 @@ type bundle struct {
 	cancel context.CancelFunc
 }
 
-func startEngine(t *testing.T, cli *clientv3.Client, slots int) *bundle {
+func startEngine(t *testing.T, cli *clientv3.Client, slots int, mods ...func(*Config)) *bundle {
 	t.Helper()
-	b := startReplica(t, cli, "n1", slots)
+	b := startReplica(t, cli, "n1", slots, mods...)
 	testkit.WaitFor(t, 10*time.Second, "leadership", func() bool { return b.eng.Status().Leader })
 	return b
 }
 
 // startReplica starts an engine without waiting for it to lead.
-func startReplica(t *testing.T, cli *clientv3.Client, name string, slots int) *bundle {
+func startReplica(t *testing.T, cli *clientv3.Client, name string, slots int, mods ...func(*Config)) *bundle {
 	t.Helper()
 	ex, err := executor.NewLocal(executor.LocalConfig{ID: fmt.Sprintf("w-%d", time.Now().UnixNano()), Slots: slots, LogDir: t.TempDir(), Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng := New(Config{
+	cfg := Config{
 		Node:   name,
 		Core:   core.Config{RetryBase: 5 * time.Millisecond, RetryCap: 40 * time.Millisecond, OrphanGrace: 100 * time.Millisecond},
 		Logger: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)),
-	}, cli, ex)
+	}
+	for _, mod := range mods {
+		mod(&cfg)
+	}
+	eng := New(cfg, cli, ex)
 	ctx, cancel := context.WithCancel(context.Background())
 	go eng.Run(ctx)
 	b := &bundle{t: t, cli: cli, exec: ex, eng: eng, cancel: cancel}
@@ -313,4 +319,80 @@ func TestHandWrittenGarbageIsSkipped(t *testing.T) {
 	}
 	a.waitDAG("fine", core.DAGSucceeded)
 	testkit.WaitFor(t, 5*time.Second, "standby sees it", func() bool { v := b.dag("fine"); return v != nil && v.Status == core.DAGSucceeded })
+}
+
+// A DAG etcd refuses for its size fails alone: submissions sent beside it
+// (and possibly batched with it) all commit and run, and the leader stays.
+// The engine is told a larger request limit than the member enforces (an
+// operator's mismatch), so the refusal comes from etcd itself, not from the
+// engine's own check.
+func TestRecordRefusedByEtcdFailsAlone(t *testing.T) {
+	m, err := etcdserver.Start(context.Background(), etcdserver.Config{
+		DataDir: t.TempDir(), ClientURL: testkit.FreeURL(t), PeerURL: testkit.FreeURL(t), Logger: zap.NewNop(),
+		MaxRequestBytes: 256 << 10,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	cli, err := clientv3.New(clientv3.Config{Endpoints: m.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	// The engine believes etcd takes 4 MiB.
+	b := startEngine(t, cli, 4, func(c *Config) { c.Limits = etcdlog.Limits{MaxOps: 128, MaxBytes: 1 << 20, MaxRequest: 4 << 20} })
+	term := b.eng.Status().LeaderSince
+
+	big := mustLoad(t, fmt.Sprintf("id: big\nname: big\ntasks:\n  - {id: a, command: %q}\n", strings.Repeat("x", 60<<10)))
+	for i := 1; i < 6; i++ { // 300 KB: under the engine's belief, over the member's limit
+		big.Tasks = append(big.Tasks, big.Tasks[0])
+		big.Tasks[i].ID = fmt.Sprintf("t%d", i)
+	}
+	type outcome struct {
+		id  string
+		err error
+	}
+	out := make(chan outcome, 41)
+	var wg sync.WaitGroup
+	for i := 0; i < 40; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			d := mustLoad(t, fmt.Sprintf("id: small-%d\nname: s\ntasks:\n  - {id: a, kind: noop}\n", i))
+			_, err := b.eng.Submit(context.Background(), d)
+			out <- outcome{d.ID, err}
+		}(i)
+		if i == 20 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, err := b.eng.Submit(context.Background(), big)
+				out <- outcome{"big", err}
+			}()
+		}
+	}
+	wg.Wait()
+	close(out)
+	for o := range out {
+		var ve *dag.ValidationError
+		switch {
+		case o.id == "big" && !(errors.As(o.err, &ve) && ve.Code == dag.CodeTooLarge):
+			t.Errorf("big DAG: %v, want a dag_too_large refusal", o.err)
+		case o.id != "big" && o.err != nil:
+			t.Errorf("%s failed beside the big DAG: %v", o.id, o.err)
+		case o.id != "big":
+			b.waitDAG(o.id, core.DAGSucceeded)
+		}
+	}
+	if st := b.eng.Status(); !st.Leader || !st.LeaderSince.Equal(term) {
+		t.Fatalf("leadership moved: leader %v, since %s → %s", st.Leader, term, st.LeaderSince)
+	}
+	if r, _ := cli.Get(context.Background(), "/orion/v1/dags/big"); len(r.Kvs) != 0 {
+		t.Fatal("the refused DAG is in etcd")
+	}
+	// The id is free again: a smaller DAG under it is accepted.
+	if _, err := b.eng.Submit(context.Background(), mustLoad(t, "id: big\nname: big\ntasks:\n  - {id: a, kind: noop}\n")); err != nil {
+		t.Fatalf("resubmitting under the refused id: %v", err)
+	}
 }

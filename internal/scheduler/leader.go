@@ -4,13 +4,19 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
+	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/orion-sched/orion/internal/core"
+	"github.com/orion-sched/orion/internal/dag"
 	"github.com/orion-sched/orion/internal/etcdlog"
 	"github.com/orion-sched/orion/internal/executor"
 	"github.com/orion-sched/orion/internal/leadership"
@@ -162,7 +168,7 @@ func (e *Engine) flush(ctx context.Context) {
 	if e.termRecordDue {
 		ops = 1
 	}
-	for n < len(e.pending) {
+	for n < len(e.pending) && (e.solo == 0 || n == 0) {
 		k := 1
 		if e.pending[n].Delete {
 			k = 2
@@ -172,6 +178,9 @@ func (e *Engine) flush(ctx context.Context) {
 		}
 		ops += k
 		n++
+	}
+	if e.solo > 0 {
+		e.solo--
 	}
 	batch := make([]core.Entry, n)
 	copy(batch, e.pending[:n])
@@ -218,6 +227,27 @@ func (e *Engine) onCommitted(ctx context.Context, cr commitResult) {
 			e.stepDown(ctx, "write rejected by the leadership fence")
 			return
 		}
+		if rest := cr.batch[len(cr.res.Revs):]; refusedWhole(cr.err) && len(rest) > 1 {
+			// etcd refused the transaction for its size before applying
+			// anything: a known outcome. Send the rest one entry per
+			// transaction, so that one entry too large for etcd (which
+			// CheckSize should have stopped) cannot fail its neighbours.
+			e.log.Warn("etcd refused a batch as too large; committing its entries one by one",
+				zap.Int("entries", len(rest)), zap.Error(cr.err))
+			e.pending = append(append(make([]core.Entry, 0, len(rest)+len(e.pending)), rest...), e.pending...)
+			e.solo = len(rest)
+			return
+		}
+		if rest := cr.batch[len(cr.res.Revs):]; refusedWhole(cr.err) && len(rest) == 1 && rest[0].D != nil && e.c.WithdrawSubmit(rest[0].DAG) {
+			// A submission alone in its transaction, refused for its size:
+			// nothing was written, so it fails by itself and nothing else
+			// moves (the leader stays).
+			msg := fmt.Sprintf("etcd refused DAG %s as too large (%v): it is larger than the members' --max-request-bytes; "+
+				"set etcd_max_request_bytes to the members' value so such DAGs are refused before they are sent", rest[0].DAG, cr.err)
+			e.log.Warn("etcd refused a submission as too large", zap.String("dag", rest[0].DAG), zap.Error(cr.err))
+			e.failWaitersOf(rest[0].DAG, &dag.ValidationError{Code: dag.CodeTooLarge, Message: msg, Details: []string{msg}})
+			return
+		}
 		// The outcome of the rest is unknown: it may have committed. Rebuild
 		// from etcd rather than guess.
 		e.log.Warn("commit failed; resynchronising from etcd", zap.Error(cr.err))
@@ -232,6 +262,20 @@ func (e *Engine) onCommitted(ctx context.Context, cr commitResult) {
 		e.log.Info("first write of the term committed", zap.Duration("since_won", took))
 		e.publishStatus()
 	}
+}
+
+// refusedWhole reports an error with which etcd (or the gRPC client, before
+// sending) refused a transaction for its size, having applied none of it.
+func refusedWhole(err error) bool {
+	if errors.Is(err, rpctypes.ErrRequestTooLarge) || errors.Is(err, rpctypes.ErrGRPCRequestTooLarge) ||
+		errors.Is(err, rpctypes.ErrTooManyOps) || errors.Is(err, rpctypes.ErrGRPCTooManyOps) {
+		return true
+	}
+	// The client's own send limit (MaxCallSendMsgSize). etcd also answers
+	// ResourceExhausted for a full quota and for overload, which are not
+	// about size: those keep the general path.
+	st, ok := status.FromError(err)
+	return ok && st.Code() == codes.ResourceExhausted && strings.Contains(st.Message(), "larger than max")
 }
 
 // apply applies one committed entry and tells whoever waits for it.

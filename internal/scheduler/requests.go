@@ -2,10 +2,12 @@ package scheduler
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/orion-sched/orion/internal/core"
 	"github.com/orion-sched/orion/internal/dag"
+	"github.com/orion-sched/orion/internal/etcdlog"
 	"github.com/orion-sched/orion/internal/leadership"
 )
 
@@ -49,6 +51,17 @@ type SubmitResult struct {
 func (e *Engine) Submit(ctx context.Context, d *dag.DAG) (SubmitResult, error) {
 	if d.ID == "" {
 		d.ID = dag.NewID(time.Now())
+	}
+	// Measured here, off the loop and before the entry can join a batch: a
+	// record etcd would refuse must fail alone, with a 413 that says why.
+	probe := core.Entry{DAG: d.ID, D: &core.DAGRecord{DAG: *d, Status: core.DAGRunning, Run: 1, SubmittedAt: time.Now().UTC()}}
+	if err := etcdlog.CheckSize(&probe, e.cfg.Limits); err != nil {
+		var tl *etcdlog.TooLargeError
+		if errors.As(err, &tl) {
+			msg := tl.Error() + ": split it into smaller DAGs, or move large scripts into files the commands run"
+			return SubmitResult{}, &dag.ValidationError{Code: dag.CodeTooLarge, Message: msg, Details: []string{msg}}
+		}
+		return SubmitResult{}, err
 	}
 	w := &waiter{kind: waitSubmit, ch: make(chan waitResult, 1)}
 	err := e.do(ctx, func() {

@@ -80,6 +80,14 @@ func (e *Engine) resolveWaiters(en *core.Entry) {
 	}
 }
 
+// failWaitersOf answers every call waiting on DAG id with err.
+func (e *Engine) failWaitersOf(id string, err error) {
+	for _, w := range e.waiters[id] {
+		w.ch <- waitResult{err: err}
+	}
+	delete(e.waiters, id)
+}
+
 func (e *Engine) failWaiters(err error) {
 	for id, ws := range e.waiters {
 		for _, w := range ws {

@@ -282,10 +282,10 @@ func (h *Handler) submit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d := ToDAG(key, tasks, h.cfg.SlowTasks)
-	if err := dag.Validate(d, dag.Limits{MaxTasks: h.cfg.MaxTasks}); err != nil {
+	if err := dag.Validate(d, dag.Limits{MaxTasks: h.cfg.MaxTasks, MaxDecodedBytes: 2 * h.cfg.MaxBodyBytes}); err != nil {
 		var ve *dag.ValidationError
 		if errors.As(err, &ve) {
-			writeJSON(w, http.StatusBadRequest, ErrorBody{Error: ve.Message, Code: ve.Code, Details: ve.Details})
+			writeValidationError(w, ve)
 			return
 		}
 		writeError(w, http.StatusBadRequest, "invalid_dag", err.Error())
@@ -329,7 +329,10 @@ func notLeader(err error) bool {
 
 // fail maps a submission error to the seed's error shape.
 func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
-	var ce *core.Error
+	var (
+		ce *core.Error
+		ve *dag.ValidationError
+	)
 	errors.As(err, &ce)
 	switch {
 	case notLeader(err), errors.Is(err, scheduler.ErrStopped), errors.Is(err, scheduler.ErrUnknown),
@@ -339,6 +342,8 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	case ce != nil && ce.Code == "conflict":
 		writeError(w, http.StatusConflict, "conflict",
 			"this Idempotency-Key was already used for a different DAG: "+ce.Msg)
+	case errors.As(err, &ve):
+		writeValidationError(w, ve)
 	case errors.Is(err, context.DeadlineExceeded):
 		writeError(w, http.StatusGatewayTimeout, "timeout", fmt.Sprintf(
 			"the DAG was not committed within %s; it may still be: retrying with the same Idempotency-Key is safe", h.cfg.WriteTimeout))
@@ -349,6 +354,16 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 		h.log.Error("seed submission failed", zap.String("path", r.URL.Path), zap.Error(err))
 		writeError(w, http.StatusInternalServerError, "internal", "internal error")
 	}
+}
+
+// writeValidationError answers a refused DAG in the seed's error shape: 413
+// for one too large to store, 400 otherwise.
+func writeValidationError(w http.ResponseWriter, ve *dag.ValidationError) {
+	status := http.StatusBadRequest
+	if ve.Code == dag.CodeTooLarge {
+		status = http.StatusRequestEntityTooLarge
+	}
+	writeJSON(w, status, ErrorBody{Error: ve.Message, Code: ve.Code, Details: ve.Details})
 }
 
 // forward sends a submission a standby received to the leader, which

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -28,6 +29,7 @@ import (
 	"github.com/orion-sched/orion/internal/etcdserver"
 	"github.com/orion-sched/orion/internal/events"
 	"github.com/orion-sched/orion/internal/executor"
+	"github.com/orion-sched/orion/internal/httpguard"
 	"github.com/orion-sched/orion/internal/kubelabel"
 	"github.com/orion-sched/orion/internal/metrics"
 	"github.com/orion-sched/orion/internal/scheduler"
@@ -85,6 +87,7 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger) (s *Server, 
 			AutoCompactionRetention: cfg.EmbeddedCompaction,
 			QuotaBackendBytes:       cfg.EmbeddedQuotaBytes,
 			MaxTxnOps:               max(uint(cfg.MaxTxnOps), etcdserver.DefaultMaxTxnOps),
+			MaxRequestBytes:         uint(cfg.EtcdMaxRequestBytes),
 			Logger:                  log,
 			LogLevel:                cfg.EmbeddedEtcdLogLevel,
 		})
@@ -131,9 +134,18 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger) (s *Server, 
 		return nil, fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
 	s.HTTPAddr = ln.Addr().String()
+	if host, _, _ := net.SplitHostPort(cfg.Listen); !config.IsLoopbackHost(host) {
+		ln = httpguard.LimitPerClient(ln, cfg.MaxConnsPerClient, s.Metrics.ConnsRefused.Inc)
+	}
 	apiURL := cfg.AdvertiseURL
 	if apiURL == "" {
 		apiURL = "http://" + s.HTTPAddr
+	}
+	// The advertised name is one this replica serves by definition: other
+	// replicas forward writes to it and workers dial it.
+	hosts := httpguard.NewHosts(append(slices.Clone(cfg.AllowedHosts), apiURL)...)
+	if hosts.Any() {
+		log.Warn("allowed_hosts contains \"*\": any host name is served, so only auth_token stops a web page that rebinds its name to this address")
 	}
 
 	if cfg.KubeLeaderLabel != "" {
@@ -164,12 +176,14 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger) (s *Server, 
 	s.Events = events.NewHub(events.Config{Dropped: s.Metrics.DroppedEvents, Node: cfg.Name,
 		Snapshot: newEventSnapshot(s)})
 
+	limits := etcdlog.Limits{MaxOps: cfg.MaxTxnOps, MaxRequest: cfg.EtcdMaxRequestBytes}
+	limits.MaxBytes = min(etcdlog.DefaultLimits.MaxBytes, limits.RecordLimit())
 	s.newEngine = func() *scheduler.Engine {
 		return scheduler.New(scheduler.Config{
 			Node:          cfg.Name,
 			APIURL:        apiURL,
 			Core:          core.Config{RetryBase: cfg.RetryBase, RetryCap: cfg.RetryCap, OrphanGrace: cfg.OrphanGrace},
-			Limits:        etcdlog.Limits{MaxOps: cfg.MaxTxnOps, MaxBytes: etcdlog.DefaultLimits.MaxBytes},
+			Limits:        limits,
 			SessionTTL:    cfg.SessionTTL,
 			Retention:     cfg.Retention,
 			Logger:        log.Named("scheduler"),
@@ -201,9 +215,9 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger) (s *Server, 
 
 	routes := console.Routes()
 	routes["GET "+workerstream.Path] = s.Hub.Handler()
-	maps.Copy(routes, s.Events.Routes(events.HTTPConfig{Logger: log.Named("events")}))
+	maps.Copy(routes, s.Events.Routes(events.HTTPConfig{Origins: events.Origins{Hosts: hosts}, Logger: log.Named("events")}))
 	seed := seedapi.New(seedapi.Config{
-		Backend: &s.ref, Hub: s.Events, Demo: demo{s}, DemoEnabled: cfg.Demo,
+		Backend: &s.ref, Hub: s.Events, Demo: demo{s}, DemoEnabled: cfg.Demo, Origins: events.Origins{Hosts: hosts},
 		AuthToken: cfg.AuthToken, Cluster: info, Node: cfg.Name,
 		MaxBodyBytes: cfg.MaxBodyBytes, MaxTasks: cfg.MaxTasksPerDAG, WriteTimeout: cfg.WriteTimeout,
 		SlowTasks: cfg.Demo, Logger: log.Named("seedapi"),
@@ -229,11 +243,20 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger) (s *Server, 
 		MaxTasks:      cfg.MaxTasksPerDAG,
 		WriteTimeout:  cfg.WriteTimeout,
 		Cluster:       info,
+		Hosts:         hosts,
 		APIURL:        apiURL,
 		PID:           os.Getpid(),
 		Routes:        routes,
 	})
-	s.http = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: zap.NewStdLog(log.Named("http"))}
+	s.http = &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       cfg.HTTPReadTimeout,
+		WriteTimeout:      cfg.HTTPWriteTimeout,
+		IdleTimeout:       cfg.HTTPIdleTimeout,
+		MaxHeaderBytes:    cfg.HTTPMaxHeaderBytes,
+		ErrorLog:          zap.NewStdLog(log.Named("http")),
+	}
 
 	ectx, cancel := context.WithCancel(context.Background())
 	s.ectx, s.cancel = ectx, cancel

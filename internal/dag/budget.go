@@ -1,0 +1,78 @@
+package dag
+
+import "fmt"
+
+// Per-field limits. A shell command is one argument to `sh -c`, which the
+// kernel caps at 128 KiB (MAX_ARG_STRLEN); half of that leaves room for the
+// environment and says so before anything is stored, rather than failing
+// with "argument list too long" at run time.
+const (
+	MaxCommandBytes = 64 << 10 // a shell task's command
+	MaxEnvBytes     = 64 << 10 // a task's environment: names, values and "=" together
+	MaxURLBytes     = 8 << 10  // an http task's URL
+	MaxPathBytes    = 4 << 10  // workdir and interpreter (PATH_MAX)
+)
+
+// DefaultMaxDecodedBytes bounds the text of a DAG when Limits.MaxDecodedBytes
+// is zero: twice the default request body.
+const DefaultMaxDecodedBytes = 2 << 20
+
+// DecodedBytes counts the bytes of every string in d: ids, names, commands,
+// environment, URLs, dependencies. It is what a DAG costs once decoded, and
+// what its stored record grows with. YAML anchors and aliases make it
+// larger than the body that carried it (an alias of a 100 KB string costs
+// 100 KB each time it is used), which is why Validate bounds it and not only
+// the body. The walk is linear in the number of strings and allocates
+// nothing.
+func (d *DAG) DecodedBytes() int64 {
+	n := int64(len(d.ID) + len(d.Name))
+	for i := range d.Tasks {
+		t := &d.Tasks[i]
+		n += int64(len(t.ID) + len(t.Name) + len(t.Kind) + len(t.Command) + len(t.Interpreter) + len(t.Workdir) +
+			len(t.URL) + len(t.Method))
+		n += int64(t.envBytes())
+		for _, dep := range t.DependsOn {
+			n += int64(len(dep))
+		}
+	}
+	return n
+}
+
+// envBytes is the size of a task's environment as exec passes it
+// ("NAME=value" plus a NUL each).
+func (t *Task) envBytes() int {
+	n := 0
+	for k, v := range t.Env {
+		n += len(k) + len(v) + 2
+	}
+	return n
+}
+
+// checkBudget refuses a DAG whose decoded text exceeds the budget, before
+// anything else looks at it (listing per-task problems of a DAG refused for
+// its size would only cost time on a hostile input).
+func checkBudget(d *DAG, limit int64) *ValidationError {
+	if limit <= 0 {
+		limit = DefaultMaxDecodedBytes
+	}
+	if n := d.DecodedBytes(); n > limit {
+		msg := fmt.Sprintf("the DAG decodes to %d bytes of text (ids, names, commands, env, urls, dependencies); the limit is %d. "+
+			"YAML aliases count each time they are used", n, limit)
+		return &ValidationError{Code: CodeTooLarge, Message: msg, Details: []string{msg}}
+	}
+	return nil
+}
+
+// checkFieldSizes reports fields over their per-field limit.
+func checkFieldSizes(p *problems, label string, t *Task) {
+	over := func(field string, n, limit int) {
+		if n > limit {
+			p.addf("%s: %s is %d bytes; the limit is %d", label, field, n, limit)
+		}
+	}
+	over("command", len(t.Command), MaxCommandBytes)
+	over("env", t.envBytes(), MaxEnvBytes)
+	over("url", len(t.URL), MaxURLBytes)
+	over("workdir", len(t.Workdir), MaxPathBytes)
+	over("interpreter", len(t.Interpreter), MaxPathBytes)
+}
