@@ -265,30 +265,9 @@ func (h *Handler) submit(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "bad_request", "could not read the request body")
 		return
 	}
-	var tasks []Task
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&tasks); err != nil {
-		writeError(w, http.StatusBadRequest, "parse_error", "invalid JSON body: "+err.Error())
-		return
-	}
-	if len(tasks) == 0 {
-		writeError(w, http.StatusBadRequest, "invalid_dag", "empty task list")
-		return
-	}
-	if len(tasks) > h.cfg.MaxTasks {
-		writeError(w, http.StatusBadRequest, dag.CodeTooMany,
-			fmt.Sprintf("too many tasks in request: %d; the limit is %d", len(tasks), h.cfg.MaxTasks))
-		return
-	}
-	d := ToDAG(key, tasks, h.cfg.SlowTasks)
-	if err := dag.Validate(d, dag.Limits{MaxTasks: h.cfg.MaxTasks, MaxDecodedBytes: 2 * h.cfg.MaxBodyBytes}); err != nil {
-		var ve *dag.ValidationError
-		if errors.As(err, &ve) {
-			writeValidationError(w, ve)
-			return
-		}
-		writeError(w, http.StatusBadRequest, "invalid_dag", err.Error())
+	d, tasks, ve := ParseSubmission(key, body, dag.Limits{MaxTasks: h.cfg.MaxTasks, MaxDecodedBytes: 2 * h.cfg.MaxBodyBytes}, h.cfg.SlowTasks)
+	if ve != nil {
+		writeValidationError(w, ve)
 		return
 	}
 	st := h.cfg.Backend.Status()
@@ -354,6 +333,38 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 		h.log.Error("seed submission failed", zap.String("path", r.URL.Path), zap.Error(err))
 		writeError(w, http.StatusInternalServerError, "internal", "internal error")
 	}
+}
+
+// ParseSubmission reads the seed's array format as the DAG it maps to
+// (ToDAG), validated within limits: the task count, the decoded-size budget
+// and every field limit, as for POST /api/v1/dags.
+func ParseSubmission(key string, body []byte, limits dag.Limits, slow bool) (*dag.DAG, []Task, *dag.ValidationError) {
+	var tasks []Task
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&tasks); err != nil {
+		return nil, nil, &dag.ValidationError{Code: dag.CodeParse, Message: "invalid JSON body: " + err.Error()}
+	}
+	if len(tasks) == 0 {
+		return nil, nil, &dag.ValidationError{Code: dag.CodeInvalid, Message: "empty task list"}
+	}
+	maxTasks := limits.MaxTasks
+	if maxTasks <= 0 {
+		maxTasks = dag.DefaultMaxTasks
+	}
+	if len(tasks) > maxTasks {
+		return nil, nil, &dag.ValidationError{Code: dag.CodeTooMany,
+			Message: fmt.Sprintf("too many tasks in request: %d; the limit is %d (max_tasks_per_dag)", len(tasks), maxTasks)}
+	}
+	d := ToDAG(key, tasks, slow)
+	if err := dag.Validate(d, limits); err != nil {
+		var ve *dag.ValidationError
+		if errors.As(err, &ve) {
+			return nil, nil, ve
+		}
+		return nil, nil, &dag.ValidationError{Code: dag.CodeInvalid, Message: err.Error()}
+	}
+	return d, tasks, nil
 }
 
 // writeValidationError answers a refused DAG in the seed's error shape: 413
