@@ -65,6 +65,8 @@ func TestFidelity(t *testing.T) {
 	cl := lc.waitCluster(api, 30*time.Second, func(c clusterInfo) error { return lc.checkClusterShape(c) })
 	t.Logf("leader %s; replicas %d; workers %d; etcd members %d", cl.Leader, len(cl.Replicas), len(cl.workers()), len(cl.Etcd.Members))
 
+	lc.checkHostNames(api)
+
 	// A DAG through the API, with shell tasks that must run on the workers.
 	lc.runDAG(api, "fidelity-1")
 
@@ -893,6 +895,51 @@ func (c clusterInfo) workers() []string {
 		}
 	}
 	return out
+}
+
+// checkHostNames: the processes are reached on 127.0.0.1, but a pod in the
+// cluster sends the names it dialled as Host. Every name of every Service
+// that selects the replicas, and each replica's headless name, must be
+// served; a name the chart does not own gets 421 (DNS rebinding).
+func (lc *localCluster) checkHostNames(api string) {
+	lc.t.Helper()
+	var names []string
+	for host, svc := range lc.svcs {
+		for _, p := range lc.svcPods[svc.Name] {
+			if p.workload == "StatefulSet/"+schedSTS {
+				names = append(names, host)
+				break
+			}
+		}
+	}
+	// With scheduler.advertise=dns each replica advertises (and is dialled
+	// by) its name behind the headless Service.
+	for _, p := range lc.podsOf("StatefulSet", schedSTS) {
+		names = append(names, p.name+"."+schedHeadles+"."+namespace+".svc."+domain, p.name+"."+schedHeadles+"."+namespace)
+	}
+	if len(names) < 4 {
+		lc.t.Fatalf("found only %v as the replicas' names", names)
+	}
+	get := func(host string) int {
+		req, _ := http.NewRequest(http.MethodGet, api+"/api/v1/cluster/self", nil)
+		req.Host = host + ":8080"
+		req.Header.Set("Authorization", "Bearer "+lc.apiToken())
+		resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
+		if err != nil {
+			lc.t.Fatalf("Host %s: %v", host, err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, h := range names {
+		if code := get(h); code != http.StatusOK {
+			lc.t.Errorf("Host %s (a name the chart's clients use): %d, want 200", h, code)
+		}
+	}
+	if code := get("rebind.example"); code != http.StatusMisdirectedRequest {
+		lc.t.Errorf("Host rebind.example: %d, want 421", code)
+	}
+	lc.t.Logf("%d Service and pod names are served; a foreign name gets 421", len(names))
 }
 
 func (lc *localCluster) call(method, url string, body []byte) (int, []byte, error) {
