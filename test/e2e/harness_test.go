@@ -59,6 +59,8 @@ type node struct {
 	etcdPort int
 	peerPort int
 	extra    []string
+	listen   string // default 127.0.0.1:apiPort
+	token    string // sent as a bearer token by do, request and orion
 	cmd      *exec.Cmd
 	logPath  string
 	waitErr  chan error
@@ -78,8 +80,12 @@ func (n *node) running() bool   { return n.cmd != nil }
 
 func (n *node) start() {
 	n.t.Helper()
+	listen := n.listen
+	if listen == "" {
+		listen = fmt.Sprintf("127.0.0.1:%d", n.apiPort)
+	}
 	args := append([]string{"server", "--name", n.name,
-		"--listen", fmt.Sprintf("127.0.0.1:%d", n.apiPort),
+		"--listen", listen,
 		"--data-dir", n.dataDir,
 		"--embedded-etcd-client-url", n.etcdURL(),
 		"--embedded-etcd-peer-url", fmt.Sprintf("http://127.0.0.1:%d", n.peerPort),
@@ -184,6 +190,9 @@ func (n *node) do(method, path, contentType string, body []byte) (int, []byte) {
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
 	}
+	if n.token != "" {
+		req.Header.Set("Authorization", "Bearer "+n.token)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return 0, []byte(err.Error())
@@ -215,6 +224,7 @@ type taskState struct {
 	Status     string `json:"status"`
 	Attempts   int    `json:"attempts"`
 	ExitCode   *int   `json:"exit_code"`
+	Worker     string `json:"worker"`
 	OutputTail string `json:"output_tail"`
 	Cascade    bool   `json:"cascade"`
 }
