@@ -6,7 +6,7 @@ PKGS     := ./...
 RACE_PKGS := ./internal/scheduler/... ./internal/executor/... ./internal/api/... ./internal/etcdserver/... \
              ./internal/leadership/... ./internal/server/... ./internal/client/... ./internal/cli/... ./internal/config/... \
              ./internal/workerstream/... ./internal/drill/... ./internal/events/... ./internal/seedapi/... \
-             ./internal/kubelabel/...
+             ./internal/kubelabel/... ./internal/httpguard/...
 # Pure packages run without it (the randomized core test is CPU-heavy).
 PURE_PKGS := ./internal/core/... ./internal/dag/... ./internal/etcdlog/... ./internal/metrics/... ./internal/bench/... \
              ./internal/console/...
@@ -22,7 +22,7 @@ CONSOLE_SRC  := $(wildcard $(CONSOLE_WEB)/src/*) $(CONSOLE_WEB)/index.html $(CON
                 $(CONSOLE_WEB)/tsconfig.json $(CONSOLE_WEB)/package.json $(CONSOLE_WEB)/package-lock.json
 HAVE_NPM     := $(shell command -v $(NPM) 2>/dev/null)
 
-.PHONY: all build run test test-unit test-race test-e2e bench lint fmt clean cluster cluster-down cluster-status \
+.PHONY: all build run test deps test-unit test-race test-e2e bench lint fmt clean cluster cluster-down cluster-status \
         chart-test chart-manifests console test-console
 
 all: build
@@ -33,7 +33,18 @@ build: $(if $(HAVE_NPM),console)
 run: build
 	$(BIN) server --config config/orion.yaml
 
-test: lint test-unit test-race test-e2e chart-test test-console
+test: deps lint test-unit test-race test-e2e chart-test test-console
+
+# What make test needs beyond Go (.ci/run installs it on a fresh machine):
+# command:Debian package.
+TEST_DEPS := chromium:chromium etcdctl:etcd-client jq:jq node:nodejs npm:npm
+deps:
+	@missing=""; for d in $(TEST_DEPS); do \
+		command -v "$${d%%:*}" >/dev/null 2>&1 || missing="$$missing $${d#*:}"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+		echo "make test needs:$$missing. Install with: apt-get install -y$$missing (or run .ci/run, which does)"; exit 1; \
+	fi
 
 lint:
 	@out=$$(gofmt -l cmd internal test); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -190,7 +190,7 @@ func Validate(d *DAG, limits Limits) error {
 	}
 	switch {
 	case strings.TrimSpace(d.Name) == "":
-		p.addf("dag name is required")
+		p.addf("dag name is required (give name or id; an Idempotency-Key header gives both)")
 	case len(d.Name) > MaxNameLen:
 		p.addf("dag name is longer than %d bytes", MaxNameLen)
 	}

@@ -134,16 +134,22 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger) (s *Server, 
 		return nil, fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
 	s.HTTPAddr = ln.Addr().String()
-	if host, _, _ := net.SplitHostPort(cfg.Listen); !config.IsLoopbackHost(host) {
-		ln = httpguard.LimitPerClient(ln, cfg.MaxConnsPerClient, s.Metrics.ConnsRefused.Inc)
-	}
 	apiURL := cfg.AdvertiseURL
 	if apiURL == "" {
 		apiURL = "http://" + s.HTTPAddr
 	}
 	// The advertised name is one this replica serves by definition: other
 	// replicas forward writes to it and workers dial it.
-	hosts := httpguard.NewHosts(append(slices.Clone(cfg.AllowedHosts), apiURL)...)
+	served := append(slices.Clone(cfg.AllowedHosts), apiURL)
+	if host, _, _ := net.SplitHostPort(cfg.Listen); !config.IsLoopbackHost(host) {
+		ln = httpguard.LimitPerClient(ln, cfg.MaxConnsPerClient, s.Metrics.ConnsRefused.Inc)
+		// Reachable from the network: the machine's own name is one clients
+		// use, and no web page can make a browser resolve it.
+		if name, err := os.Hostname(); err == nil {
+			served = append(served, name)
+		}
+	}
+	hosts := httpguard.NewHosts(served...)
 	if hosts.Any() {
 		log.Warn("allowed_hosts contains \"*\": any host name is served, so only auth_token stops a web page that rebinds its name to this address")
 	}
