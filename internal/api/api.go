@@ -20,12 +20,13 @@ import (
 	"github.com/orion-sched/orion/internal/executor"
 	"github.com/orion-sched/orion/internal/httpguard"
 	"github.com/orion-sched/orion/internal/metrics"
+	"github.com/orion-sched/orion/internal/model"
 	"github.com/orion-sched/orion/internal/scheduler"
 )
 
 // Backend is what the API needs of a replica; *scheduler.Engine implements it.
 type Backend interface {
-	Submit(ctx context.Context, d *dag.DAG) (scheduler.SubmitResult, error)
+	Submit(ctx context.Context, d *model.DAG) (scheduler.SubmitResult, error)
 	Cancel(ctx context.Context, id string) (core.DAGStatus, error)
 	Retry(ctx context.Context, id string) (core.DAGStatus, error)
 	Query(ctx context.Context, fn func(c *core.Core)) error

@@ -27,6 +27,7 @@ import (
 	"github.com/orion-sched/orion/internal/executor"
 	"github.com/orion-sched/orion/internal/httpguard"
 	"github.com/orion-sched/orion/internal/metrics"
+	"github.com/orion-sched/orion/internal/model"
 	"github.com/orion-sched/orion/internal/scheduler"
 )
 
@@ -39,7 +40,7 @@ type fakeBackend struct {
 	leader    string
 	leaderErr error
 	submitErr error
-	submitted []*dag.DAG
+	submitted []*model.DAG
 	seen      map[string]bool
 	blockSub  bool // Submit waits for its context to end
 	cancelErr error
@@ -49,7 +50,7 @@ type fakeBackend struct {
 	panicky   bool // Query panics
 }
 
-func (f *fakeBackend) Submit(ctx context.Context, d *dag.DAG) (scheduler.SubmitResult, error) {
+func (f *fakeBackend) Submit(ctx context.Context, d *model.DAG) (scheduler.SubmitResult, error) {
 	if f.blockSub {
 		<-ctx.Done()
 		return scheduler.SubmitResult{}, ctx.Err()
@@ -127,13 +128,13 @@ func ptr[T any](v T) *T { return &v }
 func newFake(t *testing.T) *fakeBackend {
 	t.Helper()
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	d1 := &dag.DAG{ID: "d1", Name: "first", Tasks: []dag.Task{
-		{ID: "a", Kind: dag.KindShell, Command: "echo a", MaxRetries: 3, Timeout: dag.Duration(time.Minute)},
-		{ID: "b", Kind: dag.KindShell, Command: "echo b", DependsOn: []string{"a"}, MaxRetries: 3, Timeout: dag.Duration(time.Minute)},
-		{ID: "c", Kind: dag.KindNoop, DependsOn: []string{"b"}, MaxRetries: 3, Timeout: dag.Duration(time.Minute)},
+	d1 := &model.DAG{ID: "d1", Name: "first", Tasks: []model.Task{
+		{ID: "a", Kind: model.KindShell, Command: "echo a", MaxRetries: 3, Timeout: model.Duration(time.Minute)},
+		{ID: "b", Kind: model.KindShell, Command: "echo b", DependsOn: []string{"a"}, MaxRetries: 3, Timeout: model.Duration(time.Minute)},
+		{ID: "c", Kind: model.KindNoop, DependsOn: []string{"b"}, MaxRetries: 3, Timeout: model.Duration(time.Minute)},
 	}}
-	d2 := &dag.DAG{ID: "d2", Name: "second", Tasks: []dag.Task{
-		{ID: "x", Kind: dag.KindNoop, MaxRetries: 3, Timeout: dag.Duration(time.Minute)},
+	d2 := &model.DAG{ID: "d2", Name: "second", Tasks: []model.Task{
+		{ID: "x", Kind: model.KindNoop, MaxRetries: 3, Timeout: model.Duration(time.Minute)},
 	}}
 	c := core.New(core.Config{})
 	dags := []core.Entry{
@@ -315,7 +316,7 @@ func TestSubmitGeneratesID(t *testing.T) {
 		t.Fatalf("id %q, Location %q", id, r.header.Get("Location"))
 	}
 	got := e.f.submitted[0]
-	if got.Name != "hello" || len(got.Tasks) != 2 || got.Tasks[1].Kind != dag.KindShell || got.Tasks[1].MaxRetries != dag.DefaultMaxRetries {
+	if got.Name != "hello" || len(got.Tasks) != 2 || got.Tasks[1].Kind != model.KindShell || got.Tasks[1].MaxRetries != model.DefaultMaxRetries {
 		t.Fatalf("submitted DAG not normalized: %+v", got)
 	}
 }
@@ -334,7 +335,7 @@ func TestSubmitYAML(t *testing.T) {
 		}
 	}
 	d := e.f.submitted[0]
-	if d.Name != "y" || len(d.Tasks) != 2 || d.Tasks[0].Kind != dag.KindShell || d.Tasks[1].DependsOn[0] != "a" {
+	if d.Name != "y" || len(d.Tasks) != 2 || d.Tasks[0].Kind != model.KindShell || d.Tasks[1].DependsOn[0] != "a" {
 		t.Fatalf("submitted %+v", d)
 	}
 	// YAML declared as JSON is a parse error, not a guess.
@@ -605,7 +606,7 @@ func TestGetTask(t *testing.T) {
 func TestTaskLog(t *testing.T) {
 	e := newEnv(t, nil)
 	write := func(task string, attempt int, text string) {
-		p := e.ex.LogPath(executor.AttemptID{DAG: "d1", Task: task, Attempt: attempt})
+		p := e.ex.LogPath(model.AttemptID{DAG: "d1", Task: task, Attempt: attempt})
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			t.Fatal(err)
 		}

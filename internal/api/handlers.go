@@ -16,7 +16,7 @@ import (
 
 	"github.com/orion-sched/orion/internal/core"
 	"github.com/orion-sched/orion/internal/dag"
-	"github.com/orion-sched/orion/internal/executor"
+	"github.com/orion-sched/orion/internal/model"
 )
 
 // Response shapes. They are part of the API contract.
@@ -303,7 +303,7 @@ func (s *server) taskLog(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	rc, err := logs.OpenLog(executor.AttemptID{DAG: id, Task: taskID, Attempt: attempt})
+	rc, err := logs.OpenLog(model.AttemptID{DAG: id, Task: taskID, Attempt: attempt})
 	if errors.Is(err, fs.ErrNotExist) {
 		if worker == "" {
 			notHere()

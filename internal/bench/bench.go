@@ -21,10 +21,10 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/orion-sched/orion/internal/core"
-	"github.com/orion-sched/orion/internal/dag"
 	"github.com/orion-sched/orion/internal/etcdlog"
 	"github.com/orion-sched/orion/internal/etcdserver"
 	"github.com/orion-sched/orion/internal/executor"
+	"github.com/orion-sched/orion/internal/model"
 	"github.com/orion-sched/orion/internal/scheduler"
 )
 
@@ -144,7 +144,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	fmt.Fprintf(o.Log, "throughput: %d noop tasks in DAGs of %d...\n", o.Tasks, o.DAGSize)
 	commits0, entries0 := eng.CommitStats()
 	start := time.Now()
-	done, err := runDAGs(ctx, eng, "tp", o.Tasks/o.DAGSize, func(i int) *dag.DAG { return independent(fmt.Sprintf("tp-%05d", i), o.DAGSize) }, 4)
+	done, err := runDAGs(ctx, eng, "tp", o.Tasks/o.DAGSize, func(i int) *model.DAG { return independent(fmt.Sprintf("tp-%05d", i), o.DAGSize) }, 4)
 	if err != nil {
 		return nil, err
 	}
@@ -165,7 +165,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 
 	fmt.Fprintf(o.Log, "chain: %d tasks, each waiting on the previous...\n", o.Chain)
 	start = time.Now()
-	if _, err := runDAGs(ctx, eng, "chain", 1, func(int) *dag.DAG { return chain("chain", o.Chain) }, 1); err != nil {
+	if _, err := runDAGs(ctx, eng, "chain", 1, func(int) *model.DAG { return chain("chain", o.Chain) }, 1); err != nil {
 		return nil, err
 	}
 	res.ChainMsPerStep = float64(time.Since(start).Microseconds()) / 1000 / float64(o.Chain)
@@ -190,19 +190,19 @@ func etcdCeiling(ctx context.Context, cli *clientv3.Client, d time.Duration) (fl
 	return rate, err
 }
 
-func independent(id string, n int) *dag.DAG {
-	d := &dag.DAG{ID: id, Name: id}
+func independent(id string, n int) *model.DAG {
+	d := &model.DAG{ID: id, Name: id}
 	for i := 0; i < n; i++ {
-		d.Tasks = append(d.Tasks, dag.Task{ID: "t" + strconv.Itoa(i), Kind: dag.KindNoop, MaxRetries: 3})
+		d.Tasks = append(d.Tasks, model.Task{ID: "t" + strconv.Itoa(i), Kind: model.KindNoop, MaxRetries: 3})
 	}
 	d.Normalize()
 	return d
 }
 
-func chain(id string, n int) *dag.DAG {
-	d := &dag.DAG{ID: id, Name: id}
+func chain(id string, n int) *model.DAG {
+	d := &model.DAG{ID: id, Name: id}
 	for i := 0; i < n; i++ {
-		t := dag.Task{ID: "t" + strconv.Itoa(i), Kind: dag.KindNoop, MaxRetries: 3}
+		t := model.Task{ID: "t" + strconv.Itoa(i), Kind: model.KindNoop, MaxRetries: 3}
 		if i > 0 {
 			t.DependsOn = []string{"t" + strconv.Itoa(i-1)}
 		}
@@ -214,7 +214,7 @@ func chain(id string, n int) *dag.DAG {
 
 // runDAGs submits count DAGs from `parallel` goroutines and waits until all
 // have finished; it returns the number of tasks that succeeded.
-func runDAGs(ctx context.Context, eng *scheduler.Engine, name string, count int, mk func(int) *dag.DAG, parallel int) (int, error) {
+func runDAGs(ctx context.Context, eng *scheduler.Engine, name string, count int, mk func(int) *model.DAG, parallel int) (int, error) {
 	var wg sync.WaitGroup
 	errs := make(chan error, count)
 	next := make(chan int, count)

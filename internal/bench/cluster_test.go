@@ -18,6 +18,7 @@ import (
 	"github.com/orion-sched/orion/internal/client"
 	"github.com/orion-sched/orion/internal/dag"
 	"github.com/orion-sched/orion/internal/etcdtest"
+	"github.com/orion-sched/orion/internal/model"
 )
 
 func TestSplitURLs(t *testing.T) {
@@ -63,7 +64,7 @@ func TestPickURLAndLeaderFirst(t *testing.T) {
 }
 
 func TestBodiesAreValidSubmissions(t *testing.T) {
-	for _, d := range []*dag.DAG{independent("bench-x-tp-0001", 1000), chain("bench-x-chain", 1000)} {
+	for _, d := range []*model.DAG{independent("bench-x-tp-0001", 1000), chain("bench-x-chain", 1000)} {
 		b, err := json.Marshal(d)
 		if err != nil {
 			t.Fatal(err)
@@ -72,7 +73,7 @@ func TestBodiesAreValidSubmissions(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: the server would refuse it: %v", d.ID, err)
 		}
-		if got.ID != d.ID || len(got.Tasks) != 1000 || got.Tasks[0].Kind != dag.KindNoop || got.Tasks[999].MaxRetries != 3 {
+		if got.ID != d.ID || len(got.Tasks) != 1000 || got.Tasks[0].Kind != model.KindNoop || got.Tasks[999].MaxRetries != 3 {
 			t.Fatalf("%s: round trip changed the DAG: %+v", d.ID, got.Tasks[999])
 		}
 		if len(b) > 1<<20 {

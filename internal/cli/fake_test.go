@@ -14,6 +14,7 @@ import (
 
 	"github.com/orion-sched/orion/internal/client"
 	"github.com/orion-sched/orion/internal/dag"
+	"github.com/orion-sched/orion/internal/model"
 )
 
 // fakeServer implements the API contract over an in-memory store. Each GET
@@ -26,7 +27,7 @@ type fakeServer struct {
 	mu        sync.Mutex
 	token     string // required bearer token, if set
 	dags      map[string]*client.DAG
-	specs     map[string]*dag.DAG
+	specs     map[string]*model.DAG
 	canonical map[string][]byte
 	order     []string
 	logs      map[string]string // "dag/task/attempt" -> log
@@ -44,7 +45,7 @@ type submission struct {
 
 func newFake(t *testing.T) *fakeServer {
 	f := &fakeServer{
-		dags: map[string]*client.DAG{}, specs: map[string]*dag.DAG{}, canonical: map[string][]byte{},
+		dags: map[string]*client.DAG{}, specs: map[string]*model.DAG{}, canonical: map[string][]byte{},
 		logs: map[string]string{}, clock: time.Now().Add(-time.Hour),
 	}
 	mux := http.NewServeMux()
@@ -128,7 +129,7 @@ func (f *fakeServer) submit(w http.ResponseWriter, r *http.Request) {
 }
 
 // add stores a normalized DAG as running with every task pending.
-func (f *fakeServer) add(d *dag.DAG) *client.DAG {
+func (f *fakeServer) add(d *model.DAG) *client.DAG {
 	v := &client.DAG{DAGSummary: client.DAGSummary{ID: d.ID, Name: d.Name, Status: client.DAGRunning, Run: 1,
 		SubmittedAt: f.tick(), TaskCount: len(d.Tasks)}}
 	for _, t := range d.Tasks {

@@ -9,7 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/orion-sched/orion/internal/client"
-	"github.com/orion-sched/orion/internal/dag"
+	"github.com/orion-sched/orion/internal/model"
 )
 
 func newGetTaskCmd() *cobra.Command {
@@ -106,11 +106,11 @@ func printTask(out io.Writer, dagID string, t *client.Task) error {
 }
 
 // specLines are the kind-specific fields of a task spec worth showing.
-func specLines(s *dag.Task) [][2]string {
+func specLines(s *model.Task) [][2]string {
 	var l [][2]string
 	add := func(k, v string) { l = append(l, [2]string{k, v}) }
 	switch s.Kind {
-	case dag.KindShell:
+	case model.KindShell:
 		if s.Interpreter != "" {
 			add("Interpreter", s.Interpreter)
 		}
@@ -126,12 +126,12 @@ func specLines(s *dag.Task) [][2]string {
 			sort.Strings(keys)
 			add("Env", strings.Join(keys, ", "))
 		}
-	case dag.KindHTTP:
+	case model.KindHTTP:
 		add("Request", strings.TrimSpace(s.Method+" "+s.URL))
 		if s.ExpectStatus != 0 {
 			add("Expect status", fmt.Sprint(s.ExpectStatus))
 		}
-	case dag.KindSleep:
+	case model.KindSleep:
 		add("Sleep", s.Duration.D().String())
 		if s.Fail > 0 {
 			add("Fail probability", fmt.Sprint(float64(s.Fail)))

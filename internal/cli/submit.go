@@ -18,6 +18,7 @@ import (
 
 	"github.com/orion-sched/orion/internal/client"
 	"github.com/orion-sched/orion/internal/dag"
+	"github.com/orion-sched/orion/internal/model"
 )
 
 func newSubmitCmd() *cobra.Command {
@@ -183,7 +184,7 @@ func contentTypeOf(file string, body []byte) string {
 
 // validateLocally runs the server's checks on a copy of d, except the task
 // count limit, which is the server's to configure.
-func validateLocally(d *dag.DAG) error {
+func validateLocally(d *model.DAG) error {
 	c := *d
 	c.Tasks = slices.Clone(d.Tasks)
 	c.Normalize()

@@ -3,7 +3,7 @@ package client
 import (
 	"time"
 
-	"github.com/orion-sched/orion/internal/dag"
+	"github.com/orion-sched/orion/internal/model"
 )
 
 // The types below mirror the API's JSON. They are the client's own rather
@@ -71,7 +71,7 @@ type DAG struct {
 // Task is a task's spec and runtime state.
 type Task struct {
 	ID         string     `json:"id"`
-	Kind       dag.Kind   `json:"kind"`
+	Kind       model.Kind `json:"kind"`
 	Status     string     `json:"status"`
 	Attempts   int        `json:"attempts"`
 	Retries    int        `json:"retries"`
@@ -90,7 +90,7 @@ type Task struct {
 	Cascade    bool       `json:"cascade,omitempty"`
 	Cause      string     `json:"cause,omitempty"`
 	History    []Attempt  `json:"history,omitempty"`
-	Spec       dag.Task   `json:"spec"`
+	Spec       model.Task `json:"spec"`
 	Revision   int64      `json:"revision,omitempty"`
 }
 

@@ -16,8 +16,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/orion-sched/orion/internal/dag"
-	"github.com/orion-sched/orion/internal/executor"
+	"github.com/orion-sched/orion/internal/model"
 )
 
 // Config holds the scheduling policy. Zero fields take the defaults.
@@ -97,15 +96,15 @@ type task struct {
 	waiting int32       // dependencies that have not succeeded
 	queued  bool        // in the ready queue
 
-	inflight    bool             // leader: a proposal for this task is being committed
-	dispatching bool             // leader: that proposal is our dispatch
-	reserved    *worker          // leader: the worker whose slot the dispatch holds
-	stash       *executor.Result // leader: a result that arrived while inflight
-	readyAt     time.Time        // leader: when the task became ready (metrics)
+	inflight    bool          // leader: a proposal for this task is being committed
+	dispatching bool          // leader: that proposal is our dispatch
+	reserved    *worker       // leader: the worker whose slot the dispatch holds
+	stash       *model.Result // leader: a result that arrived while inflight
+	readyAt     time.Time     // leader: when the task became ready (metrics)
 }
 
-func (t *task) spec() *dag.Task { return &t.dag.rec.Tasks[t.idx] }
-func (t *task) id() string      { return t.dag.rec.Tasks[t.idx].ID }
+func (t *task) spec() *model.Task { return &t.dag.rec.Tasks[t.idx] }
+func (t *task) id() string        { return t.dag.rec.Tasks[t.idx].ID }
 
 // attempt is the number of the latest attempt, 0 before the first.
 func (t *task) attempt() int {
@@ -123,8 +122,8 @@ func (t *task) retries() int {
 	return t.rec.Retries
 }
 
-func (t *task) attemptID() executor.AttemptID {
-	return executor.AttemptID{DAG: t.dag.id, Task: t.id(), Attempt: t.attempt()}
+func (t *task) attemptID() model.AttemptID {
+	return model.AttemptID{DAG: t.dag.id, Task: t.id(), Attempt: t.attempt()}
 }
 
 // New returns an empty core.

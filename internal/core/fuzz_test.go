@@ -6,8 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orion-sched/orion/internal/dag"
-	"github.com/orion-sched/orion/internal/executor"
+	"github.com/orion-sched/orion/internal/model"
 )
 
 // FuzzApply decodes arbitrary bytes into a sequence of log entries — DAG
@@ -45,7 +44,7 @@ func FuzzApply(f *testing.F) {
 }
 
 // fuzzShapes are the task lists a fuzzed DAG record can carry.
-var fuzzShapes = [][]dag.Task{
+var fuzzShapes = [][]model.Task{
 	{tk("a"), tk("b", "a"), tk("c", "a"), tk("d", "b", "c")},
 	{tk("a"), tk("b", "a"), tk("c", "b")},
 	{tk("a")},
@@ -130,7 +129,7 @@ func runFuzzApply(t *testing.T, data []byte) {
 		case op == 14:
 			now = now.Add(time.Duration(in.pick(4)) * time.Millisecond)
 			if t := fuzzTask(in, c); t != nil {
-				r := executor.Result{AttemptID: t.attemptID(), Outcome: []executor.Outcome{executor.Succeeded, executor.Failed, executor.TimedOut, executor.Cancelled}[in.pick(4)], ExitCode: -1}
+				r := model.Result{AttemptID: t.attemptID(), Outcome: []model.Outcome{model.Succeeded, model.Failed, model.TimedOut, model.Cancelled}[in.pick(4)], ExitCode: -1}
 				if t.rec != nil {
 					r.Worker = t.rec.Worker
 				}
@@ -202,7 +201,7 @@ func fuzzDAGEntry(in *fuzzIn, c *Core) Entry {
 	} else if in.pick(8) == 0 {
 		run = in.pick(3)
 	}
-	d := dag.DAG{ID: id, Name: id, Tasks: append([]dag.Task(nil), tasks...)}
+	d := model.DAG{ID: id, Name: id, Tasks: append([]model.Task(nil), tasks...)}
 	return Entry{DAG: id, D: &DAGRecord{DAG: d, Status: status, Run: run, SubmittedAt: t0}}
 }
 

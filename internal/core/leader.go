@@ -6,8 +6,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/orion-sched/orion/internal/dag"
-	"github.com/orion-sched/orion/internal/executor"
+	"github.com/orion-sched/orion/internal/model"
 )
 
 // EffectKind says what the leader must do once the entries it proposed are
@@ -27,11 +26,11 @@ const (
 type Effect struct {
 	Kind    EffectKind
 	Worker  string
-	Attempt executor.Attempt   // EffectDispatch
-	ID      executor.AttemptID // EffectCancel, EffectTimer
-	Timer   TimerKind          // EffectTimer
-	At      time.Time          // EffectTimer
-	ReadyAt time.Time          // EffectDispatch: when the task became ready
+	Attempt model.Attempt   // EffectDispatch
+	ID      model.AttemptID // EffectCancel, EffectTimer
+	Timer   TimerKind       // EffectTimer
+	At      time.Time       // EffectTimer
+	ReadyAt time.Time       // EffectDispatch: when the task became ready
 }
 
 // TimerKind names what a timer is for.
@@ -52,7 +51,7 @@ type worker struct {
 	id       string
 	slots    int
 	busy     int
-	attempts map[executor.AttemptID]*task
+	attempts map[model.AttemptID]*task
 }
 
 // Error is a request the core refuses; Code is "not_found" or "conflict".
@@ -130,7 +129,7 @@ func (c *Core) AddWorker(id string, slots int) {
 		w.slots = slots
 		return
 	}
-	w := &worker{id: id, slots: slots, attempts: make(map[executor.AttemptID]*task)}
+	w := &worker{id: id, slots: slots, attempts: make(map[model.AttemptID]*task)}
 	c.workers[id] = w
 	c.workerList = append(c.workerList, w)
 }
@@ -138,7 +137,7 @@ func (c *Core) AddWorker(id string, slots int) {
 // Adopt records that a live worker is running an attempt, as it reports after
 // a leader change; the attempt is not run again. Attempts the log no longer
 // considers current are cancelled on the worker instead.
-func (c *Core) Adopt(workerID string, id executor.AttemptID) bool {
+func (c *Core) Adopt(workerID string, id model.AttemptID) bool {
 	if !c.leader {
 		return false
 	}
@@ -182,7 +181,7 @@ func (c *Core) RemoveWorker(id string, now time.Time) {
 		return
 	}
 	// Propose in a fixed order: the log should not depend on map order.
-	ids := make([]executor.AttemptID, 0, len(w.attempts))
+	ids := make([]model.AttemptID, 0, len(w.attempts))
 	for aid := range w.attempts {
 		ids = append(ids, aid)
 	}
@@ -223,7 +222,7 @@ const (
 // Submit proposes a new DAG. The spec must be normalized and validated, with
 // its ID set. A DAG with the same id and the same content is not submitted
 // twice; the same id with other content is a conflict.
-func (c *Core) Submit(spec *dag.DAG, now time.Time) (SubmitOutcome, error) {
+func (c *Core) Submit(spec *model.DAG, now time.Time) (SubmitOutcome, error) {
 	c.now = now
 	if !c.leader {
 		return 0, ErrNotLeader
@@ -258,7 +257,7 @@ func (c *Core) WithdrawSubmit(id string) bool {
 	return true
 }
 
-func sameSpec(a, b *dag.DAG) bool {
+func sameSpec(a, b *model.DAG) bool {
 	if a.ID == b.ID && a.Name == b.Name && len(a.Tasks) == len(b.Tasks) && len(a.Tasks) > 0 && &a.Tasks[0] == &b.Tasks[0] {
 		return true // the leader's own records share the submitted task list
 	}
@@ -329,7 +328,7 @@ func (c *Core) Expire(cutoff time.Time) int {
 }
 
 // Report takes a worker's result for an attempt.
-func (c *Core) Report(r executor.Result, now time.Time) {
+func (c *Core) Report(r model.Result, now time.Time) {
 	c.now = now
 	if !c.leader {
 		return
@@ -348,7 +347,7 @@ func (c *Core) Report(r executor.Result, now time.Time) {
 }
 
 // decide turns the result of the current attempt into the task's next record.
-func (c *Core) decide(t *task, r executor.Result) {
+func (c *Core) decide(t *task, r model.Result) {
 	if t.dag.rec.Status != DAGRunning {
 		return // the DAG is being cancelled; its cancellation record wins
 	}
@@ -361,15 +360,15 @@ func (c *Core) decide(t *task, r executor.Result) {
 		rec.ExitCode = &ec
 	}
 	switch r.Outcome {
-	case executor.Succeeded:
+	case model.Succeeded:
 		rec.Status, rec.Event = Succeeded, "succeed"
-	case executor.Cancelled:
+	case model.Cancelled:
 		// The worker gave the attempt up without being asked (it is shutting
 		// down): run it again without consuming a retry.
 		rec.Status, rec.Event = Ready, "requeue"
 	default:
 		rec.Event = "fail"
-		if r.Outcome == executor.TimedOut {
+		if r.Outcome == model.TimedOut {
 			rec.Event = "timeout"
 		}
 		if n := t.retries(); n < t.spec().MaxRetries {
@@ -384,7 +383,7 @@ func (c *Core) decide(t *task, r executor.Result) {
 }
 
 // Fire handles a timer that the engine armed for an Effect.
-func (c *Core) Fire(kind TimerKind, id executor.AttemptID, now time.Time) {
+func (c *Core) Fire(kind TimerKind, id model.AttemptID, now time.Time) {
 	c.now = now
 	if !c.leader {
 		return
@@ -474,7 +473,7 @@ func (c *Core) pickWorker() *worker {
 	return best
 }
 
-func (c *Core) releaseAttempt(id executor.AttemptID, workerID string) {
+func (c *Core) releaseAttempt(id model.AttemptID, workerID string) {
 	if w := c.workers[workerID]; w != nil {
 		if _, ok := w.attempts[id]; ok {
 			delete(w.attempts, id)
@@ -505,7 +504,7 @@ func (c *Core) afterTaskApplied(t *task, from Status, prev *TaskRecord) {
 			id := t.attemptID()
 			w.attempts[id] = t
 			c.effects = append(c.effects, Effect{Kind: EffectDispatch, Worker: w.id, ReadyAt: t.readyAt,
-				Attempt: executor.Attempt{AttemptID: id, Spec: *t.spec()}})
+				Attempt: model.Attempt{AttemptID: id, Spec: *t.spec()}})
 		}
 	case Retrying:
 		c.armRetry(t)
@@ -514,7 +513,7 @@ func (c *Core) afterTaskApplied(t *task, from Status, prev *TaskRecord) {
 	case Cancelled, UpstreamFailed:
 		if from == Running && prev != nil {
 			c.effects = append(c.effects, Effect{Kind: EffectCancel, Worker: prev.Worker,
-				ID: executor.AttemptID{DAG: t.dag.id, Task: t.id(), Attempt: prev.Attempt}})
+				ID: model.AttemptID{DAG: t.dag.id, Task: t.id(), Attempt: prev.Attempt}})
 		}
 		// A new leader's cascade may have started midway: carry it on from
 		// here (dependents already proposed are in flight and skipped).

@@ -8,8 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orion-sched/orion/internal/dag"
-	"github.com/orion-sched/orion/internal/executor"
+	"github.com/orion-sched/orion/internal/model"
 )
 
 // sim drives a leader core against a simulated log, workers and clock, with
@@ -24,9 +23,9 @@ type sim struct {
 	rev      int64
 	now      time.Time
 	timers   []Effect
-	workers  map[string]bool                 // live workers
-	running  map[executor.AttemptID]*attempt // attempts executing on workers
-	finished map[executor.AttemptID]bool     // attempts whose outcome was committed
+	workers  map[string]bool              // live workers
+	running  map[model.AttemptID]*attempt // attempts executing on workers
+	finished map[model.AttemptID]bool     // attempts whose outcome was committed
 	nextW    int
 	dags     int
 }
@@ -43,8 +42,8 @@ func newSim(t *testing.T, seed uint64) *sim {
 		c:        New(Config{RetryBase: 10 * time.Millisecond, RetryCap: 80 * time.Millisecond, OrphanGrace: 50 * time.Millisecond}),
 		now:      time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
 		workers:  map[string]bool{},
-		running:  map[executor.AttemptID]*attempt{},
-		finished: map[executor.AttemptID]bool{},
+		running:  map[model.AttemptID]*attempt{},
+		finished: map[model.AttemptID]bool{},
 	}
 	s.standby = New(s.c.cfg)
 	for i := 0; i < 2; i++ {
@@ -61,13 +60,13 @@ func (s *sim) addWorker() {
 	s.c.AddWorker(id, 1+s.rng.IntN(3))
 }
 
-func (s *sim) randomDAG() *dag.DAG {
+func (s *sim) randomDAG() *model.DAG {
 	s.dags++
 	n := 1 + s.rng.IntN(10)
-	d := &dag.DAG{ID: fmt.Sprintf("d%03d", s.dags), Name: "random"}
+	d := &model.DAG{ID: fmt.Sprintf("d%03d", s.dags), Name: "random"}
 	for i := 0; i < n; i++ {
-		tk := dag.Task{ID: fmt.Sprintf("t%d", i), Kind: dag.KindNoop, Priority: s.rng.IntN(3),
-			MaxRetries: s.rng.IntN(3), Timeout: dag.Duration(time.Minute)}
+		tk := model.Task{ID: fmt.Sprintf("t%d", i), Kind: model.KindNoop, Priority: s.rng.IntN(3),
+			MaxRetries: s.rng.IntN(3), Timeout: model.Duration(time.Minute)}
 		for j := 0; j < i; j++ {
 			if s.rng.IntN(4) == 0 {
 				tk.DependsOn = append(tk.DependsOn, fmt.Sprintf("t%d", j))
@@ -134,7 +133,7 @@ func (s *sim) checkBeforeApply(e *Entry) {
 	if e.T == nil {
 		return
 	}
-	id := executor.AttemptID{DAG: e.DAG, Task: e.Task, Attempt: e.T.Attempt}
+	id := model.AttemptID{DAG: e.DAG, Task: e.Task, Attempt: e.T.Attempt}
 	switch e.T.Status {
 	case Succeeded, Failed, Retrying:
 		if s.finished[id] {
@@ -183,24 +182,24 @@ func (s *sim) finishRandom() bool {
 	id := ids[s.rng.IntN(len(ids))]
 	a := s.running[id]
 	delete(s.running, id)
-	r := executor.Result{AttemptID: id, Worker: a.worker, ExitCode: 0, StartedAt: s.now, FinishedAt: s.now}
+	r := model.Result{AttemptID: id, Worker: a.worker, ExitCode: 0, StartedAt: s.now, FinishedAt: s.now}
 	switch x := s.rng.IntN(10); {
 	case a.cancelled:
-		r.Outcome, r.ExitCode = executor.Cancelled, -1
+		r.Outcome, r.ExitCode = model.Cancelled, -1
 	case x < 6:
-		r.Outcome = executor.Succeeded
+		r.Outcome = model.Succeeded
 	case x < 9:
-		r.Outcome, r.ExitCode = executor.Failed, 1
+		r.Outcome, r.ExitCode = model.Failed, 1
 	default:
-		r.Outcome, r.ExitCode = executor.TimedOut, -1
+		r.Outcome, r.ExitCode = model.TimedOut, -1
 	}
 	s.c.Report(r, s.now)
 	s.c.Schedule(s.now)
 	return true
 }
 
-func (s *sim) runningIDs() []executor.AttemptID {
-	ids := make([]executor.AttemptID, 0, len(s.running))
+func (s *sim) runningIDs() []model.AttemptID {
+	ids := make([]model.AttemptID, 0, len(s.running))
 	for id := range s.running {
 		ids = append(ids, id)
 	}

@@ -3,7 +3,7 @@ package core
 import (
 	"time"
 
-	"github.com/orion-sched/orion/internal/dag"
+	"github.com/orion-sched/orion/internal/model"
 )
 
 // DAGRecord is the value of /orion/v1/dags/<id>: the DAG as submitted plus its
@@ -11,7 +11,7 @@ import (
 // is cancelled or is retried; never per task, so its size does not multiply
 // the cost of running tasks.
 type DAGRecord struct {
-	dag.DAG
+	model.DAG
 	Status      DAGStatus  `json:"status"`
 	Run         int        `json:"run"` // 1 on submit, +1 per retry
 	SubmittedAt time.Time  `json:"submitted_at"`

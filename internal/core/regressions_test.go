@@ -6,8 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orion-sched/orion/internal/dag"
-	"github.com/orion-sched/orion/internal/executor"
+	"github.com/orion-sched/orion/internal/model"
 )
 
 // Regression tests: each shows a defect found while writing the transition,
@@ -25,7 +24,7 @@ func leaderRig(t *testing.T, workers ...string) *harness {
 	return h
 }
 
-func (h *harness) submitSpec(d dag.DAG) {
+func (h *harness) submitSpec(d model.DAG) {
 	h.t.Helper()
 	if _, err := h.c.Submit(&d, h.now); err != nil {
 		h.t.Fatal(err)
@@ -49,9 +48,9 @@ func (h *harness) taskOf(dagID, taskID string) *task {
 	return t
 }
 
-func result(dagID, taskID string, attempt int, worker string, o executor.Outcome) executor.Result {
-	r := executor.Result{AttemptID: executor.AttemptID{DAG: dagID, Task: taskID, Attempt: attempt}, Worker: worker, Outcome: o, ExitCode: -1}
-	if o == executor.Succeeded {
+func result(dagID, taskID string, attempt int, worker string, o model.Outcome) model.Result {
+	r := model.Result{AttemptID: model.AttemptID{DAG: dagID, Task: taskID, Attempt: attempt}, Worker: worker, Outcome: o, ExitCode: -1}
+	if o == model.Succeeded {
 		r.ExitCode = 0
 	}
 	return r
@@ -165,7 +164,7 @@ func TestRegressionSlotAccountingAcrossWorkerRejoin(t *testing.T) {
 	h.c.RemoveWorker("w1", h.now)
 	h.c.AddWorker("w1", 1)
 	h.commitAll() // a's dispatch commits: w1 (the new one) runs a#1
-	h.c.Report(result("d1", "a", 1, "w1", executor.Succeeded), h.now)
+	h.c.Report(result("d1", "a", 1, "w1", model.Succeeded), h.now)
 	for _, w := range h.c.Workers() {
 		if w.Busy < 0 {
 			t.Errorf("worker %s busy=%d", w.ID, w.Busy)
@@ -203,7 +202,7 @@ func TestRegressionStandbyReadyQueueGrowsForever(t *testing.T) {
 		h.commitAll()
 		h.c.Schedule(h.now)
 		h.commitAll()
-		h.c.Report(result(id, "a", 1, "w1", executor.Succeeded), h.now)
+		h.c.Report(result(id, "a", 1, "w1", model.Succeeded), h.now)
 		h.commitAll() // a succeeded
 		h.commitAll() // DAG succeeded
 	}
@@ -269,9 +268,9 @@ func TestRegressionAdoptWhileRequeueInFlight(t *testing.T) {
 	h.c.BecomeLeader(h.now)
 	h.c.TakeEffects()
 	h.now = h.now.Add(2 * time.Second)
-	h.c.Fire(TimerOrphan, executor.AttemptID{DAG: "d1", Task: "a", Attempt: 1}, h.now) // re-queue proposed
+	h.c.Fire(TimerOrphan, model.AttemptID{DAG: "d1", Task: "a", Attempt: 1}, h.now) // re-queue proposed
 	h.c.AddWorker("w1", 1)
-	adopted := h.c.Adopt("w1", executor.AttemptID{DAG: "d1", Task: "a", Attempt: 1})
+	adopted := h.c.Adopt("w1", model.AttemptID{DAG: "d1", Task: "a", Attempt: 1})
 	cancelled := false
 	for _, ef := range h.c.TakeEffects() {
 		cancelled = cancelled || ef.Kind == EffectCancel
@@ -302,10 +301,10 @@ func TestRegressionHistoryOutcomeOfRetriedAttempt(t *testing.T) {
 	h.commitAll()
 	h.c.Schedule(h.now)
 	h.commitAll()
-	h.c.Report(result("d1", "a", 1, "w1", executor.TimedOut), h.now)
+	h.c.Report(result("d1", "a", 1, "w1", model.TimedOut), h.now)
 	h.commitAll()
 	h.now = h.now.Add(2 * time.Second)
-	h.c.Fire(TimerRetry, executor.AttemptID{DAG: "d1", Task: "a", Attempt: 1}, h.now)
+	h.c.Fire(TimerRetry, model.AttemptID{DAG: "d1", Task: "a", Attempt: 1}, h.now)
 	h.commitAll()
 	h.c.Schedule(h.now)
 	h.commitAll()
@@ -332,7 +331,7 @@ func TestRegressionStaleCancelKillsRetriedRun(t *testing.T) {
 	h.commitAll()
 	h.c.Schedule(h.now)
 	h.commitAll()
-	h.c.Report(result("d1", "a", 1, "w1", executor.Failed), h.now)
+	h.c.Report(result("d1", "a", 1, "w1", model.Failed), h.now)
 	h.commitAll() // a failed; DAG failed proposed
 	if err := h.c.CancelDAG("d1", h.now); err != nil {
 		t.Fatalf("cancel: %v", err) // accepted: the DAG is still running

@@ -11,7 +11,7 @@ import (
 	"github.com/cockroachdb/datadriven"
 
 	"github.com/orion-sched/orion/internal/dag"
-	"github.com/orion-sched/orion/internal/executor"
+	"github.com/orion-sched/orion/internal/model"
 )
 
 // TestScenarios runs the scenario files in testdata/: each is a readable
@@ -255,7 +255,7 @@ func (h *harness) bare(td *datadriven.TestData, i int) string {
 }
 
 // attemptID reads dag/task#attempt.
-func (h *harness) attemptID(td *datadriven.TestData, s string) executor.AttemptID {
+func (h *harness) attemptID(td *datadriven.TestData, s string) model.AttemptID {
 	slash, hash := strings.Index(s, "/"), strings.LastIndex(s, "#")
 	if slash < 0 || hash < slash {
 		td.Fatalf(h.t, "want dag/task#attempt, got %q", s)
@@ -264,13 +264,13 @@ func (h *harness) attemptID(td *datadriven.TestData, s string) executor.AttemptI
 	if err != nil {
 		td.Fatalf(h.t, "attempt in %q: %v", s, err)
 	}
-	return executor.AttemptID{DAG: s[:slash], Task: s[slash+1 : hash], Attempt: n}
+	return model.AttemptID{DAG: s[:slash], Task: s[slash+1 : hash], Attempt: n}
 }
 
 func (h *harness) submit(td *datadriven.TestData) {
 	var id string
 	td.ScanArgs(h.t, "id", &id)
-	spec := &dag.DAG{ID: id, Name: id}
+	spec := &model.DAG{ID: id, Name: id}
 	for _, line := range strings.Split(td.Input, "\n") {
 		if strings.TrimSpace(line) == "" {
 			continue
@@ -279,7 +279,7 @@ func (h *harness) submit(td *datadriven.TestData) {
 		if err != nil {
 			td.Fatalf(h.t, "%v", err)
 		}
-		tk := dag.Task{ID: tid, Kind: dag.KindNoop, Timeout: dag.Duration(time.Minute)}
+		tk := model.Task{ID: tid, Kind: model.KindNoop, Timeout: model.Duration(time.Minute)}
 		for _, a := range args {
 			if len(a.Vals) != 1 {
 				td.Fatalf(h.t, "task %s: %s needs one value", tid, a.Key)
@@ -380,17 +380,17 @@ func (h *harness) readyList() string {
 
 func (h *harness) report(td *datadriven.TestData) {
 	id := h.attemptID(td, h.bare(td, 0))
-	r := executor.Result{AttemptID: id, StartedAt: h.now, FinishedAt: h.now}
+	r := model.Result{AttemptID: id, StartedAt: h.now, FinishedAt: h.now}
 	var outcome string
 	td.ScanArgs(h.t, "worker", &r.Worker)
 	td.ScanArgs(h.t, "outcome", &outcome)
-	r.Outcome = executor.Outcome(outcome)
+	r.Outcome = model.Outcome(outcome)
 	switch r.Outcome {
-	case executor.Succeeded:
+	case model.Succeeded:
 		r.ExitCode = 0
-	case executor.Failed:
+	case model.Failed:
 		r.ExitCode = 1
-	case executor.TimedOut, executor.Cancelled:
+	case model.TimedOut, model.Cancelled:
 		r.ExitCode = -1
 	default:
 		td.Fatalf(h.t, "unknown outcome %q", outcome)

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orion-sched/orion/internal/dag"
+	"github.com/orion-sched/orion/internal/model"
 )
 
 // These tests pin the transition tables of status.go and the checks Apply
@@ -84,18 +84,18 @@ func (r *rig) dagStatus(id string) DAGStatus {
 	return s.Status
 }
 
-func spec(id string, tasks ...dag.Task) dag.DAG {
-	return dag.DAG{ID: id, Name: id, Tasks: tasks}
+func spec(id string, tasks ...model.Task) model.DAG {
+	return model.DAG{ID: id, Name: id, Tasks: tasks}
 }
 
-func tk(id string, deps ...string) dag.Task {
-	return dag.Task{ID: id, Kind: dag.KindNoop, DependsOn: deps, Timeout: dag.Duration(time.Minute)}
+func tk(id string, deps ...string) model.Task {
+	return model.Task{ID: id, Kind: model.KindNoop, DependsOn: deps, Timeout: model.Duration(time.Minute)}
 }
 
 // pair is the DAG most tests use: x depends on p.
 var pair = spec("d", tk("p"), tk("x", "p"))
 
-func dagPut(d dag.DAG, status DAGStatus, run int) Entry {
+func dagPut(d model.DAG, status DAGStatus, run int) Entry {
 	return Entry{DAG: d.ID, D: &DAGRecord{DAG: d, Status: status, Run: run, SubmittedAt: t0}}
 }
 

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/orion-sched/orion/internal/dag"
+	"github.com/orion-sched/orion/internal/model"
 )
 
 // DAGSummary is a DAG as lists show it.
@@ -30,7 +30,7 @@ type DAGView struct {
 // TaskView is a task's spec and runtime state together.
 type TaskView struct {
 	ID         string           `json:"id"`
-	Kind       dag.Kind         `json:"kind"`
+	Kind       model.Kind       `json:"kind"`
 	Status     Status           `json:"status"`
 	Attempts   int              `json:"attempts"`
 	Retries    int              `json:"retries"`
@@ -49,7 +49,7 @@ type TaskView struct {
 	Cascade    bool             `json:"cascade,omitempty"`
 	Cause      string           `json:"cause,omitempty"`
 	History    []AttemptSummary `json:"history,omitempty"`
-	Spec       dag.Task         `json:"spec"`
+	Spec       model.Task       `json:"spec"`
 }
 
 func (d *dagRun) summary() DAGSummary {

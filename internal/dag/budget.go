@@ -1,6 +1,10 @@
 package dag
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/orion-sched/orion/internal/model"
+)
 
 // Per-field limits. A shell command is one argument to `sh -c`, which the
 // kernel caps at 128 KiB (MAX_ARG_STRLEN); half of that leaves room for the
@@ -17,41 +21,10 @@ const (
 // is zero: twice the default request body.
 const DefaultMaxDecodedBytes = 2 << 20
 
-// DecodedBytes counts the bytes of every string in d: ids, names, commands,
-// environment, URLs, dependencies. It is what a DAG costs once decoded, and
-// what its stored record grows with. YAML anchors and aliases make it
-// larger than the body that carried it (an alias of a 100 KB string costs
-// 100 KB each time it is used), which is why Validate bounds it and not only
-// the body. The walk is linear in the number of strings and allocates
-// nothing.
-func (d *DAG) DecodedBytes() int64 {
-	n := int64(len(d.ID) + len(d.Name))
-	for i := range d.Tasks {
-		t := &d.Tasks[i]
-		n += int64(len(t.ID) + len(t.Name) + len(t.Kind) + len(t.Command) + len(t.Interpreter) + len(t.Workdir) +
-			len(t.URL) + len(t.Method))
-		n += int64(t.envBytes())
-		for _, dep := range t.DependsOn {
-			n += int64(len(dep))
-		}
-	}
-	return n
-}
-
-// envBytes is the size of a task's environment as exec passes it
-// ("NAME=value" plus a NUL each).
-func (t *Task) envBytes() int {
-	n := 0
-	for k, v := range t.Env {
-		n += len(k) + len(v) + 2
-	}
-	return n
-}
-
 // checkBudget refuses a DAG whose decoded text exceeds the budget, before
 // anything else looks at it (listing per-task problems of a DAG refused for
 // its size would only cost time on a hostile input).
-func checkBudget(d *DAG, limit int64) *ValidationError {
+func checkBudget(d *model.DAG, limit int64) *ValidationError {
 	if limit <= 0 {
 		limit = DefaultMaxDecodedBytes
 	}
@@ -64,14 +37,14 @@ func checkBudget(d *DAG, limit int64) *ValidationError {
 }
 
 // checkFieldSizes reports fields over their per-field limit.
-func checkFieldSizes(p *problems, label string, t *Task) {
+func checkFieldSizes(p *problems, label string, t *model.Task) {
 	over := func(field string, n, limit int) {
 		if n > limit {
 			p.addf("%s: %s is %d bytes; the limit is %d", label, field, n, limit)
 		}
 	}
 	over("command", len(t.Command), MaxCommandBytes)
-	over("env", t.envBytes(), MaxEnvBytes)
+	over("env", t.EnvBytes(), MaxEnvBytes)
 	over("url", len(t.URL), MaxURLBytes)
 	over("workdir", len(t.Workdir), MaxPathBytes)
 	over("interpreter", len(t.Interpreter), MaxPathBytes)

@@ -5,6 +5,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/orion-sched/orion/internal/model"
 )
 
 // aliasBomb is a small YAML body whose tasks all alias one anchored command:
@@ -51,15 +53,15 @@ func TestPerFieldLimits(t *testing.T) {
 	}
 	for _, c := range []struct {
 		name string
-		task Task
+		task model.Task
 		want string
 	}{
-		{"command", Task{ID: "a", Kind: KindShell, Command: big(MaxCommandBytes + 1)}, "command is 65537 bytes; the limit is 65536"},
-		{"env", Task{ID: "a", Kind: KindShell, Command: "true", Env: env}, "env is"},
-		{"url", Task{ID: "a", Kind: KindHTTP, URL: "http://x/" + big(MaxURLBytes)}, "url is"},
-		{"workdir", Task{ID: "a", Kind: KindShell, Command: "true", Workdir: "/" + big(MaxPathBytes)}, "workdir is"},
+		{"command", model.Task{ID: "a", Kind: model.KindShell, Command: big(MaxCommandBytes + 1)}, "command is 65537 bytes; the limit is 65536"},
+		{"env", model.Task{ID: "a", Kind: model.KindShell, Command: "true", Env: env}, "env is"},
+		{"url", model.Task{ID: "a", Kind: model.KindHTTP, URL: "http://x/" + big(MaxURLBytes)}, "url is"},
+		{"workdir", model.Task{ID: "a", Kind: model.KindShell, Command: "true", Workdir: "/" + big(MaxPathBytes)}, "workdir is"},
 	} {
-		d := &DAG{Name: "x", Tasks: []Task{c.task}}
+		d := &model.DAG{Name: "x", Tasks: []model.Task{c.task}}
 		d.Normalize()
 		ve := asVE(t, Validate(d, Limits{}))
 		if ve.Code != CodeInvalid || !strings.Contains(ve.Message, c.want) {
@@ -71,7 +73,7 @@ func TestPerFieldLimits(t *testing.T) {
 		}
 	}
 	// At the limit is fine.
-	d := &DAG{Name: "x", Tasks: []Task{{ID: "a", Kind: KindShell, Command: big(MaxCommandBytes)}}}
+	d := &model.DAG{Name: "x", Tasks: []model.Task{{ID: "a", Kind: model.KindShell, Command: big(MaxCommandBytes)}}}
 	d.Normalize()
 	if err := Validate(d, Limits{}); err != nil {
 		t.Fatal(err)
@@ -79,7 +81,7 @@ func TestPerFieldLimits(t *testing.T) {
 }
 
 func TestDecodedBytesCountsEveryString(t *testing.T) {
-	d := &DAG{ID: "id", Name: "nm", Tasks: []Task{{ID: "t", Name: "n", Kind: "shell", Command: "cmd", Interpreter: "sh",
+	d := &model.DAG{ID: "id", Name: "nm", Tasks: []model.Task{{ID: "t", Name: "n", Kind: "shell", Command: "cmd", Interpreter: "sh",
 		Env: map[string]string{"K": "V"}, Workdir: "/w", URL: "u", Method: "GET", DependsOn: []string{"dep"}}}}
 	// id 2 + name 2 + t 1 + n 1 + shell 5 + cmd 3 + sh 2 + "K=V\0" 4 + /w 2 + u 1 + GET 3 + dep 3
 	if got := d.DecodedBytes(); got != 29 {

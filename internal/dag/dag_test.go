@@ -13,11 +13,13 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/orion-sched/orion/internal/model"
 )
 
 const fixtures = "../../test/fixtures"
 
-func load(t *testing.T, body, contentType string) (*DAG, error) {
+func load(t *testing.T, body, contentType string) (*model.DAG, error) {
 	t.Helper()
 	return Load([]byte(body), contentType, Limits{})
 }
@@ -44,7 +46,7 @@ func TestGoodFixtures(t *testing.T) {
 			}
 			// Fixtures are run by end-to-end tests; keep them quick.
 			for _, task := range d.Tasks {
-				if task.Kind == KindSleep && task.Duration.D() > 2*time.Second {
+				if task.Kind == model.KindSleep && task.Duration.D() > 2*time.Second {
 					t.Errorf("task %s sleeps %s", task.ID, task.Duration.D())
 				}
 			}
@@ -69,11 +71,11 @@ func TestETLFixture(t *testing.T) {
 	if v := d.Tasks[idx["validate"]]; v.Timeout.D() != 5*time.Second || v.MaxRetries != 1 {
 		t.Errorf("validate: timeout %s retries %d", v.Timeout.D(), v.MaxRetries)
 	}
-	if n := d.Tasks[idx["notify"]]; n.MaxRetries != 0 || n.Timeout.D() != DefaultTimeout {
+	if n := d.Tasks[idx["notify"]]; n.MaxRetries != 0 || n.Timeout.D() != model.DefaultTimeout {
 		t.Errorf("notify: explicit max_retries 0 must stay 0 (got %d); timeout %s", n.MaxRetries, n.Timeout.D())
 	}
-	if tr := d.Tasks[idx["transform"]]; tr.MaxRetries != DefaultMaxRetries {
-		t.Errorf("transform: absent max_retries should default to %d, got %d", DefaultMaxRetries, tr.MaxRetries)
+	if tr := d.Tasks[idx["transform"]]; tr.MaxRetries != model.DefaultMaxRetries {
+		t.Errorf("transform: absent max_retries should default to %d, got %d", model.DefaultMaxRetries, tr.MaxRetries)
 	}
 }
 
@@ -100,7 +102,7 @@ func TestSeedFixture(t *testing.T) {
 	}
 	for i, w := range want {
 		got := d.Tasks[i]
-		if got.ID != w.id || got.Name != "" || got.Kind != KindShell || got.Interpreter != w.interp ||
+		if got.ID != w.id || got.Name != "" || got.Kind != model.KindShell || got.Interpreter != w.interp ||
 			!reflect.DeepEqual(got.DependsOn, w.deps) || got.MaxRetries != w.retries {
 			t.Errorf("task %d = %+v, want %+v", i, got, w)
 		}
@@ -129,7 +131,7 @@ tasks:
 			t.Fatalf("%q: %v", ct, err)
 		}
 		tr := d.Tasks[1]
-		if tr.ID != "transform" || tr.Kind != KindShell || tr.Interpreter != "python3" ||
+		if tr.ID != "transform" || tr.Kind != model.KindShell || tr.Interpreter != "python3" ||
 			tr.Command != "print(\"hi\")\n" || !reflect.DeepEqual(tr.DependsOn, []string{"extract"}) {
 			t.Errorf("%q: transform = %+v", ct, tr)
 		}
@@ -286,17 +288,17 @@ func TestParseErrors(t *testing.T) {
 func TestScalarsBothFormats(t *testing.T) {
 	cases := []struct {
 		name, jsonVal, yamlVal string
-		check                  func(Task) bool
+		check                  func(model.Task) bool
 	}{
-		{"duration go syntax", `"1m30s"`, `1m30s`, func(t Task) bool { return t.Duration.D() == 90*time.Second }},
-		{"duration int seconds", `2`, `2`, func(t Task) bool { return t.Duration.D() == 2*time.Second }},
-		{"duration float seconds", `0.25`, `0.25`, func(t Task) bool { return t.Duration.D() == 250*time.Millisecond }},
-		{"duration quoted seconds", `"3"`, `"3"`, func(t Task) bool { return t.Duration.D() == 3*time.Second }},
-		{"duration null", `null`, `null`, func(t Task) bool { return t.Duration == 0 }},
-		{"fail true", `true`, `true`, func(t Task) bool { return t.Fail == 1 }},
-		{"fail false", `false`, `false`, func(t Task) bool { return t.Fail == 0 }},
-		{"fail prob", `0.3`, `0.3`, func(t Task) bool { return t.Fail == 0.3 }},
-		{"fail int", `1`, `1`, func(t Task) bool { return t.Fail == 1 }},
+		{"duration go syntax", `"1m30s"`, `1m30s`, func(t model.Task) bool { return t.Duration.D() == 90*time.Second }},
+		{"duration int seconds", `2`, `2`, func(t model.Task) bool { return t.Duration.D() == 2*time.Second }},
+		{"duration float seconds", `0.25`, `0.25`, func(t model.Task) bool { return t.Duration.D() == 250*time.Millisecond }},
+		{"duration quoted seconds", `"3"`, `"3"`, func(t model.Task) bool { return t.Duration.D() == 3*time.Second }},
+		{"duration null", `null`, `null`, func(t model.Task) bool { return t.Duration == 0 }},
+		{"fail true", `true`, `true`, func(t model.Task) bool { return t.Fail == 1 }},
+		{"fail false", `false`, `false`, func(t model.Task) bool { return t.Fail == 0 }},
+		{"fail prob", `0.3`, `0.3`, func(t model.Task) bool { return t.Fail == 0.3 }},
+		{"fail int", `1`, `1`, func(t model.Task) bool { return t.Fail == 1 }},
 	}
 	for _, c := range cases {
 		field := "duration"
@@ -323,11 +325,11 @@ func TestMaxRetriesAbsentVsZero(t *testing.T) {
 		body string
 		want int
 	}{
-		{`{"name":"n","tasks":[{"id":"a"}]}`, DefaultMaxRetries},
+		{`{"name":"n","tasks":[{"id":"a"}]}`, model.DefaultMaxRetries},
 		{`{"name":"n","tasks":[{"id":"a","max_retries":0}]}`, 0},
-		{`{"name":"n","tasks":[{"id":"a","max_retries":null}]}`, DefaultMaxRetries},
+		{`{"name":"n","tasks":[{"id":"a","max_retries":null}]}`, model.DefaultMaxRetries},
 		{`{"name":"n","tasks":[{"id":"a","max_retries":7}]}`, 7},
-		{"name: n\ntasks:\n  - id: a\n", DefaultMaxRetries},
+		{"name: n\ntasks:\n  - id: a\n", model.DefaultMaxRetries},
 		{"name: n\ntasks:\n  - id: a\n    max_retries: 0\n", 0},
 		{"name: n\ntasks:\n  - id: a\n    max_retries: 7\n", 7},
 	}
@@ -343,23 +345,23 @@ func TestMaxRetriesAbsentVsZero(t *testing.T) {
 }
 
 func TestNormalize(t *testing.T) {
-	d := &DAG{ID: "x1", Name: "  ", Tasks: []Task{
+	d := &model.DAG{ID: "x1", Name: "  ", Tasks: []model.Task{
 		{ID: "a", Command: "echo"},
 		{Name: " b ", Env: map[string]string{}, DependsOn: []string{}},
 		{ID: "c", Name: "C task", Kind: "HTTP", URL: "http://example.com", Method: "post"},
 		{ID: "d", Name: "d", Kind: "Sleep"},
-		{ID: "e", Kind: KindShell, Timeout: Duration(time.Second)},
+		{ID: "e", Kind: model.KindShell, Timeout: model.Duration(time.Second)},
 	}}
 	d.Normalize()
 	if d.Name != "x1" {
 		t.Errorf("name %q: an unnamed DAG takes its id", d.Name)
 	}
-	want := []Task{
-		{ID: "a", Kind: KindShell, Command: "echo", Timeout: Duration(DefaultTimeout)},
-		{ID: "b", Kind: KindNoop, Timeout: Duration(DefaultTimeout)},
-		{ID: "c", Name: "C task", Kind: KindHTTP, URL: "http://example.com", Method: "POST", ExpectStatus: 200, Timeout: Duration(DefaultTimeout)},
-		{ID: "d", Kind: KindSleep, Timeout: Duration(DefaultTimeout)},
-		{ID: "e", Kind: KindShell, Timeout: Duration(time.Second)},
+	want := []model.Task{
+		{ID: "a", Kind: model.KindShell, Command: "echo", Timeout: model.Duration(model.DefaultTimeout)},
+		{ID: "b", Kind: model.KindNoop, Timeout: model.Duration(model.DefaultTimeout)},
+		{ID: "c", Name: "C task", Kind: model.KindHTTP, URL: "http://example.com", Method: "POST", ExpectStatus: 200, Timeout: model.Duration(model.DefaultTimeout)},
+		{ID: "d", Kind: model.KindSleep, Timeout: model.Duration(model.DefaultTimeout)},
+		{ID: "e", Kind: model.KindShell, Timeout: model.Duration(time.Second)},
 	}
 	if !reflect.DeepEqual(d.Tasks, want) {
 		t.Errorf("normalized\n got %+v\nwant %+v", d.Tasks, want)
@@ -369,7 +371,7 @@ func TestNormalize(t *testing.T) {
 	if !reflect.DeepEqual(d.Tasks, want) || string(d.Canonical()) != before {
 		t.Error("Normalize is not idempotent")
 	}
-	d2 := &DAG{Tasks: []Task{{ID: "a", Kind: KindHTTP, URL: "http://x"}}}
+	d2 := &model.DAG{Tasks: []model.Task{{ID: "a", Kind: model.KindHTTP, URL: "http://x"}}}
 	d2.Normalize()
 	if d2.Tasks[0].Method != "GET" {
 		t.Errorf("http method default %q", d2.Tasks[0].Method)
@@ -377,12 +379,12 @@ func TestNormalize(t *testing.T) {
 }
 
 // validDAG returns a DAG that passes Validate; rule tests break one thing.
-func validDAG() *DAG {
-	d := &DAG{ID: "d1", Name: "valid", Tasks: []Task{
-		{ID: "a", Kind: KindShell, Command: "true", MaxRetries: 3},
-		{ID: "b", Kind: KindHTTP, URL: "https://example.com/health", DependsOn: []string{"a"}},
-		{ID: "c", Kind: KindSleep, Duration: Duration(time.Second), Fail: 0.5, DependsOn: []string{"a"}},
-		{ID: "d", Kind: KindNoop, DependsOn: []string{"b", "c"}, Priority: -5},
+func validDAG() *model.DAG {
+	d := &model.DAG{ID: "d1", Name: "valid", Tasks: []model.Task{
+		{ID: "a", Kind: model.KindShell, Command: "true", MaxRetries: 3},
+		{ID: "b", Kind: model.KindHTTP, URL: "https://example.com/health", DependsOn: []string{"a"}},
+		{ID: "c", Kind: model.KindSleep, Duration: model.Duration(time.Second), Fail: 0.5, DependsOn: []string{"a"}},
+		{ID: "d", Kind: model.KindNoop, DependsOn: []string{"b", "c"}, Priority: -5},
 	}}
 	d.Normalize()
 	return d
@@ -394,53 +396,53 @@ func TestValidateRules(t *testing.T) {
 	}
 	cases := []struct {
 		name   string
-		mutate func(d *DAG)
+		mutate func(d *model.DAG)
 		code   string
 		want   []string
 	}{
-		{"no name no id", func(d *DAG) { d.ID, d.Name = "", " " }, CodeInvalid, []string{"dag name is required"}},
-		{"long name", func(d *DAG) { d.Name = strings.Repeat("n", MaxNameLen+1) }, CodeInvalid, []string{"dag name is longer"}},
-		{"no tasks", func(d *DAG) { d.Tasks = nil }, CodeInvalid, []string{"no tasks"}},
-		{"bad dag id slash", func(d *DAG) { d.ID = "a/b" }, CodeInvalid, []string{`dag id "a/b" is invalid`}},
-		{"bad dag id dot", func(d *DAG) { d.ID = ".." }, CodeInvalid, []string{`dag id ".." is invalid`}},
-		{"bad dag id long", func(d *DAG) { d.ID = strings.Repeat("x", 129) }, CodeInvalid, []string{"dag id"}},
-		{"missing task id", func(d *DAG) { d.Tasks[1].ID = "" }, CodeInvalid, []string{"task #2: id is required"}},
-		{"bad task id", func(d *DAG) { d.Tasks[0].ID = "ex tract" }, CodeInvalid, []string{`task "ex tract": id is invalid`}},
-		{"bad task id slash", func(d *DAG) { d.Tasks[0].ID = "a/b" }, CodeInvalid, []string{`task "a/b": id is invalid`}},
-		{"dup id", func(d *DAG) { d.Tasks[2].ID = "b" }, CodeInvalid, []string{`task "b": duplicate id (tasks #2 and #3)`}},
-		{"unknown dep", func(d *DAG) { d.Tasks[3].DependsOn = []string{"b", "zz"} }, CodeInvalid, []string{`task "d": depends on unknown task "zz"`}},
-		{"self dep", func(d *DAG) { d.Tasks[1].DependsOn = []string{"b"} }, CodeInvalid, []string{`task "b": depends on itself`}},
-		{"dup dep", func(d *DAG) { d.Tasks[3].DependsOn = []string{"b", "c", "b"} }, CodeInvalid, []string{`task "d": depends on "b" more than once`}},
-		{"empty dep", func(d *DAG) { d.Tasks[3].DependsOn = []string{""} }, CodeInvalid, []string{`task "d": empty entry in depends_on`}},
-		{"bad kind", func(d *DAG) { d.Tasks[3].Kind = "lambda" }, CodeInvalid, []string{`task "d": unknown kind "lambda"`}},
-		{"empty kind unnormalized", func(d *DAG) { d.Tasks[3].Kind = "" }, CodeInvalid, []string{`task "d": unknown kind ""`}},
-		{"shell no command", func(d *DAG) { d.Tasks[0].Command = "  " }, CodeInvalid, []string{`task "a": shell task needs a command`}},
-		{"shell nul", func(d *DAG) { d.Tasks[0].Command = "a\x00b" }, CodeInvalid, []string{`task "a": command contains a NUL`}},
-		{"bad interpreter", func(d *DAG) { d.Tasks[0].Interpreter = "python3 -u" }, CodeInvalid, []string{`task "a": interpreter`}},
-		{"bad env", func(d *DAG) { d.Tasks[0].Env = map[string]string{"A=B": "x"} }, CodeInvalid, []string{`task "a": env "A=B"`}},
-		{"http no url", func(d *DAG) { d.Tasks[1].URL = "" }, CodeInvalid, []string{`task "b": http task needs a url`}},
-		{"http relative url", func(d *DAG) { d.Tasks[1].URL = "/health" }, CodeInvalid, []string{`task "b": url "/health" is invalid`}},
-		{"http ftp url", func(d *DAG) { d.Tasks[1].URL = "ftp://x/y" }, CodeInvalid, []string{`task "b": url "ftp://x/y"`}},
-		{"http garbage url", func(d *DAG) { d.Tasks[1].URL = "http://[::1" }, CodeInvalid, []string{`task "b": url`}},
-		{"http bad method", func(d *DAG) { d.Tasks[1].Method = "FETCH" }, CodeInvalid, []string{`task "b": method "FETCH"`}},
-		{"http bad status", func(d *DAG) { d.Tasks[1].ExpectStatus = 42 }, CodeInvalid, []string{`task "b": expect_status 42`}},
-		{"priority high", func(d *DAG) { d.Tasks[0].Priority = MaxPriority + 1 }, CodeInvalid, []string{`task "a": priority 1000001`}},
-		{"priority low", func(d *DAG) { d.Tasks[0].Priority = -MaxPriority - 1 }, CodeInvalid, []string{`task "a": priority -1000001`}},
-		{"retries negative", func(d *DAG) { d.Tasks[0].MaxRetries = -1 }, CodeInvalid, []string{`task "a": max_retries -1`}},
-		{"retries high", func(d *DAG) { d.Tasks[0].MaxRetries = 101 }, CodeInvalid, []string{`task "a": max_retries 101`}},
-		{"timeout negative", func(d *DAG) { d.Tasks[0].Timeout = Duration(-time.Second) }, CodeInvalid, []string{`task "a": timeout -1s`}},
-		{"timeout zero unnormalized", func(d *DAG) { d.Tasks[0].Timeout = 0 }, CodeInvalid, []string{`task "a": timeout 0s`}},
-		{"timeout long", func(d *DAG) { d.Tasks[0].Timeout = Duration(25 * time.Hour) }, CodeInvalid, []string{`task "a": timeout 25h0m0s`}},
-		{"sleep negative", func(d *DAG) { d.Tasks[2].Duration = Duration(-time.Second) }, CodeInvalid, []string{`task "c": duration -1s`}},
-		{"sleep long", func(d *DAG) { d.Tasks[2].Duration = Duration(25 * time.Hour) }, CodeInvalid, []string{`task "c": duration 25h0m0s`}},
-		{"fail high", func(d *DAG) { d.Tasks[2].Fail = 1.5 }, CodeInvalid, []string{`task "c": fail 1.5`}},
-		{"fail negative", func(d *DAG) { d.Tasks[2].Fail = -0.1 }, CodeInvalid, []string{`task "c": fail -0.1`}},
-		{"fail NaN", func(d *DAG) { d.Tasks[2].Fail = Probability(math.NaN()) }, CodeInvalid, []string{`task "c": fail NaN`}},
-		{"cycle", func(d *DAG) { d.Tasks[0].DependsOn = []string{"d"} }, CodeCycle, []string{"cycle: a → d → b → a"}},
-		{"cycle plus other", func(d *DAG) { d.Tasks[0].DependsOn = []string{"d"}; d.Tasks[3].Priority = 2e6 }, CodeInvalid, []string{"cycle: a → d", `task "d": priority`}},
-		{"too many", func(d *DAG) {
+		{"no name no id", func(d *model.DAG) { d.ID, d.Name = "", " " }, CodeInvalid, []string{"dag name is required"}},
+		{"long name", func(d *model.DAG) { d.Name = strings.Repeat("n", MaxNameLen+1) }, CodeInvalid, []string{"dag name is longer"}},
+		{"no tasks", func(d *model.DAG) { d.Tasks = nil }, CodeInvalid, []string{"no tasks"}},
+		{"bad dag id slash", func(d *model.DAG) { d.ID = "a/b" }, CodeInvalid, []string{`dag id "a/b" is invalid`}},
+		{"bad dag id dot", func(d *model.DAG) { d.ID = ".." }, CodeInvalid, []string{`dag id ".." is invalid`}},
+		{"bad dag id long", func(d *model.DAG) { d.ID = strings.Repeat("x", 129) }, CodeInvalid, []string{"dag id"}},
+		{"missing task id", func(d *model.DAG) { d.Tasks[1].ID = "" }, CodeInvalid, []string{"task #2: id is required"}},
+		{"bad task id", func(d *model.DAG) { d.Tasks[0].ID = "ex tract" }, CodeInvalid, []string{`task "ex tract": id is invalid`}},
+		{"bad task id slash", func(d *model.DAG) { d.Tasks[0].ID = "a/b" }, CodeInvalid, []string{`task "a/b": id is invalid`}},
+		{"dup id", func(d *model.DAG) { d.Tasks[2].ID = "b" }, CodeInvalid, []string{`task "b": duplicate id (tasks #2 and #3)`}},
+		{"unknown dep", func(d *model.DAG) { d.Tasks[3].DependsOn = []string{"b", "zz"} }, CodeInvalid, []string{`task "d": depends on unknown task "zz"`}},
+		{"self dep", func(d *model.DAG) { d.Tasks[1].DependsOn = []string{"b"} }, CodeInvalid, []string{`task "b": depends on itself`}},
+		{"dup dep", func(d *model.DAG) { d.Tasks[3].DependsOn = []string{"b", "c", "b"} }, CodeInvalid, []string{`task "d": depends on "b" more than once`}},
+		{"empty dep", func(d *model.DAG) { d.Tasks[3].DependsOn = []string{""} }, CodeInvalid, []string{`task "d": empty entry in depends_on`}},
+		{"bad kind", func(d *model.DAG) { d.Tasks[3].Kind = "lambda" }, CodeInvalid, []string{`task "d": unknown kind "lambda"`}},
+		{"empty kind unnormalized", func(d *model.DAG) { d.Tasks[3].Kind = "" }, CodeInvalid, []string{`task "d": unknown kind ""`}},
+		{"shell no command", func(d *model.DAG) { d.Tasks[0].Command = "  " }, CodeInvalid, []string{`task "a": shell task needs a command`}},
+		{"shell nul", func(d *model.DAG) { d.Tasks[0].Command = "a\x00b" }, CodeInvalid, []string{`task "a": command contains a NUL`}},
+		{"bad interpreter", func(d *model.DAG) { d.Tasks[0].Interpreter = "python3 -u" }, CodeInvalid, []string{`task "a": interpreter`}},
+		{"bad env", func(d *model.DAG) { d.Tasks[0].Env = map[string]string{"A=B": "x"} }, CodeInvalid, []string{`task "a": env "A=B"`}},
+		{"http no url", func(d *model.DAG) { d.Tasks[1].URL = "" }, CodeInvalid, []string{`task "b": http task needs a url`}},
+		{"http relative url", func(d *model.DAG) { d.Tasks[1].URL = "/health" }, CodeInvalid, []string{`task "b": url "/health" is invalid`}},
+		{"http ftp url", func(d *model.DAG) { d.Tasks[1].URL = "ftp://x/y" }, CodeInvalid, []string{`task "b": url "ftp://x/y"`}},
+		{"http garbage url", func(d *model.DAG) { d.Tasks[1].URL = "http://[::1" }, CodeInvalid, []string{`task "b": url`}},
+		{"http bad method", func(d *model.DAG) { d.Tasks[1].Method = "FETCH" }, CodeInvalid, []string{`task "b": method "FETCH"`}},
+		{"http bad status", func(d *model.DAG) { d.Tasks[1].ExpectStatus = 42 }, CodeInvalid, []string{`task "b": expect_status 42`}},
+		{"priority high", func(d *model.DAG) { d.Tasks[0].Priority = MaxPriority + 1 }, CodeInvalid, []string{`task "a": priority 1000001`}},
+		{"priority low", func(d *model.DAG) { d.Tasks[0].Priority = -MaxPriority - 1 }, CodeInvalid, []string{`task "a": priority -1000001`}},
+		{"retries negative", func(d *model.DAG) { d.Tasks[0].MaxRetries = -1 }, CodeInvalid, []string{`task "a": max_retries -1`}},
+		{"retries high", func(d *model.DAG) { d.Tasks[0].MaxRetries = 101 }, CodeInvalid, []string{`task "a": max_retries 101`}},
+		{"timeout negative", func(d *model.DAG) { d.Tasks[0].Timeout = model.Duration(-time.Second) }, CodeInvalid, []string{`task "a": timeout -1s`}},
+		{"timeout zero unnormalized", func(d *model.DAG) { d.Tasks[0].Timeout = 0 }, CodeInvalid, []string{`task "a": timeout 0s`}},
+		{"timeout long", func(d *model.DAG) { d.Tasks[0].Timeout = model.Duration(25 * time.Hour) }, CodeInvalid, []string{`task "a": timeout 25h0m0s`}},
+		{"sleep negative", func(d *model.DAG) { d.Tasks[2].Duration = model.Duration(-time.Second) }, CodeInvalid, []string{`task "c": duration -1s`}},
+		{"sleep long", func(d *model.DAG) { d.Tasks[2].Duration = model.Duration(25 * time.Hour) }, CodeInvalid, []string{`task "c": duration 25h0m0s`}},
+		{"fail high", func(d *model.DAG) { d.Tasks[2].Fail = 1.5 }, CodeInvalid, []string{`task "c": fail 1.5`}},
+		{"fail negative", func(d *model.DAG) { d.Tasks[2].Fail = -0.1 }, CodeInvalid, []string{`task "c": fail -0.1`}},
+		{"fail NaN", func(d *model.DAG) { d.Tasks[2].Fail = model.Probability(math.NaN()) }, CodeInvalid, []string{`task "c": fail NaN`}},
+		{"cycle", func(d *model.DAG) { d.Tasks[0].DependsOn = []string{"d"} }, CodeCycle, []string{"cycle: a → d → b → a"}},
+		{"cycle plus other", func(d *model.DAG) { d.Tasks[0].DependsOn = []string{"d"}; d.Tasks[3].Priority = 2e6 }, CodeInvalid, []string{"cycle: a → d", `task "d": priority`}},
+		{"too many", func(d *model.DAG) {
 			for i := 0; i < DefaultMaxTasks; i++ {
-				d.Tasks = append(d.Tasks, Task{ID: fmt.Sprintf("t%d", i), Kind: KindNoop, Timeout: Duration(time.Second)})
+				d.Tasks = append(d.Tasks, model.Task{ID: fmt.Sprintf("t%d", i), Kind: model.KindNoop, Timeout: model.Duration(time.Second)})
 			}
 		}, CodeTooMany, []string{"1004 tasks; the limit is 1000"}},
 	}
@@ -510,9 +512,9 @@ tasks:
 }
 
 func TestDetailsCapped(t *testing.T) {
-	d := &DAG{Name: "n"}
+	d := &model.DAG{Name: "n"}
 	for i := 0; i < 300; i++ {
-		d.Tasks = append(d.Tasks, Task{ID: fmt.Sprintf("t%d", i), Kind: "bogus", Timeout: Duration(time.Second)})
+		d.Tasks = append(d.Tasks, model.Task{ID: fmt.Sprintf("t%d", i), Kind: "bogus", Timeout: model.Duration(time.Second)})
 	}
 	ve := asVE(t, Validate(d, Limits{}))
 	if len(ve.Details) != maxDetails+1 || !strings.Contains(ve.Details[maxDetails], "200 more problems") {
@@ -536,10 +538,10 @@ func TestLimits(t *testing.T) {
 	}
 }
 
-func chain(n int, closeLoop bool) *DAG {
-	d := &DAG{Name: "chain"}
+func chain(n int, closeLoop bool) *model.DAG {
+	d := &model.DAG{Name: "chain"}
 	for i := 0; i < n; i++ {
-		t := Task{ID: fmt.Sprintf("t%d", i), Kind: KindNoop}
+		t := model.Task{ID: fmt.Sprintf("t%d", i), Kind: model.KindNoop}
 		if i > 0 {
 			t.DependsOn = []string{fmt.Sprintf("t%d", i-1)}
 		}
@@ -562,7 +564,7 @@ func TestCycles(t *testing.T) {
 	}
 
 	// Two disjoint cycles are both reported.
-	d := &DAG{Name: "two", Tasks: []Task{
+	d := &model.DAG{Name: "two", Tasks: []model.Task{
 		{ID: "a", DependsOn: []string{"b"}}, {ID: "b", DependsOn: []string{"a"}},
 		{ID: "c", DependsOn: []string{"d"}}, {ID: "d", DependsOn: []string{"c"}},
 		{ID: "e", DependsOn: []string{"a", "c"}},
@@ -574,7 +576,7 @@ func TestCycles(t *testing.T) {
 	}
 
 	// Dense graphs with many cycles: reporting stays bounded.
-	d = &DAG{Name: "dense"}
+	d = &model.DAG{Name: "dense"}
 	for i := 0; i < 50; i++ {
 		var deps []string
 		for j := 0; j < 50; j++ {
@@ -582,7 +584,7 @@ func TestCycles(t *testing.T) {
 				deps = append(deps, fmt.Sprintf("t%d", j))
 			}
 		}
-		d.Tasks = append(d.Tasks, Task{ID: fmt.Sprintf("t%d", i), DependsOn: deps})
+		d.Tasks = append(d.Tasks, model.Task{ID: fmt.Sprintf("t%d", i), DependsOn: deps})
 	}
 	d.Normalize()
 	ve = asVE(t, Validate(d, Limits{}))
@@ -635,7 +637,7 @@ tasks:
 	}
 
 	// Canonical normalizes a copy and leaves the caller's DAG alone.
-	raw := &DAG{ID: "y", Tasks: []Task{{ID: "a", Command: "x"}}}
+	raw := &model.DAG{ID: "y", Tasks: []model.Task{{ID: "a", Command: "x"}}}
 	c1 := raw.Canonical()
 	if raw.Name != "" || raw.Tasks[0].Kind != "" || raw.Tasks[0].Timeout != 0 {
 		t.Errorf("Canonical modified its receiver: %+v", raw)
@@ -727,7 +729,7 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("accepted a DAG of %d decoded bytes; the budget is %d", n, budget)
 		}
 		for i := range d.Tasks {
-			if tk := &d.Tasks[i]; len(tk.Command) > MaxCommandBytes || tk.envBytes() > MaxEnvBytes || len(tk.URL) > MaxURLBytes {
+			if tk := &d.Tasks[i]; len(tk.Command) > MaxCommandBytes || tk.EnvBytes() > MaxEnvBytes || len(tk.URL) > MaxURLBytes {
 				t.Fatalf("task %s is over a field limit", tk.ID)
 			}
 		}

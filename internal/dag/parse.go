@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/orion-sched/orion/internal/model"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -49,15 +50,15 @@ type rawTask struct {
 	Method       string `json:"method" yaml:"method"`
 	ExpectStatus int    `json:"expect_status" yaml:"expect_status"`
 
-	Duration Duration    `json:"duration" yaml:"duration"`
-	Fail     Probability `json:"fail" yaml:"fail"`
+	Duration model.Duration    `json:"duration" yaml:"duration"`
+	Fail     model.Probability `json:"fail" yaml:"fail"`
 
 	DependsOn    []string `json:"depends_on" yaml:"depends_on"`
 	Dependencies []string `json:"dependencies" yaml:"dependencies"` // seed alias of depends_on
 
-	Priority   int      `json:"priority" yaml:"priority"`
-	MaxRetries *int     `json:"max_retries" yaml:"max_retries"`
-	Timeout    Duration `json:"timeout" yaml:"timeout"`
+	Priority   int            `json:"priority" yaml:"priority"`
+	MaxRetries *int           `json:"max_retries" yaml:"max_retries"`
+	Timeout    model.Duration `json:"timeout" yaml:"timeout"`
 }
 
 // FormatOf maps a Content-Type header to a format. Types that clients send
@@ -92,7 +93,7 @@ func FormatOf(contentType string) (Format, error) {
 //
 // Errors are *ValidationError with Code "parse_error", "invalid_dag" (for
 // contradictory seed aliases) or "unsupported_media_type".
-func Parse(body []byte, contentType string) (*DAG, error) {
+func Parse(body []byte, contentType string) (*model.DAG, error) {
 	f, err := FormatOf(contentType)
 	if err != nil {
 		return nil, err
@@ -102,7 +103,7 @@ func Parse(body []byte, contentType string) (*DAG, error) {
 
 // ParseFile reads a DAG file; .json is JSON, .yaml/.yml is YAML, anything
 // else is sniffed.
-func ParseFile(path string) (*DAG, error) {
+func ParseFile(path string) (*model.DAG, error) {
 	body, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
@@ -123,7 +124,7 @@ func ParseFile(path string) (*DAG, error) {
 
 // Load is Parse, Normalize and Validate in one call: what an API handler
 // wants.
-func Load(body []byte, contentType string, limits Limits) (*DAG, error) {
+func Load(body []byte, contentType string, limits Limits) (*model.DAG, error) {
 	d, err := Parse(body, contentType)
 	if err != nil {
 		return nil, err
@@ -135,7 +136,7 @@ func Load(body []byte, contentType string, limits Limits) (*DAG, error) {
 	return d, nil
 }
 
-func parseFormat(body []byte, f Format) (*DAG, error) {
+func parseFormat(body []byte, f Format) (*model.DAG, error) {
 	body = bytes.TrimPrefix(body, []byte("\xef\xbb\xbf")) // editors on Windows add a BOM
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil, parseError("empty body: want a DAG in JSON or YAML")
@@ -258,31 +259,31 @@ func parseError(msg string) *ValidationError {
 // seedTypes maps the seed format's `type` values, plus the native kinds so a
 // file may use `type: http` consistently, to a kind and interpreter.
 var seedTypes = map[string]struct {
-	kind        Kind
+	kind        model.Kind
 	interpreter string
 }{
-	"bash":    {KindShell, ""},
-	"sh":      {KindShell, ""},
-	"shell":   {KindShell, ""},
-	"python":  {KindShell, "python3"},
-	"python3": {KindShell, "python3"},
-	"http":    {KindHTTP, ""},
-	"noop":    {KindNoop, ""},
-	"sleep":   {KindSleep, ""},
+	"bash":    {model.KindShell, ""},
+	"sh":      {model.KindShell, ""},
+	"shell":   {model.KindShell, ""},
+	"python":  {model.KindShell, "python3"},
+	"python3": {model.KindShell, "python3"},
+	"http":    {model.KindHTTP, ""},
+	"noop":    {model.KindNoop, ""},
+	"sleep":   {model.KindSleep, ""},
 }
 
-func (r *rawDAG) toDAG() (*DAG, error) {
-	d := &DAG{ID: r.ID, Name: r.Name, Tasks: make([]Task, len(r.Tasks))}
+func (r *rawDAG) toDAG() (*model.DAG, error) {
+	d := &model.DAG{ID: r.ID, Name: r.Name, Tasks: make([]model.Task, len(r.Tasks))}
 	var p problems
 	for i := range r.Tasks {
 		rt := &r.Tasks[i]
-		t := Task{
-			ID: rt.ID, Name: rt.Name, Kind: Kind(rt.Kind),
+		t := model.Task{
+			ID: rt.ID, Name: rt.Name, Kind: model.Kind(rt.Kind),
 			Command: rt.Command, Interpreter: rt.Interpreter, Env: rt.Env, Workdir: rt.Workdir,
 			URL: rt.URL, Method: rt.Method, ExpectStatus: rt.ExpectStatus,
 			Duration: rt.Duration, Fail: rt.Fail,
 			DependsOn: rt.DependsOn, Priority: rt.Priority,
-			MaxRetries: DefaultMaxRetries, Timeout: rt.Timeout,
+			MaxRetries: model.DefaultMaxRetries, Timeout: rt.Timeout,
 		}
 		if rt.MaxRetries != nil {
 			t.MaxRetries = *rt.MaxRetries
@@ -293,7 +294,7 @@ func (r *rawDAG) toDAG() (*DAG, error) {
 			switch {
 			case !ok:
 				p.addf("%s: unknown type %q (want bash, sh, shell, python, http, noop or sleep)", label, rt.Type)
-			case rt.Kind != "" && Kind(strings.ToLower(strings.TrimSpace(rt.Kind))) != st.kind:
+			case rt.Kind != "" && model.Kind(strings.ToLower(strings.TrimSpace(rt.Kind))) != st.kind:
 				p.addf("%s: kind %q and type %q disagree; give only one", label, rt.Kind, rt.Type)
 			default:
 				t.Kind = st.kind

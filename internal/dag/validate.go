@@ -3,12 +3,13 @@ package dag
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"net/url"
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/orion-sched/orion/internal/model"
 )
 
 // Error codes of ValidationError; the API returns them verbatim, so clients
@@ -104,61 +105,6 @@ var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 // ValidID reports whether s may be used as a DAG or task id.
 func ValidID(s string) bool { return idPattern.MatchString(s) }
 
-// Normalize fills defaults in place. It is idempotent and never fails; any
-// value it cannot make sense of is left for Validate to report.
-//
-// max_retries is not defaulted here: a Task built in Go cannot tell "unset"
-// from 0, so Parse applies DefaultMaxRetries when the field is absent.
-//
-// A DAG without a name takes its id as name, so the id-only submissions that
-// idempotent clients send are accepted.
-func (d *DAG) Normalize() {
-	d.Name = strings.TrimSpace(d.Name)
-	if d.Name == "" {
-		d.Name = d.ID
-	}
-	for i := range d.Tasks {
-		t := &d.Tasks[i]
-		t.Name = strings.TrimSpace(t.Name)
-		// The seed format names tasks instead of giving ids.
-		if t.ID == "" {
-			t.ID = t.Name
-		}
-		if t.Name == t.ID {
-			t.Name = ""
-		}
-		t.Kind = Kind(strings.ToLower(strings.TrimSpace(string(t.Kind))))
-		if t.Kind == "" {
-			t.Kind = KindNoop
-			if strings.TrimSpace(t.Command) != "" {
-				t.Kind = KindShell
-			}
-		}
-		if t.Kind == KindHTTP {
-			t.Method = strings.ToUpper(strings.TrimSpace(t.Method))
-			if t.Method == "" {
-				t.Method = "GET"
-			}
-			if t.ExpectStatus == 0 {
-				t.ExpectStatus = 200
-			}
-		}
-		// A zero timeout means "unset": an attempt that may never run is
-		// not something anyone asks for on purpose.
-		if t.Timeout == 0 {
-			t.Timeout = Duration(DefaultTimeout)
-		}
-		// Empty and nil collections mean the same; make them one value so
-		// Canonical does not tell them apart.
-		if len(t.Env) == 0 {
-			t.Env = nil
-		}
-		if len(t.DependsOn) == 0 {
-			t.DependsOn = nil
-		}
-	}
-}
-
 var httpMethods = map[string]bool{
 	"GET": true, "HEAD": true, "POST": true, "PUT": true, "PATCH": true, "DELETE": true, "OPTIONS": true,
 }
@@ -166,7 +112,7 @@ var httpMethods = map[string]bool{
 // Validate checks a normalized DAG and returns a *ValidationError listing
 // every problem, or nil. Call Normalize first: Validate does not modify d and
 // reports an empty kind, for instance, as an error.
-func Validate(d *DAG, limits Limits) error {
+func Validate(d *model.DAG, limits Limits) error {
 	if d == nil {
 		return &ValidationError{Code: CodeInvalid, Message: "no DAG given"}
 	}
@@ -251,12 +197,12 @@ func Validate(d *DAG, limits Limits) error {
 	return nil
 }
 
-func validateTask(p *problems, label string, t *Task) {
+func validateTask(p *problems, label string, t *model.Task) {
 	if len(t.Name) > MaxNameLen {
 		p.addf("%s: name is longer than %d bytes", label, MaxNameLen)
 	}
 	switch t.Kind {
-	case KindShell:
+	case model.KindShell:
 		if strings.TrimSpace(t.Command) == "" {
 			p.addf("%s: shell task needs a command", label)
 		}
@@ -272,13 +218,13 @@ func validateTask(p *problems, label string, t *Task) {
 				p.addf("%s: env %q: names must be non-empty without '=' or NUL, values without NUL", label, k)
 			}
 		}
-	case KindHTTP:
+	case model.KindHTTP:
 		validateHTTP(p, label, t)
-	case KindSleep:
+	case model.KindSleep:
 		if t.Duration < 0 || t.Duration.D() > MaxDuration {
 			p.addf("%s: duration %s is out of range: want 0 to %s", label, t.Duration.D(), MaxDuration)
 		}
-	case KindNoop:
+	case model.KindNoop:
 	default:
 		p.addf("%s: unknown kind %q (want shell, http, noop or sleep)", label, t.Kind)
 	}
@@ -297,7 +243,7 @@ func validateTask(p *problems, label string, t *Task) {
 	}
 }
 
-func validateHTTP(p *problems, label string, t *Task) {
+func validateHTTP(p *problems, label string, t *model.Task) {
 	if strings.TrimSpace(t.URL) == "" {
 		p.addf("%s: http task needs a url", label)
 	} else if u, err := url.Parse(t.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -317,7 +263,7 @@ func validateHTTP(p *problems, label string, t *Task) {
 // stack, and every node and edge is visited once, so the cost is linear.
 // Self-dependencies, unknown and repeated ids are reported elsewhere and
 // skipped here; with duplicate task ids the first one wins.
-func findCycles(d *DAG, index map[string]int) []string {
+func findCycles(d *model.DAG, index map[string]int) []string {
 	const (
 		white = iota // not visited
 		grey         // on the current DFS path
@@ -367,51 +313,6 @@ func findCycles(d *DAG, index map[string]int) []string {
 		}
 	}
 	return cycles
-}
-
-// Canonical returns deterministic JSON of the normalized DAG, so two
-// submissions with the same id can be compared byte for byte to decide
-// whether the second is a retry (accept) or a conflict (reject). d itself is
-// not modified. Task order is significant. It returns nil only for values
-// JSON cannot hold (a NaN fail), which Validate rejects.
-func (d *DAG) Canonical() []byte {
-	c := *d
-	c.Tasks = append([]Task{}, d.Tasks...) // Normalize must not touch the caller's tasks
-	c.Normalize()
-	// encoding/json writes struct fields in declaration order and map keys
-	// sorted, which is all the determinism needed.
-	b, err := json.Marshal(&c)
-	if err != nil {
-		return nil
-	}
-	return b
-}
-
-// DepIndices returns, for each task, the indices of the tasks it depends on,
-// in depends_on order. Unknown ids are skipped; call it on a valid DAG.
-func (d *DAG) DepIndices() [][]int {
-	index := d.TaskIndex()
-	out := make([][]int, len(d.Tasks))
-	for i := range d.Tasks {
-		for _, dep := range d.Tasks[i].DependsOn {
-			if j, ok := index[dep]; ok {
-				out[i] = append(out[i], j)
-			}
-		}
-	}
-	return out
-}
-
-// Dependents returns, for each task, the indices of the tasks that depend on
-// it, in ascending order: the edges a scheduler follows when a task finishes.
-func (d *DAG) Dependents() [][]int {
-	out := make([][]int, len(d.Tasks))
-	for i, deps := range d.DepIndices() {
-		for _, j := range deps {
-			out[j] = append(out[j], i)
-		}
-	}
-	return out
 }
 
 // NewID returns a DAG id such as "20261122-150405-a1b2c3": ids sort by

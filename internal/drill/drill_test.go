@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/orion-sched/orion/internal/dag"
+	"github.com/orion-sched/orion/internal/model"
 )
 
 func TestPercentile(t *testing.T) {
@@ -196,7 +197,7 @@ func TestDAGSpec(t *testing.T) {
 		if len(task.DependsOn) == 0 {
 			roots++
 		}
-		if task.Kind != dag.KindShell || !strings.Contains(task.Command, `>> '/tmp/it'\''s here/runs.log'`) ||
+		if task.Kind != model.KindShell || !strings.Contains(task.Command, `>> '/tmp/it'\''s here/runs.log'`) ||
 			!strings.Contains(task.Command, `"$ORION_DAG_ID/$ORION_TASK_ID $ORION_ATTEMPT $PPID"`) {
 			t.Fatalf("task %s: %+v", task.ID, task)
 		}

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/orion-sched/orion/internal/core"
-	"github.com/orion-sched/orion/internal/dag"
 	"github.com/orion-sched/orion/internal/etcdtest"
+	"github.com/orion-sched/orion/internal/model"
 )
 
 func TestParseKey(t *testing.T) {
@@ -41,9 +41,9 @@ func TestParseKey(t *testing.T) {
 }
 
 func dagEntry(id string, n int) core.Entry {
-	d := dag.DAG{ID: id, Name: id}
+	d := model.DAG{ID: id, Name: id}
 	for i := 0; i < n; i++ {
-		d.Tasks = append(d.Tasks, dag.Task{ID: fmt.Sprintf("t%d", i), Kind: dag.KindNoop, Timeout: dag.Duration(time.Minute)})
+		d.Tasks = append(d.Tasks, model.Task{ID: fmt.Sprintf("t%d", i), Kind: model.KindNoop, Timeout: model.Duration(time.Minute)})
 	}
 	return core.Entry{DAG: id, D: &core.DAGRecord{DAG: d, Status: core.DAGRunning, Run: 1}}
 }
@@ -137,7 +137,7 @@ func TestLoadPagesAndReportsGarbage(t *testing.T) {
 // byte per '<' in etcd, as in the body that carried it, not six.
 func TestRecordsAreNotHTMLEscaped(t *testing.T) {
 	e := dagEntry("html", 1)
-	e.D.Tasks[0].Kind, e.D.Tasks[0].Command = dag.KindShell, strings.Repeat("<>&", 1000)
+	e.D.Tasks[0].Kind, e.D.Tasks[0].Command = model.KindShell, strings.Repeat("<>&", 1000)
 	ops, n, err := Ops(&e)
 	if err != nil {
 		t.Fatal(err)
@@ -161,7 +161,7 @@ func TestCheckSize(t *testing.T) {
 		t.Fatal(err)
 	}
 	big := dagEntry("big", 1)
-	big.D.Tasks[0].Kind, big.D.Tasks[0].Command = dag.KindShell, strings.Repeat("x", 64<<10)
+	big.D.Tasks[0].Kind, big.D.Tasks[0].Command = model.KindShell, strings.Repeat("x", 64<<10)
 	var tl *TooLargeError
 	if err := CheckSize(&big, lim); !errors.As(err, &tl) || tl.Limit != 60<<10 || tl.Size <= 64<<10 || tl.DAG != "big" {
 		t.Fatalf("%v", err)

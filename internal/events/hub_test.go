@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/orion-sched/orion/internal/core"
-	"github.com/orion-sched/orion/internal/dag"
+	"github.com/orion-sched/orion/internal/model"
 )
 
 // taskEvent is a log event for revision rev.
@@ -105,7 +105,7 @@ func TestFromEntry(t *testing.T) {
 		t.Fatalf("error not truncated on a rune boundary: %d bytes", len(ev.Error))
 	}
 
-	rec := &core.DAGRecord{DAG: dag.DAG{ID: "d1", Name: "n", Tasks: make([]dag.Task, 3)}, Status: core.DAGRunning, Run: 1, SubmittedAt: started}
+	rec := &core.DAGRecord{DAG: model.DAG{ID: "d1", Name: "n", Tasks: make([]model.Task, 3)}, Status: core.DAGRunning, Run: 1, SubmittedAt: started}
 	ev = FromEntry(&core.Entry{Rev: 8, DAG: "d1", D: rec})
 	if ev.Type != TypeDAG || ev.Name != "n" || ev.Status != "running" || ev.Run != 1 || ev.Tasks != 3 ||
 		ev.SubmittedAt == nil || ev.DAGRecord() != rec {

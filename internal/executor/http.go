@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+
+	"github.com/orion-sched/orion/internal/model"
 )
 
 // maxHTTPLog bounds how much of a response body goes to the log file.
@@ -16,10 +18,10 @@ const maxHTTPLog = 8 << 20
 // iff the final status (after redirects) is ExpectStatus (default 200). The
 // log gets the status line and the body (up to 8 MiB); OutputTail gets the
 // status line and the first part of the body.
-func (l *Local) runHTTP(ctx context.Context, a Attempt, r *Result) {
+func (l *Local) runHTTP(ctx context.Context, a model.Attempt, r *model.Result) {
 	f, err := l.createLog(a.AttemptID)
 	if err != nil {
-		r.Outcome, r.Error = Failed, "open log: "+err.Error()
+		r.Outcome, r.Error = model.Failed, "open log: "+err.Error()
 		return
 	}
 	defer f.Close()
@@ -33,10 +35,10 @@ func (l *Local) runHTTP(ctx context.Context, a Attempt, r *Result) {
 	}
 	fail := func(msg string) {
 		if !classify(ctx, r) {
-			r.Outcome, r.Error = Failed, msg
+			r.Outcome, r.Error = model.Failed, msg
 		}
 		fmt.Fprintf(f, "orion: %s\n", msg)
-		r.OutputTail = validHead([]byte(msg), TailBytes)
+		r.OutputTail = validHead([]byte(msg), model.TailBytes)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, a.Spec.URL, nil)
 	if err != nil {
@@ -55,7 +57,7 @@ func (l *Local) runHTTP(ctx context.Context, a Attempt, r *Result) {
 	status := resp.Proto + " " + resp.Status
 	w := bufio.NewWriter(f)
 	fmt.Fprintf(w, "%s\n", status)
-	head := make([]byte, TailBytes)
+	head := make([]byte, model.TailBytes)
 	n, rerr := io.ReadFull(resp.Body, head)
 	head = head[:n]
 	w.Write(head)
@@ -68,14 +70,14 @@ func (l *Local) runHTTP(ctx context.Context, a Attempt, r *Result) {
 		fmt.Fprintf(w, "\norion: reading body: %v\n", rerr)
 	}
 	w.Flush()
-	r.OutputTail = status + "\n" + validHead(head, TailBytes-len(status)-1)
+	r.OutputTail = status + "\n" + validHead(head, model.TailBytes-len(status)-1)
 
 	if rerr != nil && classify(ctx, r) { // the deadline hit while reading the body
 		return
 	}
 	if resp.StatusCode != want {
-		r.Outcome, r.Error = Failed, fmt.Sprintf("unexpected status %s (want %d)", resp.Status, want)
+		r.Outcome, r.Error = model.Failed, fmt.Sprintf("unexpected status %s (want %d)", resp.Status, want)
 		return
 	}
-	r.Outcome = Succeeded
+	r.Outcome = model.Succeeded
 }

@@ -12,9 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/orion-sched/orion/internal/model"
 	"go.uber.org/zap"
-
-	"github.com/orion-sched/orion/internal/dag"
 )
 
 // DefaultKillGrace is how long a cancelled or timed-out shell attempt's
@@ -73,18 +72,18 @@ type Local struct {
 	stop context.CancelFunc
 	wg   sync.WaitGroup // attempt goroutines
 
-	results chan Result
+	results chan model.Result
 	wake    chan struct{} // pump: overflow is non-empty
 	pumpWG  sync.WaitGroup
 
 	mu        sync.Mutex
-	closing   bool                 // Close called: no new attempts
-	pumpDone  bool                 // pump exited: emit is best-effort
-	active    int                  // attempt goroutines holding a slot
-	runs      map[AttemptID]*entry // queued and running attempts
-	queue     []*entry             // started beyond Slots (caller bug); FIFO
+	closing   bool                       // Close called: no new attempts
+	pumpDone  bool                       // pump exited: emit is best-effort
+	active    int                        // attempt goroutines holding a slot
+	runs      map[model.AttemptID]*entry // queued and running attempts
+	queue     []*entry                   // started beyond Slots (caller bug); FIFO
 	queueHead int
-	overflow  []Result // results waiting for room in the channel; FIFO
+	overflow  []model.Result // results waiting for room in the channel; FIFO
 	ovHead    int
 	inFlight  bool // pump holds a result taken from overflow
 	dropped   int  // results lost after Close because nobody read them
@@ -92,7 +91,7 @@ type Local struct {
 
 // entry is a queued or running attempt.
 type entry struct {
-	a         Attempt
+	a         model.Attempt
 	ctx       context.Context
 	cancel    context.CancelCauseFunc
 	cancelled bool // Cancel (or Close) accepted; guarded by Local.mu
@@ -142,9 +141,9 @@ func NewLocal(cfg LocalConfig) (*Local, error) {
 		baseEnv:   os.Environ(),
 		ctx:       ctx,
 		stop:      stop,
-		results:   make(chan Result, max(1024, 4*cfg.Slots)),
+		results:   make(chan model.Result, max(1024, 4*cfg.Slots)),
 		wake:      make(chan struct{}, 1),
-		runs:      make(map[AttemptID]*entry, cfg.Slots),
+		runs:      make(map[model.AttemptID]*entry, cfg.Slots),
 	}
 	l.pumpWG.Add(1)
 	go l.pump()
@@ -153,15 +152,15 @@ func NewLocal(cfg LocalConfig) (*Local, error) {
 
 var _ Executor = (*Local)(nil)
 
-func (l *Local) ID() string             { return l.id }
-func (l *Local) Slots() int             { return l.slots }
-func (l *Local) Results() <-chan Result { return l.results }
+func (l *Local) ID() string                   { return l.id }
+func (l *Local) Slots() int                   { return l.slots }
+func (l *Local) Results() <-chan model.Result { return l.results }
 
 // LogDir is the directory holding attempt logs.
 func (l *Local) LogDir() string { return l.logDir }
 
 // LogPath is where the log of id is (or would be) written.
-func (l *Local) LogPath(id AttemptID) string {
+func (l *Local) LogPath(id model.AttemptID) string {
 	return filepath.Join(l.logDir, pathSegment(id.DAG), pathSegment(id.Task), fmt.Sprintf("%d.log", id.Attempt))
 }
 
@@ -171,23 +170,23 @@ func (l *Local) LogPath(id AttemptID) string {
 // logged), never dropped. Starting an attempt whose id is already queued or
 // running is a caller bug: it is logged and ignored (the first one's Result
 // is the only one). After Close, Start only reports a Cancelled result.
-func (l *Local) Start(a Attempt) {
+func (l *Local) Start(a model.Attempt) {
 	switch a.Spec.Kind {
-	case dag.KindNoop:
+	case model.KindNoop:
 		l.mu.Lock()
 		now := time.Now()
-		r := Result{AttemptID: a.AttemptID, Worker: l.id, Outcome: Succeeded, ExitCode: -1, StartedAt: now, FinishedAt: now}
+		r := model.Result{AttemptID: a.AttemptID, Worker: l.id, Outcome: model.Succeeded, ExitCode: -1, StartedAt: now, FinishedAt: now}
 		if l.closing {
-			r.Outcome, r.Error = Cancelled, errClosed.Error()
+			r.Outcome, r.Error = model.Cancelled, errClosed.Error()
 		}
 		l.emitLocked(r)
 		l.mu.Unlock()
 		return
-	case dag.KindShell, dag.KindHTTP, dag.KindSleep:
+	case model.KindShell, model.KindHTTP, model.KindSleep:
 	default:
 		l.mu.Lock()
 		now := time.Now()
-		l.emitLocked(Result{AttemptID: a.AttemptID, Worker: l.id, Outcome: Failed, ExitCode: -1,
+		l.emitLocked(model.Result{AttemptID: a.AttemptID, Worker: l.id, Outcome: model.Failed, ExitCode: -1,
 			Error: fmt.Sprintf("unknown task kind %q", a.Spec.Kind), StartedAt: now, FinishedAt: now})
 		l.mu.Unlock()
 		return
@@ -197,7 +196,7 @@ func (l *Local) Start(a Attempt) {
 	defer l.mu.Unlock()
 	if l.closing {
 		now := time.Now()
-		l.emitLocked(Result{AttemptID: a.AttemptID, Worker: l.id, Outcome: Cancelled, ExitCode: -1,
+		l.emitLocked(model.Result{AttemptID: a.AttemptID, Worker: l.id, Outcome: model.Cancelled, ExitCode: -1,
 			Error: errClosed.Error(), StartedAt: now, FinishedAt: now})
 		return
 	}
@@ -230,7 +229,7 @@ func (l *Local) launchLocked(e *entry) {
 // group, SIGKILL after KillGrace) and reports Cancelled when it has ended.
 // Once Cancel has accepted an attempt its Outcome is Cancelled even if it
 // happened to finish on its own meanwhile. Unknown or finished ids: no-op.
-func (l *Local) Cancel(id AttemptID) {
+func (l *Local) Cancel(id model.AttemptID) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	e, ok := l.runs[id]
@@ -247,7 +246,7 @@ func (l *Local) cancelLocked(e *entry, cause error) {
 		// Leave it in l.queue; dequeueLocked skips cancelled entries.
 		delete(l.runs, e.a.AttemptID)
 		now := time.Now()
-		l.emitLocked(Result{AttemptID: e.a.AttemptID, Worker: l.id, Outcome: Cancelled, ExitCode: -1,
+		l.emitLocked(model.Result{AttemptID: e.a.AttemptID, Worker: l.id, Outcome: model.Cancelled, ExitCode: -1,
 			Error: "cancelled before start", StartedAt: now, FinishedAt: now})
 	}
 }
@@ -255,7 +254,7 @@ func (l *Local) cancelLocked(e *entry, cause error) {
 // run executes one attempt in its own goroutine and then frees its slot.
 func (l *Local) run(e *entry) {
 	defer l.wg.Done()
-	r := Result{AttemptID: e.a.AttemptID, Worker: l.id, ExitCode: -1, StartedAt: time.Now()}
+	r := model.Result{AttemptID: e.a.AttemptID, Worker: l.id, ExitCode: -1, StartedAt: time.Now()}
 	ctx := e.ctx
 	if t := e.a.Spec.Timeout.D(); t > 0 {
 		var cancel context.CancelFunc
@@ -264,14 +263,14 @@ func (l *Local) run(e *entry) {
 	}
 	if ctx.Err() == nil { // cancelled between Start and now: never run it
 		switch e.a.Spec.Kind {
-		case dag.KindShell:
+		case model.KindShell:
 			l.runShell(ctx, e.a, &r)
-		case dag.KindHTTP:
+		case model.KindHTTP:
 			l.runHTTP(ctx, e.a, &r)
-		case dag.KindSleep:
+		case model.KindSleep:
 			l.runSleep(ctx, e.a, &r)
 		}
-	} else if classify(ctx, &r); r.Outcome == Cancelled {
+	} else if classify(ctx, &r); r.Outcome == model.Cancelled {
 		r.Error = "cancelled before start"
 	}
 	r.FinishedAt = time.Now()
@@ -279,16 +278,16 @@ func (l *Local) run(e *entry) {
 }
 
 // classify sets the outcome of an attempt whose context ended.
-func classify(ctx context.Context, r *Result) bool {
+func classify(ctx context.Context, r *model.Result) bool {
 	if ctx.Err() == nil {
 		return false
 	}
 	cause := context.Cause(ctx)
 	var te timeoutError
 	if errors.As(cause, &te) {
-		r.Outcome, r.Error = TimedOut, te.Error()
+		r.Outcome, r.Error = model.TimedOut, te.Error()
 	} else {
-		r.Outcome, r.Error = Cancelled, errCancelled.Error()
+		r.Outcome, r.Error = model.Cancelled, errCancelled.Error()
 	}
 	return true
 }
@@ -297,18 +296,18 @@ type timeoutError time.Duration
 
 func (t timeoutError) Error() string { return fmt.Sprintf("timed out after %s", time.Duration(t)) }
 
-func (l *Local) finish(e *entry, r Result) {
+func (l *Local) finish(e *entry, r model.Result) {
 	e.cancel(nil) // release the context
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	delete(l.runs, e.a.AttemptID)
-	if e.cancelled && r.Outcome != Cancelled {
-		if r.Error == "" || r.Outcome == Succeeded {
+	if e.cancelled && r.Outcome != model.Cancelled {
+		if r.Error == "" || r.Outcome == model.Succeeded {
 			r.Error = errCancelled.Error()
 		} else {
 			r.Error = errCancelled.Error() + " (" + r.Error + ")"
 		}
-		r.Outcome = Cancelled
+		r.Outcome = model.Cancelled
 	}
 	l.emitLocked(r)
 	if next := l.dequeueLocked(); next != nil {
@@ -336,7 +335,7 @@ func (l *Local) dequeueLocked() *entry {
 
 // emitLocked hands r to the consumer without blocking: straight into the
 // channel when nothing is waiting in the overflow, else behind it.
-func (l *Local) emitLocked(r Result) {
+func (l *Local) emitLocked(r model.Result) {
 	if !l.inFlight && l.ovHead == len(l.overflow) {
 		select {
 		case l.results <- r:
@@ -376,7 +375,7 @@ func (l *Local) pump() {
 			}
 		}
 		r := l.overflow[l.ovHead]
-		l.overflow[l.ovHead] = Result{}
+		l.overflow[l.ovHead] = model.Result{}
 		l.ovHead++
 		l.inFlight = true
 		l.mu.Unlock()
@@ -415,7 +414,7 @@ func (l *Local) drainOverflow() {
 // the error wraps os.ErrNotExist; callers should present that as "no output"
 // rather than as a failure. The log of a running attempt can be read while it
 // grows.
-func (l *Local) OpenLog(id AttemptID) (io.ReadCloser, error) {
+func (l *Local) OpenLog(id model.AttemptID) (io.ReadCloser, error) {
 	f, err := os.Open(l.LogPath(id))
 	if err != nil {
 		return nil, fmt.Errorf("executor %s: log of %s: %w", l.id, id, err)
@@ -454,10 +453,10 @@ func (l *Local) Close() error {
 }
 
 // InFlight lists the attempts queued or running.
-func (l *Local) InFlight() []AttemptID {
+func (l *Local) InFlight() []model.AttemptID {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	out := make([]AttemptID, 0, len(l.runs))
+	out := make([]model.AttemptID, 0, len(l.runs))
 	for id := range l.runs {
 		out = append(out, id)
 	}

@@ -20,7 +20,7 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
-	"github.com/orion-sched/orion/internal/dag"
+	"github.com/orion-sched/orion/internal/model"
 	"github.com/orion-sched/orion/internal/testkit"
 )
 
@@ -29,7 +29,7 @@ const bound = 10 * time.Second // upper bound for anything that should be quick
 type harness struct {
 	t    *testing.T
 	l    *Local
-	seen map[AttemptID]Result
+	seen map[model.AttemptID]model.Result
 	n    int
 }
 
@@ -44,21 +44,21 @@ func newHarness(t *testing.T, slots int, tweak ...func(*LocalConfig)) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { l.Close() })
-	return &harness{t: t, l: l, seen: map[AttemptID]Result{}}
+	return &harness{t: t, l: l, seen: map[model.AttemptID]model.Result{}}
 }
 
-func (h *harness) start(spec dag.Task) AttemptID {
+func (h *harness) start(spec model.Task) model.AttemptID {
 	h.n++
 	if spec.ID == "" {
 		spec.ID = fmt.Sprintf("t%d", h.n)
 	}
-	id := AttemptID{DAG: "d", Task: spec.ID, Attempt: 1}
-	h.l.Start(Attempt{AttemptID: id, Spec: spec})
+	id := model.AttemptID{DAG: "d", Task: spec.ID, Attempt: 1}
+	h.l.Start(model.Attempt{AttemptID: id, Spec: spec})
 	return id
 }
 
 // wait returns the result of id, keeping any other result it reads.
-func (h *harness) wait(id AttemptID, d time.Duration) Result {
+func (h *harness) wait(id model.AttemptID, d time.Duration) model.Result {
 	h.t.Helper()
 	deadline := time.NewTimer(d)
 	defer deadline.Stop()
@@ -79,12 +79,12 @@ func (h *harness) wait(id AttemptID, d time.Duration) Result {
 }
 
 // run starts spec and waits for its result.
-func (h *harness) run(spec dag.Task) Result {
+func (h *harness) run(spec model.Task) model.Result {
 	h.t.Helper()
 	return h.wait(h.start(spec), bound)
 }
 
-func (h *harness) logOf(id AttemptID) string {
+func (h *harness) logOf(id model.AttemptID) string {
 	h.t.Helper()
 	rc, err := h.l.OpenLog(id)
 	if err != nil {
@@ -98,7 +98,7 @@ func (h *harness) logOf(id AttemptID) string {
 	return string(b)
 }
 
-func shell(cmd string) dag.Task { return dag.Task{Kind: dag.KindShell, Command: cmd} }
+func shell(cmd string) model.Task { return model.Task{Kind: model.KindShell, Command: cmd} }
 
 // processGone: the pid does not exist, or is a zombie waiting for a reaper
 // (PID 1 in a container may not reap orphans).
@@ -139,7 +139,7 @@ func TestShellSuccess(t *testing.T) {
 	before := time.Now()
 	id := h.start(shell("echo hello; echo oops >&2"))
 	r := h.wait(id, bound)
-	if r.Outcome != Succeeded || r.ExitCode != 0 || r.Error != "" {
+	if r.Outcome != model.Succeeded || r.ExitCode != 0 || r.Error != "" {
 		t.Fatalf("result %+v", r)
 	}
 	if r.OutputTail != "hello\noops\n" {
@@ -165,8 +165,8 @@ func TestShellEnv(t *testing.T) {
 	spec := shell(`echo "$ORION_DAG_ID|$ORION_TASK_ID|$ORION_ATTEMPT|$FOO|$ORION_TEST_SERVER_VAR"`)
 	spec.ID = "envtask"
 	spec.Env = map[string]string{"FOO": "bar baz", "ORION_DAG_ID": "spoofed"}
-	h.l.Start(Attempt{AttemptID: AttemptID{DAG: "mydag", Task: "envtask", Attempt: 7}, Spec: spec})
-	r := h.wait(AttemptID{DAG: "mydag", Task: "envtask", Attempt: 7}, bound)
+	h.l.Start(model.Attempt{AttemptID: model.AttemptID{DAG: "mydag", Task: "envtask", Attempt: 7}, Spec: spec})
+	r := h.wait(model.AttemptID{DAG: "mydag", Task: "envtask", Attempt: 7}, bound)
 	if want := "mydag|envtask|7|bar baz|from-server\n"; r.OutputTail != want {
 		t.Fatalf("got %q want %q (%+v)", r.OutputTail, want, r)
 	}
@@ -180,7 +180,7 @@ func TestShellWorkdir(t *testing.T) {
 	spec.Workdir = dir
 	r := h.run(spec)
 	want, _ := filepath.EvalSymlinks(dir)
-	if r.Outcome != Succeeded || strings.TrimSpace(r.OutputTail) != want {
+	if r.Outcome != model.Succeeded || strings.TrimSpace(r.OutputTail) != want {
 		t.Fatalf("got %+v want dir %s", r, want)
 	}
 }
@@ -189,7 +189,7 @@ func TestShellFailure(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, 1)
 	r := h.run(shell("echo bad >&2; exit 3"))
-	if r.Outcome != Failed || r.ExitCode != 3 || r.Error != "exit status 3" || r.OutputTail != "bad\n" {
+	if r.Outcome != model.Failed || r.ExitCode != 3 || r.Error != "exit status 3" || r.OutputTail != "bad\n" {
 		t.Fatalf("result %+v", r)
 	}
 }
@@ -200,12 +200,12 @@ func TestShellInterpreter(t *testing.T) {
 		t.Skip(err)
 	}
 	h := newHarness(t, 1)
-	spec := dag.Task{Kind: dag.KindShell, Interpreter: "python3", Command: "import os,sys; print(os.environ['ORION_ATTEMPT']); sys.exit(4)"}
+	spec := model.Task{Kind: model.KindShell, Interpreter: "python3", Command: "import os,sys; print(os.environ['ORION_ATTEMPT']); sys.exit(4)"}
 	r := h.run(spec)
 	if strings.Contains(r.Error, "executable file not found") {
 		t.Skip("no python3")
 	}
-	if r.Outcome != Failed || r.ExitCode != 4 || r.OutputTail != "1\n" {
+	if r.Outcome != model.Failed || r.ExitCode != 4 || r.OutputTail != "1\n" {
 		t.Fatalf("result %+v", r)
 	}
 }
@@ -213,10 +213,10 @@ func TestShellInterpreter(t *testing.T) {
 func TestShellStartError(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, 1)
-	spec := dag.Task{Kind: dag.KindShell, Interpreter: "/nonexistent/interp", Command: "true"}
+	spec := model.Task{Kind: model.KindShell, Interpreter: "/nonexistent/interp", Command: "true"}
 	id := h.start(spec)
 	r := h.wait(id, bound)
-	if r.Outcome != Failed || r.ExitCode != -1 || !strings.Contains(r.Error, "start:") || !strings.Contains(r.OutputTail, "nonexistent") {
+	if r.Outcome != model.Failed || r.ExitCode != -1 || !strings.Contains(r.Error, "start:") || !strings.Contains(r.OutputTail, "nonexistent") {
 		t.Fatalf("result %+v", r)
 	}
 	if !strings.Contains(h.logOf(id), "nonexistent") {
@@ -233,10 +233,10 @@ func TestShellTimeoutKillsGroup(t *testing.T) {
 	for timeout := 300 * time.Millisecond; ; timeout *= 2 {
 		pidFile := filepath.Join(t.TempDir(), "pid")
 		spec := shell(fmt.Sprintf("sleep 100 & echo $! > %s; echo started; wait", pidFile))
-		spec.Timeout = dag.Duration(timeout)
+		spec.Timeout = model.Duration(timeout)
 		start := time.Now()
 		r := h.run(spec)
-		if r.Outcome != TimedOut || r.ExitCode != -1 || r.Error != "timed out after "+timeout.String() {
+		if r.Outcome != model.TimedOut || r.ExitCode != -1 || r.Error != "timed out after "+timeout.String() {
 			t.Fatalf("result %+v", r)
 		}
 		if el := time.Since(start); el < timeout || el > timeout+5*time.Second {
@@ -266,7 +266,7 @@ func TestShellBackgroundChildDoesNotHang(t *testing.T) {
 	pidFile := filepath.Join(t.TempDir(), "pid")
 	start := time.Now()
 	r := h.run(shell(fmt.Sprintf("sleep 100 & echo $! > %s; echo done", pidFile)))
-	if r.Outcome != Succeeded || r.OutputTail != "done\n" {
+	if r.Outcome != model.Succeeded || r.OutputTail != "done\n" {
 		t.Fatalf("result %+v", r)
 	}
 	if el := time.Since(start); el > 5*time.Second {
@@ -279,22 +279,22 @@ func TestCancelBeforeStartNeverRuns(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, 1)
 	marker := filepath.Join(t.TempDir(), "marker")
-	blocker := h.start(dag.Task{Kind: dag.KindSleep, Duration: dag.Duration(time.Hour)})
+	blocker := h.start(model.Task{Kind: model.KindSleep, Duration: model.Duration(time.Hour)})
 	// The caller breaks its promise: no free slot. The attempt is queued.
 	queued := h.start(shell("touch " + marker))
 	h.l.Cancel(queued)
 	r := h.wait(queued, bound)
-	if r.Outcome != Cancelled || r.Error != "cancelled before start" {
+	if r.Outcome != model.Cancelled || r.Error != "cancelled before start" {
 		t.Fatalf("queued result %+v", r)
 	}
 	h.l.Cancel(queued) // now unknown: no-op
 	h.l.Cancel(blocker)
-	if r := h.wait(blocker, bound); r.Outcome != Cancelled {
+	if r := h.wait(blocker, bound); r.Outcome != model.Cancelled {
 		t.Fatalf("blocker result %+v", r)
 	}
 	// The slot is free again and nothing else runs: a later noop's result is
 	// the only thing that arrives.
-	last := h.start(dag.Task{Kind: dag.KindNoop})
+	last := h.start(model.Task{Kind: model.KindNoop})
 	h.wait(last, bound)
 	if len(h.seen) != 3 {
 		t.Fatalf("results %v", h.seen)
@@ -319,11 +319,11 @@ func TestCancelRunning(t *testing.T) {
 		b, _ := os.ReadFile(h.l.LogPath(id))
 		return strings.Contains(string(b), "ready")
 	})
-	h.l.Cancel(AttemptID{DAG: "d", Task: "nope", Attempt: 1}) // unknown: no-op
+	h.l.Cancel(model.AttemptID{DAG: "d", Task: "nope", Attempt: 1}) // unknown: no-op
 	h.l.Cancel(id)
 	h.l.Cancel(id) // twice: no-op
 	r := h.wait(id, bound)
-	if r.Outcome != Cancelled || r.ExitCode != -1 || r.Error != "cancelled" || r.OutputTail != "ready\n" {
+	if r.Outcome != model.Cancelled || r.ExitCode != -1 || r.Error != "cancelled" || r.OutputTail != "ready\n" {
 		t.Fatalf("result %+v", r)
 	}
 	assertGone(t, pid)
@@ -342,7 +342,7 @@ func TestCancelEscalatesToKill(t *testing.T) {
 	if el := time.Since(start); el < 200*time.Millisecond || el > 5*time.Second {
 		t.Errorf("cancel took %s", el)
 	}
-	if r.Outcome != Cancelled || r.ExitCode != -1 {
+	if r.Outcome != model.Cancelled || r.ExitCode != -1 {
 		t.Fatalf("result %+v", r)
 	}
 	assertGone(t, pid)
@@ -353,14 +353,14 @@ func TestCancelEscalatesToKill(t *testing.T) {
 func TestStartCancelRace(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, 4)
-	var ids []AttemptID
+	var ids []model.AttemptID
 	for range 30 {
 		id := h.start(shell("sleep 100"))
 		h.l.Cancel(id)
 		ids = append(ids, id)
 	}
 	for _, id := range ids {
-		if r := h.wait(id, bound); r.Outcome != Cancelled {
+		if r := h.wait(id, bound); r.Outcome != model.Cancelled {
 			t.Fatalf("result %+v", r)
 		}
 	}
@@ -379,11 +379,11 @@ func TestLargeOutput(t *testing.T) {
 		fmt.Fprintf(&want, "%d\n", i)
 	}
 	full := want.String()
-	if r.Outcome != Succeeded {
+	if r.Outcome != model.Succeeded {
 		t.Fatalf("result %+v", r)
 	}
-	if r.OutputTail != full[len(full)-TailBytes:] {
-		t.Errorf("tail is not the last %d bytes: %q...", TailBytes, r.OutputTail[:40])
+	if r.OutputTail != full[len(full)-model.TailBytes:] {
+		t.Errorf("tail is not the last %d bytes: %q...", model.TailBytes, r.OutputTail[:40])
 	}
 	if got := h.logOf(id); got != full {
 		t.Errorf("log has %d bytes, want %d", len(got), len(full))
@@ -399,7 +399,7 @@ func TestTailTrimsPartialRune(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := h.run(shell("cat " + f))
-	if !utf8.ValidString(r.OutputTail) || r.OutputTail != content[len(content)-TailBytes+1:] {
+	if !utf8.ValidString(r.OutputTail) || r.OutputTail != content[len(content)-model.TailBytes+1:] {
 		t.Fatalf("tail len %d valid %v", len(r.OutputTail), utf8.ValidString(r.OutputTail))
 	}
 }
@@ -411,14 +411,14 @@ func TestTailBuffer(t *testing.T) {
 		var tb tailBuffer
 		var all []byte
 		for range rng.IntN(20) {
-			p := make([]byte, rng.IntN(3*TailBytes))
+			p := make([]byte, rng.IntN(3*model.TailBytes))
 			for i := range p {
 				p[i] = 'a' + byte(rng.IntN(26))
 			}
 			tb.Write(p)
 			all = append(all, p...)
 		}
-		want := all[max(0, len(all)-TailBytes):]
+		want := all[max(0, len(all)-model.TailBytes):]
 		if got := tb.String(); got != string(want) {
 			t.Fatalf("tail mismatch: len %d want %d", len(got), len(want))
 		}
@@ -428,10 +428,10 @@ func TestTailBuffer(t *testing.T) {
 	if s := tb.String(); !utf8.ValidString(s) || !strings.HasPrefix(s, "ok ") {
 		t.Fatalf("got %q", s)
 	}
-	bin := bytes.Repeat([]byte{0xff, 'a'}, TailBytes)
+	bin := bytes.Repeat([]byte{0xff, 'a'}, model.TailBytes)
 	tb = tailBuffer{}
 	tb.Write(bin)
-	if s := tb.String(); !utf8.ValidString(s) || len(s) > TailBytes {
+	if s := tb.String(); !utf8.ValidString(s) || len(s) > model.TailBytes {
 		t.Fatalf("binary tail len %d", len(s))
 	}
 	if s := validHead([]byte("abé"), 3); s != "ab" {
@@ -451,7 +451,7 @@ func TestHTTP(t *testing.T) {
 		case "/created":
 			w.WriteHeader(http.StatusCreated)
 		case "/big":
-			io.WriteString(w, strings.Repeat("z", 3*TailBytes))
+			io.WriteString(w, strings.Repeat("z", 3*model.TailBytes))
 		case "/slow":
 			<-r.Context().Done()
 		}
@@ -459,45 +459,45 @@ func TestHTTP(t *testing.T) {
 	t.Cleanup(srv.Close)
 	h := newHarness(t, 4, func(c *LocalConfig) { c.HTTPClient = srv.Client() })
 
-	id := h.start(dag.Task{Kind: dag.KindHTTP, URL: srv.URL + "/ok"})
+	id := h.start(model.Task{Kind: model.KindHTTP, URL: srv.URL + "/ok"})
 	r := h.wait(id, bound)
-	if r.Outcome != Succeeded || r.ExitCode != -1 || r.OutputTail != "HTTP/1.1 200 OK\nhello GET d/t1#1" {
+	if r.Outcome != model.Succeeded || r.ExitCode != -1 || r.OutputTail != "HTTP/1.1 200 OK\nhello GET d/t1#1" {
 		t.Fatalf("ok: %+v", r)
 	}
 	if got := h.logOf(id); got != "HTTP/1.1 200 OK\nhello GET d/t1#1" {
 		t.Errorf("log %q", got)
 	}
 
-	r = h.run(dag.Task{Kind: dag.KindHTTP, URL: srv.URL + "/bad"})
-	if r.Outcome != Failed || !strings.Contains(r.Error, "500") || r.OutputTail != "HTTP/1.1 500 Internal Server Error\nboom" {
+	r = h.run(model.Task{Kind: model.KindHTTP, URL: srv.URL + "/bad"})
+	if r.Outcome != model.Failed || !strings.Contains(r.Error, "500") || r.OutputTail != "HTTP/1.1 500 Internal Server Error\nboom" {
 		t.Fatalf("bad: %+v", r)
 	}
 
-	r = h.run(dag.Task{Kind: dag.KindHTTP, URL: srv.URL + "/created", Method: "POST", ExpectStatus: 201})
-	if r.Outcome != Succeeded {
+	r = h.run(model.Task{Kind: model.KindHTTP, URL: srv.URL + "/created", Method: "POST", ExpectStatus: 201})
+	if r.Outcome != model.Succeeded {
 		t.Fatalf("created: %+v", r)
 	}
-	r = h.run(dag.Task{Kind: dag.KindHTTP, URL: srv.URL + "/ok", ExpectStatus: 201})
-	if r.Outcome != Failed || !strings.Contains(r.Error, "want 201") {
+	r = h.run(model.Task{Kind: model.KindHTTP, URL: srv.URL + "/ok", ExpectStatus: 201})
+	if r.Outcome != model.Failed || !strings.Contains(r.Error, "want 201") {
 		t.Fatalf("ok but want 201: %+v", r)
 	}
 
-	id = h.start(dag.Task{Kind: dag.KindHTTP, URL: srv.URL + "/big"})
+	id = h.start(model.Task{Kind: model.KindHTTP, URL: srv.URL + "/big"})
 	r = h.wait(id, bound)
-	if r.Outcome != Succeeded || len(r.OutputTail) != TailBytes || !strings.HasPrefix(r.OutputTail, "HTTP/1.1 200 OK\nzzz") {
+	if r.Outcome != model.Succeeded || len(r.OutputTail) != model.TailBytes || !strings.HasPrefix(r.OutputTail, "HTTP/1.1 200 OK\nzzz") {
 		t.Fatalf("big: len %d %+v", len(r.OutputTail), r.Outcome)
 	}
-	if got := h.logOf(id); len(got) != len("HTTP/1.1 200 OK\n")+3*TailBytes {
+	if got := h.logOf(id); len(got) != len("HTTP/1.1 200 OK\n")+3*model.TailBytes {
 		t.Errorf("big log %d bytes", len(got))
 	}
 
-	r = h.run(dag.Task{Kind: dag.KindHTTP, URL: srv.URL + "/slow", Timeout: dag.Duration(100 * time.Millisecond)})
-	if r.Outcome != TimedOut || !strings.Contains(r.Error, "timed out after 100ms") {
+	r = h.run(model.Task{Kind: model.KindHTTP, URL: srv.URL + "/slow", Timeout: model.Duration(100 * time.Millisecond)})
+	if r.Outcome != model.TimedOut || !strings.Contains(r.Error, "timed out after 100ms") {
 		t.Fatalf("slow: %+v", r)
 	}
 
-	r = h.run(dag.Task{Kind: dag.KindHTTP, URL: "http://127.0.0.1:1/refused"})
-	if r.Outcome != Failed || r.Error == "" {
+	r = h.run(model.Task{Kind: model.KindHTTP, URL: "http://127.0.0.1:1/refused"})
+	if r.Outcome != model.Failed || r.Error == "" {
 		t.Fatalf("refused: %+v", r)
 	}
 }
@@ -505,24 +505,24 @@ func TestHTTP(t *testing.T) {
 func TestSleep(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, 4)
-	r := h.run(dag.Task{Kind: dag.KindSleep, Duration: dag.Duration(20 * time.Millisecond), Fail: 1})
-	if r.Outcome != Failed || !strings.Contains(r.Error, "injected failure") {
+	r := h.run(model.Task{Kind: model.KindSleep, Duration: model.Duration(20 * time.Millisecond), Fail: 1})
+	if r.Outcome != model.Failed || !strings.Contains(r.Error, "injected failure") {
 		t.Fatalf("fail=1: %+v", r)
 	}
 	if el := r.FinishedAt.Sub(r.StartedAt); el < 20*time.Millisecond {
 		t.Errorf("slept %s", el)
 	}
-	r = h.run(dag.Task{Kind: dag.KindSleep, Duration: dag.Duration(time.Millisecond)})
-	if r.Outcome != Succeeded {
+	r = h.run(model.Task{Kind: model.KindSleep, Duration: model.Duration(time.Millisecond)})
+	if r.Outcome != model.Succeeded {
 		t.Fatalf("fail=0: %+v", r)
 	}
-	r = h.run(dag.Task{Kind: dag.KindSleep, Duration: dag.Duration(time.Hour), Timeout: dag.Duration(50 * time.Millisecond)})
-	if r.Outcome != TimedOut {
+	r = h.run(model.Task{Kind: model.KindSleep, Duration: model.Duration(time.Hour), Timeout: model.Duration(50 * time.Millisecond)})
+	if r.Outcome != model.TimedOut {
 		t.Fatalf("timeout: %+v", r)
 	}
-	id := h.start(dag.Task{Kind: dag.KindSleep, Duration: dag.Duration(time.Hour)})
+	id := h.start(model.Task{Kind: model.KindSleep, Duration: model.Duration(time.Hour)})
 	h.l.Cancel(id)
-	if r := h.wait(id, bound); r.Outcome != Cancelled {
+	if r := h.wait(id, bound); r.Outcome != model.Cancelled {
 		t.Fatalf("cancel: %+v", r)
 	}
 }
@@ -530,8 +530,8 @@ func TestSleep(t *testing.T) {
 func TestUnknownKind(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, 1)
-	r := h.run(dag.Task{Kind: "teleport"})
-	if r.Outcome != Failed || !strings.Contains(r.Error, "teleport") {
+	r := h.run(model.Task{Kind: "teleport"})
+	if r.Outcome != model.Failed || !strings.Contains(r.Error, "teleport") {
 		t.Fatalf("%+v", r)
 	}
 }
@@ -539,14 +539,14 @@ func TestUnknownKind(t *testing.T) {
 func TestQueueBeyondSlots(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, 1)
-	var ids []AttemptID
+	var ids []model.AttemptID
 	for range 5 {
-		ids = append(ids, h.start(dag.Task{Kind: dag.KindSleep, Duration: dag.Duration(5 * time.Millisecond)}))
+		ids = append(ids, h.start(model.Task{Kind: model.KindSleep, Duration: model.Duration(5 * time.Millisecond)}))
 	}
 	for _, id := range ids {
 		select {
 		case r := <-h.l.Results():
-			if r.AttemptID != id || r.Outcome != Succeeded {
+			if r.AttemptID != id || r.Outcome != model.Succeeded {
 				t.Fatalf("got %+v, want %s first", r, id)
 			}
 		case <-time.After(bound):
@@ -561,13 +561,13 @@ func TestNoopThroughput(t *testing.T) {
 	const n = 10000
 	// Nobody reads while starting: the channel fills and the rest overflows.
 	for i := range n {
-		h.l.Start(Attempt{AttemptID: AttemptID{DAG: "d", Task: "t", Attempt: i + 1}, Spec: dag.Task{Kind: dag.KindNoop}})
+		h.l.Start(model.Attempt{AttemptID: model.AttemptID{DAG: "d", Task: "t", Attempt: i + 1}, Spec: model.Task{Kind: model.KindNoop}})
 	}
 	for i := range n {
 		select {
 		case r := <-h.l.Results():
 			// FIFO: results come in finishing order, which for noops is Start order.
-			if r.Attempt != i+1 || r.Outcome != Succeeded || r.Worker != "w1" || r.StartedAt.IsZero() {
+			if r.Attempt != i+1 || r.Outcome != model.Succeeded || r.Worker != "w1" || r.StartedAt.IsZero() {
 				t.Fatalf("result %d: %+v", i, r)
 			}
 		case <-time.After(bound):
@@ -589,10 +589,10 @@ func TestNoopThroughput(t *testing.T) {
 		}
 	}()
 	for i := range n {
-		h.l.Start(Attempt{AttemptID: AttemptID{DAG: "d", Task: "u", Attempt: i + 1}, Spec: dag.Task{Kind: dag.KindNoop}})
+		h.l.Start(model.Attempt{AttemptID: model.AttemptID{DAG: "d", Task: "u", Attempt: i + 1}, Spec: model.Task{Kind: model.KindNoop}})
 	}
 	wg.Wait()
-	if _, err := h.l.OpenLog(AttemptID{DAG: "d", Task: "u", Attempt: 1}); !errors.Is(err, os.ErrNotExist) {
+	if _, err := h.l.OpenLog(model.AttemptID{DAG: "d", Task: "u", Attempt: 1}); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("noop log: %v", err)
 	}
 }
@@ -601,7 +601,7 @@ func TestClose(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, 2)
 	dir := t.TempDir()
-	var ids []AttemptID
+	var ids []model.AttemptID
 	var pids []int
 	for i := range 3 { // 3 > Slots: one is queued
 		ids = append(ids, h.start(shell(fmt.Sprintf("sleep 100 & echo $! > %s/%d; wait", dir, i))))
@@ -615,7 +615,7 @@ func TestClose(t *testing.T) {
 		t.Fatal("Close hangs")
 	}
 	for _, id := range ids {
-		if r := h.wait(id, bound); r.Outcome != Cancelled {
+		if r := h.wait(id, bound); r.Outcome != model.Cancelled {
 			t.Fatalf("result %+v", r)
 		}
 	}
@@ -626,7 +626,7 @@ func TestClose(t *testing.T) {
 		t.Fatal("queued attempt ran")
 	}
 	late := h.start(shell("true"))
-	if r := h.wait(late, bound); r.Outcome != Cancelled {
+	if r := h.wait(late, bound); r.Outcome != model.Cancelled {
 		t.Fatalf("after close %+v", r)
 	}
 	h.l.Close() // idempotent
@@ -635,7 +635,7 @@ func TestClose(t *testing.T) {
 func TestOpenLogMissing(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, 1)
-	_, err := h.l.OpenLog(AttemptID{DAG: "d", Task: "never", Attempt: 1})
+	_, err := h.l.OpenLog(model.AttemptID{DAG: "d", Task: "never", Attempt: 1})
 	if !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("err %v", err)
 	}
@@ -646,9 +646,9 @@ func TestLogPathUnsafeNames(t *testing.T) {
 	h := newHarness(t, 1)
 	spec := shell("echo hi")
 	spec.ID = "../../evil"
-	id := AttemptID{DAG: "..", Task: spec.ID, Attempt: 2}
-	h.l.Start(Attempt{AttemptID: id, Spec: spec})
-	if r := h.wait(id, bound); r.Outcome != Succeeded {
+	id := model.AttemptID{DAG: "..", Task: spec.ID, Attempt: 2}
+	h.l.Start(model.Attempt{AttemptID: id, Spec: spec})
+	if r := h.wait(id, bound); r.Outcome != model.Succeeded {
 		t.Fatalf("%+v", r)
 	}
 	p := h.l.LogPath(id)
@@ -698,10 +698,10 @@ func BenchmarkNoop(b *testing.B) {
 		}
 	}()
 	b.ReportAllocs()
-	spec := dag.Task{ID: "t", Kind: dag.KindNoop}
+	spec := model.Task{ID: "t", Kind: model.KindNoop}
 	b.ResetTimer()
 	for i := range b.N {
-		l.Start(Attempt{AttemptID: AttemptID{DAG: "d", Task: "t", Attempt: i + 1}, Spec: spec})
+		l.Start(model.Attempt{AttemptID: model.AttemptID{DAG: "d", Task: "t", Attempt: i + 1}, Spec: spec})
 	}
 	<-done
 }

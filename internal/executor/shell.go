@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/orion-sched/orion/internal/model"
 )
 
 // outputDrain bounds how long an attempt waits, after its process group is
@@ -20,7 +22,7 @@ import (
 const outputDrain = time.Second
 
 // createLog creates (truncating) the log file of an attempt and its dirs.
-func (l *Local) createLog(id AttemptID) (*os.File, error) {
+func (l *Local) createLog(id model.AttemptID) (*os.File, error) {
 	p := l.LogPath(id)
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		return nil, err
@@ -46,7 +48,7 @@ func (w *outputWriter) Write(p []byte) (int, error) {
 // env is the server environment, then the task's Env (sorted, so repeated
 // keys resolve the same way every time), then the ORION_* variables, which a
 // task cannot override. exec keeps the last value of a repeated key.
-func (l *Local) env(a Attempt) []string {
+func (l *Local) env(a model.Attempt) []string {
 	env := make([]string, 0, len(l.baseEnv)+len(a.Spec.Env)+3)
 	env = append(env, l.baseEnv...)
 	keys := make([]string, 0, len(a.Spec.Env))
@@ -68,17 +70,17 @@ func (l *Local) env(a Attempt) []string {
 // (rather than letting exec copy it), so that once the main process has been
 // reaped we can kill what is left of its group (background children holding
 // the pipe) and never wait on their output.
-func (l *Local) runShell(ctx context.Context, a Attempt, r *Result) {
+func (l *Local) runShell(ctx context.Context, a model.Attempt, r *model.Result) {
 	f, err := l.createLog(a.AttemptID)
 	if err != nil {
-		r.Outcome, r.Error = Failed, "open log: "+err.Error()
+		r.Outcome, r.Error = model.Failed, "open log: "+err.Error()
 		return
 	}
 	defer f.Close()
 	out := &outputWriter{f: f}
 	defer func() { r.OutputTail = out.tail.String() }()
 	startFailed := func(err error) {
-		r.Outcome, r.Error = Failed, "start: "+err.Error()
+		r.Outcome, r.Error = model.Failed, "start: "+err.Error()
 		fmt.Fprintf(out, "orion: %s\n", r.Error)
 	}
 
@@ -149,10 +151,10 @@ func (l *Local) runShell(ctx context.Context, a Attempt, r *Result) {
 		return
 	}
 	if werr == nil {
-		r.Outcome = Succeeded
+		r.Outcome = model.Succeeded
 		return
 	}
-	r.Outcome = Failed
+	r.Outcome = model.Failed
 	var ee *exec.ExitError
 	if errors.As(werr, &ee) {
 		r.Error = ee.Error() // "exit status 3", "signal: killed"

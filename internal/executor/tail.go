@@ -3,23 +3,25 @@ package executor
 import (
 	"strings"
 	"unicode/utf8"
+
+	"github.com/orion-sched/orion/internal/model"
 )
 
 // tailBuffer is an io.Writer keeping the last TailBytes bytes written. It is
 // not safe for concurrent use: one goroutine writes, and String is called once
 // that goroutine is done.
 type tailBuffer struct {
-	buf   [TailBytes]byte
+	buf   [model.TailBytes]byte
 	total int64 // bytes written so far
 }
 
 func (t *tailBuffer) Write(p []byte) (int, error) {
 	n := len(p)
-	if len(p) > TailBytes {
-		t.total += int64(len(p) - TailBytes)
-		p = p[len(p)-TailBytes:]
+	if len(p) > model.TailBytes {
+		t.total += int64(len(p) - model.TailBytes)
+		p = p[len(p)-model.TailBytes:]
 	}
-	pos := int(t.total % TailBytes)
+	pos := int(t.total % model.TailBytes)
 	k := copy(t.buf[pos:], p)
 	copy(t.buf[:], p[k:])
 	t.total += int64(len(p))
@@ -30,11 +32,11 @@ func (t *tailBuffer) Write(p []byte) (int, error) {
 // start is dropped, and invalid sequences (binary output, a rune cut at the
 // end) become U+FFFD, never exceeding TailBytes.
 func (t *tailBuffer) String() string {
-	if t.total <= TailBytes {
+	if t.total <= model.TailBytes {
 		return validTail(t.buf[:t.total], false)
 	}
-	pos := int(t.total % TailBytes)
-	b := make([]byte, 0, TailBytes)
+	pos := int(t.total % model.TailBytes)
+	b := make([]byte, 0, model.TailBytes)
 	b = append(b, t.buf[pos:]...)
 	b = append(b, t.buf[:pos]...)
 	return validTail(b, true)
@@ -52,8 +54,8 @@ func validTail(b []byte, cutFront bool) string {
 		return string(b)
 	}
 	s := strings.ToValidUTF8(string(b), "\uFFFD")
-	if len(s) > TailBytes {
-		s = s[len(s)-TailBytes:]
+	if len(s) > model.TailBytes {
+		s = s[len(s)-model.TailBytes:]
 		for len(s) > 0 && !utf8.RuneStart(s[0]) {
 			s = s[1:]
 		}

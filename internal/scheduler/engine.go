@@ -21,6 +21,7 @@ import (
 	"github.com/orion-sched/orion/internal/executor"
 	"github.com/orion-sched/orion/internal/leadership"
 	"github.com/orion-sched/orion/internal/metrics"
+	"github.com/orion-sched/orion/internal/model"
 )
 
 // Config configures an Engine.
@@ -47,7 +48,7 @@ type Config struct {
 	// (remote workers and replicas' own slots); RemoteResults their results.
 	// Both may be nil (single process with only the local executor).
 	Workers       <-chan WorkerEvent
-	RemoteResults <-chan executor.Result
+	RemoteResults <-chan model.Result
 	// OnLeading is called on the loop goroutine when this replica starts or
 	// stops leading, so the worker hub accepts or closes connections (and the
 	// pod label follows); previous names the leader of the term before, when
@@ -69,7 +70,7 @@ type WorkerEvent struct {
 	Kind     WorkerEventKind
 	ID       string
 	Exec     executor.Executor // WorkerJoined
-	InFlight []executor.AttemptID
+	InFlight []model.AttemptID
 }
 
 // Engine is one replica's scheduler.
@@ -97,8 +98,8 @@ type Engine struct {
 	timers        timerQueue
 	timer         *time.Timer
 	waiters       map[string][]*waiter
-	revWaiters    []revWaiter       // WaitApplied calls, until the replica has applied their revision
-	heldResults   []executor.Result // local results that arrived while not leader
+	revWaiters    []revWaiter    // WaitApplied calls, until the replica has applied their revision
+	heldResults   []model.Result // local results that arrived while not leader
 	termRecordDue bool
 	watchCh       clientv3.WatchChan
 	watchRetry    <-chan time.Time // a watch restart pending after the last one ended
@@ -226,7 +227,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	housekeeping := time.NewTicker(250 * time.Millisecond)
 	defer housekeeping.Stop()
 	lastExpire := time.Now()
-	var localResults <-chan executor.Result
+	var localResults <-chan model.Result
 	if e.local != nil {
 		localResults = e.local.Results()
 	}
@@ -296,7 +297,7 @@ func (e *Engine) Run(ctx context.Context) error {
 }
 
 // drainResults takes a burst of results in one pass of the loop.
-func (e *Engine) drainResults(ch <-chan executor.Result) {
+func (e *Engine) drainResults(ch <-chan model.Result) {
 	for i := 0; i < 1024; i++ {
 		select {
 		case r := <-ch:
@@ -338,7 +339,7 @@ func (e *Engine) afterEvent(ctx context.Context) {
 	e.runEffects()
 }
 
-func (e *Engine) report(r executor.Result) {
+func (e *Engine) report(r model.Result) {
 	if !e.c.IsLeader() {
 		if e.local != nil && r.Worker == e.local.ID() {
 			// Keep it: if this replica leads again it adopts the attempt

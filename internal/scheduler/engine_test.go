@@ -22,6 +22,7 @@ import (
 	"github.com/orion-sched/orion/internal/etcdserver"
 	"github.com/orion-sched/orion/internal/etcdtest"
 	"github.com/orion-sched/orion/internal/executor"
+	"github.com/orion-sched/orion/internal/model"
 	"github.com/orion-sched/orion/internal/testkit"
 )
 
@@ -95,7 +96,7 @@ func (b *bundle) waitDAG(id string, want core.DAGStatus) *core.DAGView {
 	return v
 }
 
-func mustLoad(t *testing.T, src string) *dag.DAG {
+func mustLoad(t *testing.T, src string) *model.DAG {
 	t.Helper()
 	d, err := dag.Load([]byte(src), "application/yaml", dag.Limits{})
 	if err != nil {
@@ -167,7 +168,7 @@ tasks:
 	}
 }
 
-func mustYAML(d *dag.DAG) string { return string(d.Canonical()) }
+func mustYAML(d *model.DAG) string { return string(d.Canonical()) }
 
 func TestCancelKillsRunningTasks(t *testing.T) {
 	_, cli := etcdtest.Start(t)

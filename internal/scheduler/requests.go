@@ -9,6 +9,7 @@ import (
 	"github.com/orion-sched/orion/internal/dag"
 	"github.com/orion-sched/orion/internal/etcdlog"
 	"github.com/orion-sched/orion/internal/leadership"
+	"github.com/orion-sched/orion/internal/model"
 )
 
 // do runs fn on the loop goroutine.
@@ -48,7 +49,7 @@ type SubmitResult struct {
 
 // Submit proposes a DAG and returns once it is committed. d must be
 // normalized and validated; an empty id gets a fresh one.
-func (e *Engine) Submit(ctx context.Context, d *dag.DAG) (SubmitResult, error) {
+func (e *Engine) Submit(ctx context.Context, d *model.DAG) (SubmitResult, error) {
 	if d.ID == "" {
 		d.ID = dag.NewID(time.Now())
 	}

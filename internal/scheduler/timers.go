@@ -4,7 +4,7 @@ import (
 	"time"
 
 	"github.com/orion-sched/orion/internal/core"
-	"github.com/orion-sched/orion/internal/executor"
+	"github.com/orion-sched/orion/internal/model"
 )
 
 // timerQueue holds the core's timers in one min-heap behind a single
@@ -14,7 +14,7 @@ type timerQueue []timerItem
 type timerItem struct {
 	at   time.Time
 	kind core.TimerKind
-	id   executor.AttemptID
+	id   model.AttemptID
 }
 
 func (q timerQueue) Len() int         { return len(q) }

@@ -9,6 +9,7 @@ import (
 	"github.com/orion-sched/orion/internal/api"
 	"github.com/orion-sched/orion/internal/core"
 	"github.com/orion-sched/orion/internal/dag"
+	"github.com/orion-sched/orion/internal/model"
 )
 
 // Task is one element of the seed's submission array (its models.Task).
@@ -54,14 +55,14 @@ const DefaultMaxRetries = 3
 // POST /api/v1/dags; the payload is kept as each task's name (its label).
 // Priority keeps its meaning (lower runs first); max_retries 0 means 3, as
 // in the seed.
-func ToDAG(key string, tasks []Task, slow bool) *dag.DAG {
-	d := &dag.DAG{ID: api.IdempotencyID(key), Tasks: make([]dag.Task, len(tasks))}
+func ToDAG(key string, tasks []Task, slow bool) *model.DAG {
+	d := &model.DAG{ID: api.IdempotencyID(key), Tasks: make([]model.Task, len(tasks))}
 	for i := range tasks {
 		st := &tasks[i]
-		t := dag.Task{
+		t := model.Task{
 			ID:         st.ID,
 			Name:       label(st.Payload),
-			Kind:       dag.KindSleep,
+			Kind:       model.KindSleep,
 			DependsOn:  st.Dependencies,
 			Priority:   st.Priority,
 			MaxRetries: st.MaxRetries,
@@ -71,11 +72,11 @@ func ToDAG(key string, tasks []Task, slow bool) *dag.DAG {
 		}
 		switch {
 		case st.Payload == PayloadSleep:
-			t.Duration = dag.Duration(sleepDuration)
+			t.Duration = model.Duration(sleepDuration)
 		case slow:
-			t.Duration = dag.Duration(slowMin + time.Duration(draw(key, st.ID)%slowSpread)*time.Millisecond)
+			t.Duration = model.Duration(slowMin + time.Duration(draw(key, st.ID)%slowSpread)*time.Millisecond)
 		default:
-			t.Duration = dag.Duration(workMin + time.Duration(draw(key, st.ID)%workSpread)*time.Millisecond)
+			t.Duration = model.Duration(workMin + time.Duration(draw(key, st.ID)%workSpread)*time.Millisecond)
 		}
 		if st.Payload == PayloadFail {
 			t.Fail = 1
@@ -108,13 +109,13 @@ func label(payload string) string {
 
 // payloadOf recovers a task's seed payload: the label a seed submission
 // stored, or for a DAG submitted natively, its command or kind.
-func payloadOf(s *dag.Task) string {
+func payloadOf(s *model.Task) string {
 	switch {
 	case s.Name != "":
 		return s.Name
-	case s.Kind == dag.KindShell:
+	case s.Kind == model.KindShell:
 		return s.Command
-	case s.Kind == dag.KindHTTP:
+	case s.Kind == model.KindHTTP:
 		return s.Method + " " + s.URL
 	}
 	return string(s.Kind)

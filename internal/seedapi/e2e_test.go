@@ -23,11 +23,11 @@ import (
 
 	"github.com/orion-sched/orion/internal/api"
 	"github.com/orion-sched/orion/internal/core"
-	"github.com/orion-sched/orion/internal/dag"
 	"github.com/orion-sched/orion/internal/etcdtest"
 	"github.com/orion-sched/orion/internal/events"
 	"github.com/orion-sched/orion/internal/executor"
 	"github.com/orion-sched/orion/internal/metrics"
+	"github.com/orion-sched/orion/internal/model"
 	"github.com/orion-sched/orion/internal/scheduler"
 	"github.com/orion-sched/orion/internal/seedapi"
 	"github.com/orion-sched/orion/internal/testkit"
@@ -68,7 +68,7 @@ func (r *replica) engine() *scheduler.Engine {
 }
 
 // Backend, delegating to the current engine.
-func (r *replica) Submit(ctx context.Context, d *dag.DAG) (scheduler.SubmitResult, error) {
+func (r *replica) Submit(ctx context.Context, d *model.DAG) (scheduler.SubmitResult, error) {
 	return r.engine().Submit(ctx, d)
 }
 func (r *replica) Cancel(ctx context.Context, id string) (core.DAGStatus, error) {

@@ -41,13 +41,14 @@ import (
 	"github.com/orion-sched/orion/internal/core"
 	"github.com/orion-sched/orion/internal/dag"
 	"github.com/orion-sched/orion/internal/events"
+	"github.com/orion-sched/orion/internal/model"
 	"github.com/orion-sched/orion/internal/scheduler"
 )
 
 // Backend is what the seed surface needs of a replica: *scheduler.Engine,
 // or whatever the API's Backend is (it is a subset of api.Backend).
 type Backend interface {
-	Submit(ctx context.Context, d *dag.DAG) (scheduler.SubmitResult, error)
+	Submit(ctx context.Context, d *model.DAG) (scheduler.SubmitResult, error)
 	Query(ctx context.Context, fn func(c *core.Core)) error
 	Status() *scheduler.Status
 	WaitApplied(ctx context.Context, rev int64) error
@@ -338,7 +339,7 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 // ParseSubmission reads the seed's array format as the DAG it maps to
 // (ToDAG), validated within limits: the task count, the decoded-size budget
 // and every field limit, as for POST /api/v1/dags.
-func ParseSubmission(key string, body []byte, limits dag.Limits, slow bool) (*dag.DAG, []Task, *dag.ValidationError) {
+func ParseSubmission(key string, body []byte, limits dag.Limits, slow bool) (*model.DAG, []Task, *dag.ValidationError) {
 	var tasks []Task
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()

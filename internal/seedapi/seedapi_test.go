@@ -14,6 +14,7 @@ import (
 	"github.com/orion-sched/orion/internal/core"
 	"github.com/orion-sched/orion/internal/dag"
 	"github.com/orion-sched/orion/internal/events"
+	"github.com/orion-sched/orion/internal/model"
 	"github.com/orion-sched/orion/internal/scheduler"
 )
 
@@ -22,12 +23,12 @@ type fakeBackend struct {
 	mu        sync.Mutex
 	c         *core.Core
 	st        *scheduler.Status
-	submitted []*dag.DAG
-	seen      map[string]*dag.DAG
+	submitted []*model.DAG
+	seen      map[string]*model.DAG
 	submitErr error
 }
 
-func (f *fakeBackend) Submit(ctx context.Context, d *dag.DAG) (scheduler.SubmitResult, error) {
+func (f *fakeBackend) Submit(ctx context.Context, d *model.DAG) (scheduler.SubmitResult, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.submitErr != nil {
@@ -91,7 +92,7 @@ func newFake(t *testing.T) *fakeBackend {
 	if errs := c.Restore(20, dags, tasks); len(errs) > 0 {
 		t.Fatalf("restore: %v", errs)
 	}
-	return &fakeBackend{c: c, seen: map[string]*dag.DAG{}, st: &scheduler.Status{
+	return &fakeBackend{c: c, seen: map[string]*model.DAG{}, st: &scheduler.Status{
 		Node: "n1", Leader: true, Loaded: true, AppliedRev: 20, Counts: c.Counts(),
 		Workers: []core.WorkerView{{ID: "w", Slots: 4, Busy: 1}},
 	}}
@@ -227,7 +228,7 @@ func TestSubmitMapsTheSeedFormat(t *testing.T) {
 	}
 	t0, t1, t2 := d.Tasks[0], d.Tasks[1], d.Tasks[2]
 	for _, tk := range d.Tasks {
-		if tk.Kind != dag.KindSleep || tk.Timeout.D() != dag.DefaultTimeout {
+		if tk.Kind != model.KindSleep || tk.Timeout.D() != model.DefaultTimeout {
 			t.Fatalf("task %s: kind %s timeout %s", tk.ID, tk.Kind, tk.Timeout.D())
 		}
 	}

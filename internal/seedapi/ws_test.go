@@ -5,8 +5,8 @@ import (
 	"time"
 
 	"github.com/orion-sched/orion/internal/core"
-	"github.com/orion-sched/orion/internal/dag"
 	"github.com/orion-sched/orion/internal/events"
+	"github.com/orion-sched/orion/internal/model"
 )
 
 func taskEv(task, status string) *events.Event {
@@ -44,7 +44,7 @@ func TestTranslatorWorkerNumbers(t *testing.T) {
 
 func TestTranslatorMapping(t *testing.T) {
 	tr := NewTranslator()
-	rec := &core.DAGRecord{DAG: dag.DAG{ID: "d", Tasks: []dag.Task{{ID: "x", MaxRetries: 2}, {ID: "y", MaxRetries: 3}}}, Status: core.DAGRunning, Run: 1}
+	rec := &core.DAGRecord{DAG: model.DAG{ID: "d", Tasks: []model.Task{{ID: "x", MaxRetries: 2}, {ID: "y", MaxRetries: 3}}}, Status: core.DAGRunning, Run: 1}
 	ev := events.FromEntry(&core.Entry{Rev: 3, DAG: "d", D: rec})
 	out, ok := tr.Translate(&ev)
 	if !ok || out.Type != EventDAGSubmitted || len(out.DAGTasks) != 2 || out.DAGID != "d" {

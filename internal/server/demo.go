@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/orion-sched/orion/internal/core"
-	"github.com/orion-sched/orion/internal/dag"
+	"github.com/orion-sched/orion/internal/model"
 	"github.com/orion-sched/orion/internal/scheduler"
 	"github.com/orion-sched/orion/internal/seedapi"
 )
@@ -21,7 +21,7 @@ type engineRef struct {
 
 func (r *engineRef) get() *scheduler.Engine { return r.p.Load() }
 
-func (r *engineRef) Submit(ctx context.Context, d *dag.DAG) (scheduler.SubmitResult, error) {
+func (r *engineRef) Submit(ctx context.Context, d *model.DAG) (scheduler.SubmitResult, error) {
 	return r.get().Submit(ctx, d)
 }
 func (r *engineRef) Cancel(ctx context.Context, id string) (core.DAGStatus, error) {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/orion-sched/orion/internal/api"
 	"github.com/orion-sched/orion/internal/executor"
+	"github.com/orion-sched/orion/internal/model"
 	"github.com/orion-sched/orion/internal/scheduler"
 	"github.com/orion-sched/orion/internal/workerstream"
 )
@@ -93,28 +94,28 @@ func hubWorkers(hub *workerstream.Hub) func() []api.WorkerInfo {
 // once when the leader dies.
 type idleExecutor struct {
 	id      string
-	results chan executor.Result
+	results chan model.Result
 }
 
 func newIdleExecutor(id string) *idleExecutor {
-	return &idleExecutor{id: id, results: make(chan executor.Result, 16)}
+	return &idleExecutor{id: id, results: make(chan model.Result, 16)}
 }
 
-func (x *idleExecutor) ID() string                      { return x.id }
-func (x *idleExecutor) Slots() int                      { return 0 }
-func (x *idleExecutor) Close() error                    { return nil }
-func (x *idleExecutor) Cancel(executor.AttemptID)       {}
-func (x *idleExecutor) InFlight() []executor.AttemptID  { return nil }
-func (x *idleExecutor) Results() <-chan executor.Result { return x.results }
-func (x *idleExecutor) OpenLog(executor.AttemptID) (io.ReadCloser, error) {
+func (x *idleExecutor) ID() string                   { return x.id }
+func (x *idleExecutor) Slots() int                   { return 0 }
+func (x *idleExecutor) Close() error                 { return nil }
+func (x *idleExecutor) Cancel(model.AttemptID)       {}
+func (x *idleExecutor) InFlight() []model.AttemptID  { return nil }
+func (x *idleExecutor) Results() <-chan model.Result { return x.results }
+func (x *idleExecutor) OpenLog(model.AttemptID) (io.ReadCloser, error) {
 	return nil, fmt.Errorf("replica has no slots: %w", os.ErrNotExist)
 }
 
 // Start is never called (the leader dispatches nothing to zero slots); if it
 // were, the attempt is handed back at once without consuming a retry.
-func (x *idleExecutor) Start(a executor.Attempt) {
+func (x *idleExecutor) Start(a model.Attempt) {
 	select {
-	case x.results <- executor.Result{AttemptID: a.AttemptID, Worker: x.id, Outcome: executor.Cancelled, ExitCode: -1, Error: "replica has no slots"}:
+	case x.results <- model.Result{AttemptID: a.AttemptID, Worker: x.id, Outcome: model.Cancelled, ExitCode: -1, Error: "replica has no slots"}:
 	default:
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/orion-sched/orion/internal/executor"
+	"github.com/orion-sched/orion/internal/model"
 )
 
 // Agent defaults.
@@ -79,12 +80,12 @@ type Agent struct {
 
 	mu      sync.Mutex
 	cur     *session // the stream results go to, once it said hello
-	unacked []executor.Result
+	unacked []model.Result
 	replay  []replayed
 }
 
 type replayed struct {
-	r      executor.Result
+	r      model.Result
 	leader string // the leader that acknowledged it
 	at     time.Time
 }
@@ -250,7 +251,7 @@ func (a *Agent) resultsLoop(ctx context.Context) {
 	}
 }
 
-func (a *Agent) drainResults(results <-chan executor.Result) {
+func (a *Agent) drainResults(results <-chan model.Result) {
 	for {
 		select {
 		case r := <-results:
@@ -261,7 +262,7 @@ func (a *Agent) drainResults(results <-chan executor.Result) {
 	}
 }
 
-func (a *Agent) addResult(r executor.Result) {
+func (a *Agent) addResult(r model.Result) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.unacked = append(a.unacked, r)
@@ -272,7 +273,7 @@ func (a *Agent) addResult(r executor.Result) {
 
 // hello queues the hello and every unacknowledged result on s, in order,
 // and makes s the stream new results go to.
-func (a *Agent) hello(s *session, results <-chan executor.Result) {
+func (a *Agent) hello(s *session, results <-chan model.Result) {
 	// In this order: an attempt that finishes after InFlight is read has
 	// its result in the channel, or already taken, by the time it is
 	// drained.
@@ -280,8 +281,8 @@ func (a *Agent) hello(s *session, results <-chan executor.Result) {
 	a.drainResults(results)
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	seen := make(map[executor.AttemptID]struct{}, len(running)+len(a.unacked))
-	inflight := make([]executor.AttemptID, 0, len(running)+len(a.unacked))
+	seen := make(map[model.AttemptID]struct{}, len(running)+len(a.unacked))
+	inflight := make([]model.AttemptID, 0, len(running)+len(a.unacked))
 	for _, id := range running {
 		if _, dup := seen[id]; !dup {
 			seen[id] = struct{}{}
@@ -304,7 +305,7 @@ func (a *Agent) hello(s *session, results <-chan executor.Result) {
 }
 
 // ack moves an acknowledged result from the queue to the replay window.
-func (a *Agent) ack(s *session, id executor.AttemptID) {
+func (a *Agent) ack(s *session, id model.AttemptID) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for i := range a.unacked {
@@ -499,7 +500,7 @@ func (s *session) logRequest(lr LogRequest) {
 
 // serveLog streams one log in chunks, no more than the leader's credit
 // ahead of its reader.
-func (s *session) serveLog(req uint64, id executor.AttemptID, ls *logServe) {
+func (s *session) serveLog(req uint64, id model.AttemptID, ls *logServe) {
 	defer func() {
 		s.lmu.Lock()
 		delete(s.logs, req)

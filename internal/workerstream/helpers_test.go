@@ -17,8 +17,8 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
-	"github.com/orion-sched/orion/internal/dag"
 	"github.com/orion-sched/orion/internal/executor"
+	"github.com/orion-sched/orion/internal/model"
 )
 
 const waitFor = 10 * time.Second // upper bound of every wait; conditions are polled
@@ -206,26 +206,26 @@ func wantEvent(t *testing.T, h *Hub, kind EventKind, worker string) Event {
 	return ev
 }
 
-func nextResult(t *testing.T, h *Hub) executor.Result {
+func nextResult(t *testing.T, h *Hub) model.Result {
 	t.Helper()
 	select {
 	case r := <-h.Results():
 		return r
 	case <-time.After(waitFor):
 		t.Fatal("timed out waiting for a result")
-		return executor.Result{}
+		return model.Result{}
 	}
 }
 
-func attempt(dagID, task string, n int, spec dag.Task) executor.Attempt {
+func attempt(dagID, task string, n int, spec model.Task) model.Attempt {
 	spec.ID = task
-	return executor.Attempt{AttemptID: executor.AttemptID{DAG: dagID, Task: task, Attempt: n}, Spec: spec}
+	return model.Attempt{AttemptID: model.AttemptID{DAG: dagID, Task: task, Attempt: n}, Spec: spec}
 }
 
-func noop() dag.Task { return dag.Task{Kind: dag.KindNoop} }
+func noop() model.Task { return model.Task{Kind: model.KindNoop} }
 
-func shell(cmd string) dag.Task {
-	return dag.Task{Kind: dag.KindShell, Command: cmd, Timeout: dag.Duration(time.Minute)}
+func shell(cmd string) model.Task {
+	return model.Task{Kind: model.KindShell, Command: cmd, Timeout: model.Duration(time.Minute)}
 }
 
 // gate is a file a gated shell task waits for.
@@ -233,7 +233,7 @@ type gate string
 
 func newGate(t *testing.T) gate { return gate(filepath.Join(t.TempDir(), "go")) }
 
-func (g gate) task(out string) dag.Task {
+func (g gate) task(out string) model.Task {
 	return shell(fmt.Sprintf("while [ ! -e %q ]; do sleep 0.01; done; echo %s", string(g), out))
 }
 
@@ -244,7 +244,7 @@ func (g gate) open(t *testing.T) {
 	}
 }
 
-func hasID(ids []executor.AttemptID, id executor.AttemptID) bool {
+func hasID(ids []model.AttemptID, id model.AttemptID) bool {
 	for _, x := range ids {
 		if x == id {
 			return true

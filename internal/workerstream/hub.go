@@ -12,8 +12,8 @@ import (
 	"github.com/gorilla/websocket"
 	"go.uber.org/zap"
 
-	"github.com/orion-sched/orion/internal/executor"
 	"github.com/orion-sched/orion/internal/hijack"
+	"github.com/orion-sched/orion/internal/model"
 )
 
 // Hub defaults.
@@ -84,9 +84,9 @@ func (k EventKind) String() string {
 // Event reports a change of a worker. Events of one worker arrive in order.
 type Event struct {
 	Kind     EventKind
-	ID       string               // the worker's id
-	Worker   *RemoteWorker        // set for every kind; the same pointer from Joined to Left
-	InFlight []executor.AttemptID // Joined: the attempts the worker reported
+	ID       string            // the worker's id
+	Worker   *RemoteWorker     // set for every kind; the same pointer from Joined to Left
+	InFlight []model.AttemptID // Joined: the attempts the worker reported
 }
 
 // WorkerInfo describes a worker for the cluster endpoint.
@@ -111,7 +111,7 @@ type Hub struct {
 	log      *zap.Logger
 	upgrader websocket.Upgrader
 	events   *outlet[Event]
-	results  *outlet[executor.Result]
+	results  *outlet[model.Result]
 	done     chan struct{}
 	nextReq  atomic.Uint64
 
@@ -153,7 +153,7 @@ func NewHub(cfg HubConfig) *Hub {
 		// and receive tasks, whatever origin it claims.
 		upgrader: websocket.Upgrader{CheckOrigin: func(r *http.Request) bool { return r.Header.Get("Origin") == "" }},
 		events:   newOutlet[Event](256, done),
-		results:  newOutlet[executor.Result](4096, done),
+		results:  newOutlet[model.Result](4096, done),
 		done:     done,
 		conns:    make(map[*hubConn]struct{}),
 		workers:  make(map[string]*RemoteWorker),
@@ -168,7 +168,7 @@ func (h *Hub) Events() <-chan Event { return h.events.ch }
 // attempts a worker was never asked to run here (reported after a leader
 // change) and repeats; the core decides by attempt identity. The channel is
 // never closed.
-func (h *Hub) Results() <-chan executor.Result { return h.results.ch }
+func (h *Hub) Results() <-chan model.Result { return h.results.ch }
 
 // SetLeading switches the hub on or off. Off: every stream is closed, every
 // worker is reported Disconnected (if connected) and Left, and new streams
@@ -397,7 +397,7 @@ func (h *Hub) join(hc *hubConn, hello *Hello) bool {
 	var old *hubConn
 	var oldLogs []*logReader
 	if w == nil {
-		w = &RemoteWorker{hub: h, id: hello.Worker, outstanding: make(map[executor.AttemptID]outAttempt),
+		w = &RemoteWorker{hub: h, id: hello.Worker, outstanding: make(map[model.AttemptID]outAttempt),
 			logs: make(map[uint64]*logReader)}
 		h.workers[w.id] = w
 	} else {
@@ -413,7 +413,7 @@ func (h *Hub) join(hc *hubConn, hello *Hello) bool {
 	}
 	w.slots, w.replica = hello.Slots, hello.Replica
 	w.conn, hc.worker, w.since = hc, w, now
-	w.reported = make(map[executor.AttemptID]struct{}, len(hello.InFlight))
+	w.reported = make(map[model.AttemptID]struct{}, len(hello.InFlight))
 	for _, id := range hello.InFlight {
 		w.reported[id] = struct{}{}
 	}

@@ -29,9 +29,7 @@
 // stale or repeated ones by attempt identity, so repeats are harmless.
 package workerstream
 
-import (
-	"github.com/orion-sched/orion/internal/executor"
-)
+import "github.com/orion-sched/orion/internal/model"
 
 // ProtocolVersion is sent in Hello.Version. A hub refuses a hello with a
 // different non-zero version.
@@ -57,25 +55,25 @@ const (
 
 // Msg is one message of the stream. Type says which payload field is set.
 type Msg struct {
-	Type     string              `json:"type"`
-	Hello    *Hello              `json:"hello,omitempty"`
-	Welcome  *Welcome            `json:"welcome,omitempty"`
-	Attempt  *executor.Attempt   `json:"attempt,omitempty"`
-	ID       *executor.AttemptID `json:"id,omitempty"`
-	Result   *executor.Result    `json:"result,omitempty"`
-	Log      *LogChunk           `json:"log,omitempty"`
-	LogReq   *LogRequest         `json:"log_req,omitempty"`
-	Redirect *Redirect           `json:"redirect,omitempty"`
-	Peers    []Peer              `json:"peers,omitempty"`
+	Type     string           `json:"type"`
+	Hello    *Hello           `json:"hello,omitempty"`
+	Welcome  *Welcome         `json:"welcome,omitempty"`
+	Attempt  *model.Attempt   `json:"attempt,omitempty"`
+	ID       *model.AttemptID `json:"id,omitempty"`
+	Result   *model.Result    `json:"result,omitempty"`
+	Log      *LogChunk        `json:"log,omitempty"`
+	LogReq   *LogRequest      `json:"log_req,omitempty"`
+	Redirect *Redirect        `json:"redirect,omitempty"`
+	Peers    []Peer           `json:"peers,omitempty"`
 }
 
 // Hello introduces a worker. InFlight lists the attempts it is running or
 // has finished without a leader acknowledging the result yet: the leader
 // adopts them rather than running them again.
 type Hello struct {
-	Worker   string               `json:"worker"`
-	Slots    int                  `json:"slots"`
-	InFlight []executor.AttemptID `json:"in_flight,omitempty"`
+	Worker   string            `json:"worker"`
+	Slots    int               `json:"slots"`
+	InFlight []model.AttemptID `json:"in_flight,omitempty"`
 	// Replica is set when the worker is a replica's own slots (its name).
 	Replica string `json:"replica,omitempty"`
 	Version int    `json:"version"`
@@ -94,10 +92,10 @@ type Welcome struct {
 // later requests with the same Req grant more credit, or end the transfer
 // (Close). Req is chosen by the leader, unique per stream.
 type LogRequest struct {
-	Req    uint64             `json:"req"`
-	ID     executor.AttemptID `json:"id"`
-	Credit int                `json:"credit,omitempty"`
-	Close  bool               `json:"close,omitempty"`
+	Req    uint64          `json:"req"`
+	ID     model.AttemptID `json:"id"`
+	Credit int             `json:"credit,omitempty"`
+	Close  bool            `json:"close,omitempty"`
 }
 
 // LogChunk is one piece (≤ MaxChunk bytes) of a log. The last chunk of a

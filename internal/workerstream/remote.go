@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/orion-sched/orion/internal/executor"
+	"github.com/orion-sched/orion/internal/model"
 )
 
 // logWindow is how many log chunks a worker may send ahead of the reader.
@@ -31,14 +32,14 @@ type RemoteWorker struct {
 	gen         uint64 // disconnections; tells a stale grace timer
 	grace       *time.Timer
 	seq         uint64
-	outstanding map[executor.AttemptID]outAttempt // started here, no result yet
-	reported    map[executor.AttemptID]struct{}   // in the last hello, no result yet
-	cancels     []executor.AttemptID              // asked while disconnected
+	outstanding map[model.AttemptID]outAttempt // started here, no result yet
+	reported    map[model.AttemptID]struct{}   // in the last hello, no result yet
+	cancels     []model.AttemptID              // asked while disconnected
 	logs        map[uint64]*logReader
 }
 
 type outAttempt struct {
-	a   executor.Attempt
+	a   model.Attempt
 	seq uint64
 }
 
@@ -73,13 +74,13 @@ func (w *RemoteWorker) Connected() bool {
 // (if it reconnects without reporting it). On a worker that has Left, Start
 // reports a Cancelled result at once, which the scheduler turns into a
 // re-queue without consuming a retry.
-func (w *RemoteWorker) Start(a executor.Attempt) {
+func (w *RemoteWorker) Start(a model.Attempt) {
 	h := w.hub
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if w.left {
 		now := time.Now()
-		h.results.push(executor.Result{AttemptID: a.AttemptID, Worker: w.id, Outcome: executor.Cancelled,
+		h.results.push(model.Result{AttemptID: a.AttemptID, Worker: w.id, Outcome: model.Cancelled,
 			ExitCode: -1, Error: "worker " + w.id + " is gone", StartedAt: now, FinishedAt: now})
 		return
 	}
@@ -92,7 +93,7 @@ func (w *RemoteWorker) Start(a executor.Attempt) {
 
 // Cancel asks the worker to stop an attempt; it never blocks. While the
 // worker is disconnected the request is kept and sent when it reconnects.
-func (w *RemoteWorker) Cancel(id executor.AttemptID) {
+func (w *RemoteWorker) Cancel(id model.AttemptID) {
 	h := w.hub
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -107,18 +108,18 @@ func (w *RemoteWorker) Cancel(id executor.AttemptID) {
 }
 
 // Results returns the hub's results channel, shared by all workers.
-func (w *RemoteWorker) Results() <-chan executor.Result { return w.hub.Results() }
+func (w *RemoteWorker) Results() <-chan model.Result { return w.hub.Results() }
 
 // InFlight lists what the worker's latest hello reported plus what was
 // started here, minus what has a result.
-func (w *RemoteWorker) InFlight() []executor.AttemptID {
+func (w *RemoteWorker) InFlight() []model.AttemptID {
 	w.hub.mu.Lock()
 	defer w.hub.mu.Unlock()
 	return w.inFlightLocked()
 }
 
-func (w *RemoteWorker) inFlightLocked() []executor.AttemptID {
-	out := make([]executor.AttemptID, 0, len(w.outstanding)+len(w.reported))
+func (w *RemoteWorker) inFlightLocked() []model.AttemptID {
+	out := make([]model.AttemptID, 0, len(w.outstanding)+len(w.reported))
 	for id := range w.reported {
 		out = append(out, id)
 	}
@@ -152,7 +153,7 @@ func (w *RemoteWorker) Close() error {
 // here, as an error wrapping os.ErrNotExist, like the local executor does.
 // The reader's Read fails when the worker disconnects or stays silent for
 // LogTimeout. Close it to end the transfer early.
-func (w *RemoteWorker) OpenLog(id executor.AttemptID) (io.ReadCloser, error) {
+func (w *RemoteWorker) OpenLog(id model.AttemptID) (io.ReadCloser, error) {
 	h := w.hub
 	h.mu.Lock()
 	if w.left || w.conn == nil {
@@ -192,7 +193,7 @@ type logReader struct {
 	w       *RemoteWorker
 	hc      *hubConn
 	req     uint64
-	id      executor.AttemptID
+	id      model.AttemptID
 	timeout time.Duration
 	chunks  chan LogChunk
 

@@ -19,9 +19,7 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
-
-	"github.com/orion-sched/orion/internal/dag"
-	"github.com/orion-sched/orion/internal/executor"
+	"github.com/orion-sched/orion/internal/model"
 )
 
 func TestPipe(t *testing.T) {
@@ -51,7 +49,7 @@ func TestPipe(t *testing.T) {
 	}
 	// The values travel as they are: no serialization.
 	c, d := Pipe()
-	att := &executor.Attempt{AttemptID: executor.AttemptID{DAG: "d", Task: "t", Attempt: 1}}
+	att := &model.Attempt{AttemptID: model.AttemptID{DAG: "d", Task: "t", Attempt: 1}}
 	_ = c.Send(Msg{Type: TypeDispatch, Attempt: att})
 	m, _ := d.Recv()
 	if m.Attempt != att {
@@ -85,7 +83,7 @@ func TestDispatch(t *testing.T) {
 			n := attempt("d1", "noop", 1, noop())
 			w.Start(n)
 			r := nextResult(t, h)
-			if r.AttemptID != n.AttemptID || r.Outcome != executor.Succeeded || r.Worker != "w1/1-aa" {
+			if r.AttemptID != n.AttemptID || r.Outcome != model.Succeeded || r.Worker != "w1/1-aa" {
 				t.Fatalf("noop result %+v", r)
 			}
 
@@ -93,7 +91,7 @@ func TestDispatch(t *testing.T) {
 			e := attempt("d1", "echo", 1, shell("echo hello from the worker"))
 			w.Start(e)
 			r = nextResult(t, h)
-			if r.AttemptID != e.AttemptID || r.Outcome != executor.Succeeded || !strings.Contains(r.OutputTail, "hello from the worker") {
+			if r.AttemptID != e.AttemptID || r.Outcome != model.Succeeded || !strings.Contains(r.OutputTail, "hello from the worker") {
 				t.Fatalf("shell result %+v", r)
 			}
 			rc, err := w.OpenLog(e.AttemptID)
@@ -109,7 +107,7 @@ func TestDispatch(t *testing.T) {
 			// A log bigger than the credit window, read slowly in small pieces.
 			big := attempt("d1", "big", 1, shell("i=0; while [ $i -lt 12000 ]; do echo line-$i-abcdefghijklmnopqrstuvwxyz; i=$((i+1)); done"))
 			w.Start(big)
-			if r = nextResult(t, h); r.AttemptID != big.AttemptID || r.Outcome != executor.Succeeded {
+			if r = nextResult(t, h); r.AttemptID != big.AttemptID || r.Outcome != model.Succeeded {
 				t.Fatalf("big result %+v", r)
 			}
 			want, err := os.ReadFile(local.LogPath(big.AttemptID))
@@ -162,7 +160,7 @@ func TestDispatch(t *testing.T) {
 				t.Fatalf("workers = %+v", ws)
 			}
 			w.Cancel(s.AttemptID)
-			if r = nextResult(t, h); r.AttemptID != s.AttemptID || r.Outcome != executor.Cancelled {
+			if r = nextResult(t, h); r.AttemptID != s.AttemptID || r.Outcome != model.Cancelled {
 				t.Fatalf("cancel result %+v", r)
 			}
 			if got := w.InFlight(); len(got) != 0 {
@@ -212,7 +210,7 @@ func TestLeaderChange(t *testing.T) {
 			}
 			g.open(t)
 			r := nextResult(t, h2)
-			if r.AttemptID != run.AttemptID || r.Outcome != executor.Succeeded || !strings.Contains(r.OutputTail, "done") {
+			if r.AttemptID != run.AttemptID || r.Outcome != model.Succeeded || !strings.Contains(r.OutputTail, "done") {
 				t.Fatalf("result %+v", r)
 			}
 			select {
@@ -241,7 +239,7 @@ func TestResultsWhileDisconnected(t *testing.T) {
 
 			w1 := wantEvent(t, h1, Joined, "w1/1-aa").Worker
 			g := newGate(t)
-			var ids []executor.AttemptID
+			var ids []model.AttemptID
 			for _, task := range []string{"a", "b", "c", "d"} {
 				at := attempt("d1", task, 1, g.task(task))
 				ids = append(ids, at.AttemptID)
@@ -264,10 +262,10 @@ func TestResultsWhileDisconnected(t *testing.T) {
 					t.Fatalf("hello reports %v, want all of %v", ev.InFlight, ids)
 				}
 			}
-			got := map[executor.AttemptID]int{}
+			got := map[model.AttemptID]int{}
 			for range ids {
 				r := nextResult(t, h2)
-				if r.Outcome != executor.Succeeded {
+				if r.Outcome != model.Succeeded {
 					t.Fatalf("result %+v", r)
 				}
 				got[r.AttemptID]++
@@ -327,7 +325,7 @@ func TestReplayToNewLeader(t *testing.T) {
 	d.set(transports[0].dial(t, h2, "L2"))
 	h1.SetLeading(false)
 	wantEvent(t, h2, Joined, "w1/1-aa")
-	got := []executor.AttemptID{nextResult(t, h2).AttemptID, nextResult(t, h2).AttemptID}
+	got := []model.AttemptID{nextResult(t, h2).AttemptID, nextResult(t, h2).AttemptID}
 	if !hasID(got, first.AttemptID) || !hasID(got, probe.AttemptID) {
 		t.Fatalf("replayed %v", got)
 	}
@@ -370,12 +368,12 @@ func TestReconnectWithinGrace(t *testing.T) {
 			if ev.Worker != w {
 				t.Fatal("a reconnection within the grace period made a new RemoteWorker")
 			}
-			results := map[executor.AttemptID]executor.Outcome{}
+			results := map[model.AttemptID]model.Outcome{}
 			for range 2 {
 				r := nextResult(t, h)
 				results[r.AttemptID] = r.Outcome
 			}
-			if results[queued.AttemptID] != executor.Succeeded || results[cancelled.AttemptID] != executor.Cancelled {
+			if results[queued.AttemptID] != model.Succeeded || results[cancelled.AttemptID] != model.Cancelled {
 				t.Fatalf("results %v", results)
 			}
 			if got := lost.get(); len(got) != 1 || got[0] != "L1" {
@@ -427,7 +425,7 @@ func (rw rawWorker) next() Msg {
 	}
 }
 
-func hello(worker string, inflight ...executor.AttemptID) Msg {
+func hello(worker string, inflight ...model.AttemptID) Msg {
 	return Msg{Type: TypeHello, Hello: &Hello{Worker: worker, Slots: 2, InFlight: inflight, Version: ProtocolVersion}}
 }
 
@@ -436,7 +434,7 @@ func hello(worker string, inflight ...executor.AttemptID) Msg {
 // it; one it reports is not.
 func TestLostDispatchIsResent(t *testing.T) {
 	h := newHub(t, "L1", HubConfig{ReconnectGrace: time.Minute, StaleAfter: time.Minute})
-	connect := func(inflight ...executor.AttemptID) rawWorker {
+	connect := func(inflight ...model.AttemptID) rawWorker {
 		w, l := Pipe()
 		h.Accept(l)
 		rw := rawWorker{t, w}
@@ -452,7 +450,7 @@ func TestLostDispatchIsResent(t *testing.T) {
 	kept := attempt("d", "kept", 1, noop())
 	w.Start(lost)
 	w.Start(kept)
-	for _, want := range []executor.AttemptID{lost.AttemptID, kept.AttemptID} {
+	for _, want := range []model.AttemptID{lost.AttemptID, kept.AttemptID} {
 		if m := rw.next(); m.Type != TypeDispatch || m.Attempt.AttemptID != want {
 			t.Fatalf("want dispatch of %v, got %+v", want, m)
 		}
@@ -474,7 +472,7 @@ func TestLostDispatchIsResent(t *testing.T) {
 	}
 	// A result is acknowledged, and a stale one (never dispatched here) is
 	// still delivered, stamped with the stream's worker id.
-	stale := executor.Result{AttemptID: executor.AttemptID{DAG: "old", Task: "x", Attempt: 3}, Worker: "someone-else", Outcome: executor.Succeeded}
+	stale := model.Result{AttemptID: model.AttemptID{DAG: "old", Task: "x", Attempt: 3}, Worker: "someone-else", Outcome: model.Succeeded}
 	rw.send(Msg{Type: TypeResult, Result: &stale})
 	if r := nextResult(t, h); r.AttemptID != stale.AttemptID || r.Worker != "raw" {
 		t.Fatalf("stale result %+v", r)
@@ -482,7 +480,7 @@ func TestLostDispatchIsResent(t *testing.T) {
 	if m := rw.next(); m.Type != TypeAck || *m.ID != stale.AttemptID {
 		t.Fatalf("want ack, got %+v", m)
 	}
-	kr := executor.Result{AttemptID: kept.AttemptID, Worker: "raw", Outcome: executor.Succeeded}
+	kr := model.Result{AttemptID: kept.AttemptID, Worker: "raw", Outcome: model.Succeeded}
 	rw.send(Msg{Type: TypeResult, Result: &kr})
 	nextResult(t, h)
 	if got := w.InFlight(); len(got) != 2 || hasID(got, kept.AttemptID) {
@@ -495,7 +493,7 @@ func TestLostDispatchIsResent(t *testing.T) {
 	wantEvent(t, h, Left, "raw")
 	late := attempt("d", "late", 1, noop())
 	w.Start(late)
-	if r := nextResult(t, h); r.AttemptID != late.AttemptID || r.Outcome != executor.Cancelled {
+	if r := nextResult(t, h); r.AttemptID != late.AttemptID || r.Outcome != model.Cancelled {
 		t.Fatalf("start on a gone worker: %+v", r)
 	}
 }
@@ -565,8 +563,8 @@ func TestSlowMessageIsNotSilence(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantEvent(t, h, Joined, "slow")
-	r := executor.Result{AttemptID: executor.AttemptID{DAG: "d", Task: "t", Attempt: 1}, Worker: "slow",
-		Outcome: executor.Succeeded, OutputTail: strings.Repeat("y", 64<<10)}
+	r := model.Result{AttemptID: model.AttemptID{DAG: "d", Task: "t", Attempt: 1}, Worker: "slow",
+		Outcome: model.Succeeded, OutputTail: strings.Repeat("y", 64<<10)}
 	b, _ := json.Marshal(Msg{Type: TypeResult, Result: &r})
 	ws := c.(*wsConn).ws
 	mw, err := ws.NextWriter(websocket.TextMessage)
@@ -807,7 +805,7 @@ func TestStartNeverBlocks(t *testing.T) {
 		start := time.Now()
 		for i := range n {
 			rw.Start(attempt("d", "t", i+1, noop()))
-			rw.Cancel(executor.AttemptID{DAG: "d", Task: "t", Attempt: i + 1})
+			rw.Cancel(model.AttemptID{DAG: "d", Task: "t", Attempt: i + 1})
 		}
 		if d := time.Since(start); d > 2*time.Second {
 			t.Fatalf("%d Start+Cancel took %v", n, d)
@@ -832,7 +830,7 @@ func TestStartNeverBlocks(t *testing.T) {
 		big := strings.Repeat("x", 64<<10)
 		start := time.Now()
 		for i := range 2000 { // ~128 MiB: far beyond the socket buffers
-			rw.Start(attempt("d", "t", i+1, dag.Task{Kind: dag.KindShell, Command: big}))
+			rw.Start(attempt("d", "t", i+1, model.Task{Kind: model.KindShell, Command: big}))
 		}
 		if d := time.Since(start); d > 2*time.Second {
 			t.Fatalf("Start on a stuck stream took %v", d)
@@ -852,7 +850,7 @@ func TestLogTimeoutAndDisconnect(t *testing.T) {
 	rw.send(hello("quiet"))
 	rw.next() // welcome
 	remote := wantEvent(t, h, Joined, "quiet").Worker
-	id := executor.AttemptID{DAG: "d", Task: "t", Attempt: 1}
+	id := model.AttemptID{DAG: "d", Task: "t", Attempt: 1}
 
 	// The worker never answers the log request.
 	start := time.Now()

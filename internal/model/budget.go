@@ -1,0 +1,32 @@
+package model
+
+// DecodedBytes counts the bytes of every string in d: ids, names, commands,
+// environment, URLs, dependencies. It is what a DAG costs once decoded, and
+// what its stored record grows with. YAML anchors and aliases make it
+// larger than the body that carried it (an alias of a 100 KB string costs
+// 100 KB each time it is used), which is why Validate bounds it and not only
+// the body. The walk is linear in the number of strings and allocates
+// nothing.
+func (d *DAG) DecodedBytes() int64 {
+	n := int64(len(d.ID) + len(d.Name))
+	for i := range d.Tasks {
+		t := &d.Tasks[i]
+		n += int64(len(t.ID) + len(t.Name) + len(t.Kind) + len(t.Command) + len(t.Interpreter) + len(t.Workdir) +
+			len(t.URL) + len(t.Method))
+		n += int64(t.EnvBytes())
+		for _, dep := range t.DependsOn {
+			n += int64(len(dep))
+		}
+	}
+	return n
+}
+
+// EnvBytes is the size of a task's environment as exec passes it
+// ("NAME=value" plus a NUL each).
+func (t *Task) EnvBytes() int {
+	n := 0
+	for k, v := range t.Env {
+		n += len(k) + len(v) + 2
+	}
+	return n
+}

@@ -1,0 +1,317 @@
+// Package model holds Orion's domain types: the DAG a user submits (its
+// spec, the defaults that complete it and the graph derived from it), the
+// identity of an attempt and the result an executor reports. It is a leaf:
+// the scheduling core, the log codec, the executors and the API all speak
+// it, and it imports nothing of Orion's, so the core links no I/O.
+package model
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Kind is what a task runs.
+type Kind string
+
+const (
+	KindShell Kind = "shell" // /bin/sh -c command (or Interpreter -c command)
+	KindHTTP  Kind = "http"  // one HTTP request, success on ExpectStatus
+	KindNoop  Kind = "noop"  // succeeds at once: demos, tests, benchmarks
+	KindSleep Kind = "sleep" // sleeps Duration, then fails with probability Fail
+)
+
+// Defaults applied by Normalize where a task leaves a field empty.
+const (
+	DefaultMaxRetries = 3
+	DefaultTimeout    = 5 * time.Minute
+)
+
+// DAG is a workflow as submitted, after Normalize.
+type DAG struct {
+	// ID is optional on submit; a client-chosen id makes submission idempotent.
+	ID    string `json:"id,omitempty"`
+	Name  string `json:"name"`
+	Tasks []Task `json:"tasks"`
+}
+
+// Task is one node of the graph.
+type Task struct {
+	ID string `json:"id"`
+	// Name is a free-form label. Seed-format files identify tasks by name
+	// alone; Normalize then moves it into ID, so Name is set only when a task
+	// gives both.
+	Name string `json:"name,omitempty"`
+	Kind Kind   `json:"kind"`
+
+	// shell
+	Command     string            `json:"command,omitempty"`
+	Interpreter string            `json:"interpreter,omitempty"` // empty: /bin/sh; "python3" for seed-style type: python
+	Env         map[string]string `json:"env,omitempty"`
+	Workdir     string            `json:"workdir,omitempty"`
+
+	// http
+	URL          string `json:"url,omitempty"`
+	Method       string `json:"method,omitempty"`
+	ExpectStatus int    `json:"expect_status,omitempty"`
+
+	// sleep
+	Duration Duration `json:"duration,omitempty"`
+	// Fail is the probability (0..1) that a sleep task fails; YAML/JSON `true` means 1.
+	Fail Probability `json:"fail,omitempty"`
+
+	DependsOn  []string `json:"depends_on,omitempty"`
+	Priority   int      `json:"priority"`    // lower runs first; 0 is the most urgent
+	MaxRetries int      `json:"max_retries"` // retries after the first attempt
+	Timeout    Duration `json:"timeout"`     // per attempt
+}
+
+// Duration is a time.Duration that reads "1m30s" (Go syntax) or a number of
+// seconds, and writes Go syntax, so etcd values stay readable.
+type Duration time.Duration
+
+// D returns the value as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+func (d Duration) MarshalJSON() ([]byte, error) {
+	return json.Marshal(time.Duration(d).String())
+}
+
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	s := strings.TrimSpace(string(b))
+	if s == "null" {
+		return nil
+	}
+	if strings.HasPrefix(s, `"`) {
+		var str string
+		if err := json.Unmarshal(b, &str); err != nil {
+			return err
+		}
+		return d.parse(str)
+	}
+	secs, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return fmt.Errorf("%s is not a duration: want a string such as \"30s\" or a number of seconds", s)
+	}
+	return d.setSeconds(secs)
+}
+
+// UnmarshalYAML accepts the same forms as UnmarshalJSON, so a bare number
+// means seconds in both formats, and errors carry the YAML line.
+func (d *Duration) UnmarshalYAML(value *yaml.Node) error {
+	if value.Kind != yaml.ScalarNode {
+		return fmt.Errorf("line %d: not a duration: want a string such as \"30s\" or a number of seconds", value.Line)
+	}
+	switch value.ShortTag() {
+	case "!!null":
+		return nil
+	case "!!int", "!!float":
+		var secs float64
+		if err := value.Decode(&secs); err != nil {
+			return fmt.Errorf("line %d: %s is not a duration: want a string such as \"30s\" or a number of seconds", value.Line, value.Value)
+		}
+		return d.setSeconds(secs)
+	case "!!str":
+		if err := d.parse(value.Value); err != nil {
+			return fmt.Errorf("line %d: %w", value.Line, err)
+		}
+		return nil
+	}
+	return fmt.Errorf("line %d: %s is not a duration: want a string such as \"30s\" or a number of seconds", value.Line, value.Value)
+}
+
+// maxSeconds keeps the float-to-int64 conversion defined: beyond it the
+// result is implementation-specific garbage, not an error.
+const maxSeconds = float64(math.MaxInt64) / float64(time.Second)
+
+func (d *Duration) setSeconds(secs float64) error {
+	if math.IsNaN(secs) || math.IsInf(secs, 0) || math.Abs(secs) >= maxSeconds {
+		return fmt.Errorf("duration %v seconds is out of range", secs)
+	}
+	*d = Duration(secs * float64(time.Second))
+	return nil
+}
+
+func (d *Duration) parse(str string) error {
+	str = strings.TrimSpace(str)
+	if str == "" {
+		*d = 0
+		return nil
+	}
+	if secs, err := strconv.ParseFloat(str, 64); err == nil {
+		return d.setSeconds(secs)
+	}
+	v, err := time.ParseDuration(str)
+	if err != nil {
+		return fmt.Errorf("%q is not a duration: want Go syntax such as \"30s\", \"5m\", \"1h30m\", or a number of seconds", str)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// UnmarshalText lets YAML decoders (and viper) read the same forms.
+func (d *Duration) UnmarshalText(b []byte) error { return d.parse(string(b)) }
+
+// Probability is a number in [0,1]; true reads as 1 and false as 0.
+type Probability float64
+
+func (p *Probability) UnmarshalJSON(b []byte) error {
+	switch s := strings.TrimSpace(string(b)); s {
+	case "true":
+		*p = 1
+	case "false", "null":
+		*p = 0
+	default:
+		v, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return fmt.Errorf("fail %s: want true, false or a probability between 0 and 1", s)
+		}
+		*p = Probability(v)
+	}
+	return nil
+}
+
+// UnmarshalYAML mirrors UnmarshalJSON: a bool or a number, nothing else, so a
+// quoted "0.5" is rejected in both formats alike.
+func (p *Probability) UnmarshalYAML(value *yaml.Node) error {
+	bad := fmt.Errorf("line %d: fail %s: want true, false or a probability between 0 and 1", value.Line, value.Value)
+	if value.Kind != yaml.ScalarNode {
+		return bad
+	}
+	switch value.ShortTag() {
+	case "!!null":
+		*p = 0
+	case "!!bool":
+		var b bool
+		if err := value.Decode(&b); err != nil {
+			return bad
+		}
+		*p = 0
+		if b {
+			*p = 1
+		}
+	case "!!int", "!!float":
+		var f float64
+		if err := value.Decode(&f); err != nil {
+			return bad
+		}
+		*p = Probability(f)
+	default:
+		return bad
+	}
+	return nil
+}
+
+// TaskIndex returns a map from task id to its index in d.Tasks.
+func (d *DAG) TaskIndex() map[string]int {
+	m := make(map[string]int, len(d.Tasks))
+	for i := range d.Tasks {
+		m[d.Tasks[i].ID] = i
+	}
+	return m
+}
+
+// Normalize fills defaults in place. It is idempotent and never fails; any
+// value it cannot make sense of is left for Validate to report.
+//
+// max_retries is not defaulted here: a Task built in Go cannot tell "unset"
+// from 0, so Parse applies DefaultMaxRetries when the field is absent.
+//
+// A DAG without a name takes its id as name, so the id-only submissions that
+// idempotent clients send are accepted.
+func (d *DAG) Normalize() {
+	d.Name = strings.TrimSpace(d.Name)
+	if d.Name == "" {
+		d.Name = d.ID
+	}
+	for i := range d.Tasks {
+		t := &d.Tasks[i]
+		t.Name = strings.TrimSpace(t.Name)
+		// The seed format names tasks instead of giving ids.
+		if t.ID == "" {
+			t.ID = t.Name
+		}
+		if t.Name == t.ID {
+			t.Name = ""
+		}
+		t.Kind = Kind(strings.ToLower(strings.TrimSpace(string(t.Kind))))
+		if t.Kind == "" {
+			t.Kind = KindNoop
+			if strings.TrimSpace(t.Command) != "" {
+				t.Kind = KindShell
+			}
+		}
+		if t.Kind == KindHTTP {
+			t.Method = strings.ToUpper(strings.TrimSpace(t.Method))
+			if t.Method == "" {
+				t.Method = "GET"
+			}
+			if t.ExpectStatus == 0 {
+				t.ExpectStatus = 200
+			}
+		}
+		// A zero timeout means "unset": an attempt that may never run is
+		// not something anyone asks for on purpose.
+		if t.Timeout == 0 {
+			t.Timeout = Duration(DefaultTimeout)
+		}
+		// Empty and nil collections mean the same; make them one value so
+		// Canonical does not tell them apart.
+		if len(t.Env) == 0 {
+			t.Env = nil
+		}
+		if len(t.DependsOn) == 0 {
+			t.DependsOn = nil
+		}
+	}
+}
+
+// Canonical returns deterministic JSON of the normalized DAG, so two
+// submissions with the same id can be compared byte for byte to decide
+// whether the second is a retry (accept) or a conflict (reject). d itself is
+// not modified. Task order is significant. It returns nil only for values
+// JSON cannot hold (a NaN fail), which Validate rejects.
+func (d *DAG) Canonical() []byte {
+	c := *d
+	c.Tasks = append([]Task{}, d.Tasks...) // Normalize must not touch the caller's tasks
+	c.Normalize()
+	// encoding/json writes struct fields in declaration order and map keys
+	// sorted, which is all the determinism needed.
+	b, err := json.Marshal(&c)
+	if err != nil {
+		return nil
+	}
+	return b
+}
+
+// DepIndices returns, for each task, the indices of the tasks it depends on,
+// in depends_on order. Unknown ids are skipped; call it on a valid DAG.
+func (d *DAG) DepIndices() [][]int {
+	index := d.TaskIndex()
+	out := make([][]int, len(d.Tasks))
+	for i := range d.Tasks {
+		for _, dep := range d.Tasks[i].DependsOn {
+			if j, ok := index[dep]; ok {
+				out[i] = append(out[i], j)
+			}
+		}
+	}
+	return out
+}
+
+// Dependents returns, for each task, the indices of the tasks that depend on
+// it, in ascending order: the edges a scheduler follows when a task finishes.
+func (d *DAG) Dependents() [][]int {
+	out := make([][]int, len(d.Tasks))
+	for i, deps := range d.DepIndices() {
+		for _, j := range deps {
+			out[j] = append(out[j], i)
+		}
+	}
+	return out
+}
