@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -68,6 +69,17 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger) (s *Server, 
 		// srv, not s: every error return sets s to nil.
 		if err != nil {
 			srv.closeResources()
+		}
+	}()
+	// The API port first: a busy port is the commonest start failure, and
+	// it must not cost an etcd member start or a new data dir.
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, listenError(cfg.Listen, err)
+	}
+	defer func() {
+		if err != nil {
+			_ = ln.Close()
 		}
 	}()
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
@@ -129,10 +141,6 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger) (s *Server, 
 		own = newIdleExecutor(WorkerID(cfg.Name))
 	}
 
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return nil, fmt.Errorf("listen %s: %w", cfg.Listen, err)
-	}
 	s.HTTPAddr = ln.Addr().String()
 	apiURL := cfg.AdvertiseURL
 	if apiURL == "" {
@@ -280,6 +288,24 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger) (s *Server, 
 		}
 	}()
 	return s, nil
+}
+
+// listenError says once what went wrong with the API address (net's own
+// error repeats the address and the operation).
+func listenError(addr string, err error) error {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Err != nil {
+		err = op.Err
+		var sys *os.SyscallError
+		if errors.As(err, &sys) {
+			err = sys.Err
+		}
+	}
+	msg := fmt.Sprintf("cannot listen on %s for the API: %v", addr, err)
+	if errors.Is(err, syscall.EADDRINUSE) {
+		msg += " (another orion server, or another program, has it: stop it or choose --listen)"
+	}
+	return errors.New(msg)
 }
 
 // WorkerID names this process's local executor: the replica name plus a

@@ -113,6 +113,10 @@ func NewAgent(cfg AgentConfig) *Agent {
 	return &Agent{cfg: cfg, log: cfg.Logger, helloReqs: make(chan *session), syncReqs: make(chan chan int)}
 }
 
+// dialWarnAfter is how long the leader must stay unreachable before the
+// agent warns.
+const dialWarnAfter = 3 * time.Second
+
 // Run keeps the agent connected until ctx ends, then closes the stream and
 // returns nil. It does not close Exec. Run may be called once at a time.
 func (a *Agent) Run(ctx context.Context) error {
@@ -138,21 +142,30 @@ func (a *Agent) Run(ctx context.Context) error {
 	worker := a.cfg.Exec.ID()
 	backoff := a.cfg.MinBackoff
 	var lastDialErr string
+	var failingSince time.Time // zero while the leader is reachable
 	for ctx.Err() == nil {
 		c, leader, err := a.cfg.Dial(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				break
 			}
-			if msg := err.Error(); msg != lastDialErr {
+			if failingSince.IsZero() {
+				failingSince = time.Now()
+			}
+			// An election or a failover takes well under a second: only a
+			// leader missing for longer is worth a warning (every start of a
+			// single node would otherwise log one).
+			if msg := err.Error(); msg != lastDialErr && time.Since(failingSince) >= dialWarnAfter {
 				lastDialErr = msg
-				a.log.Warn("cannot reach the leader; retrying", zap.String("worker", worker), zap.Error(err))
+				a.log.Warn("cannot reach the leader; retrying", zap.String("worker", worker),
+					zap.Duration("for", time.Since(failingSince).Round(time.Millisecond)), zap.Error(err))
 			} else {
 				a.log.Debug("cannot reach the leader; retrying", zap.String("worker", worker), zap.Error(err))
 			}
 			backoff = a.sleep(ctx, backoff)
 			continue
 		}
+		failingSince, lastDialErr = time.Time{}, ""
 		out := a.session(ctx, c, leader)
 		if ctx.Err() != nil {
 			break

@@ -356,7 +356,8 @@ func TestPortInUseFailsCleanly(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			args := append([]string{"server", "--name", "second", "--data-dir", t.TempDir(), "--log-format", "json"}, tc.args...)
+			dataDir := filepath.Join(t.TempDir(), "data")
+			args := append([]string{"server", "--name", "second", "--data-dir", dataDir, "--log-format", "json"}, tc.args...)
 			cmd := exec.CommandContext(ctx, orionBin, args...)
 			cmd.Env = filterEnv(os.Environ(), "ORION_")
 			out, err := cmd.CombinedOutput()
@@ -367,6 +368,11 @@ func TestPortInUseFailsCleanly(t *testing.T) {
 			if strings.Contains(string(out), "panic:") || strings.Contains(string(out), "goroutine ") ||
 				!strings.Contains(string(out), "error: ") || !strings.Contains(string(out), tc.taken) || !strings.Contains(string(out), "address already in use") {
 				t.Fatalf("the error does not name %s in use (or panics):\n%s", tc.taken, out)
+			}
+			// The API port is tried first: a busy one costs no etcd start and
+			// leaves no data dir behind.
+			if _, err := os.Stat(dataDir); tc.name == "api" && !os.IsNotExist(err) {
+				t.Fatalf("a start refused for its API port created %s", dataDir)
 			}
 		})
 	}
