@@ -46,9 +46,18 @@ deps:
 		echo "make test needs:$$missing. Install with: apt-get install -y$$missing (or run .ci/run, which does)"; exit 1; \
 	fi
 
-lint:
+# staticcheck, pinned, built through the Go module proxy into .cache.
+STATICCHECK_VERSION := v0.8.2
+STATICCHECK         := $(CURDIR)/.cache/staticcheck/$(STATICCHECK_VERSION)/staticcheck
+
+$(STATICCHECK):
+	GOBIN=$(dir $(STATICCHECK)) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+
+lint: $(STATICCHECK)
 	@out=$$(gofmt -l cmd internal test); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
+	$(STATICCHECK) $(PKGS)
+	cd test/helm && $(STATICCHECK) ./...
 
 test-unit:
 	$(GO) test -count=1 $(PURE_PKGS)

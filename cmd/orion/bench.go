@@ -53,7 +53,7 @@ prints them. The DAGs it submits stay in the cluster (ids bench-<time>-*).`,
 				return runClusterBench(ctx, cmd, bench.ClusterOptions{
 					Servers: bench.SplitURLs(servers), EtcdEndpoints: bench.SplitURLs(etcdEndpoints),
 					Tasks: o.Tasks, DAGSize: o.DAGSize, Chain: o.Chain, Submitters: submitters,
-					EtcdSeconds: o.EtcdSeconds, Timeout: timeout,
+					EtcdFor: o.EtcdFor, Timeout: timeout,
 				}, asJSON)
 			}
 			o.Log = cmd.ErrOrStderr()
@@ -70,7 +70,7 @@ prints them. The DAGs it submits stay in the cluster (ids bench-<time>-*).`,
 	f.IntVar(&o.Chain, "chain", 1000, "length of the chain phase")
 	f.IntVar(&o.Rate, "rate", 2000, "offered load in tasks/s for the dispatch-latency phase")
 	f.DurationVar(&o.LatencyFor, "latency-for", 5e9, "how long the dispatch-latency phase offers load")
-	f.DurationVar(&o.EtcdSeconds, "etcd-for", 3e9, "how long each raw etcd phase runs")
+	f.DurationVar(&o.EtcdFor, "etcd-for", 3e9, "how long each raw etcd phase runs")
 	f.IntVar(&o.Slots, "slots", 4096, "executor slots (a noop holds one only until its result)")
 	f.StringVar(&o.DataDir, "data-dir", "", "where the embedded etcd member writes (default: a temp dir, removed after)")
 	f.StringVar(&o.ClientURL, "etcd-client-url", "", "embedded etcd client URL (default http://127.0.0.1:2379)")

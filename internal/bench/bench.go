@@ -30,18 +30,18 @@ import (
 
 // Options sizes a run.
 type Options struct {
-	DataDir     string // embedded etcd lives here (a temp dir by default)
-	ClientURL   string // embedded etcd client URL (a free port by default)
-	PeerURL     string
-	Tasks       int           // noop tasks for the throughput phase
-	DAGSize     int           // tasks per DAG in the throughput phase
-	Chain       int           // length of the chain phase
-	Rate        int           // offered load (tasks/s) for the latency phase
-	LatencyFor  time.Duration // how long the latency phase offers load
-	Slots       int           // executor slots (noop tasks hold one only until their result)
-	EtcdSeconds time.Duration // how long the raw etcd phase runs
-	Log         io.Writer     // progress lines; nil for none
-	Logger      *zap.Logger
+	DataDir    string // embedded etcd lives here (a temp dir by default)
+	ClientURL  string // embedded etcd client URL (a free port by default)
+	PeerURL    string
+	Tasks      int           // noop tasks for the throughput phase
+	DAGSize    int           // tasks per DAG in the throughput phase
+	Chain      int           // length of the chain phase
+	Rate       int           // offered load (tasks/s) for the latency phase
+	LatencyFor time.Duration // how long the latency phase offers load
+	Slots      int           // executor slots (noop tasks hold one only until their result)
+	EtcdFor    time.Duration // how long the raw etcd phase runs
+	Log        io.Writer     // progress lines; nil for none
+	Logger     *zap.Logger
 }
 
 // Result is what `orion bench --json` prints. Keys are a contract.
@@ -84,8 +84,8 @@ func (o *Options) defaults() {
 	if o.Slots <= 0 {
 		o.Slots = 4096
 	}
-	if o.EtcdSeconds <= 0 {
-		o.EtcdSeconds = 3 * time.Second
+	if o.EtcdFor <= 0 {
+		o.EtcdFor = 3 * time.Second
 	}
 	if o.Log == nil {
 		o.Log = io.Discard
@@ -120,8 +120,8 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	defer cli.Close()
 
-	fmt.Fprintf(o.Log, "raw etcd: batched puts (%d per txn) for %s...\n", etcdlog.DefaultLimits.MaxOps, o.EtcdSeconds)
-	res.EtcdPutsPerSec, err = etcdCeiling(ctx, cli, o.EtcdSeconds)
+	fmt.Fprintf(o.Log, "raw etcd: batched puts (%d per txn) for %s...\n", etcdlog.DefaultLimits.MaxOps, o.EtcdFor)
+	res.EtcdPutsPerSec, err = etcdCeiling(ctx, cli, o.EtcdFor)
 	if err != nil {
 		return nil, err
 	}

@@ -37,7 +37,7 @@ type ClusterOptions struct {
 	DAGSize       int      // tasks per DAG in the throughput phase
 	Chain         int      // length of the chain phase
 	Submitters    int      // concurrent POST /api/v1/dags
-	EtcdSeconds   time.Duration
+	EtcdFor       time.Duration
 	Timeout       time.Duration // bound of each waiting phase
 	Poll          time.Duration // how often completion is polled
 	RunID         string        // prefix of the DAG ids (default: bench-<time>)
@@ -92,8 +92,8 @@ func (o *ClusterOptions) defaults() {
 	if o.Submitters <= 0 {
 		o.Submitters = 4
 	}
-	if o.EtcdSeconds <= 0 {
-		o.EtcdSeconds = 3 * time.Second
+	if o.EtcdFor <= 0 {
+		o.EtcdFor = 3 * time.Second
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = 10 * time.Minute
@@ -151,8 +151,8 @@ func RunCluster(ctx context.Context, o ClusterOptions) (*ClusterResult, error) {
 	}
 	defer cli.Close()
 	fmt.Fprintf(o.Log, "raw etcd: batched puts (%d per txn) on %s for %s, 1 then 4 in flight...\n",
-		etcdlog.DefaultLimits.MaxOps, strings.Join(o.EtcdEndpoints, ","), o.EtcdSeconds)
-	res.EtcdPutsPerSec, res.EtcdPutsPerSec4, err = etcdCeilings(ctx, cli, o.EtcdSeconds)
+		etcdlog.DefaultLimits.MaxOps, strings.Join(o.EtcdEndpoints, ","), o.EtcdFor)
+	res.EtcdPutsPerSec, res.EtcdPutsPerSec4, err = etcdCeilings(ctx, cli, o.EtcdFor)
 	if err != nil {
 		return nil, fmt.Errorf("raw etcd: %w", err)
 	}

@@ -39,10 +39,9 @@ type Labeler struct {
 	log       *zap.Logger
 	onError   func()
 
-	mu      sync.Mutex
-	want    map[string]string // pod → value still to write
-	wake    chan struct{}
-	stopped bool
+	mu   sync.Mutex
+	want map[string]string // pod → value still to write
+	wake chan struct{}
 }
 
 // FromEnv configures a Labeler for the pod it runs in: POD_NAME and
@@ -141,9 +140,6 @@ func (l *Labeler) Run(ctx context.Context) {
 		}
 	}
 }
-
-// errNotFound: the pod is gone (a previous leader rescheduled): nothing to do.
-var errNotFound = errors.New("pod not found")
 
 func (l *Labeler) patch(ctx context.Context, pod, value string) error {
 	body, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]string{l.key: value}}})

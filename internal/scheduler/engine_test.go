@@ -29,7 +29,6 @@ import (
 // bundle is one replica on a real embedded etcd member.
 type bundle struct {
 	t      *testing.T
-	member *etcdserver.Member
 	cli    *clientv3.Client
 	exec   *executor.Local
 	eng    *Engine
@@ -149,7 +148,7 @@ tasks:
 	}
 
 	// The same DAG again is idempotent; other content with the id conflicts.
-	if res, err := b.eng.Submit(context.Background(), mustLoad(t, strings.Replace(mustYAML(d), "", "", 0))); err != nil || res.Created {
+	if res, err := b.eng.Submit(context.Background(), mustLoad(t, mustYAML(d))); err != nil || res.Created {
 		t.Fatalf("resubmit: %+v %v", res, err)
 	}
 	d2 := *d

@@ -640,7 +640,8 @@ func (h *Handler) relay(w http.ResponseWriter, r *http.Request) bool {
 		return false
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
-	replicas, err := h.cfg.Cluster.Replicas(ctx)
+	// On an error the addresses seen before still serve.
+	replicas, _ := h.cfg.Cluster.Replicas(ctx)
 	cancel()
 	// A crashed replica's registration goes with its lease, so remember
 	// every address seen: "recover" must still reach it.
@@ -661,7 +662,7 @@ func (h *Handler) relay(w http.ResponseWriter, r *http.Request) bool {
 	}
 	// The other replica sees ForwardedHeader and acts on itself, whatever
 	// ?target= says.
-	err = api.Relay{
+	err := api.Relay{
 		Client: h.cfg.HTTPClient, To: url, From: h.cfg.Node, Token: h.cfg.AuthToken,
 		Timeout: h.cfg.WriteTimeout,
 	}.Do(w, r, nil)

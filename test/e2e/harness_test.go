@@ -76,7 +76,6 @@ func newNode(t *testing.T, extra ...string) *node {
 
 func (n *node) url() string     { return fmt.Sprintf("http://127.0.0.1:%d", n.apiPort) }
 func (n *node) etcdURL() string { return fmt.Sprintf("http://127.0.0.1:%d", n.etcdPort) }
-func (n *node) running() bool   { return n.cmd != nil }
 
 func (n *node) start() {
 	n.t.Helper()
