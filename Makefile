@@ -4,11 +4,11 @@ BIN      := bin/orion
 PKGS     := ./...
 # Packages that own goroutines run under the race detector.
 RACE_PKGS := ./internal/scheduler/... ./internal/executor/... ./internal/api/... ./internal/etcdserver/... \
-             ./internal/leadership/... ./internal/server/... ./internal/client/... ./internal/cli/... ./internal/config/... \
+             ./internal/server/... ./internal/client/... ./internal/cli/... ./internal/config/... \
              ./internal/workerstream/... ./internal/drill/... ./internal/events/... ./internal/seedapi/... \
              ./internal/kubelabel/... ./internal/httpguard/...
 # Pure packages run without it (the randomized core test is CPU-heavy).
-PURE_PKGS := ./internal/model/... ./internal/core/... ./internal/dag/... ./internal/etcdlog/... ./internal/metrics/... ./internal/bench/... \
+PURE_PKGS := ./internal/model/... ./internal/core/... ./internal/dag/... ./internal/store/... ./internal/metrics/... ./internal/bench/... \
              ./internal/console/...
 
 # The web console (internal/console/web, TypeScript) is built into

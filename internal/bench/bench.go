@@ -21,11 +21,11 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/orion-sched/orion/internal/core"
-	"github.com/orion-sched/orion/internal/etcdlog"
 	"github.com/orion-sched/orion/internal/etcdserver"
 	"github.com/orion-sched/orion/internal/executor"
 	"github.com/orion-sched/orion/internal/model"
 	"github.com/orion-sched/orion/internal/scheduler"
+	"github.com/orion-sched/orion/internal/store"
 )
 
 // Options sizes a run.
@@ -120,7 +120,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	defer cli.Close()
 
-	fmt.Fprintf(o.Log, "raw etcd: batched puts (%d per txn) for %s...\n", etcdlog.DefaultLimits.MaxOps, o.EtcdFor)
+	fmt.Fprintf(o.Log, "raw etcd: batched puts (%d per txn) for %s...\n", store.DefaultLimits.MaxOps, o.EtcdFor)
 	res.EtcdPutsPerSec, err = etcdCeiling(ctx, cli, o.EtcdFor)
 	if err != nil {
 		return nil, err
@@ -369,7 +369,7 @@ func memory() (rss, heap uint64) {
 func (r *Result) Print(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "MEASURE\tVALUE\tNOTE\n")
-	fmt.Fprintf(tw, "raw etcd batched puts\t%.0f puts/s\tbaseline: %d puts per txn, same member\n", r.EtcdPutsPerSec, etcdlog.DefaultLimits.MaxOps)
+	fmt.Fprintf(tw, "raw etcd batched puts\t%.0f puts/s\tbaseline: %d puts per txn, same member\n", r.EtcdPutsPerSec, store.DefaultLimits.MaxOps)
 	fmt.Fprintf(tw, "durable noop throughput\t%.0f tasks/s\t%d tasks in DAGs of %d; %.2f× the etcd baseline\n", r.TasksPerSec, r.Tasks, r.DAGSize, r.RatioToEtcd)
 	fmt.Fprintf(tw, "commits\t%.0f/s\t%.1f entries per commit\n", r.CommitsPerSec, r.EntriesPerCommit)
 	fmt.Fprintf(tw, "chain\t%.3f ms/step\t%d tasks in a line\n", r.ChainMsPerStep, r.Chain)

@@ -21,7 +21,7 @@ import (
 
 	"github.com/orion-sched/orion/internal/client"
 	"github.com/orion-sched/orion/internal/dag"
-	"github.com/orion-sched/orion/internal/etcdlog"
+	"github.com/orion-sched/orion/internal/store"
 )
 
 // MaxClusterDAGs bounds the DAGs of the cluster throughput phase: completion
@@ -151,7 +151,7 @@ func RunCluster(ctx context.Context, o ClusterOptions) (*ClusterResult, error) {
 	}
 	defer cli.Close()
 	fmt.Fprintf(o.Log, "raw etcd: batched puts (%d per txn) on %s for %s, 1 then 4 in flight...\n",
-		etcdlog.DefaultLimits.MaxOps, strings.Join(o.EtcdEndpoints, ","), o.EtcdFor)
+		store.DefaultLimits.MaxOps, strings.Join(o.EtcdEndpoints, ","), o.EtcdFor)
 	res.EtcdPutsPerSec, res.EtcdPutsPerSec4, err = etcdCeilings(ctx, cli, o.EtcdFor)
 	if err != nil {
 		return nil, fmt.Errorf("raw etcd: %w", err)
@@ -386,7 +386,7 @@ func etcdPuts(ctx context.Context, cli *clientv3.Client, d time.Duration, inFlig
 		go func() {
 			defer wg.Done()
 			prefix := fmt.Sprintf("/orion-bench/%d/%d/k", inFlight, w)
-			ops := make([]clientv3.Op, etcdlog.DefaultLimits.MaxOps)
+			ops := make([]clientv3.Op, store.DefaultLimits.MaxOps)
 			n := 0
 			var err error
 			for time.Since(start) < d && ctx.Err() == nil {
@@ -655,7 +655,7 @@ func histogramLine(bs []Bucket) string {
 func (r *ClusterResult) Print(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "MEASURE\tVALUE\tNOTE\n")
-	fmt.Fprintf(tw, "raw etcd batched puts\t%.0f puts/s\tbaseline: %d puts per txn, 1 in flight, the cluster's members\n", r.EtcdPutsPerSec, etcdlog.DefaultLimits.MaxOps)
+	fmt.Fprintf(tw, "raw etcd batched puts\t%.0f puts/s\tbaseline: %d puts per txn, 1 in flight, the cluster's members\n", r.EtcdPutsPerSec, store.DefaultLimits.MaxOps)
 	fmt.Fprintf(tw, "raw etcd batched puts, 4 in flight\t%.0f puts/s\t%.2f× the sequential baseline\n", r.EtcdPutsPerSec4, safeDiv(r.EtcdPutsPerSec4, r.EtcdPutsPerSec))
 	fmt.Fprintf(tw, "durable noop throughput\t%.0f tasks/s\t%d tasks in DAGs of %d over HTTP, %d submitters; %.2f× the etcd baseline\n", r.TasksPerSec, r.Tasks, r.DAGSize, r.Submitters, r.RatioToEtcd)
 	if r.TasksFailed > 0 {

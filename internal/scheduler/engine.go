@@ -17,21 +17,20 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/orion-sched/orion/internal/core"
-	"github.com/orion-sched/orion/internal/etcdlog"
 	"github.com/orion-sched/orion/internal/executor"
-	"github.com/orion-sched/orion/internal/leadership"
 	"github.com/orion-sched/orion/internal/metrics"
 	"github.com/orion-sched/orion/internal/model"
+	"github.com/orion-sched/orion/internal/store"
 )
 
 // Config configures an Engine.
 type Config struct {
-	Node       string         // this replica's name: the election value
-	APIURL     string         // where this replica's API is reachable (registered in etcd)
-	Core       core.Config    // scheduling policy
-	Limits     etcdlog.Limits // per-transaction limits
-	SessionTTL time.Duration  // leadership lease TTL
-	Retention  time.Duration  // finished DAGs are deleted after this; 0 keeps them
+	Node       string        // this replica's name: the election value
+	APIURL     string        // where this replica's API is reachable (registered in etcd)
+	Core       core.Config   // scheduling policy
+	Limits     store.Limits  // per-transaction limits
+	SessionTTL time.Duration // leadership lease TTL
+	Retention  time.Duration // finished DAGs are deleted after this; 0 keeps them
 	Logger     *zap.Logger
 	Metrics    *metrics.Metrics
 	// Observer, when set, is called on the loop goroutine for every applied
@@ -82,14 +81,14 @@ type Engine struct {
 	m     *metrics.Metrics
 
 	reqs       chan func()
-	elected    chan *leadership.Term
+	elected    chan *store.Term
 	commitDone chan commitResult
 	suspects   chan string
 
 	// Owned by the loop goroutine.
 	c             *core.Core
 	session       *concurrency.Session
-	term          *leadership.Term
+	term          *store.Term
 	campaignStop  context.CancelFunc
 	execs         map[string]executor.Executor
 	pending       []core.Entry // proposals waiting for a transaction
@@ -134,9 +133,9 @@ type Status struct {
 }
 
 type commitResult struct {
-	term    *leadership.Term
+	term    *store.Term
 	batch   []core.Entry
-	res     etcdlog.Committed
+	res     store.Committed
 	err     error
 	started time.Time
 	record  bool // carried the term record
@@ -161,7 +160,7 @@ func New(cfg Config, cli *clientv3.Client, local executor.Executor) *Engine {
 		cfg.Metrics = metrics.New()
 	}
 	if cfg.Limits.MaxOps <= 0 {
-		cfg.Limits = etcdlog.DefaultLimits
+		cfg.Limits = store.DefaultLimits
 	}
 	if cfg.SessionTTL <= 0 {
 		cfg.SessionTTL = time.Second
@@ -173,7 +172,7 @@ func New(cfg Config, cli *clientv3.Client, local executor.Executor) *Engine {
 		log:        cfg.Logger,
 		m:          cfg.Metrics,
 		reqs:       make(chan func(), 256),
-		elected:    make(chan *leadership.Term, 1),
+		elected:    make(chan *store.Term, 1),
 		commitDone: make(chan commitResult, 1),
 		suspects:   make(chan string, 4),
 		c:          core.New(cfg.Core),

@@ -18,11 +18,11 @@ import (
 
 	"github.com/orion-sched/orion/internal/core"
 	"github.com/orion-sched/orion/internal/dag"
-	"github.com/orion-sched/orion/internal/etcdlog"
 	"github.com/orion-sched/orion/internal/etcdserver"
 	"github.com/orion-sched/orion/internal/etcdtest"
 	"github.com/orion-sched/orion/internal/executor"
 	"github.com/orion-sched/orion/internal/model"
+	"github.com/orion-sched/orion/internal/store"
 	"github.com/orion-sched/orion/internal/testkit"
 )
 
@@ -240,7 +240,7 @@ tasks:
 		t.Fatalf("runs: first=%d slow=%d last=%d; want 1, 2 (orphan re-run), 1", count("first"), count("slow"), count("last"))
 	}
 	// The records are readable JSON under the documented keys.
-	resp, err := cli.Get(context.Background(), etcdlog.TaskKey("rec", "slow"))
+	resp, err := cli.Get(context.Background(), store.TaskKey("rec", "slow"))
 	if err != nil || len(resp.Kvs) != 1 || !strings.Contains(string(resp.Kvs[0].Value), `"status":"succeeded"`) {
 		t.Fatalf("task key: %v %v", resp, err)
 	}
@@ -341,7 +341,7 @@ func TestRecordRefusedByEtcdFailsAlone(t *testing.T) {
 	}
 	t.Cleanup(func() { cli.Close() })
 	// The engine believes etcd takes 4 MiB.
-	b := startEngine(t, cli, 4, func(c *Config) { c.Limits = etcdlog.Limits{MaxOps: 128, MaxBytes: 1 << 20, MaxRequest: 4 << 20} })
+	b := startEngine(t, cli, 4, func(c *Config) { c.Limits = store.Limits{MaxOps: 128, MaxBytes: 1 << 20, MaxRequest: 4 << 20} })
 	term := b.eng.Status().LeaderSince
 
 	big := mustLoad(t, fmt.Sprintf("id: big\nname: big\ntasks:\n  - {id: a, command: %q}\n", strings.Repeat("x", 60<<10)))

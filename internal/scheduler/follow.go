@@ -11,7 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/orion-sched/orion/internal/etcdlog"
+	"github.com/orion-sched/orion/internal/store"
 )
 
 // reload replaces the state with a snapshot of etcd; the core must not be
@@ -19,7 +19,7 @@ import (
 func (e *Engine) reload(ctx context.Context) error {
 	for {
 		lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		snap, err := etcdlog.Load(lctx, e.cli.KV)
+		snap, err := store.Load(lctx, e.cli.KV)
 		cancel()
 		if err == nil {
 			for _, bad := range snap.Bad {
@@ -58,7 +58,7 @@ func (e *Engine) startWatch(ctx context.Context) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	e.watchStop = cancel
 	e.watchFrom = e.c.Rev() + 1
-	e.watchCh = e.cli.Watch(wctx, etcdlog.Prefix, clientv3.WithPrefix(), clientv3.WithRev(e.watchFrom))
+	e.watchCh = e.cli.Watch(wctx, store.Prefix, clientv3.WithPrefix(), clientv3.WithRev(e.watchFrom))
 }
 
 func (e *Engine) stopWatch() {
@@ -120,7 +120,7 @@ func (e *Engine) onWatch(ctx context.Context, wr clientv3.WatchResponse) {
 		if ev.Kv.ModRevision < e.watchFrom {
 			continue
 		}
-		en, ok, err := etcdlog.DecodeEvent(ev)
+		en, ok, err := store.DecodeEvent(ev)
 		if err != nil {
 			e.m.BadValues.Inc()
 			e.log.Warn("skipping a value that does not decode", zap.Error(err))
@@ -139,13 +139,13 @@ func (e *Engine) catchUp(ctx context.Context) error {
 	}
 	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	resp, err := e.cli.Get(rctx, etcdlog.LeaderKey)
+	resp, err := e.cli.Get(rctx, store.LeaderKey)
 	if err != nil {
 		return err
 	}
 	e.prevLeader = ""
 	if len(resp.Kvs) == 1 {
-		var rec TermRecord
+		var rec store.TermRecord
 		if json.Unmarshal(resp.Kvs[0].Value, &rec) == nil {
 			e.prevLeader = rec.Name
 		}

@@ -14,7 +14,7 @@ import (
 
 	"github.com/orion-sched/orion/internal/core"
 	"github.com/orion-sched/orion/internal/etcdtest"
-	"github.com/orion-sched/orion/internal/leadership"
+	"github.com/orion-sched/orion/internal/store"
 	"github.com/orion-sched/orion/internal/testkit"
 )
 
@@ -102,7 +102,7 @@ func TestDeposedLeaderIsFenced(t *testing.T) {
 		resp, _ := cli.Get(context.Background(), "/orion/v1/replicas/b")
 		return resp != nil && len(resp.Kvs) == 1
 	})
-	ok, err := leadership.Depose(context.Background(), cli, "a")
+	ok, err := store.Depose(context.Background(), cli, "a")
 	if err != nil || !ok {
 		t.Fatalf("depose: %v %v", ok, err)
 	}

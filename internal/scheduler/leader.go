@@ -17,39 +17,20 @@ import (
 
 	"github.com/orion-sched/orion/internal/core"
 	"github.com/orion-sched/orion/internal/dag"
-	"github.com/orion-sched/orion/internal/etcdlog"
 	"github.com/orion-sched/orion/internal/executor"
-	"github.com/orion-sched/orion/internal/leadership"
+	"github.com/orion-sched/orion/internal/store"
 )
-
-// ReplicaRecord is the value of /orion/v1/replicas/<name>, on the replica's
-// session lease: it vanishes with the process.
-type ReplicaRecord struct {
-	Name      string    `json:"name"`
-	APIURL    string    `json:"api_url"`
-	PID       int       `json:"pid"`
-	Host      string    `json:"host"`
-	StartedAt time.Time `json:"started_at"`
-}
-
-// TermRecord is the value of /orion/v1/leader, the first write of a term.
-type TermRecord struct {
-	Name   string    `json:"name"`
-	APIURL string    `json:"api_url"`
-	Fence  int64     `json:"fence_revision"`
-	Since  time.Time `json:"since"`
-}
 
 // openSession creates this replica's session and registers the replica on
 // it. It retries until ctx ends: a replica that cannot reach etcd can do
 // nothing useful.
 func (e *Engine) openSession(ctx context.Context) error {
 	for {
-		s, err := leadership.NewSession(ctx, e.cli, e.cfg.SessionTTL)
+		s, err := store.NewSession(ctx, e.cli, e.cfg.SessionTTL)
 		if err == nil {
 			host, _ := os.Hostname()
-			rec, _ := json.Marshal(ReplicaRecord{Name: e.cfg.Node, APIURL: e.cfg.APIURL, PID: os.Getpid(), Host: host, StartedAt: time.Now().UTC()})
-			if _, err = e.cli.Put(ctx, etcdlog.ReplicaPrefix+e.cfg.Node, string(rec), clientv3.WithLease(s.Lease())); err == nil {
+			rec, _ := json.Marshal(store.ReplicaRecord{Name: e.cfg.Node, APIURL: e.cfg.APIURL, PID: os.Getpid(), Host: host, StartedAt: time.Now().UTC()})
+			if _, err = e.cli.Put(ctx, store.ReplicaPrefix+e.cfg.Node, string(rec), clientv3.WithLease(s.Lease())); err == nil {
 				e.session = s
 				return nil
 			}
@@ -73,7 +54,7 @@ func (e *Engine) startCampaign(ctx context.Context) {
 	session := e.session
 	go func() {
 		for cctx.Err() == nil {
-			term, err := leadership.Campaign(cctx, session, e.cfg.Node)
+			term, err := store.Campaign(cctx, session, e.cfg.Node)
 			if err == nil {
 				select {
 				case e.elected <- term:
@@ -108,7 +89,7 @@ func (e *Engine) stopCampaign() {
 // previous leader's writes all precede the revision at which our key became
 // the oldest, so having applied everything up to etcd's current revision is
 // enough: no full re-read unless the watch cannot catch up.
-func (e *Engine) onElected(ctx context.Context, term *leadership.Term) {
+func (e *Engine) onElected(ctx context.Context, term *store.Term) {
 	select {
 	case <-term.Done():
 		e.log.Warn("won an election with a session that is already gone")
@@ -126,7 +107,7 @@ func (e *Engine) onElected(ctx context.Context, term *leadership.Term) {
 	e.becomeLeader(term)
 }
 
-func (e *Engine) becomeLeader(term *leadership.Term) {
+func (e *Engine) becomeLeader(term *store.Term) {
 	e.stopWatch()
 	e.term = term
 	e.termRecordDue = true
@@ -187,15 +168,15 @@ func (e *Engine) flush(ctx context.Context) {
 	e.pending = append(e.pending[:0], e.pending[n:]...)
 	var extra []clientv3.Op
 	if e.termRecordDue {
-		rec, _ := json.Marshal(TermRecord{Name: e.cfg.Node, APIURL: e.cfg.APIURL, Fence: e.term.Fence.Rev, Since: e.term.Won.UTC()})
-		extra = append(extra, clientv3.OpPut(etcdlog.LeaderKey, string(rec)))
+		rec, _ := json.Marshal(store.TermRecord{Name: e.cfg.Node, APIURL: e.cfg.APIURL, Fence: e.term.Fence.Rev, Since: e.term.Won.UTC()})
+		extra = append(extra, clientv3.OpPut(store.LeaderKey, string(rec)))
 	}
 	e.inflight = true
 	term, lim, kv, record := e.term, e.cfg.Limits, e.cli.KV, e.termRecordDue
 	go func() {
 		started := time.Now()
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		res, err := etcdlog.Commit(cctx, kv, term.Fence, batch, lim, extra...)
+		res, err := store.Commit(cctx, kv, term.Fence, batch, lim, extra...)
 		cancel()
 		e.commitDone <- commitResult{term: term, batch: batch, res: res, err: err, started: started, record: record}
 	}()
@@ -222,7 +203,7 @@ func (e *Engine) onCommitted(ctx context.Context, cr commitResult) {
 		return // a commit of an earlier term; its committed prefix is applied
 	}
 	if cr.err != nil {
-		if errors.Is(cr.err, etcdlog.ErrFenced) {
+		if errors.Is(cr.err, store.ErrFenced) {
 			e.m.FencedWrites.Inc()
 			e.stepDown(ctx, "write rejected by the leadership fence")
 			return
@@ -419,7 +400,7 @@ func (e *Engine) depose(ctx context.Context, name string) {
 	e.deposing = true
 	go func() {
 		dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		ok, err := leadership.Depose(dctx, e.cli, name)
+		ok, err := store.Depose(dctx, e.cli, name)
 		cancel()
 		switch {
 		case err != nil:

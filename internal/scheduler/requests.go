@@ -7,9 +7,8 @@ import (
 
 	"github.com/orion-sched/orion/internal/core"
 	"github.com/orion-sched/orion/internal/dag"
-	"github.com/orion-sched/orion/internal/etcdlog"
-	"github.com/orion-sched/orion/internal/leadership"
 	"github.com/orion-sched/orion/internal/model"
+	"github.com/orion-sched/orion/internal/store"
 )
 
 // do runs fn on the loop goroutine.
@@ -56,8 +55,8 @@ func (e *Engine) Submit(ctx context.Context, d *model.DAG) (SubmitResult, error)
 	// Measured here, off the loop and before the entry can join a batch: a
 	// record etcd would refuse must fail alone, with a 413 that says why.
 	probe := core.Entry{DAG: d.ID, D: &core.DAGRecord{DAG: *d, Status: core.DAGRunning, Run: 1, SubmittedAt: time.Now().UTC()}}
-	if err := etcdlog.CheckSize(&probe, e.cfg.Limits); err != nil {
-		var tl *etcdlog.TooLargeError
+	if err := store.CheckSize(&probe, e.cfg.Limits); err != nil {
+		var tl *store.TooLargeError
 		if errors.As(err, &tl) {
 			msg := tl.Error() + ": split it into smaller DAGs, or move large scripts into files the commands run"
 			return SubmitResult{}, &dag.ValidationError{Code: dag.CodeTooLarge, Message: msg, Details: []string{msg}}
@@ -112,6 +111,6 @@ func (e *Engine) dagChange(ctx context.Context, id string, kind waitKind, fn fun
 
 // Leader asks etcd which node leads (any replica can answer); "" when none.
 func (e *Engine) Leader(ctx context.Context) (string, error) {
-	l, _, err := leadership.CurrentLeader(ctx, e.cli)
+	l, _, err := store.CurrentLeader(ctx, e.cli)
 	return l.Name, err
 }

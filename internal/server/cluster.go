@@ -9,9 +9,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/orion-sched/orion/internal/api"
-	"github.com/orion-sched/orion/internal/etcdlog"
-	"github.com/orion-sched/orion/internal/leadership"
-	"github.com/orion-sched/orion/internal/scheduler"
+	"github.com/orion-sched/orion/internal/store"
 )
 
 // clusterInfo answers the API's questions about the cluster from etcd (the
@@ -29,13 +27,13 @@ func (c *clusterInfo) Replicas(ctx context.Context) ([]api.ReplicaAddr, error) {
 // replicas reads the replica registry, sorted by name, and the revision it
 // was read at.
 func (c *clusterInfo) replicas(ctx context.Context) ([]api.ReplicaAddr, int64, error) {
-	resp, err := c.cli.Get(ctx, etcdlog.ReplicaPrefix, clientv3.WithPrefix())
+	resp, err := c.cli.Get(ctx, store.ReplicaPrefix, clientv3.WithPrefix())
 	if err != nil {
 		return nil, 0, err
 	}
 	out := make([]api.ReplicaAddr, 0, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
-		var r scheduler.ReplicaRecord
+		var r store.ReplicaRecord
 		if json.Unmarshal(kv.Value, &r) == nil && r.Name != "" {
 			out = append(out, api.ReplicaAddr{Name: r.Name, APIURL: r.APIURL})
 		}
@@ -45,17 +43,17 @@ func (c *clusterInfo) replicas(ctx context.Context) ([]api.ReplicaAddr, int64, e
 }
 
 func (c *clusterInfo) LeaderAddr(ctx context.Context) (api.ReplicaAddr, bool, error) {
-	l, ok, err := leadership.CurrentLeader(ctx, c.cli)
+	l, ok, err := store.CurrentLeader(ctx, c.cli)
 	if err != nil || !ok {
 		return api.ReplicaAddr{}, false, err
 	}
-	resp, err := c.cli.Get(ctx, etcdlog.ReplicaPrefix+l.Name)
+	resp, err := c.cli.Get(ctx, store.ReplicaPrefix+l.Name)
 	if err != nil {
 		return api.ReplicaAddr{}, false, err
 	}
 	addr := api.ReplicaAddr{Name: l.Name}
 	if len(resp.Kvs) == 1 {
-		var r scheduler.ReplicaRecord
+		var r store.ReplicaRecord
 		if json.Unmarshal(resp.Kvs[0].Value, &r) == nil {
 			addr.APIURL = r.APIURL
 		}

@@ -8,7 +8,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/orion-sched/orion/internal/etcdlog"
+	"github.com/orion-sched/orion/internal/store"
 	"github.com/orion-sched/orion/internal/workerstream"
 )
 
@@ -46,7 +46,7 @@ func watchPeers(ctx context.Context, info *clusterInfo, hub *workerstream.Hub) e
 	// rather than leaving it silent.
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	for wr := range info.cli.Watch(wctx, etcdlog.ReplicaPrefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1)) {
+	for wr := range info.cli.Watch(wctx, store.ReplicaPrefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1)) {
 		if err := wr.Err(); err != nil {
 			return err
 		}

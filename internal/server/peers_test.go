@@ -10,9 +10,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/orion-sched/orion/internal/etcdlog"
 	"github.com/orion-sched/orion/internal/etcdtest"
-	"github.com/orion-sched/orion/internal/scheduler"
+	"github.com/orion-sched/orion/internal/store"
 	"github.com/orion-sched/orion/internal/workerstream"
 )
 
@@ -26,8 +25,8 @@ func TestFollowPeersTellsWorkersTheRegistry(t *testing.T) {
 	defer cancel()
 	register := func(name, url string, opts ...clientv3.OpOption) {
 		t.Helper()
-		rec, _ := json.Marshal(scheduler.ReplicaRecord{Name: name, APIURL: url})
-		if _, err := cli.Put(ctx, etcdlog.ReplicaPrefix+name, string(rec), opts...); err != nil {
+		rec, _ := json.Marshal(store.ReplicaRecord{Name: name, APIURL: url})
+		if _, err := cli.Put(ctx, store.ReplicaPrefix+name, string(rec), opts...); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -89,7 +88,7 @@ func TestFollowPeersTellsWorkersTheRegistry(t *testing.T) {
 	}
 	register("n2", "http://127.0.0.1:2", clientv3.WithLease(lease.ID))
 	next(n1, n2)
-	if _, err := cli.Put(ctx, etcdlog.ReplicaPrefix+"garbage", "not json"); err != nil {
+	if _, err := cli.Put(ctx, store.ReplicaPrefix+"garbage", "not json"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := cli.Revoke(ctx, lease.ID); err != nil {

@@ -26,7 +26,6 @@ import (
 	"github.com/orion-sched/orion/internal/config"
 	"github.com/orion-sched/orion/internal/console"
 	"github.com/orion-sched/orion/internal/core"
-	"github.com/orion-sched/orion/internal/etcdlog"
 	"github.com/orion-sched/orion/internal/etcdserver"
 	"github.com/orion-sched/orion/internal/events"
 	"github.com/orion-sched/orion/internal/executor"
@@ -35,6 +34,7 @@ import (
 	"github.com/orion-sched/orion/internal/metrics"
 	"github.com/orion-sched/orion/internal/scheduler"
 	"github.com/orion-sched/orion/internal/seedapi"
+	"github.com/orion-sched/orion/internal/store"
 	"github.com/orion-sched/orion/internal/workerstream"
 )
 
@@ -190,8 +190,8 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger) (s *Server, 
 	s.Events = events.NewHub(events.Config{Dropped: s.Metrics.DroppedEvents, Node: cfg.Name,
 		Snapshot: newEventSnapshot(s)})
 
-	limits := etcdlog.Limits{MaxOps: cfg.MaxTxnOps, MaxRequest: cfg.EtcdMaxRequestBytes}
-	limits.MaxBytes = min(etcdlog.DefaultLimits.MaxBytes, limits.RecordLimit())
+	limits := store.Limits{MaxOps: cfg.MaxTxnOps, MaxRequest: cfg.EtcdMaxRequestBytes}
+	limits.MaxBytes = min(store.DefaultLimits.MaxBytes, limits.RecordLimit())
 	s.newEngine = func() *scheduler.Engine {
 		return scheduler.New(scheduler.Config{
 			Node:          cfg.Name,

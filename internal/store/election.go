@@ -1,9 +1,9 @@
-// Package leadership campaigns for the scheduler's leadership through etcd
-// (concurrency.Session + Election) and hands the winner a fencing token.
-//
+package store
+
+// The election: replicas campaign for the scheduler's leadership through
+// etcd (concurrency.Session + Election) and the winner gets a fencing token.
 // A single node campaigns too, so nothing changes when replicas are added:
 // the token guards every write either way.
-package leadership
 
 import (
 	"context"
@@ -13,8 +13,6 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
-
-	"github.com/orion-sched/orion/internal/etcdlog"
 )
 
 // NewSession opens a session: a lease kept alive while this process lives.
@@ -35,7 +33,7 @@ func NewSession(ctx context.Context, cli *clientv3.Client, ttl time.Duration) (*
 // Term is one tenure as leader. It ends when Done is closed (the session's
 // lease expired or was revoked) or when Resign is called.
 type Term struct {
-	Fence    etcdlog.Fence
+	Fence    Fence
 	Lease    clientv3.LeaseID
 	Won      time.Time
 	session  *concurrency.Session
@@ -57,7 +55,7 @@ func (t *Term) Abandon() { t.session.Orphan() }
 // Campaign blocks until this node is the leader or ctx ends. value is what
 // `etcdctl elect -l` prints for the leader (the node's name).
 func Campaign(ctx context.Context, session *concurrency.Session, value string) (*Term, error) {
-	election := concurrency.NewElection(session, etcdlog.ElectionPrefix)
+	election := concurrency.NewElection(session, ElectionPrefix)
 	if err := election.Campaign(ctx, value); err != nil {
 		return nil, fmt.Errorf("leadership: campaign: %w", err)
 	}
@@ -77,7 +75,7 @@ func Campaign(ctx context.Context, session *concurrency.Session, value string) (
 		return nil, errors.New("leadership: election key vanished after campaign")
 	}
 	return &Term{
-		Fence:    etcdlog.Fence{Key: key, Rev: election.Rev()},
+		Fence:    Fence{Key: key, Rev: election.Rev()},
 		Lease:    session.Lease(),
 		Won:      time.Now(),
 		session:  session,
@@ -96,7 +94,7 @@ type Leader struct {
 
 // CurrentLeader reads who leads; ok is false when nobody campaigns.
 func CurrentLeader(ctx context.Context, kv clientv3.KV) (Leader, bool, error) {
-	resp, err := kv.Get(ctx, etcdlog.ElectionPrefix+"/", clientv3.WithPrefix(),
+	resp, err := kv.Get(ctx, ElectionPrefix+"/", clientv3.WithPrefix(),
 		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1))
 	if err != nil {
 		return Leader{}, false, err

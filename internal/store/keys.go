@@ -1,9 +1,14 @@
-// Package etcdlog makes etcd Orion's write-ahead log. Every entry the leader
-// proposes becomes a put (or delete) of a readable JSON value under
-// /orion/v1/, committed in a transaction fenced on the leader's election key,
-// so the revision of each change is its position in the log and
-// `etcdctl watch --prefix /orion/v1/` shows the log live.
-package etcdlog
+// Package store owns everything Orion keeps in etcd, and is the only package
+// that reads or writes the scheduler's keys: the key layout, the record
+// codec, fenced commits, paged loads, the watch, the replica registry, the
+// leader's term record and the election.
+//
+// etcd is Orion's write-ahead log. Every entry the leader proposes becomes a
+// put (or delete) of a readable JSON value under /orion/v1/, committed in a
+// transaction fenced on the leader's election key, so the revision of each
+// change is its position in the log and `etcdctl watch --prefix /orion/v1/`
+// shows the log live.
+package store
 
 import (
 	"strings"

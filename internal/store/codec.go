@@ -1,4 +1,4 @@
-package etcdlog
+package store
 
 import (
 	"bytes"
