@@ -133,7 +133,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return nil, err
 	}
 	defer exec.Close()
-	eng := scheduler.New(scheduler.Config{Node: "bench", Logger: o.Logger, DispatchObserver: lat.add}, cli, exec)
+	eng := scheduler.New(scheduler.Config{Node: "bench", Logger: o.Logger, DispatchObserver: lat.add}, store.NewEtcd(cli), exec)
 	ectx, cancel := context.WithCancel(ctx)
 	defer func() { cancel(); <-eng.Done() }()
 	go eng.Run(ectx)

@@ -12,8 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/zap"
 
 	"github.com/orion-sched/orion/internal/core"
@@ -48,6 +46,9 @@ type Config struct {
 	// Both may be nil (single process with only the local executor).
 	Workers       <-chan WorkerEvent
 	RemoteResults <-chan model.Result
+	// Clock is the engine's time (nil: the wall clock).
+	Clock Clock
+
 	// OnLeading is called on the loop goroutine when this replica starts or
 	// stops leading, so the worker hub accepts or closes connections (and the
 	// pod label follows); previous names the leader of the term before, when
@@ -75,32 +76,33 @@ type WorkerEvent struct {
 // Engine is one replica's scheduler.
 type Engine struct {
 	cfg   Config
-	cli   *clientv3.Client
+	st    Store
+	clock Clock
 	local executor.Executor
 	log   *zap.Logger
 	m     *metrics.Metrics
 
 	reqs       chan func()
-	elected    chan *store.Term
+	elected    chan store.Term
 	commitDone chan commitResult
 	suspects   chan string
 
 	// Owned by the loop goroutine.
 	c             *core.Core
-	session       *concurrency.Session
-	term          *store.Term
+	session       store.Session
+	term          store.Term
 	campaignStop  context.CancelFunc
 	execs         map[string]executor.Executor
 	pending       []core.Entry // proposals waiting for a transaction
 	inflight      bool         // one transaction at a time: group commit
 	solo          int          // the next solo pending entries go one per transaction (after a refused batch)
 	timers        timerQueue
-	timer         *time.Timer
+	timer         Timer
 	waiters       map[string][]*waiter
 	revWaiters    []revWaiter    // WaitApplied calls, until the replica has applied their revision
 	heldResults   []model.Result // local results that arrived while not leader
 	termRecordDue bool
-	watchCh       clientv3.WatchChan
+	watchCh       <-chan store.WatchEvent
 	watchRetry    <-chan time.Time // a watch restart pending after the last one ended
 	watchStop     context.CancelFunc
 	watchFrom     int64 // first revision the current watch delivers
@@ -133,7 +135,7 @@ type Status struct {
 }
 
 type commitResult struct {
-	term    *store.Term
+	term    store.Term
 	batch   []core.Entry
 	res     store.Committed
 	err     error
@@ -152,7 +154,7 @@ var (
 // New returns an engine; Run starts it. local, if not nil, is an executor in
 // this process used directly (benchmarks, tests); servers connect their
 // slots through the worker hub instead.
-func New(cfg Config, cli *clientv3.Client, local executor.Executor) *Engine {
+func New(cfg Config, st Store, local executor.Executor) *Engine {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
@@ -165,14 +167,18 @@ func New(cfg Config, cli *clientv3.Client, local executor.Executor) *Engine {
 	if cfg.SessionTTL <= 0 {
 		cfg.SessionTTL = time.Second
 	}
+	if cfg.Clock == nil {
+		cfg.Clock = wallClock{}
+	}
 	e := &Engine{
 		cfg:        cfg,
-		cli:        cli,
+		st:         st,
+		clock:      cfg.Clock,
 		local:      local,
 		log:        cfg.Logger,
 		m:          cfg.Metrics,
 		reqs:       make(chan func(), 256),
-		elected:    make(chan *store.Term, 1),
+		elected:    make(chan store.Term, 1),
 		commitDone: make(chan commitResult, 1),
 		suspects:   make(chan string, 4),
 		c:          core.New(cfg.Core),
@@ -221,11 +227,11 @@ func (e *Engine) Run(ctx context.Context) error {
 		return err
 	}
 	e.startCampaign(ctx)
-	e.timer = time.NewTimer(time.Hour)
+	e.timer = e.clock.NewTimer(time.Hour)
 	defer e.timer.Stop()
-	housekeeping := time.NewTicker(250 * time.Millisecond)
+	housekeeping := e.clock.NewTicker(250 * time.Millisecond)
 	defer housekeeping.Stop()
-	lastExpire := time.Now()
+	lastExpire := e.clock.Now()
 	var localResults <-chan model.Result
 	if e.local != nil {
 		localResults = e.local.Results()
@@ -264,8 +270,8 @@ func (e *Engine) Run(ctx context.Context) error {
 			e.onCommitted(ctx, cr)
 		case wr, open := <-e.watchCh:
 			if !open {
-				// The client closed the channel (its context or the client
-				// ended); a zero response has no header to read.
+				// The store closed the channel (its context or client
+				// ended) without saying why.
 				e.watchEnded(ctx, errors.New("watch channel closed"))
 				continue
 			}
@@ -275,7 +281,7 @@ func (e *Engine) Run(ctx context.Context) error {
 			if e.watchCh == nil && !e.c.IsLeader() && ctx.Err() == nil {
 				e.startWatch(ctx)
 			}
-		case <-e.timer.C:
+		case <-e.timer.C():
 			e.fireTimers()
 		case term := <-e.elected:
 			e.campaignStop = nil
@@ -284,7 +290,7 @@ func (e *Engine) Run(ctx context.Context) error {
 			e.onSessionLost(ctx)
 		case name := <-e.suspects:
 			e.depose(ctx, name)
-		case now := <-housekeeping.C:
+		case now := <-housekeeping.C():
 			if e.cfg.Retention > 0 && e.c.IsLeader() && now.Sub(lastExpire) > e.expireEvery() {
 				lastExpire = now
 				e.c.Expire(now.Add(-e.cfg.Retention))
@@ -332,7 +338,7 @@ func (e *Engine) afterEvent(ctx context.Context) {
 	if !e.c.IsLeader() {
 		return
 	}
-	e.c.Schedule(time.Now())
+	e.c.Schedule(e.clock.Now())
 	e.pending = append(e.pending, e.c.TakeProposals(0)...)
 	e.flush(ctx)
 	e.runEffects()
@@ -347,7 +353,7 @@ func (e *Engine) report(r model.Result) {
 		}
 		return
 	}
-	e.c.Report(r, time.Now())
+	e.c.Report(r, e.clock.Now())
 }
 
 // onWorker registers a remote worker's arrival or departure with the core.
@@ -369,7 +375,7 @@ func (e *Engine) onWorker(ev WorkerEvent) {
 		e.log.Info("worker disconnected", zap.String("worker", ev.ID))
 	case WorkerLeft:
 		delete(e.execs, ev.ID)
-		e.c.RemoveWorker(ev.ID, time.Now())
+		e.c.RemoveWorker(ev.ID, e.clock.Now())
 		e.m.WorkerSlots.DeleteLabelValues(ev.ID)
 		e.m.WorkerBusy.DeleteLabelValues(ev.ID)
 		e.log.Warn("worker left; its running attempts are re-queued", zap.String("worker", ev.ID))
@@ -386,7 +392,7 @@ func (e *Engine) runEffects() {
 				continue
 			}
 			if !ef.ReadyAt.IsZero() {
-				lat := time.Since(ef.ReadyAt)
+				lat := e.clock.Now().Sub(ef.ReadyAt)
 				e.m.DispatchLatency.Observe(lat.Seconds())
 				if e.cfg.DispatchObserver != nil {
 					e.cfg.DispatchObserver(lat)
@@ -405,7 +411,7 @@ func (e *Engine) runEffects() {
 }
 
 func (e *Engine) fireTimers() {
-	now := time.Now()
+	now := e.clock.Now()
 	for e.timers.Len() > 0 && !e.timers.peek().at.After(now) {
 		t := e.timers.pop()
 		e.c.Fire(t.kind, t.id, now)
@@ -417,7 +423,7 @@ func (e *Engine) resetTimer() {
 	if e.timers.Len() == 0 {
 		return
 	}
-	d := time.Until(e.timers.peek().at)
+	d := e.timers.peek().at.Sub(e.clock.Now())
 	if d < 0 {
 		d = 0
 	}
@@ -428,7 +434,7 @@ func (e *Engine) publishStatus() {
 	s := &Status{Node: e.cfg.Node, Leader: e.c.IsLeader(), AppliedRev: e.c.Rev(), Loaded: true,
 		Counts: e.c.Counts(), DAGs: e.c.DAGCount(), Workers: e.c.Workers()}
 	if e.term != nil {
-		s.LeaderSince, s.FirstCommitAt = e.term.Won, e.firstCommitAt
+		s.LeaderSince, s.FirstCommitAt = e.term.Won(), e.firstCommitAt
 	}
 	if !s.Leader && e.etcdRev > s.AppliedRev {
 		s.Lag = e.etcdRev - max(s.AppliedRev, e.seenRev)

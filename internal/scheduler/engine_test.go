@@ -57,7 +57,7 @@ func startReplica(t *testing.T, cli *clientv3.Client, name string, slots int, mo
 	for _, mod := range mods {
 		mod(&cfg)
 	}
-	eng := New(cfg, cli, ex)
+	eng := New(cfg, store.NewEtcd(cli), ex)
 	ctx, cancel := context.WithCancel(context.Background())
 	go eng.Run(ctx)
 	b := &bundle{t: t, cli: cli, exec: ex, eng: eng, cancel: cancel}
@@ -254,7 +254,7 @@ func TestRetentionDeletesFinishedDAGs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng := New(Config{Node: "n1", Retention: 300 * time.Millisecond, Logger: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))}, cli, ex)
+	eng := New(Config{Node: "n1", Retention: 300 * time.Millisecond, Logger: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))}, store.NewEtcd(cli), ex)
 	ctx, cancel := context.WithCancel(context.Background())
 	go eng.Run(ctx)
 	b := &bundle{t: t, cli: cli, exec: ex, eng: eng, cancel: cancel}

@@ -2,13 +2,10 @@ package scheduler
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
 	"github.com/orion-sched/orion/internal/store"
@@ -19,7 +16,7 @@ import (
 func (e *Engine) reload(ctx context.Context) error {
 	for {
 		lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		snap, err := store.Load(lctx, e.cli.KV)
+		snap, err := e.st.Load(lctx)
 		cancel()
 		if err == nil {
 			for _, bad := range snap.Bad {
@@ -44,7 +41,7 @@ func (e *Engine) reload(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(500 * time.Millisecond):
+		case <-e.clock.After(500 * time.Millisecond):
 		}
 	}
 }
@@ -55,10 +52,10 @@ func (e *Engine) reload(ctx context.Context) error {
 // changes also show how far etcd has gone.
 func (e *Engine) startWatch(ctx context.Context) {
 	e.stopWatch()
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	wctx, cancel := context.WithCancel(ctx)
 	e.watchStop = cancel
 	e.watchFrom = e.c.Rev() + 1
-	e.watchCh = e.cli.Watch(wctx, store.Prefix, clientv3.WithPrefix(), clientv3.WithRev(e.watchFrom))
+	e.watchCh = e.st.Watch(wctx, e.watchFrom)
 }
 
 func (e *Engine) stopWatch() {
@@ -82,53 +79,49 @@ func (e *Engine) watchEnded(ctx context.Context, err error) {
 		return
 	}
 	e.log.Warn("watch ended; restarting", zap.Error(err), zap.Duration("in", watchRetryDelay))
-	e.watchRetry = time.After(watchRetryDelay)
+	e.watchRetry = e.clock.After(watchRetryDelay)
 }
 
 // onWatch applies what a standby's watch delivered.
-func (e *Engine) onWatch(ctx context.Context, wr clientv3.WatchResponse) {
+func (e *Engine) onWatch(ctx context.Context, wr store.WatchEvent) {
 	if e.c.IsLeader() {
 		return // a response already in the channel when leadership began
 	}
-	if err := wr.Err(); err != nil || wr.Canceled {
-		if wr.CompactRevision > 0 || errors.Is(err, rpctypes.ErrCompacted) {
-			// Our next revision was compacted away: re-read everything at
-			// one revision and watch on from there.
-			e.log.Warn("watch fell behind compaction; re-reading etcd", zap.Int64("compacted", wr.CompactRevision))
-			_ = e.reload(ctx)
-			if ctx.Err() == nil {
-				e.startWatch(ctx)
-			}
-			return
+	if wr.Compacted {
+		// Our next revision was compacted away: re-read everything at one
+		// revision and watch on from there.
+		e.log.Warn("watch fell behind compaction; re-reading etcd", zap.Int64("compacted", wr.CompactRev))
+		e.stopWatch()
+		_ = e.reload(ctx)
+		if ctx.Err() == nil {
+			e.startWatch(ctx)
 		}
-		e.watchEnded(ctx, err)
 		return
 	}
-	if wr.Header.Revision > e.etcdRev {
-		e.etcdRev = wr.Header.Revision
+	if wr.Err != nil {
+		e.watchEnded(ctx, wr.Err)
+		return
 	}
-	if wr.IsProgressNotify() && wr.Header.Revision > e.seenRev {
-		e.seenRev = wr.Header.Revision
+	if wr.HeaderRev > e.etcdRev {
+		e.etcdRev = wr.HeaderRev
 	}
-	for _, ev := range wr.Events {
-		if ev.Kv.ModRevision > e.seenRev {
-			e.seenRev = ev.Kv.ModRevision
-		}
+	if wr.Progress && wr.HeaderRev > e.seenRev {
+		e.seenRev = wr.HeaderRev
+	}
+	e.seenRev = max(e.seenRev, wr.MaxRev)
+	for _, err := range wr.Bad {
+		e.m.BadValues.Inc()
+		e.log.Warn("skipping a value that does not decode", zap.Error(err))
+	}
+	for i := range wr.Entries {
+		en := &wr.Entries[i]
 		// Every event of one transaction carries the same revision, so
 		// "already applied" cannot be judged by comparing with the last
 		// applied revision; the watch starts after what was applied.
-		if ev.Kv.ModRevision < e.watchFrom {
+		if en.Rev < e.watchFrom {
 			continue
 		}
-		en, ok, err := store.DecodeEvent(ev)
-		if err != nil {
-			e.m.BadValues.Inc()
-			e.log.Warn("skipping a value that does not decode", zap.Error(err))
-			continue
-		}
-		if ok {
-			e.apply(&en)
-		}
+		e.apply(en)
 	}
 }
 
@@ -139,20 +132,16 @@ func (e *Engine) catchUp(ctx context.Context) error {
 	}
 	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	resp, err := e.cli.Get(rctx, store.LeaderKey)
+	rec, ok, target, err := e.st.TermRecord(rctx)
 	if err != nil {
 		return err
 	}
 	e.prevLeader = ""
-	if len(resp.Kvs) == 1 {
-		var rec store.TermRecord
-		if json.Unmarshal(resp.Kvs[0].Value, &rec) == nil {
-			e.prevLeader = rec.Name
-		}
+	if ok {
+		e.prevLeader = rec.Name
 	}
-	target := resp.Header.Revision
 	for e.seenRev < target {
-		if err := e.cli.RequestProgress(clientv3.WithRequireLeader(rctx)); err != nil {
+		if err := e.st.RequestProgress(rctx); err != nil {
 			return err
 		}
 		select {

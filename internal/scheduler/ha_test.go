@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/orion-sched/orion/internal/core"
 	"github.com/orion-sched/orion/internal/etcdtest"
@@ -126,10 +125,10 @@ func testutilApplyErrors(b *bundle) float64 {
 	return testutil.ToFloat64(b.eng.m.ApplyErrors)
 }
 
-// The client closes a watch channel when the watch's context or the client
-// itself ends; the loop then receives zero responses, which have no header.
-// A standby must take that as "watch ended" and follow on, not crash (it
-// used to dereference the zero response's nil header).
+// The store closes a watch channel when the watch's context or the client
+// itself ends; the loop then receives zero events. A standby must take that
+// as "watch ended" and follow on, not crash (it used to dereference a zero
+// response's nil header).
 func TestStandbySurvivesAClosedWatchChannel(t *testing.T) {
 	_, cli := etcdtest.Start(t)
 	a := startReplica(t, cli, "a", 1)
@@ -137,7 +136,7 @@ func TestStandbySurvivesAClosedWatchChannel(t *testing.T) {
 	b := startReplica(t, cli, "b", 1)
 	testkit.WaitFor(t, 10*time.Second, "b follows", func() bool { return b.eng.Status().Loaded })
 	for i := range 3 {
-		closed := make(chan clientv3.WatchResponse)
+		closed := make(chan store.WatchEvent)
 		close(closed)
 		done := make(chan struct{})
 		b.eng.reqs <- func() { b.eng.watchCh = closed; close(done) }

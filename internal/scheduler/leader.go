@@ -2,7 +2,6 @@ package scheduler
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -10,7 +9,6 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -25,22 +23,19 @@ import (
 // it. It retries until ctx ends: a replica that cannot reach etcd can do
 // nothing useful.
 func (e *Engine) openSession(ctx context.Context) error {
+	host, _ := os.Hostname()
 	for {
-		s, err := store.NewSession(ctx, e.cli, e.cfg.SessionTTL)
+		reg := store.ReplicaRecord{Name: e.cfg.Node, APIURL: e.cfg.APIURL, PID: os.Getpid(), Host: host, StartedAt: e.clock.Now().UTC()}
+		s, err := e.st.OpenSession(ctx, e.cfg.SessionTTL, reg)
 		if err == nil {
-			host, _ := os.Hostname()
-			rec, _ := json.Marshal(store.ReplicaRecord{Name: e.cfg.Node, APIURL: e.cfg.APIURL, PID: os.Getpid(), Host: host, StartedAt: time.Now().UTC()})
-			if _, err = e.cli.Put(ctx, store.ReplicaPrefix+e.cfg.Node, string(rec), clientv3.WithLease(s.Lease())); err == nil {
-				e.session = s
-				return nil
-			}
-			s.Close()
+			e.session = s
+			return nil
 		}
 		e.log.Warn("opening an etcd session failed; retrying", zap.Error(err))
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
+		case <-e.clock.After(200 * time.Millisecond):
 		}
 	}
 }
@@ -54,7 +49,7 @@ func (e *Engine) startCampaign(ctx context.Context) {
 	session := e.session
 	go func() {
 		for cctx.Err() == nil {
-			term, err := store.Campaign(cctx, session, e.cfg.Node)
+			term, err := e.st.Campaign(cctx, session, e.cfg.Node)
 			if err == nil {
 				select {
 				case e.elected <- term:
@@ -72,7 +67,10 @@ func (e *Engine) startCampaign(ctx context.Context) {
 			}
 			if cctx.Err() == nil {
 				e.log.Warn("campaign failed; retrying", zap.Error(err))
-				time.Sleep(100 * time.Millisecond)
+				select {
+				case <-e.clock.After(100 * time.Millisecond):
+				case <-cctx.Done():
+				}
 			}
 		}
 	}()
@@ -89,7 +87,7 @@ func (e *Engine) stopCampaign() {
 // previous leader's writes all precede the revision at which our key became
 // the oldest, so having applied everything up to etcd's current revision is
 // enough: no full re-read unless the watch cannot catch up.
-func (e *Engine) onElected(ctx context.Context, term *store.Term) {
+func (e *Engine) onElected(ctx context.Context, term store.Term) {
 	select {
 	case <-term.Done():
 		e.log.Warn("won an election with a session that is already gone")
@@ -107,13 +105,13 @@ func (e *Engine) onElected(ctx context.Context, term *store.Term) {
 	e.becomeLeader(term)
 }
 
-func (e *Engine) becomeLeader(term *store.Term) {
+func (e *Engine) becomeLeader(term store.Term) {
 	e.stopWatch()
 	e.term = term
 	e.termRecordDue = true
 	e.firstCommitAt = time.Time{}
 	e.execs = make(map[string]executor.Executor)
-	now := time.Now()
+	now := e.clock.Now()
 	if e.local != nil {
 		e.execs[e.local.ID()] = e.local
 		e.c.AddWorker(e.local.ID(), e.local.Slots())
@@ -134,9 +132,9 @@ func (e *Engine) becomeLeader(term *store.Term) {
 	}
 	e.m.IsLeader.Set(1)
 	e.m.LeaderChanges.Inc()
-	e.log.Info("became leader", zap.String("node", e.cfg.Node), zap.String("election_key", term.Fence.Key),
-		zap.Int64("fence_revision", term.Fence.Rev), zap.Int64("applied_revision", e.c.Rev()),
-		zap.Duration("since_won", time.Since(term.Won)))
+	e.log.Info("became leader", zap.String("node", e.cfg.Node), zap.String("election_key", term.Fence().Key),
+		zap.Int64("fence_revision", term.Fence().Rev), zap.Int64("applied_revision", e.c.Rev()),
+		zap.Duration("since_won", e.clock.Now().Sub(term.Won())))
 	e.publishStatus()
 }
 
@@ -166,17 +164,16 @@ func (e *Engine) flush(ctx context.Context) {
 	batch := make([]core.Entry, n)
 	copy(batch, e.pending[:n])
 	e.pending = append(e.pending[:0], e.pending[n:]...)
-	var extra []clientv3.Op
+	var rec *store.TermRecord
 	if e.termRecordDue {
-		rec, _ := json.Marshal(store.TermRecord{Name: e.cfg.Node, APIURL: e.cfg.APIURL, Fence: e.term.Fence.Rev, Since: e.term.Won.UTC()})
-		extra = append(extra, clientv3.OpPut(store.LeaderKey, string(rec)))
+		rec = &store.TermRecord{Name: e.cfg.Node, APIURL: e.cfg.APIURL, Fence: e.term.Fence().Rev, Since: e.term.Won().UTC()}
 	}
 	e.inflight = true
-	term, lim, kv, record := e.term, e.cfg.Limits, e.cli.KV, e.termRecordDue
+	term, lim, st, record := e.term, e.cfg.Limits, e.st, e.termRecordDue
+	started := e.clock.Now()
 	go func() {
-		started := time.Now()
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		res, err := store.Commit(cctx, kv, term.Fence, batch, lim, extra...)
+		res, err := st.Commit(cctx, term.Fence(), batch, lim, rec)
 		cancel()
 		e.commitDone <- commitResult{term: term, batch: batch, res: res, err: err, started: started, record: record}
 	}()
@@ -186,7 +183,7 @@ func (e *Engine) flush(ctx context.Context) {
 // that committed, each at its revision.
 func (e *Engine) applyCommitted(cr commitResult) {
 	e.inflight = false
-	e.m.CommitLatency.Observe(time.Since(cr.started).Seconds())
+	e.m.CommitLatency.Observe(e.clock.Now().Sub(cr.started).Seconds())
 	e.m.BatchSize.Observe(float64(len(cr.batch)))
 	e.commits.Add(int64(cr.res.Txns))
 	e.entries.Add(int64(len(cr.res.Revs)))
@@ -237,8 +234,8 @@ func (e *Engine) onCommitted(ctx context.Context, cr commitResult) {
 	}
 	if cr.record && cr.res.Txns > 0 {
 		e.termRecordDue = false
-		e.firstCommitAt = time.Now()
-		took := e.firstCommitAt.Sub(e.term.Won)
+		e.firstCommitAt = e.clock.Now()
+		took := e.firstCommitAt.Sub(e.term.Won())
 		e.m.TakeoverSeconds.Set(took.Seconds())
 		e.log.Info("first write of the term committed", zap.Duration("since_won", took))
 		e.publishStatus()
@@ -400,7 +397,7 @@ func (e *Engine) depose(ctx context.Context, name string) {
 	e.deposing = true
 	go func() {
 		dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		ok, err := store.Depose(dctx, e.cli, name)
+		ok, err := e.st.Depose(dctx, name)
 		cancel()
 		switch {
 		case err != nil:

@@ -50,11 +50,11 @@ type SubmitResult struct {
 // normalized and validated; an empty id gets a fresh one.
 func (e *Engine) Submit(ctx context.Context, d *model.DAG) (SubmitResult, error) {
 	if d.ID == "" {
-		d.ID = dag.NewID(time.Now())
+		d.ID = dag.NewID(e.clock.Now())
 	}
 	// Measured here, off the loop and before the entry can join a batch: a
 	// record etcd would refuse must fail alone, with a 413 that says why.
-	probe := core.Entry{DAG: d.ID, D: &core.DAGRecord{DAG: *d, Status: core.DAGRunning, Run: 1, SubmittedAt: time.Now().UTC()}}
+	probe := core.Entry{DAG: d.ID, D: &core.DAGRecord{DAG: *d, Status: core.DAGRunning, Run: 1, SubmittedAt: e.clock.Now().UTC()}}
 	if err := store.CheckSize(&probe, e.cfg.Limits); err != nil {
 		var tl *store.TooLargeError
 		if errors.As(err, &tl) {
@@ -65,7 +65,7 @@ func (e *Engine) Submit(ctx context.Context, d *model.DAG) (SubmitResult, error)
 	}
 	w := &waiter{kind: waitSubmit, ch: make(chan waitResult, 1)}
 	err := e.do(ctx, func() {
-		out, err := e.c.Submit(d, time.Now())
+		out, err := e.c.Submit(d, e.clock.Now())
 		switch {
 		case err != nil:
 			w.ch <- waitResult{err: err}
@@ -96,7 +96,7 @@ func (e *Engine) Retry(ctx context.Context, id string) (core.DAGStatus, error) {
 func (e *Engine) dagChange(ctx context.Context, id string, kind waitKind, fn func(string, time.Time) error) (core.DAGStatus, error) {
 	w := &waiter{kind: kind, ch: make(chan waitResult, 1)}
 	err := e.do(ctx, func() {
-		if err := fn(id, time.Now()); err != nil {
+		if err := fn(id, e.clock.Now()); err != nil {
 			w.ch <- waitResult{err: err}
 			return
 		}
@@ -111,6 +111,6 @@ func (e *Engine) dagChange(ctx context.Context, id string, kind waitKind, fn fun
 
 // Leader asks etcd which node leads (any replica can answer); "" when none.
 func (e *Engine) Leader(ctx context.Context) (string, error) {
-	l, _, err := store.CurrentLeader(ctx, e.cli)
+	l, _, err := e.st.CurrentLeader(ctx)
 	return l.Name, err
 }

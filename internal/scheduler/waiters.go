@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/orion-sched/orion/internal/core"
 )
 
@@ -122,7 +120,7 @@ func (e *Engine) WaitApplied(ctx context.Context, rev int64) error {
 			// applies (another program's keys on a shared etcd): a
 			// progress notification moves the watch past them. Off the
 			// loop: it is a call into the etcd client.
-			go func() { _ = e.cli.RequestProgress(clientv3.WithRequireLeader(ctx)) }()
+			go func() { _ = e.st.RequestProgress(ctx) }()
 		}
 	})
 	if err != nil {

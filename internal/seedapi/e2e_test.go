@@ -30,6 +30,7 @@ import (
 	"github.com/orion-sched/orion/internal/model"
 	"github.com/orion-sched/orion/internal/scheduler"
 	"github.com/orion-sched/orion/internal/seedapi"
+	"github.com/orion-sched/orion/internal/store"
 	"github.com/orion-sched/orion/internal/testkit"
 )
 
@@ -53,7 +54,7 @@ func (r *replica) start() {
 		Logger:   zap.NewNop(),
 		Metrics:  r.m,
 		Observer: r.hub.Observe,
-	}, r.cli, r.exec)
+	}, store.NewEtcd(r.cli), r.exec)
 	ctx, cancel := context.WithCancel(context.Background())
 	r.mu.Lock()
 	r.eng, r.cancel = eng, cancel

@@ -212,7 +212,7 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger) (s *Server, 
 					s.labeler.Leading(leading, previous)
 				}
 			},
-		}, s.Client, nil)
+		}, store.NewEtcd(s.Client), nil)
 	}
 	s.ref.p.Store(s.newEngine())
 

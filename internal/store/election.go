@@ -30,31 +30,22 @@ func NewSession(ctx context.Context, cli *clientv3.Client, ttl time.Duration) (*
 	return s, nil
 }
 
-// Term is one tenure as leader. It ends when Done is closed (the session's
-// lease expired or was revoked) or when Resign is called.
-type Term struct {
-	Fence    Fence
-	Lease    clientv3.LeaseID
-	Won      time.Time
+// etcdTerm is a Term won through a concurrency.Election.
+type etcdTerm struct {
+	fence    Fence
+	won      time.Time
 	session  *concurrency.Session
 	election *concurrency.Election
 }
 
-// Done is closed when the term is over: the lease is gone, so the fence no
-// longer holds and every further write will be rejected.
-func (t *Term) Done() <-chan struct{} { return t.session.Done() }
-
-// Resign gives leadership up at once so another replica can win without
-// waiting for the lease to expire. The session stays open.
-func (t *Term) Resign(ctx context.Context) error { return t.election.Resign(ctx) }
-
-// Abandon ends the term as a crash would: the lease's keep-alive stops and the
-// lease is left to expire, without resigning.
-func (t *Term) Abandon() { t.session.Orphan() }
+func (t *etcdTerm) Fence() Fence                     { return t.fence }
+func (t *etcdTerm) Won() time.Time                   { return t.won }
+func (t *etcdTerm) Done() <-chan struct{}            { return t.session.Done() }
+func (t *etcdTerm) Resign(ctx context.Context) error { return t.election.Resign(ctx) }
 
 // Campaign blocks until this node is the leader or ctx ends. value is what
 // `etcdctl elect -l` prints for the leader (the node's name).
-func Campaign(ctx context.Context, session *concurrency.Session, value string) (*Term, error) {
+func Campaign(ctx context.Context, session *concurrency.Session, value string) (Term, error) {
 	election := concurrency.NewElection(session, ElectionPrefix)
 	if err := election.Campaign(ctx, value); err != nil {
 		return nil, fmt.Errorf("leadership: campaign: %w", err)
@@ -74,10 +65,9 @@ func Campaign(ctx context.Context, session *concurrency.Session, value string) (
 	if len(resp.Kvs) == 0 || resp.Kvs[0].Lease != int64(session.Lease()) {
 		return nil, errors.New("leadership: election key vanished after campaign")
 	}
-	return &Term{
-		Fence:    Fence{Key: key, Rev: election.Rev()},
-		Lease:    session.Lease(),
-		Won:      time.Now(),
+	return &etcdTerm{
+		fence:    Fence{Key: key, Rev: election.Rev()},
+		won:      time.Now(),
 		session:  session,
 		election: election,
 	}, nil

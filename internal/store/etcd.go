@@ -1,0 +1,196 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/orion-sched/orion/internal/core"
+)
+
+// Session is a replica's lease: its registration and its election key hang
+// on it, so both vanish when the process dies (after the TTL) or when the
+// lease is revoked.
+type Session interface {
+	// Done is closed when the lease is gone (expired, revoked, or Close).
+	Done() <-chan struct{}
+	// Close revokes the lease: registration and candidacy go at once.
+	Close() error
+	// Orphan stops keeping the lease alive without revoking it, as a crash
+	// would: it expires after its TTL.
+	Orphan()
+}
+
+// Term is one tenure as leader, won by Campaign.
+type Term interface {
+	// Fence guards every write of the term (invariant I3).
+	Fence() Fence
+	// Won is when the election returned.
+	Won() time.Time
+	// Done is closed when the term is over: the lease is gone, so the fence
+	// no longer holds and every further write will be rejected.
+	Done() <-chan struct{}
+	// Resign gives leadership up at once, so another replica wins without
+	// waiting for the lease to expire. The session stays open.
+	Resign(ctx context.Context) error
+}
+
+// WatchEvent is one response of the log watch, decoded.
+type WatchEvent struct {
+	Entries []core.Entry // log entries, each with its revision, in order
+	Bad     []error      // values that did not decode (skipped, reported)
+	// MaxRev is the highest revision among the response's events, log
+	// entries or not (election and registry keys move etcd's revision too).
+	MaxRev int64
+	// HeaderRev is etcd's revision when it sent the response.
+	HeaderRev int64
+	// Progress marks a progress notification: the log holds nothing more
+	// through HeaderRev.
+	Progress bool
+	// Compacted is set when the watch's start revision was compacted away:
+	// the follower must re-read everything (Load) and watch on from there.
+	Compacted  bool
+	CompactRev int64
+	// Err ends the watch for another reason; the channel closes after it.
+	Err error
+}
+
+// Etcd is the store on a real etcd cluster: what the scheduling engine reads
+// and writes, through one client.
+type Etcd struct {
+	cli *clientv3.Client
+}
+
+// NewEtcd returns the store on cli. The caller keeps ownership of cli.
+func NewEtcd(cli *clientv3.Client) *Etcd { return &Etcd{cli: cli} }
+
+// Client is the underlying etcd client (the HTTP layer reads cluster status
+// with it).
+func (s *Etcd) Client() *clientv3.Client { return s.cli }
+
+// Load reads every DAG and task record at one revision (Load).
+func (s *Etcd) Load(ctx context.Context) (*Snapshot, error) { return Load(ctx, s.cli.KV) }
+
+// Watch follows the whole /orion/v1/ prefix from revision from, so that
+// election and registry changes also show how far etcd has gone. The
+// channel closes when ctx ends or after an event with Err or Compacted set.
+func (s *Etcd) Watch(ctx context.Context, from int64) <-chan WatchEvent {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	in := s.cli.Watch(wctx, Prefix, clientv3.WithPrefix(), clientv3.WithRev(from))
+	out := make(chan WatchEvent, 16)
+	go func() {
+		defer close(out)
+		defer cancel()
+		for wr := range in {
+			ev := decodeWatch(wr)
+			select {
+			case out <- ev:
+			case <-ctx.Done():
+				return
+			}
+			if ev.Err != nil || ev.Compacted {
+				return
+			}
+		}
+	}()
+	return out
+}
+
+func decodeWatch(wr clientv3.WatchResponse) WatchEvent {
+	ev := WatchEvent{HeaderRev: wr.Header.Revision, Progress: wr.IsProgressNotify()}
+	if err := wr.Err(); err != nil || wr.Canceled {
+		if wr.CompactRevision > 0 || errors.Is(err, rpctypes.ErrCompacted) {
+			ev.Compacted, ev.CompactRev = true, wr.CompactRevision
+			return ev
+		}
+		if err == nil {
+			err = errors.New("watch cancelled")
+		}
+		ev.Err = err
+		return ev
+	}
+	for _, e := range wr.Events {
+		ev.MaxRev = max(ev.MaxRev, e.Kv.ModRevision)
+		en, ok, err := DecodeEvent(e)
+		switch {
+		case err != nil:
+			ev.Bad = append(ev.Bad, err)
+		case ok:
+			ev.Entries = append(ev.Entries, en)
+		}
+	}
+	return ev
+}
+
+// RequestProgress asks etcd for a progress notification on the watches of
+// this client, so a follower learns that nothing it applies lies between
+// its last event and etcd's revision.
+func (s *Etcd) RequestProgress(ctx context.Context) error {
+	return s.cli.RequestProgress(clientv3.WithRequireLeader(ctx))
+}
+
+// TermRecord reads the current term record (ok false when none was written)
+// and etcd's revision at the time of the read.
+func (s *Etcd) TermRecord(ctx context.Context) (rec TermRecord, ok bool, rev int64, err error) {
+	resp, err := s.cli.Get(ctx, LeaderKey)
+	if err != nil {
+		return rec, false, 0, err
+	}
+	if len(resp.Kvs) == 1 && json.Unmarshal(resp.Kvs[0].Value, &rec) == nil {
+		ok = true
+	}
+	return rec, ok, resp.Header.Revision, nil
+}
+
+// OpenSession opens a session with the given TTL and registers the replica
+// on it (/orion/v1/replicas/<name>).
+func (s *Etcd) OpenSession(ctx context.Context, ttl time.Duration, reg ReplicaRecord) (Session, error) {
+	sess, err := NewSession(ctx, s.cli, ttl)
+	if err != nil {
+		return nil, err
+	}
+	rec, _ := json.Marshal(reg)
+	if _, err := s.cli.Put(ctx, ReplicaPrefix+reg.Name, string(rec), clientv3.WithLease(sess.Lease())); err != nil {
+		_ = sess.Close()
+		return nil, err
+	}
+	return etcdSession{sess}, nil
+}
+
+type etcdSession struct{ *concurrency.Session }
+
+// Campaign blocks until this replica leads on session or ctx ends (Campaign).
+func (s *Etcd) Campaign(ctx context.Context, session Session, name string) (Term, error) {
+	es, ok := session.(etcdSession)
+	if !ok {
+		return nil, errors.New("store: a session of another store")
+	}
+	return Campaign(ctx, es.Session, name)
+}
+
+// Commit writes entries fenced on fence (Commit). A term record, when given,
+// goes first into the first transaction: the term's first write.
+func (s *Etcd) Commit(ctx context.Context, fence Fence, entries []core.Entry, lim Limits, term *TermRecord) (Committed, error) {
+	var extra []clientv3.Op
+	if term != nil {
+		rec, _ := json.Marshal(term)
+		extra = append(extra, clientv3.OpPut(LeaderKey, string(rec)))
+	}
+	return Commit(ctx, s.cli.KV, fence, entries, lim, extra...)
+}
+
+// CurrentLeader reads who leads (CurrentLeader).
+func (s *Etcd) CurrentLeader(ctx context.Context) (Leader, bool, error) {
+	return CurrentLeader(ctx, s.cli.KV)
+}
+
+// Depose revokes the lease of the leader named suspect if it still leads
+// (Depose).
+func (s *Etcd) Depose(ctx context.Context, suspect string) (bool, error) {
+	return Depose(ctx, s.cli, suspect)
+}
