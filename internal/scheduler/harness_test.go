@@ -1,0 +1,518 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/datadriven"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/orion-sched/orion/internal/core"
+	"github.com/orion-sched/orion/internal/dag"
+	"github.com/orion-sched/orion/internal/model"
+	"github.com/orion-sched/orion/internal/store"
+	"github.com/orion-sched/orion/internal/testkit"
+)
+
+// TestEngineScenarios runs the scenario files in testdata/: each drives one
+// Engine — its real loop, goroutines and recovery code — over a fake store
+// (in-memory log, watches, election) and a fake clock, and injects the
+// failures a real etcd produces at chosen steps. Every command that starts
+// something asynchronous is followed by a wait for an observable condition,
+// never by a sleep. Regenerate expectations with
+//
+//	go test ./internal/scheduler -run TestEngineScenarios -rewrite
+//
+// and read the diff: each file is the spec of one recovery path.
+//
+// The language:
+//
+//	start [standby]             start the engine (standby: its campaign never
+//	                            wins while another leader holds the election)
+//	other-leader                another replica ("x") holds the election
+//	other-leader-gone           it resigned: the election is free
+//	external-submit id=d1       "x" commits a DAG (task ids, one per line)
+//	worker id=w1 [slots=1] [inflight=d1/a#1,...]
+//	                            a worker connects, reporting attempts it runs
+//	submit id=d1                Submit (async): one task per line, "b deps=a"
+//	hook fail-after-apply|fail|fenced|too-large|block
+//	                            the next commit: applied and then an error;
+//	                            not applied, with an error; rejected by the
+//	                            fence (another leader took over); refused for
+//	                            its size; or held until `release`
+//	release                     let a held commit go
+//	lose-lease                  the engine's lease ends (expired or revoked)
+//	compact                     compact the store's history through its head
+//	close-watch                 every watch channel closes without a word
+//	advance 100ms               move the fake clock; due timers fire
+//	finish w1 [outcome=failed]  w1 reports every attempt it runs
+//	wait leader|standby|answer NAME|dag D STATUS|started W N|loads N|dags N
+//	                            wait (bounded) until it holds
+//	answers                     the answers of the async calls so far
+//	state                       the engine's DAGs and tasks
+//	store                       the store's records
+//	stats                       loads, fenced writes, starts and cancels
+func TestEngineScenarios(t *testing.T) {
+	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
+		if !strings.HasSuffix(path, ".txt") {
+			t.Skip()
+		}
+		h := &engineHarness{t: t, st: newFakeStore(), clk: newFakeClock(), ws: map[string]*fakeWorker{},
+			answers: map[string]string{}}
+		t.Cleanup(h.stop)
+		datadriven.RunTest(t, path, func(t *testing.T, td *datadriven.TestData) string {
+			h.t = t
+			out := h.run(td)
+			if out == "" {
+				return "ok\n"
+			}
+			return out
+		})
+	})
+}
+
+type engineHarness struct {
+	t       *testing.T
+	st      *fakeStore
+	clk     *fakeClock
+	eng     *Engine
+	cancel  context.CancelFunc
+	workers chan WorkerEvent
+	results chan model.Result
+	release chan struct{}
+
+	mu      sync.Mutex
+	ws      map[string]*fakeWorker
+	answers map[string]string
+	calls   sync.WaitGroup
+}
+
+const harnessWait = 10 * time.Second
+
+func (h *engineHarness) stop() {
+	if h.cancel != nil {
+		if h.release != nil {
+			close(h.release)
+			h.release = nil
+		}
+		h.cancel()
+		<-h.eng.Done()
+		h.calls.Wait()
+	}
+}
+
+func (h *engineHarness) run(td *datadriven.TestData) string {
+	arg := func(key, def string) string {
+		for _, a := range td.CmdArgs {
+			if a.Key == key && len(a.Vals) > 0 {
+				return a.Vals[0]
+			}
+		}
+		return def
+	}
+	has := func(key string) bool { return td.HasArg(key) }
+	switch td.Cmd {
+	case "start":
+		if has("standby") {
+			h.st.loser["n1"] = true
+		}
+		h.start()
+		if has("standby") {
+			h.waitFor("loaded", func() bool { return h.eng.Status().Loaded })
+			return ""
+		}
+		// Leading, and the term's first write (its term record) committed:
+		// a hook set next applies to the commands that follow, not to it.
+		h.waitFor("leader", func() bool { st := h.eng.Status(); return st.Leader && !st.FirstCommitAt.IsZero() })
+	case "other-leader":
+		h.st.mu.Lock()
+		h.st.rev++
+		h.st.fenceRev, h.st.leader = h.st.rev, "x"
+		h.st.mu.Unlock()
+	case "other-leader-gone":
+		delete(h.st.loser, "n1")
+		h.st.mu.Lock()
+		h.st.fenceRev, h.st.leader = 0, ""
+		h.st.mu.Unlock()
+	case "external-submit":
+		d := h.spec(arg("id", ""), td.Input)
+		h.st.mu.Lock()
+		fence := store.Fence{Rev: h.st.fenceRev}
+		h.st.mu.Unlock()
+		en := core.Entry{DAG: d.ID, D: &core.DAGRecord{DAG: *d, Status: core.DAGRunning, Run: 1, SubmittedAt: h.clk.Now()}}
+		if _, err := h.st.Commit(context.Background(), fence, []core.Entry{en}, store.DefaultLimits, nil); err != nil {
+			h.t.Fatalf("external commit: %v", err)
+		}
+	case "worker":
+		slots, _ := strconv.Atoi(arg("slots", "1"))
+		w := &fakeWorker{id: arg("id", "w1"), slots: slots}
+		for _, a := range td.CmdArgs {
+			if a.Key == "inflight" {
+				for _, v := range a.Vals {
+					w.running = append(w.running, parseAttempt(h.t, v))
+				}
+			}
+		}
+		h.mu.Lock()
+		h.ws[w.id] = w
+		h.mu.Unlock()
+		h.workers <- WorkerEvent{Kind: WorkerJoined, ID: w.id, Exec: w, InFlight: w.runningIDs()}
+		h.barrier()
+	case "submit":
+		d := h.spec(arg("id", ""), td.Input)
+		name := "submit " + d.ID
+		h.async(name, func(ctx context.Context) string {
+			res, err := h.eng.Submit(ctx, d)
+			if err != nil {
+				return "error: " + err.Error()
+			}
+			return fmt.Sprintf("created=%v", res.Created)
+		})
+		// Proposed: answered, in a commit call, or queued behind one.
+		h.waitFor(name+" to be proposed", func() bool {
+			if h.answered(name) || h.st.sawCommitOf(d.ID) {
+				return true
+			}
+			queued := false
+			_ = h.eng.Query(context.Background(), func(*core.Core) {
+				for _, en := range h.eng.pending {
+					queued = queued || (en.DAG == d.ID && en.D != nil)
+				}
+			})
+			return queued
+		})
+	case "hook":
+		h.hook(td.CmdArgs[0].Key)
+	case "release":
+		if h.release != nil {
+			close(h.release)
+			h.release = nil
+		}
+	case "lose-lease":
+		h.st.loseLease()
+	case "compact":
+		h.st.mu.Lock()
+		head := h.st.rev
+		h.st.mu.Unlock()
+		h.st.compactTo(head)
+	case "close-watch":
+		h.st.closeWatches()
+		// The standby has seen it once it armed its restart (on the fake
+		// clock, so `advance` decides when it fires).
+		h.waitFor("the watch restart to be armed", func() bool {
+			armed := false
+			_ = h.eng.Query(context.Background(), func(*core.Core) { armed = h.eng.watchRetry != nil })
+			return armed
+		})
+	case "advance":
+		d, err := time.ParseDuration(td.CmdArgs[0].Key)
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		h.clk.Advance(d)
+	case "finish":
+		h.mu.Lock()
+		w := h.ws[td.CmdArgs[0].Key]
+		h.mu.Unlock()
+		outcome := model.Outcome(arg("outcome", string(model.Succeeded)))
+		for _, a := range w.takeRunning() {
+			r := model.Result{AttemptID: a, Worker: w.id, Outcome: outcome, ExitCode: 0, StartedAt: h.clk.Now(), FinishedAt: h.clk.Now()}
+			if outcome != model.Succeeded {
+				r.ExitCode = 1
+			}
+			h.results <- r
+		}
+		h.barrier()
+	case "wait":
+		h.wait(td)
+	case "answers":
+		h.calls.Wait()
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		var keys []string
+		for k := range h.answers {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		var b strings.Builder
+		for _, k := range keys {
+			fmt.Fprintf(&b, "%s: %s\n", k, h.answers[k])
+		}
+		h.answers = map[string]string{}
+		return b.String()
+	case "state":
+		return h.state()
+	case "store":
+		return h.storeState()
+	case "stats":
+		return h.stats()
+	default:
+		h.t.Fatalf("unknown command %q", td.Cmd)
+	}
+	return ""
+}
+
+func (h *engineHarness) start() {
+	h.workers = make(chan WorkerEvent, 64)
+	h.results = make(chan model.Result, 1024)
+	cfg := Config{
+		Node:          "n1",
+		Clock:         h.clk,
+		Core:          core.Config{RetryBase: 50 * time.Millisecond, RetryCap: 400 * time.Millisecond, OrphanGrace: 2 * time.Second},
+		Logger:        zaptest.NewLogger(h.t, zaptest.Level(zap.ErrorLevel)),
+		Workers:       h.workers,
+		RemoteResults: h.results,
+		// A worker reconnects to a new leader and reports what it runs,
+		// as the hub lets it once this replica leads.
+		OnLeading: func(leading bool, _ string) {
+			if !leading {
+				return
+			}
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			for _, w := range h.ws {
+				h.workers <- WorkerEvent{Kind: WorkerJoined, ID: w.id, Exec: w, InFlight: w.runningIDs()}
+			}
+		},
+	}
+	h.eng = New(cfg, h.st, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	h.cancel = cancel
+	go func() { _ = h.eng.Run(ctx) }()
+}
+
+// barrier returns once the loop has handled everything sent to it before
+// (a query runs on the loop after the events ahead of it in select order is
+// not guaranteed, so it runs twice: the channels are drained by then).
+func (h *engineHarness) barrier() {
+	for i := 0; i < 3; i++ {
+		if err := h.eng.Query(context.Background(), func(*core.Core) {}); err != nil {
+			h.t.Fatal(err)
+		}
+		for len(h.workers) > 0 || len(h.results) > 0 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+}
+
+func (h *engineHarness) async(name string, fn func(ctx context.Context) string) {
+	h.calls.Add(1)
+	go func() {
+		defer h.calls.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), harnessWait)
+		defer cancel()
+		out := fn(ctx)
+		h.mu.Lock()
+		h.answers[name] = out
+		h.mu.Unlock()
+	}()
+	// Let the call reach the loop before the next command.
+	h.barrier()
+}
+
+func (h *engineHarness) answered(name string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_, ok := h.answers[name]
+	return ok
+}
+
+func (h *engineHarness) hook(kind string) {
+	once := func(fn func([]core.Entry) (bool, error)) {
+		var used sync.Once
+		h.st.setCommitHook(func(entries []core.Entry) (apply bool, err error) {
+			apply = true
+			used.Do(func() { apply, err = fn(entries) })
+			return apply, err
+		})
+	}
+	switch kind {
+	case "fail-after-apply":
+		once(func([]core.Entry) (bool, error) { return true, context.DeadlineExceeded })
+	case "fail":
+		once(func([]core.Entry) (bool, error) { return false, errors.New("etcdserver: request timed out") })
+	case "too-large":
+		once(func([]core.Entry) (bool, error) { return false, rpctypesTooLarge })
+	case "fenced":
+		// Another replica won meanwhile: the fence moved.
+		once(func([]core.Entry) (bool, error) {
+			h.st.mu.Lock()
+			h.st.rev++
+			h.st.fenceRev, h.st.leader = h.st.rev, "x"
+			h.st.loser["n1"] = true
+			h.st.mu.Unlock()
+			return true, nil
+		})
+	case "block":
+		release := make(chan struct{})
+		h.release = release
+		once(func([]core.Entry) (bool, error) { <-release; return true, nil })
+	default:
+		h.t.Fatalf("unknown hook %q", kind)
+	}
+}
+
+func (h *engineHarness) wait(td *datadriven.TestData) {
+	args := make([]string, 0, len(td.CmdArgs))
+	for _, a := range td.CmdArgs {
+		args = append(args, a.String())
+	}
+	what := strings.Join(args, " ")
+	switch args[0] {
+	case "leader":
+		// Leading, with the term's first write committed.
+		h.waitFor(what, func() bool { st := h.eng.Status(); return st.Leader && !st.FirstCommitAt.IsZero() })
+	case "standby":
+		h.waitFor(what, func() bool { return !h.eng.Status().Leader })
+	case "answer":
+		name := strings.Join(args[1:], " ")
+		h.waitFor(what, func() bool { return h.answered(name) })
+	case "dag":
+		h.waitFor(what, func() bool {
+			var st core.DAGStatus
+			_ = h.eng.Query(context.Background(), func(c *core.Core) {
+				if v, ok := c.DAG(args[1]); ok {
+					st = v.Status
+				}
+			})
+			return string(st) == args[2]
+		})
+	case "started":
+		n, _ := strconv.Atoi(args[2])
+		h.waitFor(what, func() bool {
+			h.mu.Lock()
+			w := h.ws[args[1]]
+			h.mu.Unlock()
+			return w.startedCount() >= n
+		})
+	case "loads":
+		n, _ := strconv.Atoi(args[1])
+		h.waitFor(what, func() bool { return h.st.loadCount() >= n })
+	case "dags":
+		n, _ := strconv.Atoi(args[1])
+		h.waitFor(what, func() bool {
+			count := 0
+			_ = h.eng.Query(context.Background(), func(c *core.Core) { count = c.DAGCount() })
+			return count >= n
+		})
+	default:
+		h.t.Fatalf("unknown wait %q", what)
+	}
+	h.barrier()
+}
+
+func (h *engineHarness) waitFor(what string, cond func() bool) {
+	h.t.Helper()
+	testkit.WaitFor(h.t, harnessWait, what, cond)
+}
+
+// spec builds a DAG from task lines: "a", "b deps=a".
+func (h *engineHarness) spec(id, input string) *model.DAG {
+	d := &model.DAG{ID: id, Name: id}
+	for _, line := range strings.Split(strings.TrimSpace(input), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		t := model.Task{ID: f[0], Kind: model.KindNoop, MaxRetries: 1}
+		for _, kv := range f[1:] {
+			if v, ok := strings.CutPrefix(kv, "deps="); ok {
+				t.DependsOn = strings.Split(v, ",")
+			}
+		}
+		d.Tasks = append(d.Tasks, t)
+	}
+	d.Normalize()
+	if err := dag.Validate(d, dag.Limits{}); err != nil {
+		h.t.Fatal(err)
+	}
+	return d
+}
+
+func (h *engineHarness) state() string {
+	var out string
+	if err := h.eng.Query(context.Background(), func(c *core.Core) {
+		var b strings.Builder
+		fmt.Fprintf(&b, "leader=%v rev=%d\n", c.IsLeader(), c.Rev())
+		for _, s := range c.DAGs() {
+			v, _ := c.DAG(s.ID)
+			fmt.Fprintf(&b, "dag %s %s:", v.ID, v.Status)
+			for _, t := range v.Tasks {
+				fmt.Fprintf(&b, " %s=%s", t.ID, t.Status)
+				if t.Attempts > 0 {
+					fmt.Fprintf(&b, "#%d", t.Attempts)
+				}
+			}
+			b.WriteByte('\n')
+		}
+		out = b.String()
+	}); err != nil {
+		h.t.Fatal(err)
+	}
+	return out
+}
+
+func (h *engineHarness) storeState() string {
+	h.st.mu.Lock()
+	defer h.st.mu.Unlock()
+	var lines []string
+	for _, e := range h.st.dags {
+		lines = append(lines, fmt.Sprintf("dag %s %s run=%d", e.DAG, e.D.Status, e.D.Run))
+	}
+	for _, e := range h.st.tasks {
+		lines = append(lines, fmt.Sprintf("task %s/%s %s attempt=%d worker=%s", e.DAG, e.Task, e.T.Status, e.T.Attempt, e.T.Worker))
+	}
+	sort.Strings(lines)
+	return fmt.Sprintf("rev=%d\n", h.st.rev) + strings.Join(lines, "\n") + "\n"
+}
+
+func (h *engineHarness) stats() string {
+	h.mu.Lock()
+	var names []string
+	for n := range h.ws {
+		names = append(names, n)
+	}
+	h.mu.Unlock()
+	sort.Strings(names)
+	var b strings.Builder
+	h.st.mu.Lock()
+	fmt.Fprintf(&b, "commit calls (entries each): %v\n", h.st.batches)
+	h.st.mu.Unlock()
+	txns, entries := h.eng.CommitStats()
+	fmt.Fprintf(&b, "loads=%d fenced_writes=%.0f leader=%v commits=%d entries=%d\n", h.st.loadCount(),
+		testutil.ToFloat64(h.eng.m.FencedWrites), h.eng.Status().Leader, txns, entries)
+	for _, n := range names {
+		h.mu.Lock()
+		w := h.ws[n]
+		h.mu.Unlock()
+		w.mu.Lock()
+		var cancels []string
+		for _, c := range w.cancels {
+			cancels = append(cancels, c.String())
+		}
+		fmt.Fprintf(&b, "%s: started=%d cancelled=[%s]\n", n, w.totalStarted, strings.Join(cancels, " "))
+		w.mu.Unlock()
+	}
+	return b.String()
+}
+
+func parseAttempt(t *testing.T, s string) model.AttemptID {
+	slash, hash := strings.IndexByte(s, '/'), strings.IndexByte(s, '#')
+	if slash < 0 || hash < slash {
+		t.Fatalf("attempt %q: want dag/task#n", s)
+	}
+	n, err := strconv.Atoi(s[hash+1:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return model.AttemptID{DAG: s[:slash], Task: s[slash+1 : hash], Attempt: n}
+}
