@@ -23,7 +23,7 @@ func (f Fence) cmp() clientv3.Cmp {
 }
 
 // ErrFenced means the leader's term is over: its write was rejected whole.
-var ErrFenced = errors.New("etcdlog: fence lost: this node is no longer the leader")
+var ErrFenced = errors.New("store: fence lost: this node is no longer the leader")
 
 // Limits bound one transaction. etcd refuses more than --max-txn-ops (128 by
 // default) operations or --max-request-bytes (1.5 MiB) per request.
@@ -121,7 +121,7 @@ func Commit(ctx context.Context, kv clientv3.KV, fence Fence, entries []core.Ent
 	for i := range entries {
 		eops, n, err := Ops(&entries[i])
 		if err != nil {
-			return out, fmt.Errorf("etcdlog: encode %s/%s: %w", entries[i].DAG, entries[i].Task, err)
+			return out, fmt.Errorf("store: encode %s/%s: %w", entries[i].DAG, entries[i].Task, err)
 		}
 		if len(ops) > len(extra)*b2i(out.Txns == 0) && (len(ops)+len(eops) > lim.MaxOps || bytes+n > lim.MaxBytes) {
 			if err := flush(i); err != nil {
