@@ -22,7 +22,7 @@ CONSOLE_SRC  := $(wildcard $(CONSOLE_WEB)/src/*) $(CONSOLE_WEB)/index.html $(CON
                 $(CONSOLE_WEB)/tsconfig.json $(CONSOLE_WEB)/package.json $(CONSOLE_WEB)/package-lock.json
 HAVE_NPM     := $(shell command -v $(NPM) 2>/dev/null)
 
-.PHONY: all build run test deps test-unit test-race test-e2e bench lint fmt clean cluster cluster-down cluster-status \
+.PHONY: all build run test deps test-fuzz fuzz test-unit test-race test-e2e bench lint fmt clean cluster cluster-down cluster-status \
         chart-test chart-manifests console test-console
 
 all: build
@@ -33,7 +33,7 @@ build: $(if $(HAVE_NPM),console)
 run: build
 	$(BIN) server --config config/orion.yaml
 
-test: deps lint test-unit test-race test-e2e chart-test test-console
+test: deps lint test-unit test-race test-fuzz test-e2e chart-test test-console
 
 # What make test needs beyond Go (.ci/run installs it on a fresh machine):
 # command:Debian package.
@@ -67,6 +67,22 @@ test-race:
 
 test-e2e: build
 	ORION_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 15m ./test/...
+
+# Fuzz targets: package:target. make test runs each for FUZZ_SMOKE (their
+# seed corpora also run as ordinary tests): a count of executions, not a
+# time, so a slow machine never cuts a run short; make fuzz for FUZZTIME each.
+FUZZ_TARGETS := ./internal/dag:FuzzParse ./internal/seedapi:FuzzParseSubmission ./internal/store:FuzzDecode ./internal/core:FuzzApply
+FUZZ_SMOKE   ?= 500x
+FUZZTIME     ?= 10m
+
+test-fuzz:
+	@for t in $(FUZZ_TARGETS); do \
+		echo "fuzz $${t#*:} ($${t%%:*}) for $(FUZZ_SMOKE)"; \
+		$(GO) test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZ_SMOKE) "$${t%%:*}" || exit 1; \
+	done
+
+fuzz:
+	@$(MAKE) --no-print-directory test-fuzz FUZZ_SMOKE=$(FUZZTIME)
 
 bench: build
 	$(BIN) bench
