@@ -323,13 +323,6 @@ func (s *fakeStore) sawCommitOf(dagID string) bool {
 	return s.seen[dagID]
 }
 
-func (s *fakeStore) has(dagID string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	_, ok := s.dags[dagID]
-	return ok
-}
-
 func (s *fakeStore) loadCount() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
