@@ -12,9 +12,10 @@ import (
 	"github.com/gorilla/websocket"
 	"go.uber.org/zap"
 
-	"github.com/orion-sched/orion/internal/api"
+	"github.com/orion-sched/orion/internal/apitypes"
 	"github.com/orion-sched/orion/internal/hijack"
 	"github.com/orion-sched/orion/internal/httpguard"
+	"github.com/orion-sched/orion/internal/httpkit"
 )
 
 // Paths of the stream endpoints.
@@ -236,17 +237,17 @@ func (h *Hub) subscribeParam(since string) (*Sub, error) {
 func subscribeError(w http.ResponseWriter, err error) {
 	var ce *CursorError
 	if errors.As(err, &ce) {
-		api.WriteError(w, http.StatusBadRequest, "bad_request", err.Error(), nil)
+		httpkit.WriteError(w, http.StatusBadRequest, apitypes.CodeBadRequest, err.Error(), nil)
 		return
 	}
 	w.Header().Set("Retry-After", "1")
-	api.WriteError(w, http.StatusServiceUnavailable, "unavailable", "the event stream is shutting down", nil)
+	httpkit.WriteError(w, http.StatusServiceUnavailable, apitypes.CodeUnavailable, "the event stream is shutting down", nil)
 }
 
-// writeError writes Orion's JSON error shape.
+// methodNotAllowed answers 405 in the API's error shape.
 func methodNotAllowed(w http.ResponseWriter, allow string) {
 	w.Header().Set("Allow", allow+", OPTIONS")
-	api.WriteError(w, http.StatusMethodNotAllowed, "method_not_allowed", "method not allowed; allowed: "+allow, nil)
+	httpkit.WriteError(w, http.StatusMethodNotAllowed, apitypes.CodeMethodNotAllowed, "method not allowed; allowed: "+allow, nil)
 }
 
 // Origins is the cross-origin policy of the browser-facing endpoints here
@@ -282,7 +283,7 @@ func (o Origins) Allowed(r *http.Request) bool {
 func (o Origins) Check(w http.ResponseWriter, r *http.Request, methods string) bool {
 	proceed, denied := o.Apply(w, r, methods)
 	if denied {
-		api.WriteError(w, http.StatusForbidden, "forbidden", "requests from origin "+r.Header.Get("Origin")+" are not allowed", nil)
+		httpkit.WriteError(w, http.StatusForbidden, apitypes.CodeForbidden, "requests from origin "+r.Header.Get("Origin")+" are not allowed", nil)
 	}
 	return proceed
 }
