@@ -115,7 +115,7 @@ type Config struct {
 	// the StateDAGs most recent others, at most StateTasks tasks.
 	StateDAGs  int
 	StateTasks int
-	Origins    events.Origins
+	Origins    httpkit.Origins
 	HTTP       events.HTTPConfig // /ws heartbeat and write timeout
 	Started    time.Time         // for uptime_seconds (default: New's time)
 	Logger     *zap.Logger
