@@ -7,8 +7,6 @@ package api
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"net/http"
 	"time"
 
@@ -19,6 +17,7 @@ import (
 	"github.com/orion-sched/orion/internal/dag"
 	"github.com/orion-sched/orion/internal/executor"
 	"github.com/orion-sched/orion/internal/httpguard"
+	"github.com/orion-sched/orion/internal/httpkit"
 	"github.com/orion-sched/orion/internal/metrics"
 	"github.com/orion-sched/orion/internal/model"
 	"github.com/orion-sched/orion/internal/scheduler"
@@ -42,7 +41,7 @@ var _ Backend = (*scheduler.Engine)(nil)
 // Defaults for zero Config fields.
 const (
 	DefaultRateLimit    = 5.0
-	DefaultMaxBodyBytes = 1 << 20
+	DefaultMaxBodyBytes = httpkit.DefaultMaxBodyBytes
 	DefaultWriteTimeout = 30 * time.Second
 )
 
@@ -81,7 +80,7 @@ type Config struct {
 	WriteTimeout time.Duration
 	// Cluster, when set, lets a standby forward writes to the leader and the
 	// cluster endpoint describe every replica. Nil: a lone process.
-	Cluster ClusterInfo
+	Cluster httpkit.ClusterInfo
 	// APIURL is where this replica's API is reachable, PID its process id
 	// (shown by the cluster endpoint; drills use them).
 	APIURL string
@@ -98,17 +97,14 @@ type Config struct {
 	Routes map[string]http.Handler
 }
 
-// leaderTimeout bounds the etcd read behind the cluster endpoint's leader.
-const leaderTimeout = 3 * time.Second
-
 type server struct {
-	cfg      Config
-	b        Backend
-	log      *zap.Logger
-	m        *metrics.Metrics
-	mux      *http.ServeMux
-	limiter  *ipLimiter // nil: no rate limit
-	tokenSum [sha256.Size]byte
+	cfg     Config
+	b       Backend
+	log     *zap.Logger
+	m       *metrics.Metrics
+	mux     *http.ServeMux
+	limiter *ipLimiter // nil: no rate limit
+	token   httpkit.Token
 }
 
 // New returns the API handler. It panics if cfg.Backend is nil.
@@ -138,9 +134,7 @@ func New(cfg Config) http.Handler {
 	if cfg.RateLimit > 0 {
 		s.limiter = newIPLimiter(cfg.RateLimit)
 	}
-	if cfg.AuthToken != "" {
-		s.tokenSum = sha256.Sum256([]byte(cfg.AuthToken))
-	}
+	s.token = httpkit.NewToken(cfg.AuthToken)
 
 	s.mux.HandleFunc("POST /api/v1/dags", s.submit)
 	s.mux.HandleFunc("GET /api/v1/dags", s.listDAGs)
@@ -160,18 +154,6 @@ func New(cfg Config) http.Handler {
 		ErrorLog: zap.NewStdLog(cfg.Logger),
 	}))
 	return s
-}
-
-// IdempotencyID is the DAG id a submission without an id gets from its
-// Idempotency-Key header: the key itself when it is a valid id, otherwise
-// "k-" and the first 20 hex digits of its SHA-256, so the same key always
-// names the same DAG.
-func IdempotencyID(key string) string {
-	if dag.ValidID(key) {
-		return key
-	}
-	sum := sha256.Sum256([]byte(key))
-	return "k-" + hex.EncodeToString(sum[:])[:20]
 }
 
 // dagLimits bounds a submitted DAG: its task count, and the text it decodes

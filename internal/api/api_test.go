@@ -22,10 +22,12 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/orion-sched/orion/internal/apitypes"
 	"github.com/orion-sched/orion/internal/core"
 	"github.com/orion-sched/orion/internal/dag"
 	"github.com/orion-sched/orion/internal/executor"
 	"github.com/orion-sched/orion/internal/httpguard"
+	"github.com/orion-sched/orion/internal/httpkit"
 	"github.com/orion-sched/orion/internal/metrics"
 	"github.com/orion-sched/orion/internal/model"
 	"github.com/orion-sched/orion/internal/scheduler"
@@ -243,7 +245,7 @@ func wantKeys(t *testing.T, m map[string]any, want ...string) {
 }
 
 // wantError checks the status and the error envelope, and returns it.
-func (r resp) wantError(t *testing.T, status int, code string) ErrorInfo {
+func (r resp) wantError(t *testing.T, status int, code string) apitypes.ErrorInfo {
 	t.Helper()
 	if r.code != status {
 		t.Fatalf("status = %d, want %d; body %s", r.code, status, r.body)
@@ -261,11 +263,11 @@ func (r resp) wantError(t *testing.T, status int, code string) ErrorInfo {
 	if _, ok := inner["details"].([]any); !ok {
 		t.Fatalf("details is not an array: %s", r.body)
 	}
-	var eb ErrorBody
+	var eb apitypes.ErrorBody
 	if err := json.Unmarshal(r.body, &eb); err != nil {
 		t.Fatal(err)
 	}
-	if eb.Error.Code != code {
+	if string(eb.Error.Code) != code {
 		t.Fatalf("code = %q, want %q (message %q)", eb.Error.Code, code, eb.Error.Message)
 	}
 	if eb.Error.Message == "" {
@@ -359,7 +361,7 @@ func TestIdempotencyKey(t *testing.T) {
 	key := "tenant/42 run #7"
 	sum := sha256.Sum256([]byte(key))
 	want := "k-" + hex.EncodeToString(sum[:])[:20]
-	if got := IdempotencyID(key); got != want || !dag.ValidID(got) {
+	if got := httpkit.IdempotencyID(key); got != want || !dag.ValidID(got) {
 		t.Fatalf("IdempotencyID = %q, want %q", got, want)
 	}
 	r = e.do(t, "POST", "/api/v1/dags", noID, "Idempotency-Key", key)
@@ -516,7 +518,7 @@ func TestListDAGs(t *testing.T) {
 	if m["node"] != "node-1" || m["revision"] != float64(20) {
 		t.Fatalf("body %s", r.body)
 	}
-	var lr ListResponse
+	var lr apitypes.DAGList[string]
 	if err := json.Unmarshal(r.body, &lr); err != nil {
 		t.Fatal(err)
 	}
@@ -702,14 +704,14 @@ func TestCluster(t *testing.T) {
 	}
 	m := r.object(t)
 	wantKeys(t, m, "node", "leader", "applied_revision", "lag", "replicas", "workers", "etcd")
-	var cr ClusterResponse
+	var cr apitypes.Cluster
 	if err := json.Unmarshal(r.body, &cr); err != nil {
 		t.Fatal(err)
 	}
-	want := ClusterResponse{Node: "node-1", Leader: "node-1", AppliedRevision: 20,
-		Replicas: []Replica{{Name: "node-1", Role: "leader", AppliedRevision: 20, Reachable: true}},
-		Workers:  []WorkerInfo{{ID: "w1", Slots: 4, Busy: 1, Connected: true}},
-		Etcd:     EtcdInfo{Endpoints: []string{"http://127.0.0.1:2379"}}}
+	want := apitypes.Cluster{Node: "node-1", Leader: "node-1", AppliedRevision: 20,
+		Replicas: []apitypes.Replica{{Name: "node-1", Role: "leader", AppliedRevision: 20, Reachable: true}},
+		Workers:  []apitypes.Worker{{ID: "w1", Slots: 4, Busy: 1, Connected: true}},
+		Etcd:     apitypes.EtcdInfo{Endpoints: []string{"http://127.0.0.1:2379"}}}
 	if !reflect.DeepEqual(cr, want) {
 		t.Fatalf("cluster = %+v, want %+v", cr, want)
 	}

@@ -14,75 +14,11 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/orion-sched/orion/internal/apitypes"
 	"github.com/orion-sched/orion/internal/core"
 	"github.com/orion-sched/orion/internal/dag"
+	"github.com/orion-sched/orion/internal/httpkit"
 	"github.com/orion-sched/orion/internal/model"
-)
-
-// Response shapes. They are part of the API contract.
-type (
-	// SubmitResponse answers POST /api/v1/dags; Status is set only when the
-	// request created the DAG.
-	SubmitResponse struct {
-		ID      string `json:"id"`
-		Created bool   `json:"created"`
-		Status  string `json:"status,omitempty"`
-	}
-	// ListResponse answers GET /api/v1/dags.
-	ListResponse struct {
-		DAGs     []core.DAGSummary `json:"dags"`
-		Revision int64             `json:"revision"`
-		Node     string            `json:"node"`
-	}
-	// DAGResponse answers GET /api/v1/dags/{id}: the view plus the revision
-	// this replica has applied.
-	DAGResponse struct {
-		*core.DAGView
-		Revision int64 `json:"revision"`
-	}
-	// TaskResponse answers GET /api/v1/dags/{id}/tasks/{task}.
-	TaskResponse struct {
-		*core.TaskView
-		Revision int64 `json:"revision"`
-	}
-	// StatusResponse answers cancel and retry.
-	StatusResponse struct {
-		ID     string `json:"id"`
-		Status string `json:"status"`
-	}
-	// ClusterResponse answers GET /api/v1/cluster.
-	ClusterResponse struct {
-		Node            string       `json:"node"`
-		Leader          string       `json:"leader"`
-		LeaderURL       string       `json:"leader_url,omitempty"`
-		AppliedRevision int64        `json:"applied_revision"`
-		Lag             int64        `json:"lag"`
-		Replicas        []Replica    `json:"replicas"`
-		Workers         []WorkerInfo `json:"workers"`
-		Etcd            EtcdInfo     `json:"etcd"`
-	}
-	// Replica is one scheduler replica as the cluster endpoint shows it.
-	Replica struct {
-		Name            string     `json:"name"`
-		Role            string     `json:"role"` // "leader", "standby", or "unknown" when unreachable
-		APIURL          string     `json:"api_url,omitempty"`
-		AppliedRevision int64      `json:"applied_revision"`
-		Lag             int64      `json:"lag"`
-		LeaderSince     *time.Time `json:"leader_since,omitempty"`
-		FirstCommitAt   *time.Time `json:"first_commit_at,omitempty"`
-		PID             int        `json:"pid,omitempty"`
-		Reachable       bool       `json:"reachable"`
-	}
-	// EtcdInfo is the etcd cluster a replica talks to.
-	EtcdInfo struct {
-		Endpoints []string     `json:"endpoints"`
-		Members   []EtcdMember `json:"members,omitempty"`
-	}
-	// ReadyResponse answers /readyz.
-	ReadyResponse struct {
-		Status string `json:"status"` // "ready" or "not_ready"
-		Leader bool   `json:"leader"`
-	}
 )
 
 // List bounds of GET /api/v1/dags.
@@ -106,7 +42,7 @@ func (s *server) submit(w http.ResponseWriter, r *http.Request) {
 			s.fail(w, r, err)
 			return
 		}
-		WriteError(w, http.StatusBadRequest, "bad_request", "could not read the request body", nil)
+		httpkit.WriteError(w, http.StatusBadRequest, apitypes.CodeBadRequest, "could not read the request body", nil)
 		return
 	}
 	d, err := dag.Parse(body, ct)
@@ -114,7 +50,7 @@ func (s *server) submit(w http.ResponseWriter, r *http.Request) {
 		// The key names the DAG before defaults apply, so a DAG given only
 		// a key and tasks takes the key as its id and its name.
 		if key := strings.TrimSpace(r.Header.Get("Idempotency-Key")); d.ID == "" && key != "" {
-			d.ID = IdempotencyID(key)
+			d.ID = httpkit.IdempotencyID(key)
 		}
 		d.Normalize()
 		err = dag.Validate(d, s.dagLimits())
@@ -137,12 +73,12 @@ func (s *server) submit(w http.ResponseWriter, r *http.Request) {
 		res.ID = d.ID
 	}
 	w.Header().Set("Location", dagPath(res.ID))
-	MarkRevision(ctx, s.b, w)
+	httpkit.MarkRevision(ctx, s.b, w)
 	if res.Created {
-		writeJSON(w, http.StatusCreated, SubmitResponse{ID: res.ID, Created: true, Status: string(core.DAGRunning)})
+		httpkit.WriteJSON(w, http.StatusCreated, apitypes.SubmitResponse{ID: res.ID, Created: true, Status: string(core.DAGRunning)})
 		return
 	}
-	writeJSON(w, http.StatusOK, SubmitResponse{ID: res.ID, Created: false})
+	httpkit.WriteJSON(w, http.StatusOK, apitypes.SubmitResponse{ID: res.ID, Created: false})
 }
 
 // query runs fn on the scheduler's loop, bounded by WriteTimeout.
@@ -160,7 +96,7 @@ func (s *server) listDAGs(w http.ResponseWriter, r *http.Request) {
 	case core.DAGRunning, core.DAGSucceeded, core.DAGFailed, core.DAGCancelled:
 		want = st
 	default:
-		WriteError(w, http.StatusBadRequest, "bad_request",
+		httpkit.WriteError(w, http.StatusBadRequest, apitypes.CodeBadRequest,
 			fmt.Sprintf("status %q is not one of running, succeeded, failed, cancelled", st), nil)
 
 		return
@@ -169,7 +105,7 @@ func (s *server) listDAGs(w http.ResponseWriter, r *http.Request) {
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {
-			WriteError(w, http.StatusBadRequest, "bad_request",
+			httpkit.WriteError(w, http.StatusBadRequest, apitypes.CodeBadRequest,
 				fmt.Sprintf("limit %q is not a positive integer", v), nil)
 
 			return
@@ -178,7 +114,7 @@ func (s *server) listDAGs(w http.ResponseWriter, r *http.Request) {
 	}
 	// The views share only records the core never modifies in place (it
 	// replaces them), so they may be encoded after the query returns.
-	resp := ListResponse{DAGs: []core.DAGSummary{}, Node: s.node()}
+	resp := apitypes.DAGList[core.DAGStatus]{DAGs: []core.DAGSummary{}, Node: s.node()}
 	err := s.query(r, func(c *core.Core) {
 		for _, d := range c.DAGs() {
 			if want != "" && d.Status != want {
@@ -195,39 +131,40 @@ func (s *server) listDAGs(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, resp)
+	httpkit.WriteJSON(w, http.StatusOK, resp)
 }
 
 func (s *server) getDAG(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	var resp DAGResponse
+	var v *core.DAGView
 	err := s.query(r, func(c *core.Core) {
-		resp.DAGView, _ = c.DAG(id)
-		resp.Revision = c.Rev()
+		if v, _ = c.DAG(id); v != nil {
+			v.Revision = c.Rev()
+		}
 	})
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	if resp.DAGView == nil {
-		WriteError(w, http.StatusNotFound, "not_found", "no DAG "+id, nil)
+	if v == nil {
+		httpkit.WriteError(w, http.StatusNotFound, apitypes.CodeNotFound, "no DAG "+id, nil)
 		return
 	}
-	writeJSON(w, http.StatusOK, resp)
+	httpkit.WriteJSON(w, http.StatusOK, v)
 }
 
-// lookupTask reads a task, or writes the 404 (or error) and returns nil.
-func (s *server) lookupTask(w http.ResponseWriter, r *http.Request) (*core.TaskView, int64) {
+// lookupTask reads a task, with the revision this replica has applied, or
+// writes the 404 (or error) and returns nil.
+func (s *server) lookupTask(w http.ResponseWriter, r *http.Request) *core.TaskView {
 	id, taskID := r.PathValue("id"), r.PathValue("task")
 	var (
 		tv     *core.TaskView
-		rev    int64
 		dagNil bool
 	)
 	err := s.query(r, func(c *core.Core) {
-		tv, _ = c.Task(id, taskID)
-		rev = c.Rev()
-		if tv == nil {
+		if tv, _ = c.Task(id, taskID); tv != nil {
+			tv.Revision = c.Rev()
+		} else {
 			_, ok := c.Summary(id)
 			dagNil = !ok
 		}
@@ -236,19 +173,17 @@ func (s *server) lookupTask(w http.ResponseWriter, r *http.Request) (*core.TaskV
 	case err != nil:
 		s.fail(w, r, err)
 	case tv == nil && dagNil:
-		WriteError(w, http.StatusNotFound, "not_found", "no DAG "+id, nil)
+		httpkit.WriteError(w, http.StatusNotFound, apitypes.CodeNotFound, "no DAG "+id, nil)
 	case tv == nil:
-		WriteError(w, http.StatusNotFound, "not_found", fmt.Sprintf("DAG %s has no task %s", id, taskID), nil)
+		httpkit.WriteError(w, http.StatusNotFound, apitypes.CodeNotFound, fmt.Sprintf("DAG %s has no task %s", id, taskID), nil)
 	}
-	return tv, rev
+	return tv
 }
 
 func (s *server) getTask(w http.ResponseWriter, r *http.Request) {
-	tv, rev := s.lookupTask(w, r)
-	if tv == nil {
-		return
+	if tv := s.lookupTask(w, r); tv != nil {
+		httpkit.WriteJSON(w, http.StatusOK, tv)
 	}
-	writeJSON(w, http.StatusOK, TaskResponse{TaskView: tv, Revision: rev})
 }
 
 func (s *server) taskLog(w http.ResponseWriter, r *http.Request) {
@@ -256,24 +191,24 @@ func (s *server) taskLog(w http.ResponseWriter, r *http.Request) {
 	if v := r.URL.Query().Get("attempt"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {
-			WriteError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("attempt %q is not a positive integer", v), nil)
+			httpkit.WriteError(w, http.StatusBadRequest, apitypes.CodeBadRequest, fmt.Sprintf("attempt %q is not a positive integer", v), nil)
 			return
 		}
 		attempt = n
 	}
-	tv, _ := s.lookupTask(w, r)
+	tv := s.lookupTask(w, r)
 	if tv == nil {
 		return
 	}
 	id, taskID := r.PathValue("id"), tv.ID
 	switch {
 	case tv.Attempts == 0:
-		WriteError(w, http.StatusNotFound, "not_found",
+		httpkit.WriteError(w, http.StatusNotFound, apitypes.CodeNotFound,
 			fmt.Sprintf("task %s of DAG %s has not run yet: there is no log", taskID, id), nil)
 
 		return
 	case attempt > tv.Attempts:
-		WriteError(w, http.StatusNotFound, "not_found",
+		httpkit.WriteError(w, http.StatusNotFound, apitypes.CodeNotFound,
 			fmt.Sprintf("task %s of DAG %s has no attempt %d; its latest is %d", taskID, id, attempt, tv.Attempts), nil)
 
 		return
@@ -286,7 +221,7 @@ func (s *server) taskLog(w http.ResponseWriter, r *http.Request) {
 		if worker != "" {
 			msg += fmt.Sprintf("; it lives on worker %s, which ran it", worker)
 		}
-		WriteError(w, http.StatusNotFound, "not_found", msg, nil)
+		httpkit.WriteError(w, http.StatusNotFound, apitypes.CodeNotFound, msg, nil)
 	}
 	logs := s.cfg.Logs
 	if logs == nil || (worker != "" && worker != logs.ID()) {
@@ -295,7 +230,7 @@ func (s *server) taskLog(w http.ResponseWriter, r *http.Request) {
 		logs = nil
 		if s.cfg.RemoteLogs != nil && worker != "" && s.status().Leader {
 			logs = s.cfg.RemoteLogs(worker)
-		} else if r.Header.Get(ForwardedHeader) == "" && s.forward(w, r, []byte{}) {
+		} else if r.Header.Get(httpkit.ForwardedHeader) == "" && s.forward(w, r, []byte{}) {
 			return
 		}
 		if logs == nil {
@@ -309,7 +244,7 @@ func (s *server) taskLog(w http.ResponseWriter, r *http.Request) {
 			notHere()
 			return
 		}
-		WriteError(w, http.StatusNotFound, "not_found", fmt.Sprintf(
+		httpkit.WriteError(w, http.StatusNotFound, apitypes.CodeNotFound, fmt.Sprintf(
 			"attempt %d of task %s has no log on worker %s: it wrote no output (noop and http tasks do not) or the log was removed",
 			attempt, taskID, worker), nil)
 
@@ -374,20 +309,20 @@ func (s *server) change(w http.ResponseWriter, r *http.Request,
 	if st == "" {
 		st = want
 	}
-	MarkRevision(ctx, s.b, w)
-	writeJSON(w, http.StatusOK, StatusResponse{ID: id, Status: string(st)})
+	httpkit.MarkRevision(ctx, s.b, w)
+	httpkit.WriteJSON(w, http.StatusOK, apitypes.ActionResponse{ID: id, Status: string(st)})
 }
 
 func (s *server) healthz(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	httpkit.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
 func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
 	st := s.status()
 	if !st.Loaded {
 		w.Header().Set("Retry-After", "1")
-		writeJSON(w, http.StatusServiceUnavailable, ReadyResponse{Status: "not_ready"})
+		httpkit.WriteJSON(w, http.StatusServiceUnavailable, apitypes.Ready{Status: "not_ready"})
 		return
 	}
-	writeJSON(w, http.StatusOK, ReadyResponse{Status: "ready", Leader: st.Leader})
+	httpkit.WriteJSON(w, http.StatusOK, apitypes.Ready{Status: "ready", Leader: st.Leader})
 }

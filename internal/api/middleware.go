@@ -1,18 +1,17 @@
 package api
 
 import (
-	"crypto/sha256"
-	"crypto/subtle"
 	"fmt"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/orion-sched/orion/internal/apitypes"
 	"github.com/orion-sched/orion/internal/console"
 	"github.com/orion-sched/orion/internal/httpguard"
+	"github.com/orion-sched/orion/internal/httpkit"
 )
 
 // ServeHTTP wraps the routes with panic recovery, request logging and
@@ -30,7 +29,7 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				zap.String("path", r.URL.Path), zap.Any("panic", p), zap.Stack("stack"))
 			if !rw.wroteHeader {
 				clear(rw.Header()) // drop what the handler set before it panicked
-				WriteError(rw, http.StatusInternalServerError, "internal", "internal error", nil)
+				httpkit.WriteError(rw, http.StatusInternalServerError, apitypes.CodeInternal, "internal error", nil)
 			}
 		}
 		s.observe(rw, r, start)
@@ -41,7 +40,7 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	if !s.cfg.Hosts.AllowedHost(r.Host) {
 		s.m.HostRefused.Inc()
-		WriteError(rw, http.StatusMisdirectedRequest, "host_not_allowed",
+		httpkit.WriteError(rw, http.StatusMisdirectedRequest, apitypes.CodeHostNotAllowed,
 			fmt.Sprintf("host %q is not served here: use 127.0.0.1 or localhost, or add the name to allowed_hosts (--allowed-hosts, ORION_ALLOWED_HOSTS)", r.Host), nil)
 		return
 	}
@@ -49,17 +48,17 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// A write a standby forwarded with the cluster's token was limited where
 	// it arrived; limiting it again would throttle every forwarded client as
 	// one address.
-	forwarded := r.Header.Get(ForwardedHeader) != "" && s.cfg.AuthToken != "" && s.authorized(r)
+	forwarded := r.Header.Get(httpkit.ForwardedHeader) != "" && s.cfg.AuthToken != "" && s.token.Authorized(r)
 	if !open && !forwarded && s.limiter != nil && !s.allow(rw, r) {
 		return
 	}
-	if !open && s.cfg.AuthToken != "" && !(s.cfg.MetricsNoAuth && r.URL.Path == "/metrics") && !console.Public(r.URL.Path) && !s.authorized(r) {
+	if !open && s.cfg.AuthToken != "" && !(s.cfg.MetricsNoAuth && r.URL.Path == "/metrics") && !console.Public(r.URL.Path) && !s.token.Authorized(r) {
 		rw.Header().Set("WWW-Authenticate", `Bearer realm="orion"`)
-		WriteError(rw, http.StatusUnauthorized, "unauthorized", "missing or invalid bearer token", nil)
+		httpkit.WriteError(rw, http.StatusUnauthorized, apitypes.CodeUnauthorized, "missing or invalid bearer token", nil)
 		return
 	}
 	if s.crossSiteWrite(r) {
-		WriteError(rw, http.StatusForbidden, "cross_origin",
+		httpkit.WriteError(rw, http.StatusForbidden, apitypes.CodeCrossOrigin,
 			"a write from another origin ("+r.Header.Get("Origin")+") is refused: shell tasks mean remote execution", nil)
 
 		return
@@ -99,21 +98,10 @@ func (s *server) allow(w http.ResponseWriter, r *http.Request) bool {
 		secs = 1
 	}
 	w.Header().Set("Retry-After", strconv.Itoa(secs))
-	WriteError(w, http.StatusTooManyRequests, "rate_limited",
+	httpkit.WriteError(w, http.StatusTooManyRequests, apitypes.CodeRateLimited,
 		fmt.Sprintf("too many requests from this address; retry in %ds", secs), nil)
 
 	return false
-}
-
-// authorized compares the bearer token in constant time. Both sides are
-// hashed first so that not even the token's length leaks.
-func (s *server) authorized(r *http.Request) bool {
-	scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return false
-	}
-	sum := sha256.Sum256([]byte(strings.TrimSpace(tok)))
-	return subtle.ConstantTimeCompare(sum[:], s.tokenSum[:]) == 1
 }
 
 // observe logs the request at debug level and counts it by route pattern.
@@ -163,14 +151,14 @@ func (w *responseWriter) WriteHeader(code int) {
 	if w.routing && w.req.Pattern == "" && (code == http.StatusNotFound || code == http.StatusMethodNotAllowed) {
 		w.Header().Del("X-Content-Type-Options")
 		msg := "no such route: " + w.req.Method + " " + w.req.URL.Path
-		errCode := "not_found"
+		errCode := apitypes.CodeNotFound
 		if code == http.StatusMethodNotAllowed {
-			errCode = "method_not_allowed"
+			errCode = apitypes.CodeMethodNotAllowed
 			msg = fmt.Sprintf("method %s is not allowed on %s; allowed: %s", w.req.Method, w.req.URL.Path, w.Header().Get("Allow"))
 		}
 		w.routing = false // WriteError calls WriteHeader again
 		w.wroteHeader = false
-		WriteError(w, code, errCode, msg, nil)
+		httpkit.WriteError(w, code, errCode, msg, nil)
 		w.swallow = true
 		return
 	}

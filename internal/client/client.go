@@ -27,6 +27,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/orion-sched/orion/internal/apitypes"
 	"github.com/orion-sched/orion/internal/dag"
 )
 
@@ -99,7 +100,7 @@ func newTransport() *http.Transport {
 // APIError is an error response from the server.
 type APIError struct {
 	Status     int           // HTTP status code
-	Code       string        // machine-readable code, such as "not_found" or "invalid_dag"
+	Code       apitypes.Code // machine-readable code, such as apitypes.CodeNotFound; "" if the body was not the API's
 	Message    string        // human-readable message
 	Details    []string      // one line per problem, if the server listed them
 	RetryAfter time.Duration // from the Retry-After header, 0 if absent
@@ -285,11 +286,7 @@ func readAPIError(resp *http.Response) *APIError {
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
 	ae := &APIError{Status: resp.StatusCode, RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())}
 	var env struct {
-		Error *struct {
-			Code    string   `json:"code"`
-			Message string   `json:"message"`
-			Details []string `json:"details"`
-		} `json:"error"`
+		Error *apitypes.ErrorInfo `json:"error"` // apitypes.ErrorBody, nil when absent
 	}
 	if json.Unmarshal(b, &env) == nil && env.Error != nil {
 		ae.Code, ae.Message, ae.Details = env.Error.Code, env.Error.Message, env.Error.Details

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/orion-sched/orion/internal/apitypes"
 	"github.com/orion-sched/orion/internal/model"
 )
 
@@ -54,16 +55,19 @@ type worker struct {
 	attempts map[model.AttemptID]*task
 }
 
-// Error is a request the core refuses; Code is "not_found" or "conflict".
+// Error is a request the core refuses; Code is apitypes.CodeNotFound,
+// CodeConflict or CodeNotLeader.
 type Error struct {
-	Code string
+	Code apitypes.Code
 	Msg  string
 }
 
 func (e *Error) Error() string { return e.Msg }
 
-// ErrNotLeader refuses a leader-only request on a replica that is not.
-var ErrNotLeader = &Error{Code: "not_leader", Msg: "this replica is not the leader"}
+// ErrNotLeader refuses a leader-only request on a replica that is not. It is
+// the only not-leader error: the scheduler returns it too (as
+// scheduler.ErrNotLeader) when it loses leadership under a request.
+var ErrNotLeader = &Error{Code: apitypes.CodeNotLeader, Msg: "this replica is not the leader"}
 
 // IsLeader reports whether the core acts as leader.
 func (c *Core) IsLeader() bool { return c.leader }
@@ -231,13 +235,13 @@ func (c *Core) Submit(spec *model.DAG, now time.Time) (SubmitOutcome, error) {
 		if sameSpec(&d.rec.DAG, spec) {
 			return SubmitDuplicate, nil
 		}
-		return 0, &Error{Code: "conflict", Msg: "DAG " + spec.ID + " already exists with different content"}
+		return 0, &Error{Code: apitypes.CodeConflict, Msg: "DAG " + spec.ID + " already exists with different content"}
 	}
 	if p := c.pendingSubmit[spec.ID]; p != nil {
 		if sameSpec(&p.DAG, spec) {
 			return SubmitPending, nil
 		}
-		return 0, &Error{Code: "conflict", Msg: "DAG " + spec.ID + " is being submitted with different content"}
+		return 0, &Error{Code: apitypes.CodeConflict, Msg: "DAG " + spec.ID + " is being submitted with different content"}
 	}
 	rec := &DAGRecord{DAG: *spec, Status: DAGRunning, Run: 1, SubmittedAt: now.UTC()}
 	c.pendingSubmit[spec.ID] = rec
@@ -275,10 +279,10 @@ func (c *Core) CancelDAG(id string, now time.Time) error {
 	}
 	d := c.dags[id]
 	if d == nil {
-		return &Error{Code: "not_found", Msg: "no DAG " + id}
+		return &Error{Code: apitypes.CodeNotFound, Msg: "no DAG " + id}
 	}
 	if d.rec.Status.Terminal() {
-		return &Error{Code: "conflict", Msg: "DAG " + id + " already " + string(d.rec.Status)}
+		return &Error{Code: apitypes.CodeConflict, Msg: "DAG " + id + " already " + string(d.rec.Status)}
 	}
 	d.wantCancel = true
 	c.reconcileDAG(d)
@@ -295,13 +299,13 @@ func (c *Core) RetryDAG(id string, now time.Time) error {
 	d := c.dags[id]
 	switch {
 	case d == nil:
-		return &Error{Code: "not_found", Msg: "no DAG " + id}
+		return &Error{Code: apitypes.CodeNotFound, Msg: "no DAG " + id}
 	case d.rec.Status == DAGRunning:
-		return &Error{Code: "conflict", Msg: "DAG " + id + " is still running"}
+		return &Error{Code: apitypes.CodeConflict, Msg: "DAG " + id + " is still running"}
 	case d.rec.Status == DAGSucceeded:
-		return &Error{Code: "conflict", Msg: "DAG " + id + " succeeded: nothing to retry"}
+		return &Error{Code: apitypes.CodeConflict, Msg: "DAG " + id + " succeeded: nothing to retry"}
 	case d.remaining != 0 || d.inflight:
-		return &Error{Code: "conflict", Msg: "DAG " + id + " is still stopping its tasks; try again"}
+		return &Error{Code: apitypes.CodeConflict, Msg: "DAG " + id + " is still stopping its tasks; try again"}
 	}
 	rec := *d.rec
 	rec.Status, rec.Run, rec.FinishedAt = DAGRunning, d.rec.Run+1, nil

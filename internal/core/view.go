@@ -4,53 +4,21 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"time"
 
-	"github.com/orion-sched/orion/internal/model"
+	"github.com/orion-sched/orion/internal/apitypes"
 )
 
-// DAGSummary is a DAG as lists show it.
-type DAGSummary struct {
-	ID          string         `json:"id"`
-	Name        string         `json:"name"`
-	Status      DAGStatus      `json:"status"`
-	Run         int            `json:"run"`
-	SubmittedAt time.Time      `json:"submitted_at"`
-	FinishedAt  *time.Time     `json:"finished_at,omitempty"`
-	TaskCount   int            `json:"task_count"`
-	Counts      map[string]int `json:"counts"`
-}
-
-// DAGView is one DAG with every task's live state.
-type DAGView struct {
-	DAGSummary
-	Tasks []TaskView `json:"tasks"`
-}
-
-// TaskView is a task's spec and runtime state together.
-type TaskView struct {
-	ID         string           `json:"id"`
-	Kind       model.Kind       `json:"kind"`
-	Status     Status           `json:"status"`
-	Attempts   int              `json:"attempts"`
-	Retries    int              `json:"retries"`
-	MaxRetries int              `json:"max_retries"`
-	Priority   int              `json:"priority"`
-	DependsOn  []string         `json:"depends_on"`
-	Worker     string           `json:"worker,omitempty"`
-	StartedAt  *time.Time       `json:"started_at,omitempty"`
-	FinishedAt *time.Time       `json:"finished_at,omitempty"`
-	RetryAt    *time.Time       `json:"retry_at,omitempty"`
-	DurationMs *int64           `json:"duration_ms,omitempty"`
-	ExitCode   *int             `json:"exit_code"`
-	Error      string           `json:"error,omitempty"`
-	OutputTail string           `json:"output_tail"`
-	Event      string           `json:"event,omitempty"`
-	Cascade    bool             `json:"cascade,omitempty"`
-	Cause      string           `json:"cause,omitempty"`
-	History    []AttemptSummary `json:"history,omitempty"`
-	Spec       model.Task       `json:"spec"`
-}
+// The views are the API's JSON types (internal/apitypes declares them once)
+// instantiated with the core's typed statuses, which marshal to the same
+// spellings the client decodes as strings.
+type (
+	// DAGSummary is a DAG as lists show it.
+	DAGSummary = apitypes.DAGSummary[DAGStatus]
+	// DAGView is one DAG with every task's live state.
+	DAGView = apitypes.DAG[DAGStatus, Status]
+	// TaskView is a task's spec and runtime state together.
+	TaskView = apitypes.Task[Status]
+)
 
 func (d *dagRun) summary() DAGSummary {
 	counts := make(map[string]int)
@@ -73,7 +41,10 @@ func (t *task) view() TaskView {
 	if r := t.rec; r != nil {
 		v.Worker, v.StartedAt, v.FinishedAt, v.RetryAt = r.Worker, r.StartedAt, r.FinishedAt, r.RetryAt
 		v.ExitCode, v.Error, v.OutputTail, v.Event = r.ExitCode, r.Error, r.OutputTail, r.Event
-		v.Cascade, v.Cause, v.History = r.Cascade, r.Cause, r.History
+		v.Cascade, v.Cause = r.Cascade, r.Cause
+		for _, h := range r.History {
+			v.History = append(v.History, apitypes.Attempt(h))
+		}
 		if r.StartedAt != nil && r.FinishedAt != nil && !r.Cascade {
 			ms := r.FinishedAt.Sub(*r.StartedAt).Milliseconds()
 			v.DurationMs = &ms

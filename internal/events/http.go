@@ -12,9 +12,9 @@ import (
 	"github.com/gorilla/websocket"
 	"go.uber.org/zap"
 
-	"github.com/orion-sched/orion/internal/api"
+	"github.com/orion-sched/orion/internal/apitypes"
 	"github.com/orion-sched/orion/internal/hijack"
-	"github.com/orion-sched/orion/internal/httpguard"
+	"github.com/orion-sched/orion/internal/httpkit"
 )
 
 // Paths of the stream endpoints.
@@ -25,7 +25,7 @@ const (
 
 // HTTPConfig configures the stream endpoints.
 type HTTPConfig struct {
-	Origins      Origins
+	Origins      httpkit.Origins
 	Heartbeat    time.Duration // SSE comment / WebSocket ping interval (default 15s)
 	WriteTimeout time.Duration // a write that takes longer ends the stream (default 10s)
 	Logger       *zap.Logger
@@ -236,82 +236,21 @@ func (h *Hub) subscribeParam(since string) (*Sub, error) {
 func subscribeError(w http.ResponseWriter, err error) {
 	var ce *CursorError
 	if errors.As(err, &ce) {
-		api.WriteError(w, http.StatusBadRequest, "bad_request", err.Error(), nil)
+		httpkit.WriteError(w, http.StatusBadRequest, apitypes.CodeBadRequest, err.Error(), nil)
 		return
 	}
 	w.Header().Set("Retry-After", "1")
-	api.WriteError(w, http.StatusServiceUnavailable, "unavailable", "the event stream is shutting down", nil)
+	httpkit.WriteError(w, http.StatusServiceUnavailable, apitypes.CodeUnavailable, "the event stream is shutting down", nil)
 }
 
-// writeError writes Orion's JSON error shape.
+// methodNotAllowed answers 405 in the API's error shape.
 func methodNotAllowed(w http.ResponseWriter, allow string) {
 	w.Header().Set("Allow", allow+", OPTIONS")
-	api.WriteError(w, http.StatusMethodNotAllowed, "method_not_allowed", "method not allowed; allowed: "+allow, nil)
-}
-
-// Origins is the cross-origin policy of the browser-facing endpoints here
-// and in the seed API. A request with no Origin header (curl, scripts) is
-// always allowed. A browser's Origin is judged by Hosts (loopback pages,
-// configured names, the address the connection arrived on), never by the
-// request's own Host, which a DNS-rebinding page controls. Allow lists
-// further origins ("http://host:port", or "*" for any).
-type Origins struct {
-	Hosts httpguard.Hosts
-	Allow []string
-}
-
-// Allowed reports whether r's Origin may use the endpoints.
-func (o Origins) Allowed(r *http.Request) bool {
-	if o.Hosts.AllowedOrigin(r) {
-		return true
-	}
-	origin := r.Header.Get("Origin")
-	for _, a := range o.Allow {
-		if a == "*" || strings.EqualFold(strings.TrimRight(a, "/"), origin) {
-			return true
-		}
-	}
-	return false
-}
-
-// Check applies the policy: it sets the CORS headers for an allowed
-// origin, answers a preflight (OPTIONS) itself, and refuses a request from
-// an origin that is not allowed with a JSON 403, so that no other site's
-// page can make a browser change anything here. It reports whether the
-// caller should go on serving the request.
-func (o Origins) Check(w http.ResponseWriter, r *http.Request, methods string) bool {
-	proceed, denied := o.Apply(w, r, methods)
-	if denied {
-		api.WriteError(w, http.StatusForbidden, "forbidden", "requests from origin "+r.Header.Get("Origin")+" are not allowed", nil)
-	}
-	return proceed
-}
-
-// Apply is Check without the error response: denied reports a refused
-// origin, for the caller to answer in its own error shape; proceed is false
-// also after a preflight it answered.
-func (o Origins) Apply(w http.ResponseWriter, r *http.Request, methods string) (proceed, denied bool) {
-	origin := r.Header.Get("Origin")
-	if !o.Allowed(r) {
-		return false, true
-	}
-	if origin != "" {
-		h := w.Header()
-		h.Set("Access-Control-Allow-Origin", origin)
-		h.Add("Vary", "Origin")
-		h.Set("Access-Control-Allow-Methods", methods+", OPTIONS")
-		h.Set("Access-Control-Allow-Headers", "Content-Type, Idempotency-Key, X-Orion-Admin-Token, Authorization, Last-Event-ID")
-		h.Set("Access-Control-Max-Age", "600")
-	}
-	if r.Method == http.MethodOptions {
-		w.WriteHeader(http.StatusNoContent)
-		return false, false
-	}
-	return true, false
+	httpkit.WriteError(w, http.StatusMethodNotAllowed, apitypes.CodeMethodNotAllowed, "method not allowed; allowed: "+allow, nil)
 }
 
 // Upgrader returns a WebSocket upgrader that applies the origin policy.
-func Upgrader(o Origins) *websocket.Upgrader {
+func Upgrader(o httpkit.Origins) *websocket.Upgrader {
 	return &websocket.Upgrader{
 		ReadBufferSize:  1024,
 		WriteBufferSize: 16 << 10,

@@ -13,6 +13,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/orion-sched/orion/internal/httpguard"
+	"github.com/orion-sched/orion/internal/httpkit"
 )
 
 type sseMsg struct {
@@ -239,7 +240,7 @@ func TestOriginPolicy(t *testing.T) {
 	// orion.example is a configured name; rebind.example is a name whose
 	// page rebound itself to this server: its Origin equals its Host, which
 	// proves nothing.
-	handler := h.SSEHandler(HTTPConfig{Origins: Origins{Hosts: httpguard.NewHosts("orion.example")}})
+	handler := h.SSEHandler(HTTPConfig{Origins: httpkit.Origins{Hosts: httpguard.NewHosts("orion.example")}})
 	do := func(method, host, origin string) *httptest.ResponseRecorder {
 		req := httptest.NewRequest(method, "http://"+host+"/api/v1/events?since=abc", nil)
 		if origin != "" {
@@ -273,7 +274,7 @@ func TestOriginPolicy(t *testing.T) {
 	if rec := do(http.MethodPost, "127.0.0.1", ""); rec.Code != http.StatusMethodNotAllowed {
 		t.Fatalf("POST: %d", rec.Code)
 	}
-	o := Origins{Allow: []string{"https://console.example"}}
+	o := httpkit.Origins{Allow: []string{"https://console.example"}}
 	req := httptest.NewRequest(http.MethodGet, "http://x/", nil)
 	req.Header.Set("Origin", "https://console.example")
 	if !o.Allowed(req) {

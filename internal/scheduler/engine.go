@@ -145,7 +145,7 @@ type commitResult struct {
 
 // Errors the API maps to status codes.
 var (
-	ErrNotLeader = errors.New("no leader: this replica is not the leader; retry shortly")
+	ErrNotLeader = core.ErrNotLeader // the one not-leader error, the core's
 	ErrStopped   = errors.New("scheduler stopped")
 	ErrUnknown   = errors.New("commit outcome unknown; retry with the same DAG id")
 	ErrCrashed   = errors.New("scheduler crashed on request")

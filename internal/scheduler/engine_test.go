@@ -341,7 +341,12 @@ func TestRecordRefusedByEtcdFailsAlone(t *testing.T) {
 	}
 	t.Cleanup(func() { cli.Close() })
 	// The engine believes etcd takes 4 MiB.
-	b := startEngine(t, cli, 4, func(c *Config) { c.Limits = store.Limits{MaxOps: 128, MaxBytes: 1 << 20, MaxRequest: 4 << 20} })
+	// A long lease: on a loaded machine a 1 s lease can expire by itself,
+	// and that is not what this test is about.
+	b := startEngine(t, cli, 4, func(c *Config) {
+		c.Limits = store.Limits{MaxOps: 128, MaxBytes: 1 << 20, MaxRequest: 4 << 20}
+		c.SessionTTL = 10 * time.Second
+	})
 	term := b.eng.Status().LeaderSince
 
 	big := mustLoad(t, fmt.Sprintf("id: big\nname: big\ntasks:\n  - {id: a, command: %q}\n", strings.Repeat("x", 60<<10)))

@@ -6,9 +6,9 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/orion-sched/orion/internal/api"
 	"github.com/orion-sched/orion/internal/core"
 	"github.com/orion-sched/orion/internal/dag"
+	"github.com/orion-sched/orion/internal/httpkit"
 	"github.com/orion-sched/orion/internal/model"
 )
 
@@ -56,7 +56,7 @@ const DefaultMaxRetries = 3
 // Priority keeps its meaning (lower runs first); max_retries 0 means 3, as
 // in the seed.
 func ToDAG(key string, tasks []Task, slow bool) *model.DAG {
-	d := &model.DAG{ID: api.IdempotencyID(key), Tasks: make([]model.Task, len(tasks))}
+	d := &model.DAG{ID: httpkit.IdempotencyID(key), Tasks: make([]model.Task, len(tasks))}
 	for i := range tasks {
 		st := &tasks[i]
 		t := model.Task{

@@ -22,6 +22,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/orion-sched/orion/internal/api"
+	"github.com/orion-sched/orion/internal/apitypes"
 	"github.com/orion-sched/orion/internal/core"
 	"github.com/orion-sched/orion/internal/etcdtest"
 	"github.com/orion-sched/orion/internal/events"
@@ -182,7 +183,7 @@ func TestEndToEnd(t *testing.T) {
 			seedEvents <- ev
 		}
 	}()
-	var list api.ListResponse
+	var list apitypes.DAGList[string]
 	getJSON(t, srv.URL+"/api/v1/dags", &list)
 	sse := openSSE(t, fmt.Sprintf("%s/api/v1/events?since=%d", srv.URL, list.Revision))
 	defer sse.Close()

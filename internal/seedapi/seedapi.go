@@ -37,10 +37,11 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/orion-sched/orion/internal/api"
+	"github.com/orion-sched/orion/internal/apitypes"
 	"github.com/orion-sched/orion/internal/core"
 	"github.com/orion-sched/orion/internal/dag"
 	"github.com/orion-sched/orion/internal/events"
+	"github.com/orion-sched/orion/internal/httpkit"
 	"github.com/orion-sched/orion/internal/model"
 	"github.com/orion-sched/orion/internal/scheduler"
 )
@@ -96,10 +97,10 @@ type Config struct {
 	// it is empty.
 	AuthToken string
 	// Cluster, when set, lets a standby forward submissions to the leader.
-	Cluster    api.ClusterInfo
+	Cluster    httpkit.ClusterInfo
 	Node       string
 	HTTPClient *http.Client
-	// MaxBodyBytes bounds a submission (default api.DefaultMaxBodyBytes);
+	// MaxBodyBytes bounds a submission (default httpkit.DefaultMaxBodyBytes);
 	// MaxTasks the tasks of one (default dag.DefaultMaxTasks).
 	MaxBodyBytes int64
 	MaxTasks     int
@@ -114,7 +115,7 @@ type Config struct {
 	// the StateDAGs most recent others, at most StateTasks tasks.
 	StateDAGs  int
 	StateTasks int
-	Origins    events.Origins
+	Origins    httpkit.Origins
 	HTTP       events.HTTPConfig // /ws heartbeat and write timeout
 	Started    time.Time         // for uptime_seconds (default: New's time)
 	Logger     *zap.Logger
@@ -137,7 +138,7 @@ func New(cfg Config) *Handler {
 		panic("seedapi: Config.Backend and Config.Hub are required")
 	}
 	if cfg.MaxBodyBytes <= 0 {
-		cfg.MaxBodyBytes = api.DefaultMaxBodyBytes
+		cfg.MaxBodyBytes = httpkit.DefaultMaxBodyBytes
 	}
 	if cfg.MaxTasks <= 0 {
 		cfg.MaxTasks = dag.DefaultMaxTasks
@@ -202,42 +203,40 @@ func (h *Handler) route(method string, fn http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		proceed, denied := h.cfg.Origins.Apply(w, r, method)
 		if denied {
-			writeError(w, http.StatusForbidden, "forbidden", "requests from origin "+r.Header.Get("Origin")+" are not allowed")
+			writeError(w, http.StatusForbidden, apitypes.CodeForbidden, "requests from origin "+r.Header.Get("Origin")+" are not allowed")
 		}
 		if !proceed {
 			return
 		}
 		if r.Method != method && !(method == http.MethodGet && r.Method == http.MethodHead) {
 			w.Header().Set("Allow", method+", OPTIONS")
-			writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", "method not allowed")
+			writeError(w, http.StatusMethodNotAllowed, apitypes.CodeMethodNotAllowed, "method not allowed")
 			return
 		}
 		fn(w, r)
 	})
 }
 
-// writeJSON writes v; v is marshalled first so a failure is a clean 500.
+// internalBody answers, in the seed's error shape, a value that does not
+// encode.
+var internalBody = []byte(`{"error":"internal error","code":"internal"}`)
+
+// writeJSON writes v through the shared JSON writer, with the seed's own
+// 500 body.
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		status, b = http.StatusInternalServerError, []byte(`{"error":"internal error","code":"internal"}`)
-	}
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
+	httpkit.WriteJSONOr(w, status, v, internalBody)
 }
 
 // ErrorBody is the seed's error shape, with a machine-readable code and,
-// for invalid DAGs, the list of problems.
+// for invalid DAGs, the list of problems. It is a compatibility contract:
+// flat, unlike the API's apitypes.ErrorBody; the codes are the API's.
 type ErrorBody struct {
-	Error   string   `json:"error"`
-	Code    string   `json:"code"`
-	Details []string `json:"details,omitempty"`
+	Error   string        `json:"error"`
+	Code    apitypes.Code `json:"code"`
+	Details []string      `json:"details,omitempty"`
 }
 
-func writeError(w http.ResponseWriter, status int, code, msg string) {
+func writeError(w http.ResponseWriter, status int, code apitypes.Code, msg string) {
 	writeJSON(w, status, ErrorBody{Error: msg, Code: code})
 }
 
@@ -252,18 +251,18 @@ type SubmitResponse struct {
 func (h *Handler) submit(w http.ResponseWriter, r *http.Request) {
 	key := strings.TrimSpace(r.Header.Get("Idempotency-Key"))
 	if key == "" {
-		writeError(w, http.StatusBadRequest, "bad_request", "missing Idempotency-Key header")
+		writeError(w, http.StatusBadRequest, apitypes.CodeBadRequest, "missing Idempotency-Key header")
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxBodyBytes))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			writeError(w, http.StatusRequestEntityTooLarge, "body_too_large",
+			writeError(w, http.StatusRequestEntityTooLarge, apitypes.CodeBodyTooLarge,
 				fmt.Sprintf("request body is larger than %d bytes", mbe.Limit))
 			return
 		}
-		writeError(w, http.StatusBadRequest, "bad_request", "could not read the request body")
+		writeError(w, http.StatusBadRequest, apitypes.CodeBadRequest, "could not read the request body")
 		return
 	}
 	d, tasks, ve := ParseSubmission(key, body, dag.Limits{MaxTasks: h.cfg.MaxTasks, MaxDecodedBytes: 2 * h.cfg.MaxBodyBytes}, h.cfg.SlowTasks)
@@ -274,7 +273,7 @@ func (h *Handler) submit(w http.ResponseWriter, r *http.Request) {
 	st := h.cfg.Backend.Status()
 	if st != nil && st.Counts[core.Ready] > h.cfg.MaxQueue {
 		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusTooManyRequests, "overloaded", "system overloaded")
+		writeError(w, http.StatusTooManyRequests, apitypes.CodeOverloaded, "system overloaded")
 		return
 	}
 	if st != nil && st.Loaded && !st.Leader && h.forward(w, r, body) {
@@ -284,7 +283,7 @@ func (h *Handler) submit(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	res, err := h.cfg.Backend.Submit(ctx, d)
 	if err != nil {
-		if notLeader(err) && h.forward(w, r, body) {
+		if errors.Is(err, core.ErrNotLeader) && h.forward(w, r, body) {
 			return
 		}
 		h.fail(w, r, err)
@@ -298,13 +297,8 @@ func (h *Handler) submit(w http.ResponseWriter, r *http.Request) {
 		status = http.StatusCreated
 	}
 	w.Header().Set("Location", "/api/v1/dags/"+res.ID)
-	api.MarkRevision(ctx, h.cfg.Backend, w)
+	httpkit.MarkRevision(ctx, h.cfg.Backend, w)
 	writeJSON(w, status, SubmitResponse{Status: "accepted", Ingested: len(tasks), DAGID: res.ID})
-}
-
-func notLeader(err error) bool {
-	var ce *core.Error
-	return errors.Is(err, scheduler.ErrNotLeader) || (errors.As(err, &ce) && ce.Code == core.ErrNotLeader.Code)
 }
 
 // fail maps a submission error to the seed's error shape.
@@ -315,24 +309,24 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	)
 	errors.As(err, &ce)
 	switch {
-	case notLeader(err), errors.Is(err, scheduler.ErrStopped), errors.Is(err, scheduler.ErrUnknown),
+	case errors.Is(err, core.ErrNotLeader), errors.Is(err, scheduler.ErrStopped), errors.Is(err, scheduler.ErrUnknown),
 		errors.Is(err, scheduler.ErrCrashed):
 		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, "unavailable", "scheduler is offline or recovering: "+err.Error())
-	case ce != nil && ce.Code == "conflict":
-		writeError(w, http.StatusConflict, "conflict",
+		writeError(w, http.StatusServiceUnavailable, apitypes.CodeUnavailable, "scheduler is offline or recovering: "+err.Error())
+	case ce != nil && ce.Code == apitypes.CodeConflict:
+		writeError(w, http.StatusConflict, apitypes.CodeConflict,
 			"this Idempotency-Key was already used for a different DAG: "+ce.Msg)
 	case errors.As(err, &ve):
 		writeValidationError(w, ve)
 	case errors.Is(err, context.DeadlineExceeded):
-		writeError(w, http.StatusGatewayTimeout, "timeout", fmt.Sprintf(
+		writeError(w, http.StatusGatewayTimeout, apitypes.CodeTimeout, fmt.Sprintf(
 			"the DAG was not committed within %s; it may still be: retrying with the same Idempotency-Key is safe", h.cfg.WriteTimeout))
 	case errors.Is(err, context.Canceled):
 		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, "unavailable", "request cancelled before it completed")
+		writeError(w, http.StatusServiceUnavailable, apitypes.CodeUnavailable, "request cancelled before it completed")
 	default:
 		h.log.Error("seed submission failed", zap.String("path", r.URL.Path), zap.Error(err))
-		writeError(w, http.StatusInternalServerError, "internal", "internal error")
+		writeError(w, http.StatusInternalServerError, apitypes.CodeInternal, "internal error")
 	}
 }
 
@@ -375,35 +369,23 @@ func writeValidationError(w http.ResponseWriter, ve *dag.ValidationError) {
 	if ve.Code == dag.CodeTooLarge {
 		status = http.StatusRequestEntityTooLarge
 	}
-	writeJSON(w, status, ErrorBody{Error: ve.Message, Code: ve.Code, Details: ve.Details})
+	writeJSON(w, status, ErrorBody{Error: ve.Message, Code: apitypes.Code(ve.Code), Details: ve.Details})
 }
 
 // forward sends a submission a standby received to the leader, which
 // serves the same route, and relays its answer. It reports whether it did.
 func (h *Handler) forward(w http.ResponseWriter, r *http.Request, body []byte) bool {
-	if h.cfg.Cluster == nil || r.Header.Get(api.ForwardedHeader) != "" {
-		return false
-	}
-	lctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
-	leader, ok, err := h.cfg.Cluster.LeaderAddr(lctx)
-	cancel()
-	if err != nil || !ok || leader.APIURL == "" || leader.Name == h.cfg.Node {
-		return false
-	}
-	err = api.Relay{
-		Client: h.cfg.HTTPClient, To: leader.APIURL, From: h.cfg.Node, Token: h.cfg.AuthToken,
-		Timeout:  h.cfg.WriteTimeout,
-		Headers:  []string{"Content-Type", "Idempotency-Key"},
-		Set:      map[string]string{"X-Orion-Leader": leader.Name},
-		AwaitRev: h.cfg.Backend.WaitApplied,
-	}.Do(w, r, body)
-	if err != nil {
-		h.log.Warn("forwarding a seed submission to the leader failed", zap.String("leader", leader.Name), zap.Error(err))
+	leader, forwarded, err := httpkit.Forwarder{
+		Cluster: h.cfg.Cluster, Node: h.cfg.Node, Client: h.cfg.HTTPClient, Token: h.cfg.AuthToken,
+		Timeout: h.cfg.WriteTimeout, AwaitRev: h.cfg.Backend.WaitApplied,
+	}.Forward(w, r, body, []string{"Content-Type", "Idempotency-Key"})
+	if forwarded && err != nil {
+		h.log.Warn("forwarding a seed submission to the leader failed", zap.String("leader", leader), zap.Error(err))
 		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, "not_leader",
-			"this replica is not the leader and the leader "+leader.Name+" did not answer; retry shortly")
+		writeError(w, http.StatusServiceUnavailable, apitypes.CodeNotLeader,
+			"this replica is not the leader and the leader "+leader+" did not answer; retry shortly")
 	}
-	return true
+	return forwarded
 }
 
 // running reports the replica's status if its scheduler has loaded state.
@@ -426,7 +408,7 @@ func (h *Handler) counts(ctx context.Context) (c Counts, rev int64, err error) {
 
 func (h *Handler) offline(w http.ResponseWriter) {
 	w.Header().Set("Retry-After", "1")
-	writeError(w, http.StatusServiceUnavailable, "unavailable", "scheduler offline")
+	writeError(w, http.StatusServiceUnavailable, apitypes.CodeUnavailable, "scheduler offline")
 }
 
 func (h *Handler) status(w http.ResponseWriter, r *http.Request) {
@@ -552,7 +534,7 @@ func (h *Handler) dagState(w http.ResponseWriter, r *http.Request) {
 	})
 	if err != nil {
 		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, "unavailable", "scheduler offline: "+err.Error())
+		writeError(w, http.StatusServiceUnavailable, apitypes.CodeUnavailable, "scheduler offline: "+err.Error())
 		return
 	}
 	resp.Metrics.Retried = int(h.cfg.Hub.Totals().Retried)
@@ -608,7 +590,7 @@ func (h *Handler) ListDAGs() http.Handler {
 		})
 		if err != nil {
 			w.Header().Set("Retry-After", "1")
-			writeError(w, http.StatusServiceUnavailable, "unavailable", "scheduler offline: "+err.Error())
+			writeError(w, http.StatusServiceUnavailable, apitypes.CodeUnavailable, "scheduler offline: "+err.Error())
 			return
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"dags": out, "count": len(out)})
@@ -618,12 +600,12 @@ func (h *Handler) ListDAGs() http.Handler {
 // demoAllowed answers 403 unless the demo controls may be used by r.
 func (h *Handler) demoAllowed(w http.ResponseWriter, r *http.Request) bool {
 	if h.cfg.Demo == nil || !h.cfg.DemoEnabled {
-		writeError(w, http.StatusForbidden, "demo_disabled",
+		writeError(w, http.StatusForbidden, apitypes.CodeDemoDisabled,
 			"demo controls are disabled: start orion server with --demo to crash and recover the scheduler from the console")
 		return false
 	}
 	if h.cfg.AuthToken == "" && !loopback(r.RemoteAddr) {
-		writeError(w, http.StatusForbidden, "forbidden",
+		writeError(w, http.StatusForbidden, apitypes.CodeForbidden,
 			"demo controls need an auth token when the server is reached from beyond loopback")
 		return false
 	}
@@ -636,7 +618,7 @@ func (h *Handler) demoAllowed(w http.ResponseWriter, r *http.Request) bool {
 // to another origin.
 func (h *Handler) relay(w http.ResponseWriter, r *http.Request) bool {
 	target := r.URL.Query().Get("target")
-	if target == "" || target == h.cfg.Node || h.cfg.Cluster == nil || r.Header.Get(api.ForwardedHeader) != "" {
+	if target == "" || target == h.cfg.Node || h.cfg.Cluster == nil || r.Header.Get(httpkit.ForwardedHeader) != "" {
 		return false
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
@@ -657,17 +639,17 @@ func (h *Handler) relay(w http.ResponseWriter, r *http.Request) bool {
 	url := h.known[target]
 	h.mu.Unlock()
 	if url == "" {
-		writeError(w, http.StatusNotFound, "not_found", "no replica named "+target+" is registered")
+		writeError(w, http.StatusNotFound, apitypes.CodeNotFound, "no replica named "+target+" is registered")
 		return true
 	}
 	// The other replica sees ForwardedHeader and acts on itself, whatever
 	// ?target= says.
-	err := api.Relay{
+	err := httpkit.Relay{
 		Client: h.cfg.HTTPClient, To: url, From: h.cfg.Node, Token: h.cfg.AuthToken,
 		Timeout: h.cfg.WriteTimeout,
 	}.Do(w, r, nil)
 	if err != nil {
-		writeError(w, http.StatusBadGateway, "unreachable", "replica "+target+" did not answer: "+err.Error())
+		writeError(w, http.StatusBadGateway, apitypes.CodeUnreachable, "replica "+target+" did not answer: "+err.Error())
 	}
 	return true
 }
@@ -688,12 +670,12 @@ func (h *Handler) crash(w http.ResponseWriter, r *http.Request) {
 	h.adminMu.Lock()
 	defer h.adminMu.Unlock()
 	if !h.cfg.Demo.Status().Running {
-		writeError(w, http.StatusConflict, "conflict", "scheduler is already stopped")
+		writeError(w, http.StatusConflict, apitypes.CodeConflict, "scheduler is already stopped")
 		return
 	}
 	if err := h.cfg.Demo.Crash(); err != nil {
 		h.log.Error("demo crash failed", zap.Error(err))
-		writeError(w, http.StatusInternalServerError, "internal", "crash failed: "+err.Error())
+		writeError(w, http.StatusInternalServerError, apitypes.CodeInternal, "crash failed: "+err.Error())
 		return
 	}
 	now := time.Now().UTC()
@@ -712,7 +694,7 @@ func (h *Handler) recoverScheduler(w http.ResponseWriter, r *http.Request) {
 	h.adminMu.Lock()
 	defer h.adminMu.Unlock()
 	if h.cfg.Demo.Status().Running {
-		writeError(w, http.StatusConflict, "conflict", "scheduler is already running")
+		writeError(w, http.StatusConflict, apitypes.CodeConflict, "scheduler is already running")
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.WriteTimeout)
@@ -720,7 +702,7 @@ func (h *Handler) recoverScheduler(w http.ResponseWriter, r *http.Request) {
 	if err := h.cfg.Demo.Recover(ctx); err != nil {
 		h.log.Error("demo recovery failed", zap.Error(err))
 		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, "unavailable", "recovery failed: "+err.Error())
+		writeError(w, http.StatusServiceUnavailable, apitypes.CodeUnavailable, "recovery failed: "+err.Error())
 		return
 	}
 	now := time.Now().UTC()

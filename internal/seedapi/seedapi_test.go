@@ -10,10 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orion-sched/orion/internal/api"
+	"github.com/orion-sched/orion/internal/apitypes"
 	"github.com/orion-sched/orion/internal/core"
 	"github.com/orion-sched/orion/internal/dag"
 	"github.com/orion-sched/orion/internal/events"
+	"github.com/orion-sched/orion/internal/httpkit"
 	"github.com/orion-sched/orion/internal/model"
 	"github.com/orion-sched/orion/internal/scheduler"
 )
@@ -200,7 +201,7 @@ func (r resp) wantError(t *testing.T, status int, code string) ErrorBody {
 	t.Helper()
 	var eb ErrorBody
 	r.decode(t, &eb)
-	if r.code != status || eb.Code != code || eb.Error == "" {
+	if r.code != status || string(eb.Code) != code || eb.Error == "" {
 		t.Fatalf("got %d %+v, want %d %s", r.code, eb, status, code)
 	}
 	return eb
@@ -257,7 +258,7 @@ func TestSubmitMapsTheSeedFormat(t *testing.T) {
 	// A key that is not a valid id maps to a stable derived one.
 	r = e.do(t, "POST", PathSubmit, `[{"id":"a","payload":"x","priority":1,"dependencies":[]}]`, "Idempotency-Key", "key with spaces/slash")
 	r.decode(t, &sr)
-	if r.code != http.StatusCreated || sr.DAGID != api.IdempotencyID("key with spaces/slash") || !strings.HasPrefix(sr.DAGID, "k-") {
+	if r.code != http.StatusCreated || sr.DAGID != httpkit.IdempotencyID("key with spaces/slash") || !strings.HasPrefix(sr.DAGID, "k-") {
 		t.Fatalf("%d %+v", r.code, sr)
 	}
 }
@@ -337,27 +338,27 @@ func TestSubmitErrors(t *testing.T) {
 }
 
 // clusterStub names a leader for forwarding.
-type clusterStub struct{ leader api.ReplicaAddr }
+type clusterStub struct{ leader apitypes.ReplicaAddr }
 
-func (c clusterStub) Replicas(context.Context) ([]api.ReplicaAddr, error) { return nil, nil }
-func (c clusterStub) LeaderAddr(context.Context) (api.ReplicaAddr, bool, error) {
+func (c clusterStub) Replicas(context.Context) ([]apitypes.ReplicaAddr, error) { return nil, nil }
+func (c clusterStub) LeaderAddr(context.Context) (apitypes.ReplicaAddr, bool, error) {
 	return c.leader, c.leader.Name != "", nil
 }
-func (c clusterStub) Members(context.Context) ([]api.EtcdMember, error) { return nil, nil }
-func (c clusterStub) Workers() []api.WorkerInfo                         { return nil }
+func (c clusterStub) Members(context.Context) ([]apitypes.EtcdMember, error) { return nil, nil }
+func (c clusterStub) Workers() []apitypes.Worker                             { return nil }
 
 func TestStandbyForwardsSubmissions(t *testing.T) {
 	leader := newEnv(t, nil)
 	var gotAuth, gotFwd string
 	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		gotAuth, gotFwd = r.Header.Get("Authorization"), r.Header.Get(api.ForwardedHeader)
+		gotAuth, gotFwd = r.Header.Get("Authorization"), r.Header.Get(httpkit.ForwardedHeader)
 		leader.srv.Config.Handler.ServeHTTP(w, r)
 	}))
 	defer front.Close()
 	standby := newEnv(t, func(c *Config) {
 		c.Node = "n2"
 		c.AuthToken = "tok"
-		c.Cluster = clusterStub{leader: api.ReplicaAddr{Name: "n1", APIURL: front.URL}}
+		c.Cluster = clusterStub{leader: apitypes.ReplicaAddr{Name: "n1", APIURL: front.URL}}
 	})
 	standby.f.mu.Lock()
 	standby.f.st = &scheduler.Status{Node: "n2", Loaded: true}
@@ -374,10 +375,10 @@ func TestStandbyForwardsSubmissions(t *testing.T) {
 		t.Fatal("the leader should have the DAG")
 	}
 	if gotAuth != "Bearer tok" || gotFwd != "n2" {
-		t.Fatalf("forwarded with Authorization %q, %s %q", gotAuth, api.ForwardedHeader, gotFwd)
+		t.Fatalf("forwarded with Authorization %q, %s %q", gotAuth, httpkit.ForwardedHeader, gotFwd)
 	}
 	// A request that was forwarded once is not forwarded again.
-	r = standby.do(t, "POST", PathSubmit, loadtestBody, "Idempotency-Key", "fwd-2", api.ForwardedHeader, "n3")
+	r = standby.do(t, "POST", PathSubmit, loadtestBody, "Idempotency-Key", "fwd-2", httpkit.ForwardedHeader, "n3")
 	r.wantError(t, http.StatusServiceUnavailable, "unavailable")
 }
 

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/orion-sched/orion/internal/apitypes"
 	"github.com/orion-sched/orion/internal/core"
 	"github.com/orion-sched/orion/internal/events"
 	"github.com/orion-sched/orion/internal/hijack"
@@ -244,7 +245,7 @@ func (h *Handler) ws(w http.ResponseWriter, r *http.Request) {
 	sub, err := h.cfg.Hub.SubscribeLive()
 	if err != nil {
 		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, "unavailable", "the event stream is shutting down")
+		writeError(w, http.StatusServiceUnavailable, apitypes.CodeUnavailable, "the event stream is shutting down")
 		return
 	}
 	defer sub.Close()

@@ -30,6 +30,7 @@ import (
 	"github.com/orion-sched/orion/internal/events"
 	"github.com/orion-sched/orion/internal/executor"
 	"github.com/orion-sched/orion/internal/httpguard"
+	"github.com/orion-sched/orion/internal/httpkit"
 	"github.com/orion-sched/orion/internal/kubelabel"
 	"github.com/orion-sched/orion/internal/metrics"
 	"github.com/orion-sched/orion/internal/scheduler"
@@ -229,9 +230,9 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger) (s *Server, 
 
 	routes := console.Routes()
 	routes["GET "+workerstream.Path] = s.Hub.Handler()
-	maps.Copy(routes, s.Events.Routes(events.HTTPConfig{Origins: events.Origins{Hosts: hosts}, Logger: log.Named("events")}))
+	maps.Copy(routes, s.Events.Routes(events.HTTPConfig{Origins: httpkit.Origins{Hosts: hosts}, Logger: log.Named("events")}))
 	seed := seedapi.New(seedapi.Config{
-		Backend: &s.ref, Hub: s.Events, Demo: demo{s}, DemoEnabled: cfg.Demo, Origins: events.Origins{Hosts: hosts},
+		Backend: &s.ref, Hub: s.Events, Demo: demo{s}, DemoEnabled: cfg.Demo, Origins: httpkit.Origins{Hosts: hosts},
 		AuthToken: cfg.AuthToken, Cluster: info, Node: cfg.Name,
 		MaxBodyBytes: cfg.MaxBodyBytes, MaxTasks: cfg.MaxTasksPerDAG, WriteTimeout: cfg.WriteTimeout,
 		SlowTasks: cfg.Demo, Logger: log.Named("seedapi"),

@@ -7,7 +7,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/orion-sched/orion/internal/api"
+	"github.com/orion-sched/orion/internal/apitypes"
 	"github.com/orion-sched/orion/internal/executor"
 	"github.com/orion-sched/orion/internal/model"
 	"github.com/orion-sched/orion/internal/scheduler"
@@ -77,12 +77,12 @@ func replicaDialer(info *clusterInfo, self string, hub *workerstream.Hub, token 
 }
 
 // hubWorkers describes the hub's workers for the cluster endpoint.
-func hubWorkers(hub *workerstream.Hub) func() []api.WorkerInfo {
-	return func() []api.WorkerInfo {
+func hubWorkers(hub *workerstream.Hub) func() []apitypes.Worker {
+	return func() []apitypes.Worker {
 		ws := hub.Workers()
-		out := make([]api.WorkerInfo, 0, len(ws))
+		out := make([]apitypes.Worker, 0, len(ws))
 		for _, w := range ws {
-			out = append(out, api.WorkerInfo{ID: w.ID, Replica: w.Replica, Slots: w.Slots, Running: w.InFlight,
+			out = append(out, apitypes.Worker{ID: w.ID, Replica: w.Replica, Slots: w.Slots, Running: w.InFlight,
 				Connected: w.Connected, Since: w.Since})
 		}
 		return out

@@ -1,4 +1,4 @@
-package api
+package httpkit
 
 import (
 	"bytes"
@@ -33,6 +33,14 @@ type Relay struct {
 	// further answers anyway.
 	AwaitRev func(ctx context.Context, rev int64) error
 }
+
+// ForwardedHeader marks a request one replica relayed to another (a write
+// forwarded to the leader, a demo control sent to the replica it names); a
+// request carrying it is never relayed again.
+const ForwardedHeader = "X-Orion-Forwarded-By"
+
+// LeaderHeader names the leader on an answer a standby relayed from it.
+const LeaderHeader = "X-Orion-Leader"
 
 // RevisionHeader carries, on the answer to a write, the etcd revision the
 // answering replica had applied when it answered (the write included).

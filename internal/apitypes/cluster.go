@@ -1,0 +1,86 @@
+package apitypes
+
+import "time"
+
+// Cluster answers GET /api/v1/cluster: the leader, every replica with its
+// role and applied revision, the workers, and the etcd members.
+type Cluster struct {
+	Node            string    `json:"node"`
+	Leader          string    `json:"leader"`
+	LeaderURL       string    `json:"leader_url,omitempty"`
+	AppliedRevision int64     `json:"applied_revision"`
+	Lag             int64     `json:"lag"`
+	Replicas        []Replica `json:"replicas"`
+	Workers         []Worker  `json:"workers"`
+	Etcd            EtcdInfo  `json:"etcd"`
+}
+
+// Replica returns the replica named name, if the cluster lists it.
+func (c *Cluster) Replica(name string) (Replica, bool) {
+	for _, r := range c.Replicas {
+		if r.Name == name {
+			return r, true
+		}
+	}
+	return Replica{}, false
+}
+
+// Replica is one scheduler replica as the cluster endpoint shows it. A
+// Self decodes into it too (without Reachable).
+type Replica struct {
+	Name            string     `json:"name"`
+	Role            string     `json:"role"` // "leader", "standby", or "unknown" when unreachable
+	APIURL          string     `json:"api_url,omitempty"`
+	AppliedRevision int64      `json:"applied_revision"`
+	Lag             int64      `json:"lag"`
+	LeaderSince     *time.Time `json:"leader_since,omitempty"`
+	FirstCommitAt   *time.Time `json:"first_commit_at,omitempty"`
+	PID             int        `json:"pid,omitempty"`
+	Reachable       bool       `json:"reachable"`
+}
+
+// Self answers GET /api/v1/cluster/self: this replica alone, with the
+// workers when it leads.
+type Self struct {
+	Name            string     `json:"name"`
+	Role            string     `json:"role"`
+	APIURL          string     `json:"api_url,omitempty"`
+	AppliedRevision int64      `json:"applied_revision"`
+	Lag             int64      `json:"lag"`
+	LeaderSince     *time.Time `json:"leader_since,omitempty"`
+	FirstCommitAt   *time.Time `json:"first_commit_at,omitempty"`
+	PID             int        `json:"pid"`
+	Workers         []Worker   `json:"workers,omitempty"`
+}
+
+// Worker is an executor with its capacity, as the leader's hub sees it.
+type Worker struct {
+	ID        string    `json:"id"`
+	Replica   string    `json:"replica,omitempty"` // set for a replica's own slots
+	Slots     int       `json:"slots"`
+	Busy      int       `json:"busy"`
+	Running   int       `json:"running"` // attempts the worker reports in flight
+	Connected bool      `json:"connected"`
+	Since     time.Time `json:"since"`
+}
+
+// EtcdInfo is the etcd cluster a replica talks to.
+type EtcdInfo struct {
+	Endpoints []string     `json:"endpoints"`
+	Members   []EtcdMember `json:"members,omitempty"`
+}
+
+// EtcdMember is one etcd cluster member.
+type EtcdMember struct {
+	Name       string   `json:"name"`
+	ID         string   `json:"id"`
+	ClientURLs []string `json:"client_urls"`
+	PeerURLs   []string `json:"peer_urls"`
+	IsLeader   bool     `json:"is_leader"`
+}
+
+// ReplicaAddr is a replica's registration: its name and API URL.
+type ReplicaAddr struct {
+	Name   string `json:"name"`
+	APIURL string `json:"api_url"`
+}
