@@ -110,7 +110,7 @@ type revWaiter struct {
 func (e *Engine) WaitApplied(ctx context.Context, rev int64) error {
 	w := revWaiter{ctx: ctx, rev: rev, done: make(chan struct{})}
 	err := e.do(ctx, func() {
-		if e.appliedThrough() >= rev {
+		if e.appliedThrough() >= rev || e.leaderCaughtUp() {
 			close(w.done)
 			return
 		}
@@ -136,6 +136,12 @@ func (e *Engine) WaitApplied(ctx context.Context, rev int64) error {
 	}
 }
 
+// leaderCaughtUp reports a leader with no transaction in flight: it is the
+// only writer of the log and applies each of its commits before anyone learns
+// its revision, so it has applied every write that any revision stands for
+// (a revision outside the log, such as another program's key, included).
+func (e *Engine) leaderCaughtUp() bool { return e.c.IsLeader() && !e.inflight }
+
 // appliedThrough is the revision through which this replica has applied the
 // log: its last entry's, or a later one its watch has shown (events it does
 // not apply, or a progress notification).
@@ -151,7 +157,7 @@ func (e *Engine) resolveRevWaiters() {
 	keep := e.revWaiters[:0]
 	for _, w := range e.revWaiters {
 		switch {
-		case w.rev <= through:
+		case w.rev <= through || e.leaderCaughtUp():
 			close(w.done)
 		case w.ctx.Err() == nil:
 			keep = append(keep, w)
