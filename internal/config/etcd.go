@@ -74,10 +74,6 @@ var etcdSettings = Settings{
 	ConfigEnv: EtcdEnvPrefix + "CONFIG",
 }
 
-// EtcdSettings are the etcd member's settings: flags, environment names and
-// the config file's variable.
-func EtcdSettings() Settings { return etcdSettings }
-
 // BindEtcdFlags defines the etcd member's flags on fs (--config among them)
 // and binds them, the environment and the defaults into v.
 func BindEtcdFlags(fs *pflag.FlagSet, v *viper.Viper) {

@@ -63,10 +63,6 @@ var workerSettings = Settings{
 	ConfigEnv: WorkerEnvPrefix + "CONFIG",
 }
 
-// WorkerSettings are the worker's settings: flags, environment names and
-// the config file's variable.
-func WorkerSettings() Settings { return workerSettings }
-
 // BindWorkerFlags defines the worker's flags on fs (--config among them)
 // and binds them, the environment and the defaults into v.
 func BindWorkerFlags(fs *pflag.FlagSet, v *viper.Viper) {
