@@ -1,13 +1,13 @@
-// Package cli holds the client-side cobra commands of the orion binary:
-// submit, get, logs, cancel, retry and cluster. They talk to a server through
-// internal/client; the server-side commands live elsewhere.
+// Package cli holds every command of the orion binary, one file each, under
+// a thin cobra root (NewRoot): the processes (server, worker, etcd), the
+// client commands (submit, get, logs, cancel, retry, cluster), which talk to
+// a server through internal/client, and the drill and the benchmark. The
+// server, the worker and the etcd member read their settings through one
+// loader (internal/config: defaults < config file < ORION_* env < flags).
 //
-// Wiring, in main:
+// main is only:
 //
-//	root := &cobra.Command{Use: "orion"}
-//	cli.AddGlobalFlags(root)
-//	cli.AddClientCommands(root)
-//	os.Exit(cli.Execute(ctx, root))
+//	os.Exit(cli.Execute(context.Background(), cli.NewRoot()))
 //
 // Commands return errors rather than printing them; Execute (or PrintError
 // and ExitCode) turns an error into "error: ..." on stderr and an exit code.
@@ -24,17 +24,19 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/orion-sched/orion/internal/client"
+	"github.com/orion-sched/orion/internal/config"
 )
 
-// Environment variables read when the matching flag is not given.
+// Environment variables read when the matching flag is not given (the
+// worker reads the same two).
 const (
-	EnvServer = "ORION_SERVER"
-	EnvToken  = "ORION_AUTH_TOKEN"
+	EnvServer = config.EnvServer
+	EnvToken  = config.EnvToken
 )
 
 // DefaultServer is the API address used when neither --server nor
 // ORION_SERVER is set.
-const DefaultServer = "http://127.0.0.1:8080"
+const DefaultServer = config.DefaultServer
 
 const (
 	flagServer = "server"

@@ -14,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spf13/cobra"
-
 	"github.com/orion-sched/orion/internal/client"
 )
 
@@ -35,9 +33,7 @@ type result struct {
 // run executes the orion root as main would, with stdin as input.
 func run(t *testing.T, stdin string, args ...string) result {
 	t.Helper()
-	root := &cobra.Command{Use: "orion"}
-	AddGlobalFlags(root)
-	AddClientCommands(root)
+	root := NewRoot() // the binary's own root: every command, every flag
 	var out, errb bytes.Buffer
 	root.SetOut(&out)
 	root.SetErr(&errb)

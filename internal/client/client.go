@@ -73,7 +73,10 @@ func New(baseURLs []string, token string) *Client {
 }
 
 // NormalizeURL trims u, adds http:// when it has no scheme and drops
-// trailing slashes. It returns "" for an empty string.
+// trailing slashes: "host:port" and "http://host:port/" both become
+// "http://host:port"; https, ws and wss URLs keep their scheme. It returns
+// "" for an empty string. It is Orion's one normalizer of server URLs: the
+// client, the commands and the worker stream's dialer all use it.
 func NormalizeURL(u string) string {
 	u = strings.TrimSpace(u)
 	if u == "" {

@@ -1,8 +1,12 @@
-// Package config reads `orion server`'s settings with viper, in increasing
-// precedence: built-in defaults, the config file (config/orion.yaml or
-// --config), ORION_* environment variables, then command-line flags. Every
-// setting has all four forms: key data_dir, env ORION_DATA_DIR, flag
-// --data-dir.
+// Package config reads the settings of `orion server`, `orion worker` and
+// `orion etcd`, one way for all three (Settings): with viper, in increasing
+// precedence, built-in defaults, the config file (--config), ORION_*
+// environment variables, then command-line flags. Every setting has all
+// four forms: for the server, key data_dir, env ORION_DATA_DIR, flag
+// --data-dir; the worker's and the etcd member's environment variables
+// carry their own prefixes (ORION_WORKER_, ORION_ETCD_), except the
+// worker's ORION_SERVER and ORION_AUTH_TOKEN, which it shares with the
+// client commands.
 package config
 
 import (
@@ -129,10 +133,14 @@ var serverFlags = []Flag{
 	{"task-log-dir", "", "where full task logs are kept (default <data-dir>/logs)"},
 }
 
+// serverSettings are `orion server`'s settings: env ORION_ + KEY, the
+// config file from --config, ORION_CONFIG or config/orion.yaml.
+var serverSettings = Settings{Flags: serverFlags, EnvPrefix: ServerEnvPrefix, ConfigEnv: "ORION_CONFIG"}
+
 // BindServerFlags defines the server's flags on fs and binds them, the
 // environment and the defaults into v.
 func BindServerFlags(fs *pflag.FlagSet, v *viper.Viper) {
-	BindFlags(fs, v, serverFlags, ServerEnvPrefix)
+	serverSettings.Bind(fs, v)
 	fs.String("config", "", "config file (default: config/orion.yaml when present, else none); env ORION_CONFIG")
 }
 
@@ -140,30 +148,32 @@ func BindServerFlags(fs *pflag.FlagSet, v *viper.Viper) {
 // (envPrefix + the key upper-cased) and its default into v under Key(name),
 // so that v resolves flag > env > config file > default.
 func BindFlags(fs *pflag.FlagSet, v *viper.Viper, flags []Flag, envPrefix string) {
-	for _, f := range flags {
-		switch d := f.Default.(type) {
-		case string:
-			fs.String(f.Name, d, f.Usage)
-		case []string:
-			fs.StringSlice(f.Name, d, f.Usage)
-		case bool:
-			fs.Bool(f.Name, d, f.Usage)
-		case int:
-			fs.Int(f.Name, d, f.Usage)
-		case int64:
-			fs.Int64(f.Name, d, f.Usage)
-		case float64:
-			fs.Float64(f.Name, d, f.Usage)
-		case time.Duration:
-			fs.Duration(f.Name, d, f.Usage)
-		default:
-			panic(fmt.Sprintf("config: flag %s has unsupported default %T", f.Name, d))
-		}
-		key := Key(f.Name)
-		v.SetDefault(key, f.Default)
-		_ = v.BindPFlag(key, fs.Lookup(f.Name))
-		_ = v.BindEnv(key, EnvVar(envPrefix, f.Name))
+	Settings{Flags: flags, EnvPrefix: envPrefix}.Bind(fs, v)
+}
+
+func bindFlag(fs *pflag.FlagSet, v *viper.Viper, f Flag, env string) {
+	switch d := f.Default.(type) {
+	case string:
+		fs.String(f.Name, d, f.Usage)
+	case []string:
+		fs.StringSlice(f.Name, d, f.Usage)
+	case bool:
+		fs.Bool(f.Name, d, f.Usage)
+	case int:
+		fs.Int(f.Name, d, f.Usage)
+	case int64:
+		fs.Int64(f.Name, d, f.Usage)
+	case float64:
+		fs.Float64(f.Name, d, f.Usage)
+	case time.Duration:
+		fs.Duration(f.Name, d, f.Usage)
+	default:
+		panic(fmt.Sprintf("config: flag %s has unsupported default %T", f.Name, d))
 	}
+	key := Key(f.Name)
+	v.SetDefault(key, f.Default)
+	_ = v.BindPFlag(key, fs.Lookup(f.Name))
+	_ = v.BindEnv(key, env)
 }
 
 // EnvVar is the environment form of a flag: EnvVar("ORION_", "data-dir")
@@ -184,15 +194,9 @@ func LoadServer(v *viper.Viper, configFile string) (Server, string, error) {
 			configFile = "config/orion.yaml"
 		}
 	}
-	if configFile != "" {
-		v.SetConfigFile(configFile)
-		if err := v.ReadInConfig(); err != nil {
-			return Server{}, configFile, fmt.Errorf("config file %s: %w", configFile, err)
-		}
-	}
 	var s Server
-	if err := v.Unmarshal(&s); err != nil {
-		return s, configFile, fmt.Errorf("config: %w", err)
+	if _, err := serverSettings.Load(v, configFile, &s); err != nil {
+		return s, configFile, err
 	}
 	s.EtcdEndpoints = splitList(s.EtcdEndpoints)
 	s.AllowedHosts = splitList(s.AllowedHosts)

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+
+	apiclient "github.com/orion-sched/orion/internal/client"
 )
 
 // clusterTimeout bounds one GET /api/v1/cluster of the HTTP dialer, and
@@ -77,7 +79,7 @@ func NewHTTPDialer(servers []string, token string, client *http.Client) *HTTPDia
 		d.ws.NetDialContext = t.DialContext
 	}
 	for _, s := range servers {
-		if s = normalizeBase(s); s != "" && !slices.Contains(d.given, s) {
+		if s = apiclient.NormalizeURL(s); s != "" && !slices.Contains(d.given, s) {
 			d.given = append(d.given, s)
 		}
 	}
@@ -90,7 +92,7 @@ func (d *HTTPDialer) SetPeers(peers []Peer) {
 	defer d.mu.Unlock()
 	d.learned = d.learned[:0]
 	for _, p := range peers {
-		u := normalizeBase(p.URL)
+		u := apiclient.NormalizeURL(p.URL)
 		if u == "" {
 			continue
 		}
@@ -107,22 +109,9 @@ func (d *HTTPDialer) serversLocked() []string {
 	return slices.Concat(d.given, d.learned)
 }
 
-// normalizeBase turns "host:port" or "http://host:port/" into
-// "http://host:port"; ws/wss URLs are kept as they are.
-func normalizeBase(u string) string {
-	u = strings.TrimSpace(u)
-	if u == "" {
-		return ""
-	}
-	if !strings.Contains(u, "://") {
-		u = "http://" + u
-	}
-	return strings.TrimRight(u, "/")
-}
-
 // StreamURL is the worker stream's URL on the server at base.
 func StreamURL(base string) (string, error) {
-	u, err := url.Parse(normalizeBase(base))
+	u, err := url.Parse(apiclient.NormalizeURL(base))
 	if err != nil {
 		return "", fmt.Errorf("server URL %q: %w", base, err)
 	}
@@ -267,7 +256,7 @@ func (d *HTTPDialer) learn(base string, ans clusterAnswer) string {
 		if r.APIURL == "" {
 			continue
 		}
-		u := normalizeBase(r.APIURL)
+		u := apiclient.NormalizeURL(r.APIURL)
 		d.learnLocked(u)
 		if r.Name != "" {
 			d.byName[r.Name] = u
@@ -347,9 +336,9 @@ func (c *redirectConn) Recv() (Msg, error) {
 			rd.URL = c.d.byName[rd.Leader]
 		}
 		if rd.URL != "" {
-			c.d.learnLocked(normalizeBase(rd.URL))
+			c.d.learnLocked(apiclient.NormalizeURL(rd.URL))
 			if rd.Leader != "" {
-				c.d.byName[rd.Leader] = normalizeBase(rd.URL)
+				c.d.byName[rd.Leader] = apiclient.NormalizeURL(rd.URL)
 			}
 			c.d.hint = &rd
 		}

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"encoding/json"
@@ -16,7 +16,7 @@ import (
 	"github.com/orion-sched/orion/internal/drill"
 )
 
-func newDrillCommand() *cobra.Command {
+func newDrillCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "drill",
 		Short: "Failover drills against a local cluster (kill-leader)",
@@ -25,14 +25,13 @@ func newDrillCommand() *cobra.Command {
 			return cmd.Help()
 		},
 	}
-	cmd.AddCommand(newDrillKillLeaderCommand())
+	cmd.AddCommand(newDrillKillLeaderCmd())
 	return cmd
 }
 
-func newDrillKillLeaderCommand() *cobra.Command {
+func newDrillKillLeaderCmd() *cobra.Command {
 	var (
 		o       drill.Options
-		servers string
 		restart string
 		asJSON  bool
 	)
@@ -74,10 +73,7 @@ updated, so "test/cluster.sh down" still stops it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cmd.SilenceUsage = true
-			if servers == "" {
-				servers = os.Getenv("ORION_SERVER")
-			}
-			for _, s := range strings.Split(servers, ",") {
+			for _, s := range strings.Split(flagOrEnv(cmd, flagServer, EnvServer, ""), ",") {
 				if s = client.NormalizeURL(s); s != "" {
 					o.Servers = append(o.Servers, s)
 				}
@@ -85,11 +81,7 @@ updated, so "test/cluster.sh down" still stops it.`,
 			if len(o.Servers) == 0 {
 				return errors.New("--server: give the API URL of at least one replica (or set ORION_SERVER)")
 			}
-			if f := cmd.Flag("token"); f != nil && f.Value.String() != "" {
-				o.Token = f.Value.String()
-			} else {
-				o.Token = os.Getenv("ORION_AUTH_TOKEN")
-			}
+			o.Token = strings.TrimSpace(flagOrEnv(cmd, flagToken, EnvToken, ""))
 			m, err := drill.ParseRestartMode(restart)
 			if err != nil {
 				return err
@@ -126,7 +118,7 @@ updated, so "test/cluster.sh down" still stops it.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&servers, "server", "", "comma-separated API URLs of the replicas (env ORION_SERVER)")
+	f.String(flagServer, "", "comma-separated API URLs of the replicas (env ORION_SERVER)")
 	f.IntVar(&o.Count, "count", 1, "drills to run")
 	f.DurationVar(&o.Interval, "interval", 2*time.Second, "pause between drills")
 	f.IntVar(&o.Tasks, "tasks", 40, "shell tasks per drill DAG")

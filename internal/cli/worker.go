@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -8,12 +8,11 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
-	"runtime"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/viper"
 	"go.uber.org/zap"
 
 	"github.com/orion-sched/orion/internal/config"
@@ -21,24 +20,12 @@ import (
 	"github.com/orion-sched/orion/internal/workerstream"
 )
 
-// Environment fallbacks of `orion worker`, shared with the client commands.
-const (
-	envWorkerServer = "ORION_SERVER"
-	envWorkerToken  = "ORION_AUTH_TOKEN"
-)
-
 // workerDrainTimeout bounds how long a stopping worker tries to hand the
 // Cancelled results of its running attempts to the leader.
 const workerDrainTimeout = 3 * time.Second
 
-func newWorkerCommand() *cobra.Command {
-	var (
-		slots     int
-		name      string
-		logDir    string
-		logLevel  string
-		logFormat string
-	)
+func newWorkerCmd() *cobra.Command {
+	v := viper.New()
 	cmd := &cobra.Command{
 		Use:   "worker",
 		Short: "Run a standalone worker: execute tasks dispatched by the cluster's leader",
@@ -49,7 +36,13 @@ replicas from the one it reaches), and tells a new leader what it is running,
 so running tasks are adopted rather than started again.
 
 On SIGTERM or SIGINT the worker cancels its running attempts (the leader
-re-queues them without consuming a retry) and exits.`,
+re-queues them without consuming a retry) and exits.
+
+Settings are resolved like the server's: defaults, then the --config file
+(or ORION_WORKER_CONFIG), then the environment, then flags. --server is
+ORION_SERVER and --token ORION_AUTH_TOKEN, as for the client commands; every
+other flag is ORION_WORKER_ and its name in upper case with underscores
+(--slots is ORION_WORKER_SLOTS).`,
 		Example: `  # Two replicas, four slots, a token
   orion worker --server http://10.0.0.1:8080,http://10.0.0.2:8080 --slots 4 --token "$TOKEN"
 
@@ -57,81 +50,21 @@ re-queues them without consuming a retry) and exits.`,
   ORION_SERVER=http://10.0.0.1:8080 ORION_AUTH_TOKEN=... orion worker --name gpu-1`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			servers, err := workerServers(flagOrEnvValue(cmd, "server", envWorkerServer, "http://127.0.0.1:8080"))
+			file, _ := cmd.Flags().GetString("config")
+			cfg, _, err := config.LoadWorker(v, file)
 			if err != nil {
 				return err
 			}
-			token := strings.TrimSpace(flagOrEnvValue(cmd, "token", envWorkerToken, ""))
-			if slots <= 0 {
-				return fmt.Errorf("--slots %d: must be ≥ 1", slots)
-			}
-			if name == "" {
-				h, err := os.Hostname()
-				if err != nil || h == "" {
-					h = "worker"
-				}
-				name = h
-			}
-			if strings.ContainsAny(name, "/ \t\n") {
-				return fmt.Errorf("--name %q: no slashes or spaces", name)
-			}
-			log, err := newLogger(logLevel, logFormat)
+			log, err := newLogger(cfg.LogLevel, cfg.LogFormat)
 			if err != nil {
 				return err
 			}
 			defer log.Sync()
-			return runWorker(servers, token, name, slots, logDir, log)
+			return runWorker(cfg, log)
 		},
 	}
-	f := cmd.Flags()
-	// Its own --server and --token (they shadow the root's persistent
-	// flags of the same name, with help that fits a worker).
-	f.String("server", "", "comma-separated API URLs of the replicas (env "+envWorkerServer+"; default http://127.0.0.1:8080); the worker learns the others from the one it reaches")
-	f.String("token", "", "bearer token of the API (env "+envWorkerToken+")")
-	f.IntVar(&slots, "slots", runtime.NumCPU(), "attempts run at once")
-	f.StringVar(&name, "name", "", "worker name; its id is NAME/PID-RANDOM, new at each start (default: host name)")
-	f.StringVar(&logDir, "log-dir", "", "where attempt logs are kept (default <tmp>/orion-logs)")
-	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
-	f.StringVar(&logFormat, "log-format", "console", "console or json")
+	config.BindWorkerFlags(cmd.Flags(), v)
 	return cmd
-}
-
-// flagOrEnvValue returns the flag's value if it was given, else the
-// environment variable if set, else the flag's default (or def when the
-// flag does not exist or has an empty default).
-func flagOrEnvValue(cmd *cobra.Command, name, env, def string) string {
-	f := cmd.Flag(name)
-	if f != nil && f.Changed {
-		return f.Value.String()
-	}
-	if v, ok := os.LookupEnv(env); ok && strings.TrimSpace(v) != "" {
-		return v
-	}
-	if f != nil && f.Value.String() != "" {
-		return f.Value.String()
-	}
-	return def
-}
-
-func workerServers(list string) ([]string, error) {
-	var out []string
-	for _, s := range strings.Split(list, ",") {
-		if s = strings.TrimSpace(s); s == "" {
-			continue
-		}
-		if !strings.Contains(s, "://") {
-			s = "http://" + s
-		}
-		u, err := url.Parse(s)
-		if err != nil || u.Host == "" {
-			return nil, fmt.Errorf("--server %q: want http://host:port", s)
-		}
-		out = append(out, strings.TrimRight(s, "/"))
-	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("--server: no URL given")
-	}
-	return out, nil
 }
 
 // workerID names this process: a restarted worker is a new worker, so the
@@ -142,18 +75,19 @@ func workerID(name string) string {
 	return fmt.Sprintf("%s/%d-%s", name, os.Getpid(), hex.EncodeToString(b[:]))
 }
 
-func runWorker(servers []string, token, name string, slots int, logDir string, log *zap.Logger) error {
+func runWorker(cfg config.Worker, log *zap.Logger) error {
+	servers, slots := cfg.Servers, cfg.Slots
 	for _, s := range servers {
-		if u, err := url.Parse(s); err == nil && u.Scheme == "http" && token != "" && !config.IsLoopbackHost(u.Hostname()) {
+		if u, err := url.Parse(s); err == nil && u.Scheme == "http" && cfg.Token != "" && !config.IsLoopbackHost(u.Hostname()) {
 			log.Warn("the token travels unencrypted to a non-loopback server; use https", zap.String("server", s))
 		}
 	}
-	id := workerID(name)
-	exec, err := executor.NewLocal(executor.LocalConfig{ID: id, Slots: slots, LogDir: logDir, Logger: log.Named("executor")})
+	id := workerID(cfg.Name)
+	exec, err := executor.NewLocal(executor.LocalConfig{ID: id, Slots: slots, LogDir: cfg.LogDir, Logger: log.Named("executor")})
 	if err != nil {
 		return err
 	}
-	dialer := workerstream.NewHTTPDialer(servers, token, nil)
+	dialer := workerstream.NewHTTPDialer(servers, cfg.Token, nil)
 	agent := workerstream.NewAgent(workerstream.AgentConfig{
 		Exec: exec,
 		Dial: dialer.Dial,

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 	"github.com/orion-sched/orion/internal/server"
 )
 
-func newServerCommand() *cobra.Command {
+func newServerCmd() *cobra.Command {
 	v := viper.New()
 	var printConfig bool
 	cmd := &cobra.Command{

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 	"github.com/orion-sched/orion/internal/bench"
 )
 
-func newBenchCommand() *cobra.Command {
+func newBenchCmd() *cobra.Command {
 	var o bench.Options
 	var asJSON bool
 	var servers, etcdEndpoints string
@@ -102,11 +102,7 @@ func runClusterBench(ctx context.Context, cmd *cobra.Command, o bench.ClusterOpt
 	if len(bad) > 0 {
 		return fmt.Errorf("%s: only for the in-process bench, not with --server", strings.Join(bad, ", "))
 	}
-	if f := cmd.Flag("token"); f != nil && f.Value.String() != "" {
-		o.Token = f.Value.String()
-	} else {
-		o.Token = os.Getenv("ORION_AUTH_TOKEN")
-	}
+	o.Token = strings.TrimSpace(flagOrEnv(cmd, flagToken, EnvToken, ""))
 	o.Log = cmd.ErrOrStderr()
 	res, err := bench.RunCluster(ctx, o)
 	if err != nil {
