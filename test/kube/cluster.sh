@@ -8,6 +8,7 @@
 #   test/kube/cluster.sh down     stop everything it started and undo its
 #                                 kernel state (bridge, netns, iptables, sysctl)
 #   test/kube/cluster.sh check    exit 0 if the machine can run it, else say why
+#   test/kube/cluster.sh cached   exit 0 if the pinned binaries are already built
 #   test/kube/cluster.sh env      print the KUBECONFIG/KUBECTL/... exports
 #
 # Nothing is downloaded but Go modules and Debian packages: Kubernetes and
@@ -22,7 +23,7 @@
 # (okube0, 10.244.0.1/24, the node's address); the Service range
 # 10.96.0.0/24 exists only in this machine's iptables. A FORWARD rule drops
 # anything the pods send off the bridge. Root only.
-set -euo pipefail
+set -Eeuo pipefail
 
 KUBE_VERSION=${KUBE_VERSION:-v1.35.4}
 COREDNS_VERSION=${COREDNS_VERSION:-v1.14.7}
@@ -52,6 +53,8 @@ KUBECONFIG_ADMIN=$STATE/pki/admin.kubeconfig
 PV_COUNT=${ORION_KUBE_PVS:-8}
 
 export GOFLAGS=-buildvcs=false
+# Say where a step failed (set -e alone exits silently).
+trap 'rc=$?; echo "$(date -u +%H:%M:%S) kube: ERROR: \"$BASH_COMMAND\" failed (exit $rc) at line $LINENO" >&2' ERR
 log() { printf '%s kube: %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 T0=$(date +%s)
@@ -254,7 +257,12 @@ kctl() { "$KBIN/kubectl" --kubeconfig "$KUBECONFIG_ADMIN" "$@"; }
 up() {
   check || exit $?
   [ -f "$RUN/pids/kube-apiserver" ] && die "a cluster is already up (test/kube/cluster.sh down first)"
-  build
+  # Leftovers of a run that was killed before its teardown: undo them.
+  if ip link show "$BRIDGE" >/dev/null 2>&1 || [ -d "$RUN" ] || grep -qE " ($STATE|$RUN)/" /proc/self/mounts; then
+    log "leftovers of an earlier cluster found: tearing them down first"
+    down
+  fi
+  [ "${ORION_KUBE_SKIP_BUILD:-0}" = 1 ] || build
   local t_start=$(date +%s)
   mkdir -p "$STATE" "$RUN/pids"
   rm -rf "${STATE:?}/etcd" "$STATE/kubelet" "$STATE/cni" "$STATE/logs" "$STATE/pki" "$STATE/pv"
@@ -500,11 +508,21 @@ down() {
   log "down"
 }
 
+# cached: exit 0 if the pinned Kubernetes and CoreDNS binaries are built.
+cached() {
+  local b
+  for b in kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubelet kubectl; do
+    [ -x "$KBIN/$b" ] || return 1
+  done
+  [ -x "$COREDNS_BIN" ]
+}
+
 case "${1:-}" in
   check) check ;;
+  cached) cached ;;
   build) build ;;
   up) up ;;
   down) down ;;
   env) printenv_ ;;
-  *) echo "usage: $0 check|build|up|down|env" >&2; exit 2 ;;
+  *) echo "usage: $0 check|cached|build|up|down|env" >&2; exit 2 ;;
 esac
