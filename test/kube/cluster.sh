@@ -113,7 +113,7 @@ build_kubernetes() {
   [ $ok = 1 ] && return 0
   local t=$(date +%s) src=$CACHE/kubernetes-$KUBE_VERSION/src minor=${KUBE_VERSION#v1.}
   minor=${minor%%.*}
-  log "building Kubernetes $KUBE_VERSION from its Go module (about 12 minutes on 2 cores, once)"
+  log "building Kubernetes $KUBE_VERSION from its Go module (about 16 minutes on 2 cores, once)"
   local dir
   dir=$(cd /tmp && go mod download -json "k8s.io/kubernetes@$KUBE_VERSION" | sed -n 's/^\s*"Dir": "\(.*\)",$/\1/p')
   [ -d "$dir" ] || die "go mod download k8s.io/kubernetes@$KUBE_VERSION failed"
