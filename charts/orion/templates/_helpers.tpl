@@ -159,21 +159,27 @@ podAntiAffinity:
 {{- printf "http://%s.%s.svc.%s:%d" (include "orion.api.service" .) .Release.Namespace .Values.clusterDomain (int .Values.scheduler.service.port) }}
 {{- end }}
 
-{{/* Host names the replicas serve (allowed_hosts): the API and active
-Services in every form a pod in the cluster may use, every pod behind the
-headless Service, and config.allowed_hosts (an Ingress, say). Any other
-name in a request's Host gets 421: a web page cannot reach the API by
-rebinding its own name. */}}
+{{/*
+ORION_ALLOWED_HOSTS of a scheduler replica: every name the release's
+Services give it (short, .<ns>, .<ns>.svc, .<ns>.svc.<clusterDomain>), its
+own name under the headless Service, its pod IP (kubelet probes, Prometheus
+scrapes and the other replicas use it), then allowedHosts. $(POD_NAME) and
+$(POD_IP) are expanded by the kubelet from the env above it.
+*/}}
 {{- define "orion.allowedHosts" -}}
 {{- $ns := .Release.Namespace }}
 {{- $domain := .Values.clusterDomain }}
 {{- $hosts := list }}
-{{- range $svc := list (include "orion.api.service" .) (include "orion.active.service" .) (include "orion.scheduler.headless" .) }}
+{{- $services := list (include "orion.api.service" .) (include "orion.scheduler.headless" .) }}
+{{- if .Values.activeService.enabled }}
+{{- $services = append $services (include "orion.active.service" .) }}
+{{- end }}
+{{- range $svc := $services }}
 {{- $hosts = concat $hosts (list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.%s" $svc $ns $domain)) }}
 {{- end }}
-{{- $headless := include "orion.scheduler.headless" . }}
-{{- $hosts = concat $hosts (list (printf ".%s.%s" $headless $ns) (printf ".%s.%s.svc" $headless $ns) (printf ".%s.%s.svc.%s" $headless $ns $domain)) }}
-{{- concat $hosts (.Values.config.allowed_hosts | default list) | toJson }}
+{{- $pod := printf "$(POD_NAME).%s" (include "orion.scheduler.headless" .) }}
+{{- $hosts = concat $hosts (list (printf "%s.%s.svc.%s" $pod $ns $domain) (printf "%s.%s.svc" $pod $ns) (printf "%s.%s" $pod $ns) $pod "$(POD_IP)") }}
+{{- join "," (concat $hosts .Values.allowedHosts) }}
 {{- end }}
 
 {{/* Where the etcd TLS Secret is mounted in the replicas. */}}

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# make kube-test: bring the test cluster up (cluster.sh), install the chart,
+# run `helm test` and the drills (kube_test.go, TestKube), print every figure
+# and the timings, and tear everything down again, whatever happened.
+#
+#   ORION_KUBE_DRILLS=full|ci   full (default): every drill; ci: without the
+#                               etcd pod delete, scale and helm-upgrade drills
+#   ORION_KUBE_TIMEOUT=SECONDS  bound on the whole run (default 2400; the
+#                               cold build alone takes about 15 minutes)
+#   ORION_KUBE_SKIP_ON_ENV=1    a machine that cannot run the cluster (not
+#                               root, no cgroups, a kernel that refuses a
+#                               bridge or a netns, a cluster that does not
+#                               come up) is a skip with exit 0, not a failure;
+#                               a chart or drill failure still fails
+#   HELM=...                    the helm binary (the Makefile passes its own)
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+HERE=test/kube
+MODE=${ORION_KUBE_DRILLS:-full}
+BOUND=${ORION_KUBE_TIMEOUT:-2400}
+T0=$(date +%s)
+say() { printf 'kube-test: %s\n' "$*"; }
+skip() {
+  say "SKIP: $*"
+  if [ "${ORION_KUBE_SKIP_ON_ENV:-0}" = 1 ]; then exit 0; fi
+  exit 1
+}
+
+[ -n "${HELM:-}" ] && [ -x "$HELM" ] || { say "HELM is not set to a helm binary (use make kube-test)"; exit 1; }
+$HERE/cluster.sh check
+rc=$?
+[ $rc = 0 ] || skip "this machine cannot run the test cluster (see above)"
+
+# A cluster left up (an earlier run that was killed): this run owns it.
+if [ -d /run/orion-kube/pids ]; then
+  say "a test cluster is already up: tearing it down first"
+  $HERE/cluster.sh down >/dev/null 2>&1 || true
+fi
+
+# Bound everything: the watchdog tears the cluster down and ends the run.
+( sleep "$BOUND"; say "FAIL: the whole run exceeded ${BOUND}s; tearing down"; kill -TERM $$ 2>/dev/null ) &
+WATCHDOG=$!
+cleanup() {
+  kill "$WATCHDOG" 2>/dev/null
+  local t=$(date +%s)
+  $HERE/cluster.sh down >/dev/null 2>&1 || say "teardown reported an error (state in /var/lib/orion-kube, /run/orion-kube)"
+  say "teardown $(( $(date +%s) - t )) s"
+}
+trap cleanup EXIT
+trap 'exit 1' TERM INT
+
+t=$(date +%s)
+if ! $HERE/cluster.sh build; then
+  skip "building the cluster's binaries failed (see above)"
+fi
+T_BUILD=$(( $(date +%s) - t ))
+t=$(date +%s)
+if ! ORION_KUBE_SKIP_BUILD=1 $HERE/cluster.sh up > /tmp/orion-kube-env.$$; then
+  tail -n 30 /var/lib/orion-kube/logs/kubelet.log 2>/dev/null | sed 's/^/  kubelet: /'
+  skip "the test cluster did not come up on this machine (logs in /var/lib/orion-kube/logs)"
+fi
+T_UP=$(( $(date +%s) - t ))
+# shellcheck disable=SC1090
+. /tmp/orion-kube-env.$$; rm -f /tmp/orion-kube-env.$$
+export KUBECONFIG KUBECTL ORION_KUBE_STATE ORION_KUBE_IMAGE HELM
+export CHART=$PWD/charts/orion ORION_KUBE_DRILLS=$MODE
+FIGURES=$(mktemp); export ORION_KUBE_FIGURES=$FIGURES
+
+t=$(date +%s)
+( cd $HERE && go test -count=1 -v -timeout "$(( BOUND > 120 ? BOUND - 60 : BOUND ))s" -run '^TestKube$' . ) 2>&1 | tee /tmp/orion-kube-test.log | grep -E '^(=== RUN|--- |FIGURE|PASS|FAIL|ok|\s+kube_test.go)' 
+rc=${PIPESTATUS[0]}
+T_TEST=$(( $(date +%s) - t ))
+
+echo
+say "figures (drills: $MODE):"
+sed 's/^FIGURE /  /' "$FIGURES"; rm -f "$FIGURES"
+say "timings: build ${T_BUILD} s, cluster up ${T_UP} s, install + helm test + drills ${T_TEST} s, total so far $(( $(date +%s) - T0 )) s (bound ${BOUND} s)"
+if [ $rc != 0 ]; then
+  say "FAIL (full log: /tmp/orion-kube-test.log)"
+  exit 1
+fi
+say "PASS"
