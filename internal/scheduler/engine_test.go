@@ -219,7 +219,12 @@ tasks:
 	if _, err := b1.eng.Submit(context.Background(), d); err != nil {
 		t.Fatal(err)
 	}
-	testkit.WaitFor(t, 10*time.Second, "slow started", func() bool { _, err := os.Stat(filepath.Join(dir, "slow")); return err == nil })
+	// Started: its mark written, not only the file created (the shell opens
+	// the file before it writes, and a crash may fall in between).
+	testkit.WaitFor(t, 10*time.Second, "slow started", func() bool {
+		raw, _ := os.ReadFile(filepath.Join(dir, "slow"))
+		return strings.Contains(string(raw), "x")
+	})
 	// Crash: the engine loop and executor stop; the session is abandoned
 	// without resigning (its lease expires), as with kill -9.
 	// slow waits for the gate, opened only after the crash: its first
