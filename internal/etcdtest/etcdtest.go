@@ -15,12 +15,15 @@ import (
 )
 
 // Start starts a single-member etcd on free loopback ports in a temporary
-// directory, and a client of it; both are closed when the test ends.
-func Start(t testing.TB) (*etcdserver.Member, *clientv3.Client) {
+// directory, and a client of it; both are closed when the test ends. mods
+// change the member's configuration (a smaller request limit, say).
+func Start(t testing.TB, mods ...func(*etcdserver.Config)) (*etcdserver.Member, *clientv3.Client) {
 	t.Helper()
-	m, err := etcdserver.Start(context.Background(), etcdserver.Config{
-		DataDir: t.TempDir(), ClientURL: testkit.FreeURL(t), PeerURL: testkit.FreeURL(t), Logger: zap.NewNop(),
-	})
+	cfg := etcdserver.Config{DataDir: t.TempDir(), ClientURL: testkit.FreeURL(t), PeerURL: testkit.FreeURL(t), Logger: zap.NewNop()}
+	for _, mod := range mods {
+		mod(&cfg)
+	}
+	m, err := etcdserver.Start(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

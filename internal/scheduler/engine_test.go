@@ -332,19 +332,7 @@ func TestHandWrittenGarbageIsSkipped(t *testing.T) {
 // operator's mismatch), so the refusal comes from etcd itself, not from the
 // engine's own check.
 func TestRecordRefusedByEtcdFailsAlone(t *testing.T) {
-	m, err := etcdserver.Start(context.Background(), etcdserver.Config{
-		DataDir: t.TempDir(), ClientURL: testkit.FreeURL(t), PeerURL: testkit.FreeURL(t), Logger: zap.NewNop(),
-		MaxRequestBytes: 256 << 10,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close() })
-	cli, err := clientv3.New(clientv3.Config{Endpoints: m.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
+	_, cli := etcdtest.Start(t, func(c *etcdserver.Config) { c.MaxRequestBytes = 256 << 10 })
 	// The engine believes etcd takes 4 MiB.
 	// A long lease: on a loaded machine a 1 s lease can expire by itself,
 	// and that is not what this test is about.
