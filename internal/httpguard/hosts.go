@@ -63,15 +63,6 @@ func NewHosts(entries ...string) Hosts {
 // Any reports whether every host name is allowed ("*" was configured).
 func (h Hosts) Any() bool { return h.any }
 
-// Names returns the configured exact names, for logs and errors.
-func (h Hosts) Names() []string {
-	out := make([]string, 0, len(h.names)+len(h.suffixes))
-	for n := range h.names {
-		out = append(out, n)
-	}
-	return append(out, h.suffixes...)
-}
-
 // AllowedHost reports whether a request's Host header (with or without a
 // port) names this server.
 func (h Hosts) AllowedHost(hostport string) bool {

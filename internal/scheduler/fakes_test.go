@@ -32,11 +32,9 @@ type fakeStore struct {
 	leader   string
 	sessions []*fakeSession
 	loads    int // Load calls, to see reloads
-	// seen holds the DAGs of every Commit call so far, applied or not;
-	// commitsSeen counts the calls.
-	seen        map[string]bool
-	commitsSeen int
-	batches     []int // entries per Commit call, in order
+	// seen holds the DAGs of every Commit call so far, applied or not.
+	seen    map[string]bool
+	batches []int // entries per Commit call, in order
 
 	// commitHook, when set, decides a Commit's fate: apply it or not, and
 	// what to return. It runs without the lock and may block.
@@ -234,7 +232,6 @@ func (s *fakeStore) Campaign(ctx context.Context, session store.Session, name st
 func (s *fakeStore) Commit(ctx context.Context, fence store.Fence, entries []core.Entry, lim store.Limits, term *store.TermRecord) (store.Committed, error) {
 	apply, err := true, error(nil)
 	s.mu.Lock()
-	s.commitsSeen++
 	s.batches = append(s.batches, len(entries))
 	for _, e := range entries {
 		s.seen[e.DAG] = true

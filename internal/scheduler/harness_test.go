@@ -290,9 +290,11 @@ func (h *engineHarness) start() {
 	go func() { _ = h.eng.Run(ctx) }()
 }
 
-// barrier returns once the loop has handled everything sent to it before
-// (a query runs on the loop after the events ahead of it in select order is
-// not guaranteed, so it runs twice: the channels are drained by then).
+// barrier lets the loop take what was sent to it: select picks among ready
+// channels at random, so one query is no proof that earlier events were
+// handled; three, with the worker and result channels empty, make it likely.
+// Scenario steps that depend on an effect wait for it as a condition
+// (`wait ...`), never on the barrier alone.
 func (h *engineHarness) barrier() {
 	for i := 0; i < 3; i++ {
 		if err := h.eng.Query(context.Background(), func(*core.Core) {}); err != nil {

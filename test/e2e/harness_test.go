@@ -182,22 +182,37 @@ func (n *node) logs() string {
 
 func (n *node) do(method, path, contentType string, body []byte) (int, []byte) {
 	n.t.Helper()
+	var hdr []string
+	if contentType != "" {
+		hdr = []string{"Content-Type", contentType}
+	}
+	return n.request(method, path, "", body, hdr...)
+}
+
+// request sends one request, with the node's token and, when host is not
+// empty, that Host header (a browser that rebinds a name sends that name),
+// and returns the status and body (or 0 and the transport error).
+func (n *node) request(method, path, host string, body []byte, hdr ...string) (int, []byte) {
+	n.t.Helper()
 	req, err := http.NewRequest(method, n.url()+path, bytes.NewReader(body))
 	if err != nil {
 		n.t.Fatal(err)
 	}
-	if contentType != "" {
-		req.Header.Set("Content-Type", contentType)
+	if host != "" {
+		req.Host = host
 	}
 	if n.token != "" {
 		req.Header.Set("Authorization", "Bearer "+n.token)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := (&http.Client{Timeout: time.Minute}).Do(req)
 	if err != nil {
 		return 0, []byte(err.Error())
 	}
 	defer resp.Body.Close()
-	out, _ := io.ReadAll(resp.Body)
+	out, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	return resp.StatusCode, out
 }
 

@@ -2,10 +2,8 @@ package e2e
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -20,32 +18,6 @@ import (
 
 	"github.com/orion-sched/orion/internal/testkit"
 )
-
-// request sends one request with a chosen Host header (a browser that
-// rebinds a name sends that name) and returns the status and body.
-func (n *node) request(method, path, host string, body []byte, hdr ...string) (int, []byte) {
-	n.t.Helper()
-	req, err := http.NewRequest(method, n.url()+path, bytes.NewReader(body))
-	if err != nil {
-		n.t.Fatal(err)
-	}
-	if host != "" {
-		req.Host = host
-	}
-	if n.token != "" {
-		req.Header.Set("Authorization", "Bearer "+n.token)
-	}
-	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
-	if err != nil {
-		return 0, []byte(err.Error())
-	}
-	defer resp.Body.Close()
-	out, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	return resp.StatusCode, out
-}
 
 // errorCode reads the code of Orion's JSON error body ("" if it is not one).
 func errorCode(body []byte) string {
