@@ -5,9 +5,11 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"os"
 	"runtime"
 	"sort"
@@ -20,50 +22,46 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/orion-sched/orion/internal/core"
-	"github.com/orion-sched/orion/internal/etcdserver"
-	"github.com/orion-sched/orion/internal/executor"
+	"github.com/orion-sched/orion/internal/client"
+	"github.com/orion-sched/orion/internal/config"
 	"github.com/orion-sched/orion/internal/model"
-	"github.com/orion-sched/orion/internal/scheduler"
-	"github.com/orion-sched/orion/internal/store"
+	"github.com/orion-sched/orion/internal/server"
 )
 
-// Options sizes a run.
+// Options sizes a single-node run.
 type Options struct {
-	DataDir    string // embedded etcd lives here (a temp dir by default)
+	DataDir    string // the server's data dir, embedded etcd inside (a temp dir by default)
 	ClientURL  string // embedded etcd client URL (a free port by default)
 	PeerURL    string
 	Tasks      int           // noop tasks for the throughput phase
 	DAGSize    int           // tasks per DAG in the throughput phase
 	Chain      int           // length of the chain phase
+	Submitters int           // concurrent POST /api/v1/dags of the throughput phase
 	Rate       int           // offered load (tasks/s) for the latency phase
 	LatencyFor time.Duration // how long the latency phase offers load
-	Slots      int           // executor slots (noop tasks hold one only until their result)
-	EtcdFor    time.Duration // how long the raw etcd phase runs
+	Slots      int           // the server's own slots (noop tasks hold one only until their result)
+	EtcdFor    time.Duration // how long each raw etcd phase runs
 	Log        io.Writer     // progress lines; nil for none
-	Logger     *zap.Logger
+	Logger     *zap.Logger   // the server's log
 }
 
-// Result is what `orion bench --json` prints. Keys are a contract.
+// Result is what `orion bench --json` prints. Keys are a contract: those of
+// the cluster run, and the single node's own.
 type Result struct {
-	EtcdPutsPerSec     float64 `json:"etcd_puts_per_sec"`
-	TasksPerSec        float64 `json:"tasks_per_sec"`
-	RatioToEtcd        float64 `json:"ratio_to_etcd"`
-	ChainMsPerStep     float64 `json:"chain_ms_per_step"`
+	ClusterResult
 	DispatchP50Ms      float64 `json:"dispatch_p50_ms"`
 	DispatchP99Ms      float64 `json:"dispatch_p99_ms"`
+	OfferedRate        int     `json:"offered_rate"`
+	Slots              int     `json:"slots"`
 	RSSBytesPerTask    float64 `json:"rss_bytes_per_task"`
 	HeapBytesPerTask   float64 `json:"heap_bytes_per_task"`
 	EtcdDBBytesPer1000 float64 `json:"etcd_db_bytes_per_1000_tasks"`
-	Tasks              int     `json:"tasks"`
-	DAGSize            int     `json:"dag_size"`
-	Chain              int     `json:"chain"`
-	OfferedRate        int     `json:"offered_rate"`
-	Slots              int     `json:"slots"`
-	CommitsPerSec      float64 `json:"commits_per_sec"`
-	EntriesPerCommit   float64 `json:"entries_per_commit"`
 	GOMAXPROCS         int     `json:"gomaxprocs"`
 }
+
+// DefaultSlots is the single node's slots unless --slots says otherwise:
+// enough that noop attempts in flight do not bound the throughput.
+const DefaultSlots = 256
 
 func (o *Options) defaults() {
 	if o.Tasks <= 0 {
@@ -75,6 +73,9 @@ func (o *Options) defaults() {
 	if o.Chain <= 0 {
 		o.Chain = 1000
 	}
+	if o.Submitters <= 0 {
+		o.Submitters = 4
+	}
 	if o.Rate <= 0 {
 		o.Rate = 2000
 	}
@@ -82,7 +83,7 @@ func (o *Options) defaults() {
 		o.LatencyFor = 5 * time.Second
 	}
 	if o.Slots <= 0 {
-		o.Slots = 4096
+		o.Slots = DefaultSlots
 	}
 	if o.EtcdFor <= 0 {
 		o.EtcdFor = 3 * time.Second
@@ -95,11 +96,14 @@ func (o *Options) defaults() {
 	}
 }
 
-// Run starts an embedded etcd member and an engine in this process and
-// measures every phase in turn.
+// Run starts `orion server` in this process, wired exactly as the command
+// wires it (embedded etcd member, its slots behind the worker hub, the
+// HTTP API on a free loopback port), and measures it through that API: the
+// raw etcd baseline on its member, noop throughput, a chain, then ready →
+// start latency under a fixed offered load.
 func Run(ctx context.Context, o Options) (*Result, error) {
 	o.defaults()
-	res := &Result{Tasks: o.Tasks, DAGSize: o.DAGSize, Chain: o.Chain, OfferedRate: o.Rate, Slots: o.Slots, GOMAXPROCS: runtime.GOMAXPROCS(0)}
+	res := &Result{OfferedRate: o.Rate, Slots: o.Slots, GOMAXPROCS: runtime.GOMAXPROCS(0)}
 	if o.DataDir == "" {
 		dir, err := os.MkdirTemp("", "orion-bench-")
 		if err != nil {
@@ -108,86 +112,72 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		defer os.RemoveAll(dir)
 		o.DataDir = dir
 	}
-	member, err := etcdserver.Start(ctx, etcdserver.Config{Name: "bench", DataDir: o.DataDir + "/etcd",
-		ClientURL: o.ClientURL, PeerURL: o.PeerURL, Logger: o.Logger})
-	if err != nil {
-		return nil, err
+	cfg := config.Defaults()
+	cfg.Name, cfg.Listen, cfg.DataDir, cfg.Slots = "bench", "127.0.0.1:0", o.DataDir, o.Slots
+	cfg.EmbeddedClientURL, cfg.EmbeddedPeerURL = o.ClientURL, o.PeerURL
+	// Free ports unless told: a bench must not collide with an `orion
+	// server` already on the default ports.
+	for _, u := range []*string{&cfg.EmbeddedClientURL, &cfg.EmbeddedPeerURL} {
+		if *u == "" {
+			free, err := freeLoopbackURL()
+			if err != nil {
+				return nil, err
+			}
+			*u = free
+		}
 	}
-	defer member.Close()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: member.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		return nil, err
-	}
-	defer cli.Close()
-
-	fmt.Fprintf(o.Log, "raw etcd: batched puts (%d per txn) for %s...\n", store.DefaultLimits.MaxOps, o.EtcdFor)
-	res.EtcdPutsPerSec, err = etcdCeiling(ctx, cli, o.EtcdFor)
-	if err != nil {
-		return nil, err
-	}
-
-	rssBase, heapBase := memory()
 	var lat latencies
-	exec, err := executor.NewLocal(executor.LocalConfig{ID: "bench", Slots: o.Slots, LogDir: o.DataDir + "/logs", Logger: zap.NewNop()})
+	srv, err := server.Start(ctx, cfg, o.Logger, server.WithDispatchObserver(lat.add))
 	if err != nil {
 		return nil, err
 	}
-	defer exec.Close()
-	eng := scheduler.New(scheduler.Config{Node: "bench", Logger: o.Logger, DispatchObserver: lat.add}, store.NewEtcd(cli), exec)
-	ectx, cancel := context.WithCancel(ctx)
-	defer func() { cancel(); <-eng.Done() }()
-	go eng.Run(ectx)
-	if err := waitUntil(ctx, 10*time.Second, func() bool { return eng.Status().Leader }); err != nil {
-		return nil, fmt.Errorf("engine did not become leader: %w", err)
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	base := "http://" + srv.HTTPAddr
+	fmt.Fprintf(o.Log, "single node: orion server on %s, embedded etcd on %s, %d slots\n", base, srv.Member.ClientURL(), o.Slots)
+	if err := waitUntil(ctx, 30*time.Second, func() bool { return srv.Engine().Status().Leader }); err != nil {
+		return nil, fmt.Errorf("the server did not lead: %w", err)
+	}
+	// Its own slots join the hub just after it leads.
+	if err := waitUntil(ctx, 30*time.Second, func() bool { return len(srv.Hub.Workers()) > 0 }); err != nil {
+		return nil, fmt.Errorf("the server's own slots did not join: %w", err)
 	}
 
-	fmt.Fprintf(o.Log, "throughput: %d noop tasks in DAGs of %d...\n", o.Tasks, o.DAGSize)
-	commits0, entries0 := eng.CommitStats()
-	start := time.Now()
-	done, err := runDAGs(ctx, eng, "tp", o.Tasks/o.DAGSize, func(i int) *model.DAG { return independent(fmt.Sprintf("tp-%05d", i), o.DAGSize) }, 4)
+	r, err := newClusterRun(ctx, ClusterOptions{Servers: []string{base}, EtcdEndpoints: srv.Member.Endpoints(),
+		Tasks: o.Tasks, DAGSize: o.DAGSize, Chain: o.Chain, Submitters: o.Submitters, EtcdFor: o.EtcdFor,
+		RunID: "bench", Poll: 20 * time.Millisecond, Log: o.Log})
 	if err != nil {
 		return nil, err
 	}
-	el := time.Since(start)
-	res.TasksPerSec = float64(done) / el.Seconds()
-	res.RatioToEtcd = res.TasksPerSec / res.EtcdPutsPerSec
-	if c, n := eng.CommitStats(); c > commits0 {
-		res.CommitsPerSec = float64(c-commits0) / el.Seconds()
-		res.EntriesPerCommit = float64(n-entries0) / float64(c-commits0)
+	defer r.close()
+	r.res.Mode = "single"
+	if err := r.etcdBaseline(ctx); err != nil {
+		return nil, err
 	}
-
+	rssBase, heapBase := memory()
+	dbBase := dbInUse(ctx, r.cli, srv.Member.Endpoints()[0])
+	if err := r.orionPhases(ctx); err != nil {
+		return nil, err
+	}
+	res.ClusterResult = *r.res
+	retained := float64(res.Tasks + res.Chain)
 	rss, heap := memory()
-	res.RSSBytesPerTask = float64(rss-rssBase) / float64(done)
-	res.HeapBytesPerTask = float64(heap-heapBase) / float64(done)
-	if st, err := cli.Status(ctx, member.Endpoints()[0]); err == nil {
-		res.EtcdDBBytesPer1000 = float64(st.DbSizeInUse) / float64(done) * 1000
+	res.RSSBytesPerTask = float64(int64(rss)-int64(rssBase)) / retained
+	res.HeapBytesPerTask = float64(int64(heap)-int64(heapBase)) / retained
+	if db := dbInUse(ctx, r.cli, srv.Member.Endpoints()[0]); db > 0 && dbBase > 0 {
+		res.EtcdDBBytesPer1000 = float64(db-dbBase) / retained * 1000
 	}
-
-	fmt.Fprintf(o.Log, "chain: %d tasks, each waiting on the previous...\n", o.Chain)
-	start = time.Now()
-	if _, err := runDAGs(ctx, eng, "chain", 1, func(int) *model.DAG { return chain("chain", o.Chain) }, 1); err != nil {
-		return nil, err
-	}
-	res.ChainMsPerStep = float64(time.Since(start).Microseconds()) / 1000 / float64(o.Chain)
 
 	fmt.Fprintf(o.Log, "dispatch latency: %d tasks/s offered for %s...\n", o.Rate, o.LatencyFor)
 	lat.reset()
-	if err := offerLoad(ctx, eng, o.Rate, o.LatencyFor); err != nil {
+	if err := offerLoad(ctx, r.c, o.Rate, o.LatencyFor, o.Log); err != nil {
 		return nil, err
 	}
 	res.DispatchP50Ms, res.DispatchP99Ms = lat.quantile(0.50), lat.quantile(0.99)
 	return res, nil
-}
-
-// etcdCeiling measures sequential transactions of MaxOps puts of values the
-// size of a task record: what Orion's group commit could reach at best.
-func etcdCeiling(ctx context.Context, cli *clientv3.Client, d time.Duration) (float64, error) {
-	rate, err := etcdPuts(ctx, cli, d, 1)
-	if err != nil {
-		return 0, err
-	}
-	_, err = cli.Delete(ctx, "/orion-bench/", clientv3.WithPrefix())
-	return rate, err
 }
 
 func independent(id string, n int) *model.DAG {
@@ -212,70 +202,34 @@ func chain(id string, n int) *model.DAG {
 	return d
 }
 
-// runDAGs submits count DAGs from `parallel` goroutines and waits until all
-// have finished; it returns the number of tasks that succeeded.
-func runDAGs(ctx context.Context, eng *scheduler.Engine, name string, count int, mk func(int) *model.DAG, parallel int) (int, error) {
-	var wg sync.WaitGroup
-	errs := make(chan error, count)
-	next := make(chan int, count)
-	ids := make([]string, count)
-	for i := 0; i < count; i++ {
-		next <- i
-		ids[i] = mk(i).ID
-	}
-	close(next)
-	for p := 0; p < parallel; p++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				if _, err := eng.Submit(ctx, mk(i)); err != nil {
-					errs <- fmt.Errorf("%s: submit: %w", name, err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	if err := <-errs; err != nil {
-		return 0, err
-	}
-	succeeded := 0
-	err := waitUntil(ctx, 10*time.Minute, func() bool {
-		finished, ok := 0, 0
-		_ = eng.Query(ctx, func(c *core.Core) {
-			for _, id := range ids {
-				if v, found := c.Summary(id); found && v.Status.Terminal() && v.Status != core.DAGCancelled {
-					finished++
-					ok += v.Counts["succeeded"]
-				}
-			}
-		})
-		succeeded = ok
-		return finished == len(ids)
-	})
-	return succeeded, err
-}
-
-// offerLoad submits small DAGs of independent tasks at a fixed rate.
-func offerLoad(ctx context.Context, eng *scheduler.Engine, rate int, d time.Duration) error {
+// offerLoad submits DAGs of 50 independent noop tasks over HTTP at a fixed
+// rate for d, then waits until all have finished.
+func offerLoad(ctx context.Context, c *client.Client, rate int, d time.Duration, log io.Writer) error {
 	const per = 50
 	interval := time.Duration(float64(time.Second) * per / float64(rate))
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	var ids []string
-	end := time.Now().Add(d)
+	start := time.Now()
+	end := start.Add(d)
 	errs := make(chan error, 1)
 	var wg sync.WaitGroup
-	for i := 0; time.Now().Before(end); i++ {
-		<-tick.C
-		id := fmt.Sprintf("lat-%05d", i)
+	for i := 0; time.Now().Before(end) && i < 1_000_000; i++ {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+		id := fmt.Sprintf("bench-lat-%05d", i)
+		body, err := json.Marshal(independent(id, per))
+		if err != nil {
+			return err
+		}
 		ids = append(ids, id)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := eng.Submit(ctx, independent(id, per)); err != nil {
+			if _, err := c.Submit(ctx, body, "application/json"); err != nil {
 				select {
 				case errs <- err:
 				default:
@@ -286,20 +240,33 @@ func offerLoad(ctx context.Context, eng *scheduler.Engine, rate int, d time.Dura
 	wg.Wait()
 	select {
 	case err := <-errs:
-		return err
+		return fmt.Errorf("latency: %w", err)
 	default:
 	}
-	return waitUntil(ctx, time.Minute, func() bool {
-		n := 0
-		_ = eng.Query(ctx, func(c *core.Core) {
-			for _, id := range ids {
-				if v, ok := c.Summary(id); ok && v.Status.Terminal() {
-					n++
-				}
-			}
-		})
-		return n == len(ids)
-	})
+	_, _, err := waitDAGs(ctx, c, ids, start, time.Minute, 20*time.Millisecond, log)
+	return err
+}
+
+// dbInUse is the member's database size in use (0 if unknown). Measured
+// as a difference around the Orion phases: the raw etcd phase's keys are
+// deleted, but their history stays until compaction.
+func dbInUse(ctx context.Context, cli *clientv3.Client, endpoint string) int64 {
+	st, err := cli.Status(ctx, endpoint)
+	if err != nil {
+		return 0
+	}
+	return st.DbSizeInUse
+}
+
+// freeLoopbackURL is an http URL on a port of 127.0.0.1 that was free a
+// moment ago.
+func freeLoopbackURL() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return "http://" + l.Addr().String(), nil
 }
 
 func waitUntil(ctx context.Context, d time.Duration, cond func() bool) error {
@@ -365,14 +332,11 @@ func memory() (rss, heap uint64) {
 	return rss, heap
 }
 
-// Print writes the human table.
+// Print writes the human table: the run through the API, then the single
+// node's own figures.
 func (r *Result) Print(w io.Writer) {
+	r.ClusterResult.Print(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "MEASURE\tVALUE\tNOTE\n")
-	fmt.Fprintf(tw, "raw etcd batched puts\t%.0f puts/s\tbaseline: %d puts per txn, same member\n", r.EtcdPutsPerSec, store.DefaultLimits.MaxOps)
-	fmt.Fprintf(tw, "durable noop throughput\t%.0f tasks/s\t%d tasks in DAGs of %d; %.2f× the etcd baseline\n", r.TasksPerSec, r.Tasks, r.DAGSize, r.RatioToEtcd)
-	fmt.Fprintf(tw, "commits\t%.0f/s\t%.1f entries per commit\n", r.CommitsPerSec, r.EntriesPerCommit)
-	fmt.Fprintf(tw, "chain\t%.3f ms/step\t%d tasks in a line\n", r.ChainMsPerStep, r.Chain)
 	fmt.Fprintf(tw, "dispatch latency p50\t%.3f ms\tready → started at %d tasks/s offered\n", r.DispatchP50Ms, r.OfferedRate)
 	fmt.Fprintf(tw, "dispatch latency p99\t%.3f ms\t\n", r.DispatchP99Ms)
 	fmt.Fprintf(tw, "RSS per retained task\t%.0f bytes\tincludes the in-process etcd member; Go heap: %.0f bytes/task\n", r.RSSBytesPerTask, r.HeapBytesPerTask)

@@ -112,6 +112,33 @@ func (o *ClusterOptions) defaults() {
 // RunCluster measures a running cluster: the raw etcd ceiling on its
 // members, then noop throughput and a chain through its HTTP API.
 func RunCluster(ctx context.Context, o ClusterOptions) (*ClusterResult, error) {
+	r, err := newClusterRun(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	defer r.close()
+	if err := r.etcdBaseline(ctx); err != nil {
+		return nil, err
+	}
+	if err := r.orionPhases(ctx); err != nil {
+		return nil, err
+	}
+	return r.res, nil
+}
+
+// clusterRun is one run against servers reached over HTTP: a cluster of
+// processes, or the single node `orion bench` starts in process.
+type clusterRun struct {
+	o     ClusterOptions
+	res   *ClusterResult
+	count int // DAGs of the throughput phase
+	tr    *http.Transport
+	c     *client.Client
+	cli   *clientv3.Client
+	cl    *client.Cluster
+}
+
+func newClusterRun(ctx context.Context, o ClusterOptions) (*clusterRun, error) {
 	o.defaults()
 	if len(o.Servers) == 0 {
 		return nil, errors.New("no server URL")
@@ -127,73 +154,90 @@ func RunCluster(ctx context.Context, o ClusterOptions) (*ClusterResult, error) {
 	if !dag.ValidID(o.RunID + "-chain") {
 		return nil, fmt.Errorf("run id %q does not make valid DAG ids", o.RunID)
 	}
-	res := &ClusterResult{Mode: "cluster", Tasks: count * o.DAGSize, DAGSize: o.DAGSize, Chain: o.Chain,
-		Submitters: o.Submitters, RunID: o.RunID}
+	r := &clusterRun{o: o, count: count, res: &ClusterResult{Mode: "cluster", Tasks: count * o.DAGSize, DAGSize: o.DAGSize,
+		Chain: o.Chain, Submitters: o.Submitters, RunID: o.RunID}}
+	r.tr = http.DefaultTransport.(*http.Transport).Clone()
+	r.tr.MaxIdleConnsPerHost = 4 * o.Submitters
+	r.tr.ResponseHeaderTimeout = time.Minute
+	r.c = r.newClient(o.Servers)
 
-	c := client.New(o.Servers, o.Token)
-	c.UserAgent = "orion-bench"
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.MaxIdleConnsPerHost = 4 * o.Submitters
-	tr.ResponseHeaderTimeout = time.Minute
-	c.HTTPClient = &http.Client{Transport: tr}
-
-	cl, err := c.Cluster(ctx)
-	if err != nil {
+	var err error
+	if r.cl, err = r.c.Cluster(ctx); err != nil {
 		return nil, fmt.Errorf("GET /api/v1/cluster: %w", err)
 	}
-	res.WorkerSlots, res.Workers = workerSlots(cl)
+	r.res.WorkerSlots, r.res.Workers = workerSlots(r.cl)
 	fmt.Fprintf(o.Log, "cluster: leader %s, %d workers with %d slots in all (noop attempts in flight are bounded by these)\n",
-		orDash(cl.Leader), res.Workers, res.WorkerSlots)
-
-	cli, err := clientv3.New(clientv3.Config{Endpoints: o.EtcdEndpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+		orDash(r.cl.Leader), r.res.Workers, r.res.WorkerSlots)
+	r.cli, err = clientv3.New(clientv3.Config{Endpoints: o.EtcdEndpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		return nil, err
 	}
-	defer cli.Close()
+	return r, nil
+}
+
+func (r *clusterRun) newClient(servers []string) *client.Client {
+	c := client.New(servers, r.o.Token)
+	c.UserAgent = "orion-bench"
+	c.HTTPClient = &http.Client{Transport: r.tr}
+	return c
+}
+
+func (r *clusterRun) close() { _ = r.cli.Close() }
+
+// etcdBaseline measures raw batched puts on the members, then waits for a
+// leader that has committed (saturating etcd can starve the leader's
+// session keepalives: the TTL is short) and aims the client at it.
+func (r *clusterRun) etcdBaseline(ctx context.Context) error {
+	o, res := r.o, r.res
 	fmt.Fprintf(o.Log, "raw etcd: batched puts (%d per txn) on %s for %s, 1 then 4 in flight...\n",
 		store.DefaultLimits.MaxOps, strings.Join(o.EtcdEndpoints, ","), o.EtcdFor)
-	res.EtcdPutsPerSec, res.EtcdPutsPerSec4, err = etcdCeilings(ctx, cli, o.EtcdFor)
+	var err error
+	res.EtcdPutsPerSec, res.EtcdPutsPerSec4, err = etcdCeilings(ctx, r.cli, o.EtcdFor)
 	if err != nil {
-		return nil, fmt.Errorf("raw etcd: %w", err)
+		return fmt.Errorf("raw etcd: %w", err)
 	}
-
-	// Saturating etcd can starve the leader's session keepalives (the TTL
-	// is short): see who leads now, and wait for someone to.
-	leader := cl.Leader
-	if cl, err = waitLeader(ctx, c, time.Minute, o.Poll); err != nil {
-		return nil, fmt.Errorf("after the raw etcd phase: %w", err)
+	leader := r.cl.Leader
+	if r.cl, err = waitLeader(ctx, r.c, time.Minute, o.Poll); err != nil {
+		return fmt.Errorf("after the raw etcd phase: %w", err)
 	}
-	res.noteLeader(o.Log, "raw etcd", leader, cl.Leader)
-	res.Leader = cl.Leader
-	leaderURL := pickURL(c.BaseURLs(), cl.LeaderURL)
-	if leaderURL != "" {
+	res.noteLeader(o.Log, "raw etcd", leader, r.cl.Leader)
+	res.Leader = r.cl.Leader
+	if leaderURL := pickURL(r.c.BaseURLs(), r.cl.LeaderURL); leaderURL != "" {
 		// Submit and poll where the log is written: no forwarding hop, no
 		// replication lag in what we read.
-		c = client.New(leaderFirst(c.BaseURLs(), leaderURL), o.Token)
-		c.UserAgent = "orion-bench"
-		c.HTTPClient = &http.Client{Transport: tr}
+		r.c = r.newClient(leaderFirst(r.c.BaseURLs(), leaderURL))
 	}
+	return nil
+}
 
+// leaderURL is the given URL of the leader, or "" when it is none of them.
+func (r *clusterRun) leaderURL() string { return pickURL(r.c.BaseURLs(), r.cl.LeaderURL) }
+
+// orionPhases runs the noop throughput phase and the chain through the API.
+func (r *clusterRun) orionPhases(ctx context.Context) error {
+	o, res, c, count := r.o, r.res, r.c, r.count
 	fmt.Fprintf(o.Log, "throughput: %d noop tasks in %d DAGs of %d, %d submitters over HTTP...\n",
 		res.Tasks, count, o.DAGSize, o.Submitters)
 	ids := make([]string, count)
 	bodies := make([][]byte, count)
+	var err error
 	for i := range ids {
 		ids[i] = fmt.Sprintf("%s-tp-%04d", o.RunID, i)
 		if bodies[i], err = json.Marshal(independent(ids[i], o.DAGSize)); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	m0, _ := scrapeMetrics(ctx, tr, leaderURL, o.Token)
+	leaderURL := r.leaderURL()
+	m0, _ := scrapeMetrics(ctx, r.tr, leaderURL, o.Token)
 	start := time.Now()
 	if err := submitAll(ctx, c, bodies, o.Submitters); err != nil {
-		return nil, fmt.Errorf("throughput: %w", err)
+		return fmt.Errorf("throughput: %w", err)
 	}
 	res.SubmitSeconds = time.Since(start).Seconds()
 	fmt.Fprintf(o.Log, "throughput: all %d DAGs accepted after %.2fs; waiting for them to finish...\n", count, res.SubmitSeconds)
 	t, end, err := waitDAGs(ctx, c, ids, start, o.Timeout, o.Poll, o.Log)
 	if err != nil {
-		return nil, fmt.Errorf("throughput: %w", err)
+		return fmt.Errorf("throughput: %w", err)
 	}
 	el := end.Sub(start)
 	res.TasksPerSec = float64(t.Succeeded) / el.Seconds()
@@ -201,11 +245,11 @@ func RunCluster(ctx context.Context, o ClusterOptions) (*ClusterResult, error) {
 	if res.EtcdPutsPerSec > 0 {
 		res.RatioToEtcd = res.TasksPerSec / res.EtcdPutsPerSec
 	}
-	m1, merr := scrapeMetrics(ctx, tr, leaderURL, o.Token)
-	if cl, err = waitLeader(ctx, c, time.Minute, o.Poll); err != nil {
-		return nil, fmt.Errorf("after the throughput phase: %w", err)
+	m1, merr := scrapeMetrics(ctx, r.tr, leaderURL, o.Token)
+	if r.cl, err = waitLeader(ctx, c, time.Minute, o.Poll); err != nil {
+		return fmt.Errorf("after the throughput phase: %w", err)
 	}
-	if res.noteLeader(o.Log, "throughput", res.Leader, cl.Leader) && merr == nil && m0 != nil {
+	if res.noteLeader(o.Log, "throughput", res.Leader, r.cl.Leader) && merr == nil && m0 != nil {
 		res.commitStats(m0, m1, el) // only when one leader committed it all
 	}
 
@@ -213,20 +257,20 @@ func RunCluster(ctx context.Context, o ClusterOptions) (*ClusterResult, error) {
 	chainID := o.RunID + "-chain"
 	body, err := json.Marshal(chain(chainID, o.Chain))
 	if err != nil {
-		return nil, err
+		return err
 	}
 	start = time.Now()
 	if err := submitAll(ctx, c, [][]byte{body}, 1); err != nil {
-		return nil, fmt.Errorf("chain: %w", err)
+		return fmt.Errorf("chain: %w", err)
 	}
 	if _, end, err = waitDAGs(ctx, c, []string{chainID}, start, o.Timeout, o.Poll, o.Log); err != nil {
-		return nil, fmt.Errorf("chain: %w", err)
+		return fmt.Errorf("chain: %w", err)
 	}
 	res.ChainMsPerStep = float64(end.Sub(start).Microseconds()) / 1000 / float64(o.Chain)
-	if cl, err = c.Cluster(ctx); err == nil {
+	if cl, err := c.Cluster(ctx); err == nil {
 		res.noteLeader(o.Log, "chain", res.Leader, cl.Leader)
 	}
-	return res, nil
+	return nil
 }
 
 // noteLeader records a change of leader over a phase, and says whether

@@ -26,21 +26,25 @@ func newBenchCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure durable throughput, chain latency, dispatch latency and memory against raw etcd",
-		Long: `bench starts its own embedded etcd member and scheduler in this process and
-measures, in one run: (a) the raw etcd ceiling (batched puts on the same
-member), (b) durable throughput of independent noop tasks, (c) a chain of
-tasks (ms per step), (d) dispatch latency ready→start at a fixed offered
-load, (e) memory per retained task. The last line of --json output is one
-JSON object.
+		Long: `bench measures Orion as users run it, through its HTTP API, against a
+baseline measured in the same run on the same etcd: raw batched puts.
+
+Without --server, bench starts one ` + "`orion server`" + ` in this process, wired as the
+command wires it (embedded etcd member, its own --slots behind the worker
+hub, the API on a free loopback port), and measures: (a) the raw etcd
+ceiling on that member, one and four transactions in flight, (b) durable
+throughput of independent noop tasks submitted over HTTP by --submitters
+clients, (c) a chain of tasks (ms per step), (d) dispatch latency ready →
+start at a fixed offered load, (e) memory and etcd space per retained task.
 
 With --server (and --etcd-endpoints) bench measures a RUNNING cluster
-instead: (a) the raw etcd ceiling on the cluster's own members, with one and
-with four transactions of batched puts in flight (keys under /orion-bench/,
-deleted after), (b) durable throughput of independent noop tasks submitted
-over the HTTP API by --submitters clients, completion read from the DAG
-listing, (c) a chain of tasks, (d) the ratio of (b) to the sequential etcd
-figure. The workers' slots bound how many noop attempts are in flight; bench
-prints them. The DAGs it submits stay in the cluster (ids bench-<time>-*).`,
+instead: (a) on the cluster's own members (keys under /orion-bench/,
+deleted after), then (b) and (c). The workers' slots bound how many noop
+attempts are in flight; bench prints them. The DAGs it submits stay in the
+cluster (ids bench-<time>-*).
+
+Either way the ratio printed is (b) over the sequential etcd figure. The
+last line of --json output is one JSON object.`,
 		Example: `  orion bench
   orion bench --tasks 20000 --json
   orion bench --server http://127.0.0.1:24081,http://127.0.0.1:24082,http://127.0.0.1:24083 \
@@ -57,6 +61,7 @@ prints them. The DAGs it submits stay in the cluster (ids bench-<time>-*).`,
 				}, asJSON)
 			}
 			o.Log = cmd.ErrOrStderr()
+			o.Submitters = submitters
 			res, err := bench.Run(ctx, o)
 			if err != nil {
 				return err
@@ -71,19 +76,19 @@ prints them. The DAGs it submits stay in the cluster (ids bench-<time>-*).`,
 	f.IntVar(&o.Rate, "rate", 2000, "offered load in tasks/s for the dispatch-latency phase")
 	f.DurationVar(&o.LatencyFor, "latency-for", 5e9, "how long the dispatch-latency phase offers load")
 	f.DurationVar(&o.EtcdFor, "etcd-for", 3e9, "how long each raw etcd phase runs")
-	f.IntVar(&o.Slots, "slots", 4096, "executor slots (a noop holds one only until its result)")
-	f.StringVar(&o.DataDir, "data-dir", "", "where the embedded etcd member writes (default: a temp dir, removed after)")
-	f.StringVar(&o.ClientURL, "etcd-client-url", "", "embedded etcd client URL (default http://127.0.0.1:2379)")
-	f.StringVar(&o.PeerURL, "etcd-peer-url", "", "embedded etcd peer URL (default http://127.0.0.1:2380)")
+	f.IntVar(&o.Slots, "slots", bench.DefaultSlots, "the in-process server's own slots (a noop holds one only until its result)")
+	f.StringVar(&o.DataDir, "data-dir", "", "the in-process server's data dir (default: a temp dir, removed after)")
+	f.StringVar(&o.ClientURL, "etcd-client-url", "", "embedded etcd client URL (default: a free loopback port)")
+	f.StringVar(&o.PeerURL, "etcd-peer-url", "", "embedded etcd peer URL (default: a free loopback port)")
 	f.StringVar(&servers, "server", "", "cluster mode: comma-separated API URLs of a running cluster's replicas")
 	f.StringVar(&etcdEndpoints, "etcd-endpoints", "", "cluster mode: comma-separated client URLs of the etcd members the cluster uses")
-	f.IntVar(&submitters, "submitters", 4, "cluster mode: concurrent DAG submissions")
+	f.IntVar(&submitters, "submitters", 4, "concurrent DAG submissions in the throughput phase")
 	f.DurationVar(&timeout, "timeout", 10*time.Minute, "cluster mode: how long each phase may wait for its DAGs")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object")
 	return cmd
 }
 
-// inProcessOnly are the flags that size the embedded member and engine.
+// inProcessOnly are the flags that size the in-process server.
 var inProcessOnly = []string{"rate", "latency-for", "slots", "data-dir", "etcd-client-url", "etcd-peer-url"}
 
 func runClusterBench(ctx context.Context, cmd *cobra.Command, o bench.ClusterOptions, asJSON bool) error {

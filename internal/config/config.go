@@ -210,6 +210,26 @@ func LoadServer(v *viper.Viper, configFile string) (Server, string, error) {
 	return s, configFile, s.Validate()
 }
 
+// Defaults is the configuration of `orion server` with no file, no
+// environment and no flags: the built-in defaults alone. Benchmarks and
+// tests that start a replica in process begin from it.
+func Defaults() Server {
+	v := viper.New()
+	for _, f := range serverSettings.Flags {
+		v.SetDefault(Key(f.Name), f.Default)
+	}
+	var s Server
+	if err := serverSettings.decode(v, &s); err != nil {
+		panic("config: the built-in defaults do not decode: " + err.Error())
+	}
+	s.EtcdEndpoints = splitList(s.EtcdEndpoints)
+	s.AllowedHosts = splitList(s.AllowedHosts)
+	if s.Name == "" {
+		s.Name = "orion"
+	}
+	return s
+}
+
 // splitList accepts both a YAML list and comma-separated strings (from env).
 func splitList(in []string) []string {
 	var out []string

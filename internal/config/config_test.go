@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -97,5 +98,24 @@ func TestShippedConfigFileHasEveryKey(t *testing.T) {
 		if !strings.Contains(string(raw), "\n"+Key(f.Name)+":") {
 			t.Errorf("config/orion.yaml lacks %s", Key(f.Name))
 		}
+	}
+}
+
+// The built-in defaults alone are a valid configuration, equal to what
+// LoadServer resolves with nothing set.
+func TestDefaultsAreValid(t *testing.T) {
+	d := Defaults()
+	if err := d.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if d.Slots <= 0 || d.Listen == "" || d.SessionTTL <= 0 || d.MaxBodyBytes <= 0 {
+		t.Fatalf("defaults missing: %+v", d)
+	}
+	loaded, err := load(t, "", nil, "--name", d.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(loaded) != fmt.Sprint(d) {
+		t.Fatalf("Defaults   %+v\nLoadServer   %+v", d, loaded)
 	}
 }

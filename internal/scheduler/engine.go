@@ -41,11 +41,12 @@ type Config struct {
 	// latency (benchmarks collect raw samples with it).
 	DispatchObserver func(time.Duration)
 
-	// Workers delivers executors that connect to this replica's worker hub
-	// (remote workers and replicas' own slots); RemoteResults their results.
-	// Both may be nil (single process with only the local executor).
-	Workers       <-chan WorkerEvent
-	RemoteResults <-chan model.Result
+	// Workers delivers the executors that connect to this replica's worker
+	// hub (remote workers and every replica's own slots: there is no other
+	// way to run an attempt); Results their results. HubWorkers adapts a
+	// workerstream hub.
+	Workers <-chan WorkerEvent
+	Results <-chan model.Result
 	// Clock is the engine's time (nil: the wall clock).
 	Clock Clock
 
@@ -78,7 +79,6 @@ type Engine struct {
 	cfg   Config
 	st    Store
 	clock Clock
-	local executor.Executor
 	log   *zap.Logger
 	m     *metrics.Metrics
 
@@ -99,8 +99,7 @@ type Engine struct {
 	timers        timerQueue
 	timer         Timer
 	waiters       map[string][]*waiter
-	revWaiters    []revWaiter    // WaitApplied calls, until the replica has applied their revision
-	heldResults   []model.Result // local results that arrived while not leader
+	revWaiters    []revWaiter // WaitApplied calls, until the replica has applied their revision
 	termRecordDue bool
 	watchCh       <-chan store.WatchEvent
 	watchRetry    <-chan time.Time // a watch restart pending after the last one ended
@@ -151,10 +150,8 @@ var (
 	ErrCrashed   = errors.New("scheduler crashed on request")
 )
 
-// New returns an engine; Run starts it. local, if not nil, is an executor in
-// this process used directly (benchmarks, tests); servers connect their
-// slots through the worker hub instead.
-func New(cfg Config, st Store, local executor.Executor) *Engine {
+// New returns an engine; Run starts it.
+func New(cfg Config, st Store) *Engine {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
@@ -174,7 +171,6 @@ func New(cfg Config, st Store, local executor.Executor) *Engine {
 		cfg:        cfg,
 		st:         st,
 		clock:      cfg.Clock,
-		local:      local,
 		log:        cfg.Logger,
 		m:          cfg.Metrics,
 		reqs:       make(chan func(), 256),
@@ -232,10 +228,6 @@ func (e *Engine) Run(ctx context.Context) error {
 	housekeeping := e.clock.NewTicker(250 * time.Millisecond)
 	defer housekeeping.Stop()
 	lastExpire := e.clock.Now()
-	var localResults <-chan model.Result
-	if e.local != nil {
-		localResults = e.local.Results()
-	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -258,12 +250,9 @@ func (e *Engine) Run(ctx context.Context) error {
 			return ErrCrashed
 		case fn := <-e.reqs:
 			fn()
-		case r := <-localResults:
+		case r := <-e.cfg.Results:
 			e.report(r)
-			e.drainResults(localResults)
-		case r := <-e.cfg.RemoteResults:
-			e.report(r)
-			e.drainResults(e.cfg.RemoteResults)
+			e.drainResults(e.cfg.Results)
 		case ev := <-e.cfg.Workers:
 			e.onWorker(ev)
 		case cr := <-e.commitDone:
@@ -344,13 +333,11 @@ func (e *Engine) afterEvent(ctx context.Context) {
 	e.runEffects()
 }
 
+// report hands a worker's result to the core. A standby drops it: its hub
+// takes streams only while it leads, and a worker replays a result it has
+// not had acknowledged to the next leader.
 func (e *Engine) report(r model.Result) {
 	if !e.c.IsLeader() {
-		if e.local != nil && r.Worker == e.local.ID() {
-			// Keep it: if this replica leads again it adopts the attempt
-			// and needs its result. Bounded by the executor's slots.
-			e.heldResults = append(e.heldResults, r)
-		}
 		return
 	}
 	e.c.Report(r, e.clock.Now())

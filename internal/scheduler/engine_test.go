@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -24,16 +25,27 @@ import (
 	"github.com/orion-sched/orion/internal/model"
 	"github.com/orion-sched/orion/internal/store"
 	"github.com/orion-sched/orion/internal/testkit"
+	"github.com/orion-sched/orion/internal/workerstream"
 )
 
-// bundle is one replica on a real embedded etcd member.
+// bundle is one replica on a real embedded etcd member, wired as
+// `orion server` wires one: its slots are an executor behind a worker agent
+// that dials whichever replica's hub leads (through an in-process pipe, as
+// a replica's own slots do), and the engine runs what joins its hub.
 type bundle struct {
 	t      *testing.T
 	cli    *clientv3.Client
 	exec   *executor.Local
+	hub    *workerstream.Hub
 	eng    *Engine
 	cancel context.CancelFunc
+	agent  context.CancelFunc // stops this replica's worker agent (its slots' stream)
 }
+
+// replicas are the bundles sharing one etcd: an agent dials the one whose
+// hub leads, as replicaDialer in internal/server finds it through etcd.
+var replicas sync.Map // *clientv3.Client → *[]*bundle (guarded by replicasMu)
+var replicasMu sync.Mutex
 
 func startEngine(t *testing.T, cli *clientv3.Client, slots int, mods ...func(*Config)) *bundle {
 	t.Helper()
@@ -45,24 +57,63 @@ func startEngine(t *testing.T, cli *clientv3.Client, slots int, mods ...func(*Co
 // startReplica starts an engine without waiting for it to lead.
 func startReplica(t *testing.T, cli *clientv3.Client, name string, slots int, mods ...func(*Config)) *bundle {
 	t.Helper()
-	ex, err := executor.NewLocal(executor.LocalConfig{ID: fmt.Sprintf("w-%d", time.Now().UnixNano()), Slots: slots, LogDir: t.TempDir(), Logger: zap.NewNop()})
+	ex, err := executor.NewLocal(executor.LocalConfig{ID: fmt.Sprintf("%s/w-%d", name, time.Now().UnixNano()), Slots: slots, LogDir: t.TempDir(), Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
 	}
+	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
+	hub := workerstream.NewHub(workerstream.HubConfig{Leader: name, ReconnectGrace: 200 * time.Millisecond, Logger: log.Named("hub")})
+	ctx, cancel := context.WithCancel(context.Background())
 	cfg := Config{
-		Node:   name,
-		Core:   core.Config{RetryBase: 5 * time.Millisecond, RetryCap: 40 * time.Millisecond, OrphanGrace: 100 * time.Millisecond},
-		Logger: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)),
+		Node:      name,
+		Core:      core.Config{RetryBase: 5 * time.Millisecond, RetryCap: 40 * time.Millisecond, OrphanGrace: 100 * time.Millisecond},
+		Logger:    log,
+		Workers:   HubWorkers(ctx, hub.Events()),
+		Results:   hub.Results(),
+		OnLeading: func(leading bool, _ string) { hub.SetLeading(leading) },
 	}
 	for _, mod := range mods {
 		mod(&cfg)
 	}
-	eng := New(cfg, store.NewEtcd(cli), ex)
-	ctx, cancel := context.WithCancel(context.Background())
+	eng := New(cfg, store.NewEtcd(cli))
+	b := &bundle{t: t, cli: cli, exec: ex, hub: hub, eng: eng, cancel: cancel}
+	replicasMu.Lock()
+	peers, _ := replicas.LoadOrStore(cli, new([]*bundle))
+	*peers.(*[]*bundle) = append(*peers.(*[]*bundle), b)
+	replicasMu.Unlock()
+	agent := workerstream.NewAgent(workerstream.AgentConfig{
+		Exec:       ex,
+		Replica:    name,
+		MinBackoff: 5 * time.Millisecond,
+		MaxBackoff: 50 * time.Millisecond,
+		Dial: func(context.Context) (workerstream.Conn, string, error) {
+			replicasMu.Lock()
+			all := slices.Clone(*peers.(*[]*bundle))
+			replicasMu.Unlock()
+			for _, p := range all {
+				if p.hub.Leading() {
+					return p.hub.DialSelf(p.eng.cfg.Node)
+				}
+			}
+			return nil, "", errors.New("no leader yet")
+		},
+	})
+	actx, acancel := context.WithCancel(context.Background())
+	b.agent = acancel
+	agentDone := make(chan struct{})
+	go func() { defer close(agentDone); _ = agent.Run(actx) }()
 	go eng.Run(ctx)
-	b := &bundle{t: t, cli: cli, exec: ex, eng: eng, cancel: cancel}
-	t.Cleanup(b.stop)
+	t.Cleanup(func() { b.stop(); acancel(); <-agentDone; hub.Close() })
 	return b
+}
+
+// crash stops the replica as kill -9 would: the engine without resigning,
+// the worker's stream, and the executor with its processes.
+func (b *bundle) crash() {
+	b.eng.Crash()
+	b.agent()
+	b.exec.Close()
+	_ = b.hub.Close()
 }
 
 func (b *bundle) stop() {
@@ -230,8 +281,7 @@ tasks:
 	// slow waits for the gate, opened only after the crash: its first
 	// attempt cannot finish (and commit) before it, however slow the
 	// machine, so the new engine must find it orphaned and run it again.
-	b1.eng.Crash()
-	b1.exec.Close()
+	b1.crash()
 	if err := os.WriteFile(filepath.Join(dir, "gate"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -255,16 +305,8 @@ tasks:
 // retention has passed; running ones are kept.
 func TestRetentionDeletesFinishedDAGs(t *testing.T) {
 	_, cli := etcdtest.Start(t)
-	ex, err := executor.NewLocal(executor.LocalConfig{ID: "w-ret", Slots: 2, LogDir: t.TempDir(), Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng := New(Config{Node: "n1", Retention: 300 * time.Millisecond, Logger: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))}, store.NewEtcd(cli), ex)
-	ctx, cancel := context.WithCancel(context.Background())
-	go eng.Run(ctx)
-	b := &bundle{t: t, cli: cli, exec: ex, eng: eng, cancel: cancel}
-	t.Cleanup(b.stop)
-	testkit.WaitFor(t, 10*time.Second, "leadership", func() bool { return eng.Status().Leader })
+	b := startEngine(t, cli, 2, func(c *Config) { c.Retention = 300 * time.Millisecond })
+	eng := b.eng
 	if _, err := eng.Submit(context.Background(), mustLoad(t, "id: old\nname: old\ntasks: [{id: a, kind: noop}, {id: b, kind: noop, depends_on: [a]}]\n")); err != nil {
 		t.Fatal(err)
 	}

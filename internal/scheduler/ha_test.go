@@ -68,8 +68,7 @@ tasks:
 
 	// two is running on a (it waits for the gate), so three has not run:
 	// after the crash b re-runs two, whose worker died, and runs three once.
-	a.eng.Crash()
-	a.exec.Close()
+	a.crash()
 	if err := os.WriteFile(filepath.Join(dir, "gate"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}

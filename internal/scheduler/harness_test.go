@@ -265,12 +265,12 @@ func (h *engineHarness) start() {
 	h.workers = make(chan WorkerEvent, 64)
 	h.results = make(chan model.Result, 1024)
 	cfg := Config{
-		Node:          "n1",
-		Clock:         h.clk,
-		Core:          core.Config{RetryBase: 50 * time.Millisecond, RetryCap: 400 * time.Millisecond, OrphanGrace: 2 * time.Second},
-		Logger:        zaptest.NewLogger(h.t, zaptest.Level(zap.ErrorLevel)),
-		Workers:       h.workers,
-		RemoteResults: h.results,
+		Node:    "n1",
+		Clock:   h.clk,
+		Core:    core.Config{RetryBase: 50 * time.Millisecond, RetryCap: 400 * time.Millisecond, OrphanGrace: 2 * time.Second},
+		Logger:  zaptest.NewLogger(h.t, zaptest.Level(zap.ErrorLevel)),
+		Workers: h.workers,
+		Results: h.results,
 		// A worker reconnects to a new leader and reports what it runs,
 		// as the hub lets it once this replica leads.
 		OnLeading: func(leading bool, _ string) {
@@ -284,7 +284,7 @@ func (h *engineHarness) start() {
 			}
 		},
 	}
-	h.eng = New(cfg, h.st, nil)
+	h.eng = New(cfg, h.st)
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
 	go func() { _ = h.eng.Run(ctx) }()

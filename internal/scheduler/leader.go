@@ -111,22 +111,7 @@ func (e *Engine) becomeLeader(term store.Term) {
 	e.termRecordDue = true
 	e.firstCommitAt = time.Time{}
 	e.execs = make(map[string]executor.Executor)
-	now := e.clock.Now()
-	if e.local != nil {
-		e.execs[e.local.ID()] = e.local
-		e.c.AddWorker(e.local.ID(), e.local.Slots())
-	}
-	e.c.BecomeLeader(now)
-	if e.local != nil {
-		for _, id := range e.local.InFlight() {
-			e.c.Adopt(e.local.ID(), id)
-		}
-	}
-	held := e.heldResults
-	e.heldResults = nil
-	for _, r := range held {
-		e.c.Report(r, now)
-	}
+	e.c.BecomeLeader(e.clock.Now())
 	if e.cfg.OnLeading != nil {
 		e.cfg.OnLeading(true, e.prevLeader)
 	}

@@ -1,9 +1,7 @@
 package seedapi_test
 
-// An end-to-end run of the seed surface and the event stream on a real
-// scheduler (embedded etcd, local executor), wired the way the server is
-// meant to wire them: the hub as the engine's Observer, both route sets in
-// api.Config.Routes, and a Demo that swaps engines.
+// An end-to-end run of the seed surface and the event stream on a single
+// node started by internal/server, as `orion server --demo` starts it.
 
 import (
 	"bufio"
@@ -11,158 +9,45 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/gorilla/websocket"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
 
-	"github.com/orion-sched/orion/internal/api"
 	"github.com/orion-sched/orion/internal/apitypes"
-	"github.com/orion-sched/orion/internal/core"
-	"github.com/orion-sched/orion/internal/etcdtest"
+	"github.com/orion-sched/orion/internal/config"
 	"github.com/orion-sched/orion/internal/events"
-	"github.com/orion-sched/orion/internal/executor"
-	"github.com/orion-sched/orion/internal/metrics"
-	"github.com/orion-sched/orion/internal/model"
-	"github.com/orion-sched/orion/internal/scheduler"
 	"github.com/orion-sched/orion/internal/seedapi"
-	"github.com/orion-sched/orion/internal/store"
+	"github.com/orion-sched/orion/internal/server"
 	"github.com/orion-sched/orion/internal/testkit"
 )
-
-// replica is what internal/server would hold: the current engine behind a
-// stable Backend, and the Demo that replaces it.
-type replica struct {
-	cli  *clientv3.Client
-	exec *executor.Local
-	hub  *events.Hub
-	m    *metrics.Metrics
-
-	mu     sync.Mutex
-	eng    *scheduler.Engine
-	cancel context.CancelFunc
-}
-
-func (r *replica) start() {
-	eng := scheduler.New(scheduler.Config{
-		Node:     "n1",
-		Core:     core.Config{RetryBase: 5 * time.Millisecond, RetryCap: 20 * time.Millisecond, OrphanGrace: 200 * time.Millisecond},
-		Logger:   zap.NewNop(),
-		Metrics:  r.m,
-		Observer: r.hub.Observe,
-	}, store.NewEtcd(r.cli), r.exec)
-	ctx, cancel := context.WithCancel(context.Background())
-	r.mu.Lock()
-	r.eng, r.cancel = eng, cancel
-	r.mu.Unlock()
-	go func() { _ = eng.Run(ctx) }()
-}
-
-func (r *replica) engine() *scheduler.Engine {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.eng
-}
-
-// Backend, delegating to the current engine.
-func (r *replica) Submit(ctx context.Context, d *model.DAG) (scheduler.SubmitResult, error) {
-	return r.engine().Submit(ctx, d)
-}
-func (r *replica) Cancel(ctx context.Context, id string) (core.DAGStatus, error) {
-	return r.engine().Cancel(ctx, id)
-}
-func (r *replica) Retry(ctx context.Context, id string) (core.DAGStatus, error) {
-	return r.engine().Retry(ctx, id)
-}
-func (r *replica) Query(ctx context.Context, fn func(c *core.Core)) error {
-	return r.engine().Query(ctx, fn)
-}
-func (r *replica) WaitApplied(ctx context.Context, rev int64) error {
-	return r.engine().WaitApplied(ctx, rev)
-}
-func (r *replica) Status() *scheduler.Status                  { return r.engine().Status() }
-func (r *replica) Leader(ctx context.Context) (string, error) { return r.engine().Leader(ctx) }
-
-// Demo.
-func (r *replica) Crash() error { r.engine().Crash(); return nil }
-func (r *replica) Recover(ctx context.Context) error {
-	r.start()
-	for !r.engine().Status().Loaded {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
-	// What scheduler.Config.OnRestore(rev) should do from inside reload.
-	r.hub.Reset(r.engine().Status().AppliedRev)
-	return nil
-}
-func (r *replica) Status2() bool {
-	select {
-	case <-r.engine().Done():
-		return false
-	default:
-		return r.engine().Status().Loaded
-	}
-}
-
-type demo struct{ r *replica }
-
-func (d demo) Crash() error                      { return d.r.Crash() }
-func (d demo) Recover(ctx context.Context) error { return d.r.Recover(ctx) }
-func (d demo) Status() seedapi.DemoStatus        { return seedapi.DemoStatus{Running: d.r.Status2()} }
 
 func TestEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts etcd")
 	}
-	_, cli := etcdtest.Start(t)
-	ex, err := executor.NewLocal(executor.LocalConfig{ID: "w1", Slots: 4, LogDir: t.TempDir()})
+	// A single node as `orion server --demo` runs it: embedded etcd, its
+	// slots behind the worker hub, the seed surface and the event stream.
+	cfg := config.Defaults()
+	cfg.Name, cfg.Listen, cfg.DataDir = "n1", "127.0.0.1:0", t.TempDir()
+	cfg.EmbeddedClientURL, cfg.EmbeddedPeerURL = testkit.FreeURL(t), testkit.FreeURL(t)
+	cfg.Demo, cfg.Slots = true, 4
+	cfg.RetryBase, cfg.RetryCap, cfg.OrphanGrace = 5*time.Millisecond, 20*time.Millisecond, 200*time.Millisecond
+	s, err := server.Start(context.Background(), cfg, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ex.Close()
-
-	mx := metrics.New()
-	r := &replica{cli: cli, exec: ex, m: mx}
-	lat, err := events.NewQuantiles(mx.DispatchLatency, 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.hub = events.NewHub(events.Config{
-		Node: "n1", Dropped: mx.DroppedEvents, MetricsInterval: 100 * time.Millisecond,
-		Snapshot: func(m *events.Metrics) {
-			events.FillFromStatus(m, r.Status())
-			if v, ok := lat.Sample(time.Now(), 0.5, 0.99); ok {
-				p50, p99 := v[0]*1000, v[1]*1000
-				m.DispatchP50Ms, m.DispatchP99Ms = &p50, &p99
-			}
-		},
-	})
-	defer r.hub.Close()
-	hctx, hcancel := context.WithCancel(context.Background())
-	defer hcancel()
-	go r.hub.Run(hctx)
-	r.start()
-	defer func() { r.cancel(); <-r.engine().Done() }()
-	testkit.WaitFor(t, 15*time.Second, "leadership", func() bool { return r.Status().Leader })
-	r.hub.Reset(r.Status().AppliedRev)
-
-	seed := seedapi.New(seedapi.Config{Backend: r, Hub: r.hub, Demo: demo{r}, DemoEnabled: true, Node: "n1",
-		HTTP: events.HTTPConfig{Heartbeat: time.Second}})
-	routes := r.hub.Routes(events.HTTPConfig{Heartbeat: time.Second})
-	for p, h := range seed.Routes() {
-		routes[p] = h
-	}
-	handler := api.New(api.Config{Backend: r, Metrics: mx, Logger: zap.NewNop(), Node: "n1", Routes: routes})
-	srv := httptest.NewServer(handler)
-	defer srv.Close()
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = s.Shutdown(ctx)
+	}()
+	leading := func() bool { return s.Engine().Status().Leader }
+	testkit.WaitFor(t, 15*time.Second, "leadership", leading)
+	srv := struct{ URL string }{"http://" + s.HTTPAddr}
 	wsBase := "ws" + strings.TrimPrefix(srv.URL, "http")
 
 	// The seed console's socket, and an Orion client that loaded state
@@ -348,7 +233,7 @@ collect:
 	}
 	// The recovered engine leads once the crashed one's lease expires; the
 	// acknowledged DAG survived.
-	testkit.WaitFor(t, 15*time.Second, "leadership after recovery", func() bool { return r.Status().Leader })
+	testkit.WaitFor(t, 15*time.Second, "leadership after recovery", leading)
 	getJSON(t, srv.URL+"/api/v1/dag/state", &state)
 	if state.Tasks["a"].Status != "completed" || state.Tasks["c"].Status != "failed" {
 		t.Fatalf("state after recovery: %+v", state.Tasks)
@@ -361,12 +246,10 @@ collect:
 	}
 	resp.Body.Close()
 	waitSeedTask(t, seedEvents, "task.completed", "z")
-	if n := testDropped(r.hub); n != 0 {
+	if n := s.Events.Dropped(); n != 0 {
 		t.Errorf("%d events dropped with fast readers", n)
 	}
 }
-
-func testDropped(h *events.Hub) int64 { return h.Dropped() }
 
 func keys(m map[string][]seedapi.TaskEvent) []string {
 	var out []string

@@ -61,9 +61,27 @@ type Server struct {
 	engineCh  chan error
 }
 
+// Option adjusts how Start wires a replica without changing what it does.
+type Option func(*options)
+
+type options struct {
+	dispatchObserver func(time.Duration)
+}
+
+// WithDispatchObserver has every attempt's ready → start latency passed to
+// fn on the scheduling loop (fn must not block): `orion bench` collects raw
+// samples with it, finer than the metric's histogram.
+func WithDispatchObserver(fn func(time.Duration)) Option {
+	return func(o *options) { o.dispatchObserver = fn }
+}
+
 // Start brings the replica up and returns once the API is listening. The
 // engine loads its state and campaigns in the background.
-func Start(ctx context.Context, cfg config.Server, log *zap.Logger) (s *Server, err error) {
+func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Option) (s *Server, err error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	srv := &Server{Config: cfg, log: log, Metrics: metrics.New(), engineCh: make(chan error, 1)}
 	s = srv
 	defer func() {
@@ -185,7 +203,6 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger) (s *Server, 
 		},
 	})
 	info.workers = hubWorkers(s.Hub)
-	workerEvents := make(chan scheduler.WorkerEvent, 256)
 
 	// The live event stream: every replica publishes the entries it applies.
 	s.Events = events.NewHub(events.Config{Dropped: s.Metrics.DroppedEvents, Node: cfg.Name,
@@ -193,27 +210,31 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger) (s *Server, 
 
 	limits := store.Limits{MaxOps: cfg.MaxTxnOps, MaxRequest: cfg.EtcdMaxRequestBytes}
 	limits.MaxBytes = min(store.DefaultLimits.MaxBytes, limits.RecordLimit())
+	ectx, cancel := context.WithCancel(context.Background())
+	s.ectx, s.cancel = ectx, cancel
+	workerEvents := scheduler.HubWorkers(ectx, s.Hub.Events())
 	s.newEngine = func() *scheduler.Engine {
 		return scheduler.New(scheduler.Config{
-			Node:          cfg.Name,
-			APIURL:        apiURL,
-			Core:          core.Config{RetryBase: cfg.RetryBase, RetryCap: cfg.RetryCap, OrphanGrace: cfg.OrphanGrace},
-			Limits:        limits,
-			SessionTTL:    cfg.SessionTTL,
-			Retention:     cfg.Retention,
-			Logger:        log.Named("scheduler"),
-			Metrics:       s.Metrics,
-			Workers:       workerEvents,
-			RemoteResults: s.Hub.Results(),
-			Observer:      s.Events.Observe,
-			OnReload:      s.Events.Reset,
+			Node:             cfg.Name,
+			APIURL:           apiURL,
+			Core:             core.Config{RetryBase: cfg.RetryBase, RetryCap: cfg.RetryCap, OrphanGrace: cfg.OrphanGrace},
+			Limits:           limits,
+			SessionTTL:       cfg.SessionTTL,
+			Retention:        cfg.Retention,
+			Logger:           log.Named("scheduler"),
+			Metrics:          s.Metrics,
+			Workers:          workerEvents,
+			Results:          s.Hub.Results(),
+			Observer:         s.Events.Observe,
+			DispatchObserver: o.dispatchObserver,
+			OnReload:         s.Events.Reset,
 			OnLeading: func(leading bool, previous string) {
 				s.Hub.SetLeading(leading)
 				if s.labeler != nil {
 					s.labeler.Leading(leading, previous)
 				}
 			},
-		}, store.NewEtcd(s.Client), nil)
+		}, store.NewEtcd(s.Client))
 	}
 	s.ref.p.Store(s.newEngine())
 
@@ -273,9 +294,6 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger) (s *Server, 
 		ErrorLog:          zap.NewStdLog(log.Named("http")),
 	}
 
-	ectx, cancel := context.WithCancel(context.Background())
-	s.ectx, s.cancel = ectx, cancel
-	go relayWorkerEvents(ectx, s.Hub.Events(), workerEvents)
 	go followPeers(ectx, info, s.Hub, log.Named("peers"))
 	go s.runEngine(s.ref.get())
 	go func() { _ = s.agent.Run(ectx) }()

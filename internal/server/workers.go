@@ -10,39 +10,8 @@ import (
 	"github.com/orion-sched/orion/internal/apitypes"
 	"github.com/orion-sched/orion/internal/executor"
 	"github.com/orion-sched/orion/internal/model"
-	"github.com/orion-sched/orion/internal/scheduler"
 	"github.com/orion-sched/orion/internal/workerstream"
 )
-
-// relayWorkerEvents turns the hub's events into the engine's.
-func relayWorkerEvents(ctx context.Context, in <-chan workerstream.Event, out chan<- scheduler.WorkerEvent) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case ev := <-in:
-			we := scheduler.WorkerEvent{ID: ev.ID, InFlight: ev.InFlight}
-			if ev.Worker != nil {
-				we.Exec = ev.Worker
-			}
-			switch ev.Kind {
-			case workerstream.Joined:
-				we.Kind = scheduler.WorkerJoined
-			case workerstream.Disconnected:
-				we.Kind = scheduler.WorkerDisconnected
-			case workerstream.Left:
-				we.Kind = scheduler.WorkerLeft
-			default:
-				continue
-			}
-			select {
-			case out <- we:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}
-}
 
 // replicaDialer connects a replica's own slots to the leader: through an
 // in-process pipe when the leader is this replica (nothing is serialized),
@@ -57,12 +26,7 @@ func replicaDialer(info *clusterInfo, self string, hub *workerstream.Hub, token 
 			return nil, "", errors.New("no leader yet")
 		}
 		if l.Name == self {
-			if !hub.Leading() {
-				return nil, "", errors.New("this replica won the election but does not lead yet")
-			}
-			mine, theirs := workerstream.Pipe()
-			hub.Accept(theirs)
-			return mine, self, nil
+			return hub.DialSelf(self)
 		}
 		if l.APIURL == "" {
 			return nil, "", fmt.Errorf("leader %s has no API URL registered", l.Name)

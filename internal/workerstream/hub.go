@@ -2,6 +2,7 @@ package workerstream
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -309,6 +310,19 @@ func (h *Hub) Handler() http.Handler {
 // goroutine and returns at once.
 func (h *Hub) Accept(c Conn) {
 	go h.serve(c, "in-process")
+}
+
+// DialSelf connects a worker in this process to this hub through a Pipe,
+// nothing serialized: how a replica's own slots reach the engine when the
+// replica leads. It fails while the hub is not leading (name is what the
+// agent records as its leader).
+func (h *Hub) DialSelf(name string) (Conn, string, error) {
+	if !h.Leading() {
+		return nil, "", errors.New("this replica does not lead")
+	}
+	mine, theirs := Pipe()
+	h.Accept(theirs)
+	return mine, name, nil
 }
 
 // hubConn is one stream on the hub.
