@@ -15,7 +15,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/orion-sched/orion/internal/core"
-	"github.com/orion-sched/orion/internal/executor"
 	"github.com/orion-sched/orion/internal/metrics"
 	"github.com/orion-sched/orion/internal/model"
 	"github.com/orion-sched/orion/internal/store"
@@ -70,7 +69,7 @@ const (
 type WorkerEvent struct {
 	Kind     WorkerEventKind
 	ID       string
-	Exec     executor.Executor // WorkerJoined
+	Exec     Worker // WorkerJoined
 	InFlight []model.AttemptID
 }
 
@@ -92,10 +91,12 @@ type Engine struct {
 	session       store.Session
 	term          store.Term
 	campaignStop  context.CancelFunc
-	execs         map[string]executor.Executor
-	pending       []core.Entry // proposals waiting for a transaction
-	inflight      bool         // one transaction at a time: group commit
-	solo          int          // the next solo pending entries go one per transaction (after a refused batch)
+	execs         map[string]Worker
+	awaitingAck   []resultRef                  // results reported since the last batch that took every pending entry
+	lateAcks      map[string][]model.AttemptID // durable results of workers whose join the loop has not seen yet
+	pending       []core.Entry                 // proposals waiting for a transaction
+	inflight      bool                         // one transaction at a time: group commit
+	solo          int                          // the next solo pending entries go one per transaction (after a refused batch)
 	timers        timerQueue
 	timer         Timer
 	waiters       map[string][]*waiter
@@ -133,9 +134,16 @@ type Status struct {
 	DAGs          int
 }
 
+// resultRef names a worker's result, to acknowledge once it is durable.
+type resultRef struct {
+	worker string
+	id     model.AttemptID
+}
+
 type commitResult struct {
 	term    store.Term
 	batch   []core.Entry
+	acks    []resultRef // results durable once this transaction (and all before it) committed
 	res     store.Committed
 	err     error
 	started time.Time
@@ -178,7 +186,7 @@ func New(cfg Config, st Store) *Engine {
 		commitDone: make(chan commitResult, 1),
 		suspects:   make(chan string, 4),
 		c:          core.New(cfg.Core),
-		execs:      make(map[string]executor.Executor),
+		execs:      make(map[string]Worker),
 		waiters:    make(map[string][]*waiter),
 		crash:      make(chan struct{}),
 		done:       make(chan struct{}),
@@ -330,17 +338,66 @@ func (e *Engine) afterEvent(ctx context.Context) {
 	e.c.Schedule(e.clock.Now())
 	e.pending = append(e.pending, e.c.TakeProposals(0)...)
 	e.flush(ctx)
+	if !e.inflight && len(e.pending) == 0 {
+		// Everything proposed so far is committed: the results reported
+		// since proposed nothing (stale, or moot) and are durable as is.
+		e.ackResults(e.awaitingAck)
+		e.awaitingAck = nil
+	}
 	e.runEffects()
 }
 
-// report hands a worker's result to the core. A standby drops it: its hub
-// takes streams only while it leads, and a worker replays a result it has
-// not had acknowledged to the next leader.
+// maxLateAcks bounds the acknowledgements kept for workers not joined yet.
+const maxLateAcks = 4096
+
+// ackResults tells workers their results are durable. A result can overtake
+// its worker's join (they reach the loop on different channels): its ack
+// waits for the join. Dropping one would only make the worker send the
+// result again on its next reconnection.
+func (e *Engine) ackResults(refs []resultRef) {
+	for _, r := range refs {
+		if w := e.execs[r.worker]; w != nil {
+			w.Ack(r.id)
+			continue
+		}
+		if e.lateAcks == nil {
+			e.lateAcks = make(map[string][]model.AttemptID)
+		}
+		if n := len(e.lateAcks); n < maxLateAcks {
+			e.lateAcks[r.worker] = append(e.lateAcks[r.worker], r.id)
+		}
+	}
+}
+
+// report hands a worker's result to the core and queues its acknowledgement
+// for when what it proposed has committed. A standby drops it: its hub takes
+// streams only while it leads, and a worker sends a result it has not had
+// acknowledged to the next leader.
 func (e *Engine) report(r model.Result) {
 	if !e.c.IsLeader() {
 		return
 	}
+	if _, known := e.execs[r.Worker]; !known {
+		// A worker's join and its results reach the loop on different
+		// channels; take the joins already queued first, so a result does
+		// not overtake the hello that lists it (the attempt would look
+		// unknown to the core's adoption and be cancelled needlessly).
+		e.drainWorkerEvents()
+	}
 	e.c.Report(r, e.clock.Now())
+	e.awaitingAck = append(e.awaitingAck, resultRef{worker: r.Worker, id: r.AttemptID})
+}
+
+// drainWorkerEvents handles the worker events already queued.
+func (e *Engine) drainWorkerEvents() {
+	for i := 0; i < 256; i++ {
+		select {
+		case ev := <-e.cfg.Workers:
+			e.onWorker(ev)
+		default:
+			return
+		}
+	}
 }
 
 // onWorker registers a remote worker's arrival or departure with the core.
@@ -355,6 +412,10 @@ func (e *Engine) onWorker(ev WorkerEvent) {
 		for _, id := range ev.InFlight {
 			e.c.Adopt(ev.ID, id)
 		}
+		for _, id := range e.lateAcks[ev.ID] {
+			ev.Exec.Ack(id)
+		}
+		delete(e.lateAcks, ev.ID)
 		e.log.Info("worker joined", zap.String("worker", ev.ID), zap.Int("slots", ev.Exec.Slots()), zap.Int("in_flight", len(ev.InFlight)))
 	case WorkerDisconnected:
 		// No new work until it reconnects; its attempts stay its own.
@@ -362,6 +423,7 @@ func (e *Engine) onWorker(ev WorkerEvent) {
 		e.log.Info("worker disconnected", zap.String("worker", ev.ID))
 	case WorkerLeft:
 		delete(e.execs, ev.ID)
+		delete(e.lateAcks, ev.ID)
 		e.c.RemoveWorker(ev.ID, e.clock.Now())
 		e.m.WorkerSlots.DeleteLabelValues(ev.ID)
 		e.m.WorkerBusy.DeleteLabelValues(ev.ID)

@@ -329,6 +329,8 @@ func (s *fakeStore) loadCount() int {
 var _ Store = (*fakeStore)(nil)
 
 // fakeWorker is a remote worker whose attempts finish when the test says.
+// Like the real agent it keeps each result until the leader acknowledges it,
+// and sends what it keeps again when it rejoins a leader.
 type fakeWorker struct {
 	id           string
 	slots        int
@@ -336,6 +338,39 @@ type fakeWorker struct {
 	running      []model.AttemptID // started, not finished or cancelled
 	totalStarted int
 	cancels      []model.AttemptID
+	unacked      []model.Result
+	acks         int
+}
+
+func (w *fakeWorker) Ack(id model.AttemptID) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i, r := range w.unacked {
+		if r.AttemptID == id {
+			w.unacked = append(w.unacked[:i], w.unacked[i+1:]...)
+			w.acks++
+			return
+		}
+	}
+}
+
+// finished records results the worker now keeps until acknowledged.
+func (w *fakeWorker) finished(rs []model.Result) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.unacked = append(w.unacked, rs...)
+}
+
+// hello is what the worker reports on joining a leader: what it runs and
+// what it has results for, then the results themselves.
+func (w *fakeWorker) hello() ([]model.AttemptID, []model.Result) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ids := append([]model.AttemptID(nil), w.running...)
+	for _, r := range w.unacked {
+		ids = append(ids, r.AttemptID)
+	}
+	return ids, append([]model.Result(nil), w.unacked...)
 }
 
 func (w *fakeWorker) ID() string   { return w.id }

@@ -54,8 +54,10 @@ import (
 //	compact                     compact the store's history through its head
 //	close-watch                 every watch channel closes without a word
 //	advance 100ms               move the fake clock; due timers fire
-//	finish w1 [outcome=failed]  w1 reports every attempt it runs
-//	wait leader|standby|answer NAME|dag D STATUS|started W N|loads N|dags N
+//	finish w1 [outcome=failed]  w1 reports every attempt it runs (and keeps
+//	                            each result until acknowledged; it sends them
+//	                            again when it rejoins a new leader)
+//	wait leader|standby|answer NAME|dag D STATUS|started W N|acked W N|loads N|dags N
 //	                            wait (bounded) until it holds
 //	answers                     the answers of the async calls so far
 //	state                       the engine's DAGs and tasks
@@ -224,11 +226,16 @@ func (h *engineHarness) run(td *datadriven.TestData) string {
 		w := h.ws[td.CmdArgs[0].Key]
 		h.mu.Unlock()
 		outcome := model.Outcome(arg("outcome", string(model.Succeeded)))
+		var rs []model.Result
 		for _, a := range w.takeRunning() {
 			r := model.Result{AttemptID: a, Worker: w.id, Outcome: outcome, ExitCode: 0, StartedAt: h.clk.Now(), FinishedAt: h.clk.Now()}
 			if outcome != model.Succeeded {
 				r.ExitCode = 1
 			}
+			rs = append(rs, r)
+		}
+		w.finished(rs)
+		for _, r := range rs {
 			h.results <- r
 		}
 		h.barrier()
@@ -271,8 +278,9 @@ func (h *engineHarness) start() {
 		Logger:  zaptest.NewLogger(h.t, zaptest.Level(zap.ErrorLevel)),
 		Workers: h.workers,
 		Results: h.results,
-		// A worker reconnects to a new leader and reports what it runs,
-		// as the hub lets it once this replica leads.
+		// A worker reconnects to a new leader, reports what it runs and
+		// sends the results it has not had acknowledged, as the hub lets
+		// it once this replica leads.
 		OnLeading: func(leading bool, _ string) {
 			if !leading {
 				return
@@ -280,7 +288,11 @@ func (h *engineHarness) start() {
 			h.mu.Lock()
 			defer h.mu.Unlock()
 			for _, w := range h.ws {
-				h.workers <- WorkerEvent{Kind: WorkerJoined, ID: w.id, Exec: w, InFlight: w.runningIDs()}
+				inflight, results := w.hello()
+				h.workers <- WorkerEvent{Kind: WorkerJoined, ID: w.id, Exec: w, InFlight: inflight}
+				for _, r := range results {
+					h.results <- r
+				}
 			}
 		},
 	}
@@ -396,6 +408,16 @@ func (h *engineHarness) wait(td *datadriven.TestData) {
 			h.mu.Unlock()
 			return w.startedCount() >= n
 		})
+	case "acked":
+		n, _ := strconv.Atoi(args[2])
+		h.waitFor(what, func() bool {
+			h.mu.Lock()
+			w := h.ws[args[1]]
+			h.mu.Unlock()
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			return w.acks >= n
+		})
 	case "loads":
 		n, _ := strconv.Atoi(args[1])
 		h.waitFor(what, func() bool { return h.st.loadCount() >= n })
@@ -501,7 +523,7 @@ func (h *engineHarness) stats() string {
 		for _, c := range w.cancels {
 			cancels = append(cancels, c.String())
 		}
-		fmt.Fprintf(&b, "%s: started=%d cancelled=[%s]\n", n, w.totalStarted, strings.Join(cancels, " "))
+		fmt.Fprintf(&b, "%s: started=%d cancelled=[%s] acked=%d unacked=%d\n", n, w.totalStarted, strings.Join(cancels, " "), w.acks, len(w.unacked))
 		w.mu.Unlock()
 	}
 	return b.String()

@@ -15,7 +15,6 @@ import (
 
 	"github.com/orion-sched/orion/internal/core"
 	"github.com/orion-sched/orion/internal/dag"
-	"github.com/orion-sched/orion/internal/executor"
 	"github.com/orion-sched/orion/internal/store"
 )
 
@@ -110,7 +109,7 @@ func (e *Engine) becomeLeader(term store.Term) {
 	e.term = term
 	e.termRecordDue = true
 	e.firstCommitAt = time.Time{}
-	e.execs = make(map[string]executor.Executor)
+	e.execs = make(map[string]Worker)
 	e.c.BecomeLeader(e.clock.Now())
 	if e.cfg.OnLeading != nil {
 		e.cfg.OnLeading(true, e.prevLeader)
@@ -149,6 +148,12 @@ func (e *Engine) flush(ctx context.Context) {
 	batch := make([]core.Entry, n)
 	copy(batch, e.pending[:n])
 	e.pending = append(e.pending[:0], e.pending[n:]...)
+	var acks []resultRef
+	if len(e.pending) == 0 {
+		// This transaction carries the last of what was proposed so far,
+		// so every result reported until now is durable once it commits.
+		acks, e.awaitingAck = e.awaitingAck, nil
+	}
 	var rec *store.TermRecord
 	if e.termRecordDue {
 		rec = &store.TermRecord{Name: e.cfg.Node, APIURL: e.cfg.APIURL, Fence: e.term.Fence().Rev, Since: e.term.Won().UTC()}
@@ -160,7 +165,7 @@ func (e *Engine) flush(ctx context.Context) {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		res, err := st.Commit(cctx, term.Fence(), batch, lim, rec)
 		cancel()
-		e.commitDone <- commitResult{term: term, batch: batch, res: res, err: err, started: started, record: record}
+		e.commitDone <- commitResult{term: term, batch: batch, acks: acks, res: res, err: err, started: started, record: record}
 	}()
 }
 
@@ -185,6 +190,10 @@ func (e *Engine) onCommitted(ctx context.Context, cr commitResult) {
 		return // a commit of an earlier term; its committed prefix is applied
 	}
 	if cr.err != nil {
+		// Not acknowledged yet: if this replica goes on leading (a batch
+		// refused for its size), they wait for the entries' next attempt;
+		// if it leaves, its workers send them to the next leader.
+		e.awaitingAck = append(cr.acks, e.awaitingAck...)
 		if errors.Is(cr.err, store.ErrFenced) {
 			e.m.FencedWrites.Inc()
 			e.stepDown(ctx, "write rejected by the leadership fence")
@@ -217,6 +226,7 @@ func (e *Engine) onCommitted(ctx context.Context, cr commitResult) {
 		e.resync(ctx)
 		return
 	}
+	e.ackResults(cr.acks)
 	if cr.record && cr.res.Txns > 0 {
 		e.termRecordDue = false
 		e.firstCommitAt = e.clock.Now()
@@ -314,8 +324,11 @@ func (e *Engine) leaveLeadership(waitErr error) {
 	e.term = nil
 	e.c.StepDown()
 	e.pending = nil
+	// Unacknowledged results stay with their workers, which send them to
+	// the next leader (this replica again, after a resync).
+	e.awaitingAck, e.lateAcks = nil, nil
 	e.timers = nil
-	e.execs = make(map[string]executor.Executor)
+	e.execs = make(map[string]Worker)
 	e.m.IsLeader.Set(0)
 	e.failWaiters(waitErr)
 	if e.cfg.OnLeading != nil {

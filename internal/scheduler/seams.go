@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/orion-sched/orion/internal/core"
+	"github.com/orion-sched/orion/internal/model"
 	"github.com/orion-sched/orion/internal/store"
 )
 
@@ -34,6 +35,22 @@ type Store interface {
 }
 
 var _ Store = (*store.Etcd)(nil)
+
+// Worker is a worker as the engine drives it: workerstream.RemoteWorker, for
+// remote workers and a replica's own slots alike.
+type Worker interface {
+	Slots() int
+	// Start dispatches an attempt; it never blocks.
+	Start(a model.Attempt)
+	// Cancel asks the worker to stop an attempt; it never blocks.
+	Cancel(id model.AttemptID)
+	// Ack tells the worker that its result for id is durable (committed,
+	// or moot because the log had moved on), so it may forget it. Until
+	// then the worker keeps the result and sends it again to every leader
+	// it connects to: a result is never lost with a leader that took it
+	// and died (or resynchronised) before committing it.
+	Ack(id model.AttemptID)
+}
 
 // Clock is the engine's only source of time, so that a test can drive
 // timeouts, retries and backoff deterministically.

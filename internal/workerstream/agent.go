@@ -19,11 +19,8 @@ import (
 
 // Agent defaults.
 const (
-	DefaultReplayWindow = 10 * time.Second
-	DefaultMinBackoff   = 20 * time.Millisecond
-	DefaultMaxBackoff   = time.Second
-	// maxReplay bounds the acknowledged results kept for replay.
-	maxReplay = 4096
+	DefaultMinBackoff = 20 * time.Millisecond
+	DefaultMaxBackoff = time.Second
 	// logIdle ends a log transfer whose reader stopped asking for more.
 	logIdle = time.Minute
 )
@@ -54,11 +51,6 @@ type AgentConfig struct {
 	// its welcome and whenever the list changes (HTTPDialer.SetPeers takes
 	// it). It runs on the stream's reader: return quickly.
 	OnPeers func([]Peer)
-	// ReplayWindow is how long a result the leader acknowledged is kept to
-	// be sent again to a different leader, in case the one that
-	// acknowledged it died before committing it (DefaultReplayWindow;
-	// negative: never).
-	ReplayWindow time.Duration
 	// MinBackoff and MaxBackoff bound the delay between dials, which
 	// doubles after each failure and is jittered (DefaultMinBackoff,
 	// DefaultMaxBackoff).
@@ -81,13 +73,6 @@ type Agent struct {
 	mu      sync.Mutex
 	cur     *session // the stream results go to, once it said hello
 	unacked []model.Result
-	replay  []replayed
-}
-
-type replayed struct {
-	r      model.Result
-	leader string // the leader that acknowledged it
-	at     time.Time
 }
 
 // NewAgent returns an agent; Run starts it.
@@ -97,9 +82,6 @@ func NewAgent(cfg AgentConfig) *Agent {
 	}
 	if cfg.StaleAfter <= 0 {
 		cfg.StaleAfter = DefaultStaleAfter
-	}
-	if cfg.ReplayWindow == 0 {
-		cfg.ReplayWindow = DefaultReplayWindow
 	}
 	if cfg.MinBackoff <= 0 {
 		cfg.MinBackoff = DefaultMinBackoff
@@ -317,51 +299,25 @@ func (a *Agent) hello(s *session, results <-chan model.Result) {
 	a.cur = s
 }
 
-// ack moves an acknowledged result from the queue to the replay window.
-func (a *Agent) ack(s *session, id model.AttemptID) {
+// ack forgets a result the leader has committed (or found moot). Until then
+// it stays queued and goes to every leader the agent connects to, however
+// long that takes: an ack means durable, not received.
+func (a *Agent) ack(id model.AttemptID) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for i := range a.unacked {
 		if a.unacked[i].AttemptID != id {
 			continue
 		}
-		r := a.unacked[i]
 		a.unacked = append(a.unacked[:i], a.unacked[i+1:]...)
 		if len(a.unacked) == 0 && cap(a.unacked) > 1024 {
 			a.unacked = nil
 		}
-		if a.cfg.ReplayWindow > 0 {
-			now := time.Now()
-			a.pruneReplayLocked(now)
-			if len(a.replay) >= maxReplay {
-				a.replay = append(a.replay[:0], a.replay[1:]...)
-			}
-			a.replay = append(a.replay, replayed{r: r, leader: s.leader, at: now})
-		}
 		return
 	}
-	// A replayed result: the leader that has it now is s's.
-	for i := range a.replay {
-		if a.replay[i].r.AttemptID == id {
-			a.replay[i].leader = s.leader
-		}
-	}
 }
 
-func (a *Agent) pruneReplayLocked(now time.Time) {
-	i := 0
-	for i < len(a.replay) && now.Sub(a.replay[i].at) > a.cfg.ReplayWindow {
-		i++
-	}
-	if i > 0 {
-		n := copy(a.replay, a.replay[i:])
-		clear(a.replay[n:])
-		a.replay = a.replay[:n]
-	}
-}
-
-// welcome replays to a new leader the results another leader acknowledged
-// recently: that leader may have died before committing them.
+// welcome records the leader that answered the hello.
 func (a *Agent) welcome(s *session, w *Welcome) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -369,18 +325,6 @@ func (a *Agent) welcome(s *session, w *Welcome) {
 		s.leader = w.Leader
 	}
 	s.welcomed.Store(true)
-	a.pruneReplayLocked(time.Now())
-	n := 0
-	for i := range a.replay {
-		if a.replay[i].leader != s.leader {
-			r := a.replay[i].r
-			s.send(Msg{Type: TypeResult, Result: &r})
-			n++
-		}
-	}
-	if n > 0 {
-		a.log.Info("replaying results acknowledged by the previous leader", zap.String("leader", s.leader), zap.Int("results", n))
-	}
 }
 
 // session is one stream on the agent.
@@ -467,7 +411,7 @@ func (s *session) handle(m Msg) {
 		}
 	case TypeAck:
 		if m.ID != nil {
-			a.ack(s, *m.ID)
+			a.ack(*m.ID)
 		}
 	case TypeLogRequest:
 		if m.LogReq != nil {

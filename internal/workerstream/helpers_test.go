@@ -206,7 +206,21 @@ func wantEvent(t *testing.T, h *Hub, kind EventKind, worker string) Event {
 	return ev
 }
 
+// nextResult takes the hub's next result and acknowledges it, as the
+// scheduler does once it has committed it (use pendingResult to leave it
+// unacknowledged).
 func nextResult(t *testing.T, h *Hub) model.Result {
+	t.Helper()
+	r := pendingResult(t, h)
+	if w := h.Worker(r.Worker); w != nil {
+		w.Ack(r.AttemptID)
+	}
+	return r
+}
+
+// pendingResult takes the hub's next result and does not acknowledge it: a
+// leader that took it and has not committed it (yet).
+func pendingResult(t *testing.T, h *Hub) model.Result {
 	t.Helper()
 	select {
 	case r := <-h.Results():

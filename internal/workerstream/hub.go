@@ -556,8 +556,8 @@ func (h *Hub) handle(hc *hubConn, m Msg) {
 		}
 		h.results.push(r)
 		h.mu.Unlock()
-		id := r.AttemptID
-		hc.send(Msg{Type: TypeAck, ID: &id})
+		// No ack yet: the scheduler acks (RemoteWorker.Ack) once the
+		// result is committed.
 	case TypeLogChunk:
 		if m.Log == nil {
 			return

@@ -22,18 +22,20 @@
 //
 // Both sides send a heartbeat every heartbeat interval and drop a stream on
 // which nothing arrived for the stale timeout. Results are acknowledged
-// (ack): a worker keeps a result and sends it again after every reconnect
-// until a leader has acknowledged it, and for a while after that it replays
-// it to any new leader, since the one that acknowledged it may have died
-// before committing it. The scheduler's core tells current results from
-// stale or repeated ones by attempt identity, so repeats are harmless.
+// (ack) once the leader has committed them to etcd (or found them moot): a
+// worker keeps a result and sends it again after every reconnect, to
+// whichever replica leads, until then. A leader that took a result and died
+// or resynchronised before committing it loses nothing. The scheduler's
+// core tells current results from stale or repeated ones by attempt
+// identity, so repeats are harmless.
 package workerstream
 
 import "github.com/orion-sched/orion/internal/model"
 
 // ProtocolVersion is sent in Hello.Version. A hub refuses a hello with a
-// different non-zero version.
-const ProtocolVersion = 1
+// different non-zero version. 2: an ack means committed (1 acknowledged on
+// receipt, and its workers replayed acknowledged results for a while).
+const ProtocolVersion = 2
 
 // Path is where a replica serves the worker stream (behind the API's auth).
 const Path = "/internal/v1/worker"
@@ -45,7 +47,7 @@ const (
 	TypeDispatch   = "dispatch"    // leader → worker: Attempt
 	TypeCancel     = "cancel"      // leader → worker: ID
 	TypeResult     = "result"      // worker → leader: Result
-	TypeAck        = "ack"         // leader → worker: ID of a result now in the leader's hands
+	TypeAck        = "ack"         // leader → worker: ID of a result now committed (or moot)
 	TypeHeartbeat  = "heartbeat"   // both ways, no payload
 	TypeLogRequest = "log_request" // leader → worker: LogReq (open, more credit, or close)
 	TypeLogChunk   = "log_chunk"   // worker → leader: Log

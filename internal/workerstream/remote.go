@@ -107,6 +107,18 @@ func (w *RemoteWorker) Cancel(id model.AttemptID) {
 	w.cancels = append(w.cancels, id)
 }
 
+// Ack tells the worker its result for id is committed, so it may forget it;
+// it never blocks. A worker that is disconnected gets no ack: it sends the
+// result again when it reconnects, and the scheduler acks it then.
+func (w *RemoteWorker) Ack(id model.AttemptID) {
+	h := w.hub
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if w.conn != nil {
+		w.conn.send(Msg{Type: TypeAck, ID: &id})
+	}
+}
+
 // Results returns the hub's results channel, shared by all workers.
 func (w *RemoteWorker) Results() <-chan model.Result { return w.hub.Results() }
 

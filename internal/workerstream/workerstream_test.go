@@ -275,8 +275,8 @@ func TestResultsWhileDisconnected(t *testing.T) {
 					t.Fatalf("results %v, want each of %v once", got, ids)
 				}
 			}
-			// Once everything is acknowledged, nothing more will come: the
-			// hub queues a result before acknowledging it.
+			// Once everything is acknowledged, nothing more will come: a
+			// result is queued before it can be acknowledged.
 			if err := a.Drain(context.Background()); err != nil {
 				t.Fatal(err)
 			}
@@ -290,9 +290,12 @@ func TestResultsWhileDisconnected(t *testing.T) {
 	}
 }
 
-// TestReplayToNewLeader: a result the old leader acknowledged (and may not
-// have committed) is sent again to a different leader, not to the same one.
-func TestReplayToNewLeader(t *testing.T) {
+// TestResultKeptUntilAcknowledged: a result stays with the worker until a
+// leader acknowledges it (commits it), and goes again to whichever leader
+// the worker connects to next, the same one included (a replica that
+// resynchronised, or won the next term); once acknowledged it is never sent
+// again.
+func TestResultKeptUntilAcknowledged(t *testing.T) {
 	h1 := newHub(t, "L1", HubConfig{})
 	h2 := newHub(t, "L2", HubConfig{})
 	local := newLocal(t, "w1/1-aa")
@@ -303,31 +306,44 @@ func TestReplayToNewLeader(t *testing.T) {
 	w := wantEvent(t, h1, Joined, "w1/1-aa").Worker
 	first := attempt("d1", "first", 1, noop())
 	w.Start(first)
-	if r := nextResult(t, h1); r.AttemptID != first.AttemptID {
+	if r := pendingResult(t, h1); r.AttemptID != first.AttemptID {
 		t.Fatalf("result %+v", r)
+	}
+
+	// Reconnecting to the same leader, unacknowledged: sent again, and
+	// listed in the hello so the leader does not take it for an orphan.
+	_ = d.last().Close()
+	wantEvent(t, h1, Disconnected, "w1/1-aa")
+	ev := wantEvent(t, h1, Joined, "w1/1-aa")
+	if !hasID(ev.InFlight, first.AttemptID) {
+		t.Fatalf("hello in-flight %v lacks the unacknowledged %v", ev.InFlight, first.AttemptID)
+	}
+	if r := pendingResult(t, h1); r.AttemptID != first.AttemptID {
+		t.Fatalf("got %v, want %v sent again to the same leader", r.AttemptID, first.AttemptID)
+	}
+
+	// Acknowledged now; a probe proves nothing else was queued before it.
+	ev.Worker.Ack(first.AttemptID)
+	probe := attempt("d1", "probe", 1, noop())
+	ev.Worker.Start(probe)
+	if r := nextResult(t, h1); r.AttemptID != probe.AttemptID {
+		t.Fatalf("got %v before the probe", r.AttemptID)
 	}
 	if err := a.Drain(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 
-	// Reconnecting to the same leader: no replay. The probe's result comes
-	// after anything queued at the welcome, so it proves there was none.
-	_ = d.last().Close()
-	wantEvent(t, h1, Disconnected, "w1/1-aa")
-	w = wantEvent(t, h1, Joined, "w1/1-aa").Worker
-	probe := attempt("d1", "probe", 1, noop())
-	w.Start(probe)
-	if r := nextResult(t, h1); r.AttemptID != probe.AttemptID {
-		t.Fatalf("got %v before the probe: replayed to the same leader", r.AttemptID)
-	}
-
-	// A different leader gets both again.
+	// A different leader gets neither again.
 	d.set(transports[0].dial(t, h2, "L2"))
 	h1.SetLeading(false)
-	wantEvent(t, h2, Joined, "w1/1-aa")
-	got := []model.AttemptID{nextResult(t, h2).AttemptID, nextResult(t, h2).AttemptID}
-	if !hasID(got, first.AttemptID) || !hasID(got, probe.AttemptID) {
-		t.Fatalf("replayed %v", got)
+	ev = wantEvent(t, h2, Joined, "w1/1-aa")
+	if len(ev.InFlight) != 0 {
+		t.Fatalf("hello in-flight %v after everything was acknowledged", ev.InFlight)
+	}
+	probe2 := attempt("d1", "probe2", 1, noop())
+	ev.Worker.Start(probe2)
+	if r := nextResult(t, h2); r.AttemptID != probe2.AttemptID {
+		t.Fatalf("got %v: an acknowledged result was sent again", r.AttemptID)
 	}
 }
 
@@ -470,8 +486,9 @@ func TestLostDispatchIsResent(t *testing.T) {
 	if m := rw.next(); m.Type != TypeDispatch || m.Attempt.AttemptID != probe.AttemptID {
 		t.Fatalf("want the probe (not the kept attempt again), got %+v", m)
 	}
-	// A result is acknowledged, and a stale one (never dispatched here) is
-	// still delivered, stamped with the stream's worker id.
+	// A result is delivered (a stale one too, never dispatched here, stamped
+	// with the stream's worker id), and the worker hears the scheduler's
+	// acknowledgement.
 	stale := model.Result{AttemptID: model.AttemptID{DAG: "old", Task: "x", Attempt: 3}, Worker: "someone-else", Outcome: model.Succeeded}
 	rw.send(Msg{Type: TypeResult, Result: &stale})
 	if r := nextResult(t, h); r.AttemptID != stale.AttemptID || r.Worker != "raw" {
