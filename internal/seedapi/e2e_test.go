@@ -200,6 +200,12 @@ collect:
 	if adm["running"] != false {
 		t.Fatalf("after crash: %v", adm)
 	}
+	// The seed's paths are aliases of Orion's: both report the one crash.
+	var own map[string]any
+	getJSON(t, srv.URL+"/api/v1/demo/status", &own)
+	if own["running"] != false || own["last_crash"] != adm["last_crash"] {
+		t.Fatalf("Orion's demo status after the crash: %v; the seed's: %v", own, adm)
+	}
 	if resp, err := http.Get(srv.URL + "/api/v1/status"); err != nil || resp.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("status while crashed: %v %v", resp.StatusCode, err)
 	}

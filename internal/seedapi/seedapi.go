@@ -7,9 +7,9 @@
 //	GET  /api/v1/metrics/live    the status bar's metrics
 //	GET  /api/v1/dag/state       every recent task, keyed by task id, to redraw the graph
 //	GET  /ws                     the seed's TaskEvent stream
-//	POST /admin/simulate-crash   demo mode only: kill the scheduler as kill -9 would
-//	POST /admin/recover          demo mode only: start a new scheduler from etcd
-//	GET  /admin/status           {"running": bool, ...}
+//	POST /admin/simulate-crash   alias of POST /api/v1/demo/crash (package demo)
+//	POST /admin/recover          alias of POST /api/v1/demo/recover
+//	GET  /admin/status           alias of GET /api/v1/demo/status
 //
 // Each seed submission becomes one Orion DAG of sleep tasks (the seed only
 // simulated work; see ToDAG), so everything Orion gives a DAG applies: it is
@@ -29,10 +29,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -40,6 +38,7 @@ import (
 	"github.com/orion-sched/orion/internal/apitypes"
 	"github.com/orion-sched/orion/internal/core"
 	"github.com/orion-sched/orion/internal/dag"
+	"github.com/orion-sched/orion/internal/demo"
 	"github.com/orion-sched/orion/internal/events"
 	"github.com/orion-sched/orion/internal/httpkit"
 	"github.com/orion-sched/orion/internal/model"
@@ -55,27 +54,6 @@ type Backend interface {
 	WaitApplied(ctx context.Context, rev int64) error
 }
 
-// Demo crashes and recovers this replica's scheduler for the demo console.
-// The server implements it; the handlers call it only in demo mode.
-type Demo interface {
-	// Crash stops the scheduler the way kill -9 would (Engine.Crash): the
-	// in-memory state is dropped and the etcd session abandoned without
-	// resigning. The HTTP server stays up.
-	Crash() error
-	// Recover starts a new scheduler that loads its state from etcd, and
-	// returns once that state is loaded (Status().Loaded).
-	Recover(ctx context.Context) error
-	// Status says whether a scheduler is running.
-	Status() DemoStatus
-}
-
-// DemoStatus is what GET /admin/status reports of the scheduler.
-type DemoStatus struct {
-	Running bool
-	// Detail, if not nil, is included as "detail".
-	Detail any
-}
-
 // Defaults for zero Config fields.
 const (
 	DefaultMaxQueue     = 10000
@@ -88,13 +66,11 @@ const (
 type Config struct {
 	Backend Backend
 	Hub     *events.Hub
-	// Demo, with DemoEnabled, enables /admin/simulate-crash and
-	// /admin/recover; otherwise they answer 403.
-	Demo        Demo
-	DemoEnabled bool
+	// Demo, when set, is served at /admin/simulate-crash, /admin/recover
+	// and /admin/status, the seed's paths for Orion's demo controls.
+	Demo *demo.Handler
 	// AuthToken is the API's bearer token: sent with submissions forwarded
-	// to the leader. The demo controls refuse clients beyond loopback when
-	// it is empty.
+	// to the leader.
 	AuthToken string
 	// Cluster, when set, lets a standby forward submissions to the leader.
 	Cluster    httpkit.ClusterInfo
@@ -125,11 +101,6 @@ type Config struct {
 type Handler struct {
 	cfg Config
 	log *zap.Logger
-
-	adminMu   sync.Mutex // one crash or recovery at a time
-	mu        sync.Mutex
-	crashedAt time.Time
-	known     map[string]string // replica name → API URL, remembered for relays
 }
 
 // New returns the handlers; it panics without a Backend or a Hub.
@@ -185,18 +156,25 @@ const (
 // Routes returns the handlers keyed by ServeMux pattern, for
 // api.Config.Routes. Patterns carry no method, so CORS preflights reach
 // them; each answers other methods with a JSON 405. GET /api/v1/dags is not
-// among them: Orion serves that route (see ListDAGs).
+// among them: Orion serves that route (see ListDAGs). The /admin aliases
+// are among them only with a Config.Demo.
 func (h *Handler) Routes() map[string]http.Handler {
-	return map[string]http.Handler{
-		PathSubmit:   h.route("POST", h.submit),
-		PathStatus:   h.route("GET", h.status),
-		PathLive:     h.route("GET", h.metricsLive),
-		PathState:    h.route("GET", h.dagState),
-		PathWS:       h.route("GET", h.ws),
-		PathCrash:    h.route("POST", h.crash),
-		PathRecover:  h.route("POST", h.recoverScheduler),
-		PathAdminSts: h.route("GET", h.adminStatus),
+	routes := map[string]http.Handler{
+		PathSubmit: h.route("POST", h.submit),
+		PathStatus: h.route("GET", h.status),
+		PathLive:   h.route("GET", h.metricsLive),
+		PathState:  h.route("GET", h.dagState),
+		PathWS:     h.route("GET", h.ws),
 	}
+	if h.cfg.Demo != nil {
+		// The demo package's own handlers, answering errors in the seed's
+		// shape.
+		controls := h.cfg.Demo.Handlers(writeError)
+		routes[PathCrash] = h.route("POST", controls.Crash)
+		routes[PathRecover] = h.route("POST", controls.Recover)
+		routes[PathAdminSts] = h.route("GET", controls.Status)
+	}
+	return routes
 }
 
 func (h *Handler) route(method string, fn http.HandlerFunc) http.Handler {
@@ -595,154 +573,4 @@ func (h *Handler) ListDAGs() http.Handler {
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"dags": out, "count": len(out)})
 	})
-}
-
-// demoAllowed answers 403 unless the demo controls may be used by r.
-func (h *Handler) demoAllowed(w http.ResponseWriter, r *http.Request) bool {
-	if h.cfg.Demo == nil || !h.cfg.DemoEnabled {
-		writeError(w, http.StatusForbidden, apitypes.CodeDemoDisabled,
-			"demo controls are disabled: start orion server with --demo to crash and recover the scheduler from the console")
-		return false
-	}
-	if h.cfg.AuthToken == "" && !loopback(r.RemoteAddr) {
-		writeError(w, http.StatusForbidden, apitypes.CodeForbidden,
-			"demo controls need an auth token when the server is reached from beyond loopback")
-		return false
-	}
-	return true
-}
-
-// relay sends a demo request naming another replica (?target=NAME) to that
-// replica and reports whether it did (the answer is then written). The
-// console asks the replica serving it, which relays: the page never talks
-// to another origin.
-func (h *Handler) relay(w http.ResponseWriter, r *http.Request) bool {
-	target := r.URL.Query().Get("target")
-	if target == "" || target == h.cfg.Node || h.cfg.Cluster == nil || r.Header.Get(httpkit.ForwardedHeader) != "" {
-		return false
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
-	// On an error the addresses seen before still serve.
-	replicas, _ := h.cfg.Cluster.Replicas(ctx)
-	cancel()
-	// A crashed replica's registration goes with its lease, so remember
-	// every address seen: "recover" must still reach it.
-	h.mu.Lock()
-	if h.known == nil {
-		h.known = map[string]string{}
-	}
-	for _, rep := range replicas {
-		if rep.APIURL != "" {
-			h.known[rep.Name] = rep.APIURL
-		}
-	}
-	url := h.known[target]
-	h.mu.Unlock()
-	if url == "" {
-		writeError(w, http.StatusNotFound, apitypes.CodeNotFound, "no replica named "+target+" is registered")
-		return true
-	}
-	// The other replica sees ForwardedHeader and acts on itself, whatever
-	// ?target= says.
-	err := httpkit.Relay{
-		Client: h.cfg.HTTPClient, To: url, From: h.cfg.Node, Token: h.cfg.AuthToken,
-		Timeout: h.cfg.WriteTimeout,
-	}.Do(w, r, nil)
-	if err != nil {
-		writeError(w, http.StatusBadGateway, apitypes.CodeUnreachable, "replica "+target+" did not answer: "+err.Error())
-	}
-	return true
-}
-
-func loopback(remote string) bool {
-	host, _, err := net.SplitHostPort(remote)
-	if err != nil {
-		host = remote
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
-
-func (h *Handler) crash(w http.ResponseWriter, r *http.Request) {
-	if !h.demoAllowed(w, r) || h.relay(w, r) {
-		return
-	}
-	h.adminMu.Lock()
-	defer h.adminMu.Unlock()
-	if !h.cfg.Demo.Status().Running {
-		writeError(w, http.StatusConflict, apitypes.CodeConflict, "scheduler is already stopped")
-		return
-	}
-	if err := h.cfg.Demo.Crash(); err != nil {
-		h.log.Error("demo crash failed", zap.Error(err))
-		writeError(w, http.StatusInternalServerError, apitypes.CodeInternal, "crash failed: "+err.Error())
-		return
-	}
-	now := time.Now().UTC()
-	h.mu.Lock()
-	h.crashedAt = now
-	h.mu.Unlock()
-	h.log.Warn("scheduler crashed on request (demo)", zap.String("remote", r.RemoteAddr))
-	h.cfg.Hub.PublishSystem("crash", nil)
-	writeJSON(w, http.StatusOK, map[string]any{"status": "crashed", "crash_time": now})
-}
-
-func (h *Handler) recoverScheduler(w http.ResponseWriter, r *http.Request) {
-	if !h.demoAllowed(w, r) || h.relay(w, r) {
-		return
-	}
-	h.adminMu.Lock()
-	defer h.adminMu.Unlock()
-	if h.cfg.Demo.Status().Running {
-		writeError(w, http.StatusConflict, apitypes.CodeConflict, "scheduler is already running")
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.WriteTimeout)
-	defer cancel()
-	if err := h.cfg.Demo.Recover(ctx); err != nil {
-		h.log.Error("demo recovery failed", zap.Error(err))
-		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, apitypes.CodeUnavailable, "recovery failed: "+err.Error())
-		return
-	}
-	now := time.Now().UTC()
-	h.mu.Lock()
-	crashed := h.crashedAt
-	h.mu.Unlock()
-	var downtime int64
-	if !crashed.IsZero() {
-		downtime = now.Sub(crashed).Milliseconds()
-	}
-	meta := map[string]string{"downtime_ms": fmt.Sprint(downtime)}
-	if c, rev, err := h.counts(ctx); err == nil {
-		meta["completed_recovered"] = fmt.Sprint(c.Completed)
-		meta["failed_recovered"] = fmt.Sprint(c.Failed)
-		meta["in_flight"] = fmt.Sprint(c.Running)
-		meta["revision"] = fmt.Sprint(rev)
-	}
-	h.log.Info("scheduler recovered on request (demo)", zap.Int64("downtime_ms", downtime))
-	h.cfg.Hub.PublishSystem("recover", meta)
-	writeJSON(w, http.StatusOK, map[string]any{"status": "recovered", "recovery_time": now, "downtime_ms": downtime})
-}
-
-// adminStatus is read-only and always answers: the seed's console polls it
-// and takes any failure for a dead backend.
-func (h *Handler) adminStatus(w http.ResponseWriter, r *http.Request) {
-	resp := map[string]any{"demo": h.cfg.Demo != nil && h.cfg.DemoEnabled}
-	if h.cfg.Demo != nil {
-		ds := h.cfg.Demo.Status()
-		resp["running"] = ds.Running
-		if ds.Detail != nil {
-			resp["detail"] = ds.Detail
-		}
-	} else {
-		_, ok := h.running()
-		resp["running"] = ok
-	}
-	h.mu.Lock()
-	if !h.crashedAt.IsZero() {
-		resp["last_crash"] = h.crashedAt
-	}
-	h.mu.Unlock()
-	writeJSON(w, http.StatusOK, resp)
 }

@@ -16,7 +16,7 @@ func newEventSnapshot(s *Server) func(m *events.Metrics) {
 		q = nil
 	}
 	return func(m *events.Metrics) {
-		eng := s.ref.get()
+		eng := s.ref.Get()
 		if eng == nil {
 			return
 		}

@@ -26,6 +26,7 @@ import (
 	"github.com/orion-sched/orion/internal/config"
 	"github.com/orion-sched/orion/internal/console"
 	"github.com/orion-sched/orion/internal/core"
+	"github.com/orion-sched/orion/internal/demo"
 	"github.com/orion-sched/orion/internal/etcdserver"
 	"github.com/orion-sched/orion/internal/events"
 	"github.com/orion-sched/orion/internal/executor"
@@ -56,7 +57,7 @@ type Server struct {
 	http      *http.Server
 	cancel    context.CancelFunc
 	ectx      context.Context
-	ref       engineRef                // the running engine (a demo crash replaces it)
+	ref       demo.EngineRef           // the running engine (a demo crash replaces it)
 	newEngine func() *scheduler.Engine // builds an engine wired like the first
 	engineCh  chan error
 }
@@ -236,14 +237,14 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 			},
 		}, store.NewEtcd(s.Client))
 	}
-	s.ref.p.Store(s.newEngine())
+	s.ref.Set(s.newEngine())
 
 	s.agent = workerstream.NewAgent(workerstream.AgentConfig{
 		Exec:         own,
 		Dial:         replicaDialer(info, cfg.Name, s.Hub, cfg.AuthToken),
 		Replica:      cfg.Name,
 		StaleAfter:   cfg.StreamStaleAfter,
-		OnLeaderLost: func(leader string) { s.ref.get().SuspectLeader(leader) },
+		OnLeaderLost: func(leader string) { s.ref.Get().SuspectLeader(leader) },
 		MinBackoff:   5 * time.Millisecond,
 		MaxBackoff:   200 * time.Millisecond,
 		Logger:       log.Named("agent"),
@@ -252,8 +253,14 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 	routes := console.Routes()
 	routes["GET "+workerstream.Path] = s.Hub.Handler()
 	maps.Copy(routes, s.Events.Routes(events.HTTPConfig{Origins: httpkit.Origins{Hosts: hosts}, Logger: log.Named("events")}))
+	controls := demo.New(demo.Config{
+		Scheduler: demo.Replica{Ref: &s.ref, NewEngine: s.newEngine, Run: s.runEngine}, Enabled: cfg.Demo,
+		Backend: &s.ref, Events: s.Events, AuthToken: cfg.AuthToken, Cluster: info, Node: cfg.Name,
+		Timeout: cfg.WriteTimeout, Logger: log.Named("demo"),
+	})
+	maps.Copy(routes, controls.Routes())
 	seed := seedapi.New(seedapi.Config{
-		Backend: &s.ref, Hub: s.Events, Demo: demo{s}, DemoEnabled: cfg.Demo, Origins: httpkit.Origins{Hosts: hosts},
+		Backend: &s.ref, Hub: s.Events, Demo: controls, Origins: httpkit.Origins{Hosts: hosts},
 		AuthToken: cfg.AuthToken, Cluster: info, Node: cfg.Name,
 		MaxBodyBytes: cfg.MaxBodyBytes, MaxTasks: cfg.MaxTasksPerDAG, WriteTimeout: cfg.WriteTimeout,
 		SlowTasks: cfg.Demo, Logger: log.Named("seedapi"),
@@ -295,7 +302,7 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 	}
 
 	go followPeers(ectx, info, s.Hub, log.Named("peers"))
-	go s.runEngine(s.ref.get())
+	go s.runEngine(s.ref.Get())
 	go func() { _ = s.agent.Run(ectx) }()
 	go s.Events.Run(ectx)
 	if s.labeler != nil {
@@ -388,7 +395,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	cancel()
 	s.cancel()
 	select {
-	case <-s.ref.get().Done():
+	case <-s.ref.Get().Done():
 	case <-ctx.Done():
 	}
 	s.closeResources()

@@ -16,9 +16,9 @@ import { Orion, REPO, browser, hasFlag, shot, sleep, waitFor } from "./harness.m
 function unexpected(errors) {
   return errors.filter(
     (e) =>
-      // /admin/status answers 404 outside demo mode: that is how the page
-      // learns it is not in demo mode.
-      !/admin\/status/.test(e) &&
+      // A server without demo controls answers /api/v1/demo/status with a
+      // 404: that is how the page learns it has no demo mode.
+      !/api\/v1\/demo\/status/.test(e) &&
       // A 404 resource error without URL comes from that same probe.
       !/^console: Failed to load resource: the server responded with a status of 404/.test(e),
   );
@@ -108,7 +108,7 @@ async function api(base, path, init) {
 
 // ---- single node -----------------------------------------------------------
 
-// The demo controls need `orion server --demo` (and its /admin endpoints):
+// The demo controls need `orion server --demo` (and its /api/v1/demo routes):
 // the demo tests skip themselves on a build without the flag.
 async function demoFlag(orion) {
   return hasFlag(await orion.bin(), "server", "demo");

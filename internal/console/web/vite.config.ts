@@ -34,7 +34,6 @@ export default defineConfig({
     host: "127.0.0.1",
     proxy: {
       "/api": { target: server, changeOrigin: true },
-      "/admin": { target: server, changeOrigin: true },
       "/metrics": { target: server, changeOrigin: true },
       "/healthz": { target: server, changeOrigin: true },
     },

@@ -11,7 +11,7 @@ import type {
 
 const TOKEN_KEY = "orion.token";
 
-export interface AdminStatus {
+export interface DemoStatus {
   demo?: boolean;
   running?: boolean;
   last_crash?: string;
@@ -78,8 +78,6 @@ async function json<T>(method: string, path: string, body?: BodyInit, headers: R
   if (!resp.ok) {
     const err = (parsed as APIErrorBody | undefined)?.error;
     if (err && typeof err === "object") throw new APIError(resp.status, err.code, err.message, err.details);
-    // The demo endpoints answer {"error": "message", "code": "..."}.
-    if (typeof err === "string") throw new APIError(resp.status, String((parsed as { code?: string }).code ?? "error"), err);
     throw new APIError(resp.status, "http_" + resp.status, `${method} ${path}: ${resp.status} ${text.slice(0, 200)}`);
   }
   return parsed as T;
@@ -120,22 +118,22 @@ export const api = {
     return resp.text();
   },
   /**
-   * GET /admin/status: {"demo": bool, "running": bool, "last_crash"?}. It
-   * answers on every server (demo is false outside demo mode); null when
+   * GET /api/v1/demo/status: {"demo": bool, "running": bool, "last_crash"?}.
+   * It answers on every server (demo is false outside demo mode); null when
    * this server has no such endpoint.
    */
-  adminStatus: async (base = ""): Promise<AdminStatus | null> => {
-    const resp = await request("GET", base + "/admin/status", undefined, {}, 4000);
+  demoStatus: async (base = ""): Promise<DemoStatus | null> => {
+    const resp = await request("GET", base + "/api/v1/demo/status", undefined, {}, 4000);
     if (resp.status === 404 || resp.status === 405) return null;
-    if (!resp.ok) throw new APIError(resp.status, "http_" + resp.status, "GET /admin/status: " + resp.status);
+    if (!resp.ok) throw new APIError(resp.status, "http_" + resp.status, "GET /api/v1/demo/status: " + resp.status);
     if (!(resp.headers.get("Content-Type") ?? "").includes("json")) return null;
-    return (await resp.json()) as AdminStatus;
+    return (await resp.json()) as DemoStatus;
   },
   /**
-   * POST /admin/simulate-crash or /admin/recover (demo mode only), on this
-   * server or, with target (a replica's name), relayed by this server to
-   * that replica: the page stays on one origin.
+   * POST /api/v1/demo/crash or /api/v1/demo/recover (demo mode only), on
+   * this server or, with target (a replica's name), relayed by this server
+   * to that replica: the page stays on one origin.
    */
-  admin: (what: "simulate-crash" | "recover", target = "") =>
-    json<Record<string, unknown>>("POST", `/admin/${what}` + (target ? `?target=${encodeURIComponent(target)}` : ""), undefined, {}, 35000),
+  demo: (what: "crash" | "recover", target = "") =>
+    json<Record<string, unknown>>("POST", `/api/v1/demo/${what}` + (target ? `?target=${encodeURIComponent(target)}` : ""), undefined, {}, 35000),
 };

@@ -1,10 +1,10 @@
 // Demo mode (orion server --demo): "Pull the plug" crashes the leader's
-// scheduler as kill -9 would (POST /admin/simulate-crash: its in-memory
+// scheduler as kill -9 would (POST /api/v1/demo/crash: its in-memory
 // state is dropped and its etcd session abandoned; the HTTP server stays
 // up, so the page stays connected), "Recover" starts a new scheduler there
-// from etcd (POST /admin/recover), and "Auto-demo" runs submit → execute →
+// from etcd (POST /api/v1/demo/recover), and "Auto-demo" runs submit → execute →
 // kill the leader → takeover → finish in one click, narrating each step.
-// The controls show only when GET /admin/status says {"demo": true}.
+// The controls show only when GET /api/v1/demo/status says {"demo": true}.
 import { api } from "./api";
 import { fmtDuration, ms } from "./dom";
 import type { App } from "./main";
@@ -56,11 +56,11 @@ export class Demo {
 
   constructor(private readonly app: App) {}
 
-  /** Asks GET /admin/status; retries later when the server did not answer. */
+  /** Asks GET /api/v1/demo/status; retries later when the server did not answer. */
   async probe(): Promise<void> {
     let st;
     try {
-      st = await api.adminStatus();
+      st = await api.demoStatus();
     } catch {
       setTimeout(() => void this.probe(), 5000);
       return;
@@ -140,7 +140,7 @@ export class Demo {
       "step",
     );
     const at = Date.now();
-    await api.admin("simulate-crash", base);
+    await api.demo("crash", base);
     const crashed = { name: leader, base, at };
     this.crashed = crashed;
     if (single) {
@@ -186,7 +186,7 @@ export class Demo {
     const target = this.crashed ?? { name: this.app.cluster?.node ?? "this node", base: "", at: Date.now() };
     const before = Date.now();
     this.app.say(`recover ${target.name}: a new scheduler loads the state from etcd (a snapshot read of /orion/v1/, then the watch from its revision)`, "step");
-    const r = await api.admin("recover", target.base);
+    const r = await api.demo("recover", target.base);
     this.crashed = null;
     const down = typeof r.downtime_ms === "number" ? ` after ${fmtDuration(r.downtime_ms)} down` : "";
     const c = await this.waitCluster((x) => !!x.leader, 20000, 150);
