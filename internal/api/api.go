@@ -81,6 +81,10 @@ type Config struct {
 	// Cluster, when set, lets a standby forward writes to the leader and the
 	// cluster endpoint describe every replica. Nil: a lone process.
 	Cluster httpkit.ClusterInfo
+	// LeaderView, when set, answers GET /api/v1/leader from the replica's
+	// memory. Nil: the endpoint names this process when it leads (a lone
+	// process is its own cluster).
+	LeaderView LeaderView
 	// APIURL is where this replica's API is reachable, PID its process id
 	// (shown by the cluster endpoint; drills use them).
 	APIURL string
@@ -145,6 +149,7 @@ func New(cfg Config) http.Handler {
 	s.mux.HandleFunc("POST /api/v1/dags/{id}/retry", s.retry)
 	s.mux.HandleFunc("GET /api/v1/cluster", s.cluster)
 	s.mux.HandleFunc("GET /api/v1/cluster/self", s.clusterSelf)
+	s.mux.HandleFunc("GET /api/v1/leader", s.leader)
 	for pattern, h := range cfg.Routes {
 		s.mux.Handle(pattern, h)
 	}

@@ -84,3 +84,15 @@ type ReplicaAddr struct {
 	Name   string `json:"name"`
 	APIURL string `json:"api_url"`
 }
+
+// Leader answers GET /api/v1/leader: who leads and where, and the
+// registered replicas, as one replica's watched view had them at Revision.
+// The replica answers from memory, without asking etcd or its peers, so a
+// worker looking for the leader after a failover costs one cheap request.
+type Leader struct {
+	Node      string        `json:"node"`       // the replica that answered
+	Leader    string        `json:"leader"`     // "" when nobody leads
+	LeaderURL string        `json:"leader_url"` // the leader's API URL ("" when unknown)
+	Replicas  []ReplicaAddr `json:"replicas"`
+	Revision  int64         `json:"revision"` // the etcd revision the view reflects
+}

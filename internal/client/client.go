@@ -471,3 +471,14 @@ func (c *Client) Cluster(ctx context.Context) (*Cluster, error) {
 	}
 	return &out, nil
 }
+
+// Leader names the leader and lists the replicas, as the replica asked has
+// them in memory: the cheap question (no etcd read, no fan-out) to ask when
+// only the leader's address matters.
+func (c *Client) Leader(ctx context.Context) (*Leader, error) {
+	var out Leader
+	if err := c.getJSON(ctx, "/api/v1/leader", &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}

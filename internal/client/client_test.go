@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -379,5 +380,26 @@ func TestNormalizeURL(t *testing.T) {
 	}
 	if _, err := New(nil, "").ListDAGs(context.Background(), "", 0); err == nil {
 		t.Error("no URL accepted")
+	}
+}
+
+func TestLeaderDecodes(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet || r.URL.Path != "/api/v1/leader" || r.Header.Get("Authorization") != "Bearer s3cret" {
+			t.Errorf("got %s %s auth %q", r.Method, r.URL.Path, r.Header.Get("Authorization"))
+		}
+		writeJSON(w, 200, map[string]any{"node": "n1", "leader": "n2", "leader_url": "http://127.0.0.1:2",
+			"replicas": []map[string]string{{"name": "n1", "api_url": "http://127.0.0.1:1"}, {"name": "n2", "api_url": "http://127.0.0.1:2"}},
+			"revision": 9})
+	}))
+	defer srv.Close()
+	l, err := New([]string{srv.URL}, "s3cret").Leader(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Leader{Node: "n1", Leader: "n2", LeaderURL: "http://127.0.0.1:2", Revision: 9,
+		Replicas: []ReplicaAddr{{Name: "n1", APIURL: "http://127.0.0.1:1"}, {Name: "n2", APIURL: "http://127.0.0.1:2"}}}
+	if !reflect.DeepEqual(*l, want) {
+		t.Fatalf("leader %+v, want %+v", *l, want)
 	}
 }

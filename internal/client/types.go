@@ -24,6 +24,10 @@ type (
 	ActionResponse = apitypes.ActionResponse
 	// Cluster answers GET /api/v1/cluster.
 	Cluster = apitypes.Cluster
+	// Leader answers GET /api/v1/leader.
+	Leader = apitypes.Leader
+	// ReplicaAddr is a replica's name and API URL.
+	ReplicaAddr = apitypes.ReplicaAddr
 	// Replica is one scheduler node as the cluster endpoint reports it (and
 	// as GET /api/v1/cluster/self reports itself, without Reachable).
 	Replica = apitypes.Replica

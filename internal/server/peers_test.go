@@ -15,11 +15,11 @@ import (
 	"github.com/orion-sched/orion/internal/workerstream"
 )
 
-// TestFollowPeersTellsWorkersTheRegistry: a connected worker is sent the
+// TestLeaderViewTellsWorkersTheRegistry: a connected worker is sent the
 // replica registry (name and API URL) on every change a real etcd reports:
 // a replica that registers, one whose lease ends, and a record that is not
 // a replica's, which is skipped.
-func TestFollowPeersTellsWorkersTheRegistry(t *testing.T) {
+func TestLeaderViewTellsWorkersTheRegistry(t *testing.T) {
 	_, cli := etcdtest.Start(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -36,7 +36,9 @@ func TestFollowPeersTellsWorkersTheRegistry(t *testing.T) {
 	t.Cleanup(func() { _ = hub.Close() })
 	hub.SetLeading(true)
 	done := make(chan struct{})
-	go func() { defer close(done); followPeers(ctx, &clusterInfo{cli: cli}, hub, zap.NewNop()) }()
+	view := newLeaderView(cli, zap.NewNop())
+	view.onReplicas = hubPeers(hub)
+	go func() { defer close(done); view.run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 
 	worker, leaderEnd := workerstream.Pipe()

@@ -191,19 +191,19 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 	}
 
 	info := &clusterInfo{cli: s.Client}
+	view := newLeaderView(s.Client, log.Named("view"))
 	s.Hub = workerstream.NewHub(workerstream.HubConfig{
 		Leader:         cfg.Name,
 		StaleAfter:     cfg.StreamStaleAfter,
 		ReconnectGrace: cfg.WorkerReconnectGrace,
 		Logger:         log.Named("hub"),
 		Redirect: func() (string, string) {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			defer cancel()
-			addr, _, _ := info.LeaderAddr(ctx)
+			addr, _ := view.LeaderAddr()
 			return addr.Name, addr.APIURL
 		},
 	})
 	info.workers = hubWorkers(s.Hub)
+	view.onReplicas = hubPeers(s.Hub)
 
 	// The live event stream: every replica publishes the entries it applies.
 	s.Events = events.NewHub(events.Config{Dropped: s.Metrics.DroppedEvents, Node: cfg.Name,
@@ -241,7 +241,7 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 
 	s.agent = workerstream.NewAgent(workerstream.AgentConfig{
 		Exec:         own,
-		Dial:         replicaDialer(info, cfg.Name, s.Hub, cfg.AuthToken),
+		Dial:         replicaDialer(view, cfg.Name, s.Hub, cfg.AuthToken),
 		Replica:      cfg.Name,
 		StaleAfter:   cfg.StreamStaleAfter,
 		OnLeaderLost: func(leader string) { s.ref.Get().SuspectLeader(leader) },
@@ -286,6 +286,7 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 		MaxTasks:      cfg.MaxTasksPerDAG,
 		WriteTimeout:  cfg.WriteTimeout,
 		Cluster:       info,
+		LeaderView:    view,
 		Hosts:         hosts,
 		APIURL:        apiURL,
 		PID:           os.Getpid(),
@@ -301,7 +302,7 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 		ErrorLog:          zap.NewStdLog(log.Named("http")),
 	}
 
-	go followPeers(ectx, info, s.Hub, log.Named("peers"))
+	go view.run(ectx)
 	go s.runEngine(s.ref.Get())
 	go func() { _ = s.agent.Run(ectx) }()
 	go s.Events.Run(ectx)

@@ -15,13 +15,11 @@ import (
 
 // replicaDialer connects a replica's own slots to the leader: through an
 // in-process pipe when the leader is this replica (nothing is serialized),
-// over the leader's websocket otherwise.
-func replicaDialer(info *clusterInfo, self string, hub *workerstream.Hub, token string) func(ctx context.Context) (workerstream.Conn, string, error) {
+// over the leader's websocket otherwise. The leader comes from the
+// replica's watched view: redials during a failover read no etcd.
+func replicaDialer(view *leaderView, self string, hub *workerstream.Hub, token string) func(ctx context.Context) (workerstream.Conn, string, error) {
 	return func(ctx context.Context) (workerstream.Conn, string, error) {
-		l, ok, err := info.LeaderAddr(ctx)
-		if err != nil {
-			return nil, "", err
-		}
+		l, ok := view.LeaderAddr()
 		if !ok {
 			return nil, "", errors.New("no leader yet")
 		}

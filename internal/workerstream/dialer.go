@@ -17,14 +17,20 @@ import (
 	apiclient "github.com/orion-sched/orion/internal/client"
 )
 
-// clusterTimeout bounds one GET /api/v1/cluster of the HTTP dialer, and
-// handshakeTimeout one websocket handshake. Both are short: a frozen leader
-// (SIGSTOP, partition) accepts connections and never answers, and a worker
-// must reach the next leader well within the orphan grace.
+// leaderTimeout bounds one GET /api/v1/leader beyond the wait the dialer
+// asks the server to hold it, and handshakeTimeout one websocket handshake.
+// Both are short: a frozen leader (SIGSTOP, partition) accepts connections
+// and never answers, and a worker must reach the next leader well within the
+// orphan grace.
 const (
-	clusterTimeout   = time.Second
+	leaderTimeout    = time.Second
 	handshakeTimeout = time.Second
 )
+
+// hedgeAfter is how long a question to one server goes unanswered (beyond
+// the wait asked for) before the next server is asked as well: a frozen
+// server delays a dial by this much, and a healthy cluster is asked once.
+const hedgeAfter = 300 * time.Millisecond
 
 // suspectFor is how long after its stream dropped a worker keeps away from
 // the leader it lost while replicas still name it: long enough for the
@@ -38,15 +44,22 @@ const suspectFor = 1500 * time.Millisecond
 // ("http://host:port"; "host:port" means http). Each dial:
 //
 //  1. if the last stream was answered with not_leader naming a URL, dials it;
-//  2. else asks the servers, in turn, GET /api/v1/cluster, and dials the
-//     leader's stream: the server it asked when that one is the leader,
-//     else the leader's api_url from the replica list (or a server known
-//     by that name from an earlier answer); when no leader is known it
-//     dials the server that answered, whose not_leader redirect (see 1)
-//     leads on.
+//  2. else asks one server GET /api/v1/leader, which the server answers from
+//     memory, and dials the leader's stream: the server it asked when that
+//     one is the leader, else the leader_url of the answer (or a server
+//     known by that name from an earlier answer). Another server is asked
+//     only when that one fails, refuses (503: no leader known) or does not
+//     answer within hedgeAfter, so a failover costs each worker one request
+//     and each replica no etcd read.
+//
+// After losing a stream, the dialer asks the other servers first (the lost
+// leader may be frozen) and asks the server to hold the answer until it
+// names a leader other than the lost one, for as long as suspectFor lasts:
+// the standbys depose the old leader meanwhile, and the worker learns the
+// successor in that one request instead of polling for it.
 //
 // The servers asked are the given ones plus the replicas learned since: from
-// cluster answers, redirects, and the leader's peer list (SetPeers, which
+// leader answers, redirects, and the leader's peer list (SetPeers, which
 // replaces what was learned before). So a worker given one address finds the
 // others, including replicas that registered after it connected, and can
 // reach the next leader when the replica it was given is the one that died.
@@ -65,12 +78,14 @@ type HTTPDialer struct {
 }
 
 // NewHTTPDialer returns a dialer for servers. token, when non-empty, is sent
-// as a bearer token. client nil: a client with short timeouts; its
-// transport's TLS settings and proxy are reused for the websocket.
+// as a bearer token. client nil: a default client (each request is bounded
+// by its own deadline; a client's Timeout, if set, must leave room for
+// suspectFor plus leaderTimeout); its transport's TLS settings and proxy are
+// reused for the websocket.
 func NewHTTPDialer(servers []string, token string, client *http.Client) *HTTPDialer {
 	d := &HTTPDialer{token: token, client: client, byName: make(map[string]string)}
 	if d.client == nil {
-		d.client = &http.Client{Timeout: clusterTimeout}
+		d.client = &http.Client{}
 	}
 	d.ws = &websocket.Dialer{Proxy: http.ProxyFromEnvironment, HandshakeTimeout: handshakeTimeout}
 	if t, ok := d.client.Transport.(*http.Transport); ok && t != nil {
@@ -137,16 +152,6 @@ func (d *HTTPDialer) learnLocked(s string) {
 	d.learned = append(d.learned, s)
 }
 
-type clusterAnswer struct {
-	Node     string `json:"node"`
-	Leader   string `json:"leader"`
-	Replicas []struct {
-		Name   string `json:"name"`
-		Role   string `json:"role"`
-		APIURL string `json:"api_url"`
-	} `json:"replicas"`
-}
-
 // Dial opens a stream to the leader and names it (see HTTPDialer).
 func (d *HTTPDialer) Dial(ctx context.Context) (Conn, string, error) {
 	d.mu.Lock()
@@ -158,6 +163,13 @@ func (d *HTTPDialer) Dial(ctx context.Context) (Conn, string, error) {
 		d.lostAt = time.Now()
 	}
 	suspectUntil := d.lostAt.Add(suspectFor)
+	if u := d.byName[suspect]; suspect != "" && u != "" {
+		// The lost leader last: it may be frozen, and it is the one
+		// server sure to name itself.
+		if i := slices.Index(servers, u); i >= 0 {
+			servers = append(slices.Delete(servers, i, i+1), u)
+		}
+	}
 	d.mu.Unlock()
 	if len(servers) == 0 {
 		return nil, "", fmt.Errorf("workerstream: no server to dial")
@@ -172,69 +184,94 @@ func (d *HTTPDialer) Dial(ctx context.Context) (Conn, string, error) {
 		}
 		errs = append(errs, err.Error())
 	}
-	// Ask every server at once: one that hangs (a frozen leader) must not
-	// delay the others' answers.
-	replies := make([]clusterReply, len(servers))
-	var wg sync.WaitGroup
-	for i, base := range servers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ans, err := d.cluster(ctx, base)
-			replies[i] = clusterReply{base, ans, err}
-		}()
+	q := leaderQuestion{suspect: suspect, until: suspectUntil}
+	if suspect != "" {
+		q.wait = max(0, time.Until(suspectUntil))
 	}
-	wg.Wait()
-	// Prefer an answer naming a leader other than the one just lost: right
-	// after a takeover some replicas may not know yet.
-	var fresh, stale []clusterReply
-	for _, r := range replies {
-		switch {
-		case r.err != nil:
-			errs = append(errs, r.err.Error())
-		case suspect != "" && r.ans.Leader == suspect:
-			stale = append(stale, r)
-		default:
-			fresh = append(fresh, r)
-		}
+	r, more := d.ask(ctx, servers, q)
+	errs = append(errs, more...)
+	if r == nil {
+		return nil, "", fmt.Errorf("workerstream: no server reachable: %s", strings.Join(errs, "; "))
 	}
-	candidates := fresh
-	if len(fresh) == 0 || allLeaderless(fresh) {
-		if len(stale) > 0 && time.Now().Before(suspectUntil) {
-			return nil, "", fmt.Errorf("workerstream: leader %s went silent and is still named; waiting for its successor", suspect)
-		}
-		candidates = append(fresh, stale...)
+	target := d.learn(r.base, r.ans)
+	c, err := d.dialStream(ctx, target)
+	if err != nil {
+		errs = append(errs, err.Error())
+		return nil, "", fmt.Errorf("workerstream: leader %s named by %s not reachable: %s", r.ans.Leader, r.base, strings.Join(errs, "; "))
 	}
-	for _, r := range candidates {
-		target := d.learn(r.base, r.ans)
-		c, err := d.dialStream(ctx, target)
-		if err != nil {
-			errs = append(errs, err.Error())
-			if ctx.Err() != nil {
-				break
-			}
-			continue
-		}
-		d.connected(r.ans.Leader)
-		return c, r.ans.Leader, nil
-	}
-	return nil, "", fmt.Errorf("workerstream: no server reachable: %s", strings.Join(errs, "; "))
+	d.connected(r.ans.Leader)
+	return c, r.ans.Leader, nil
 }
 
-// clusterReply is one server's answer to GET /api/v1/cluster.
-type clusterReply struct {
+// leaderQuestion is what a dial asks: the leader, and when it just lost
+// suspect, one other than suspect, held for up to wait; an answer naming
+// suspect before until is stale.
+type leaderQuestion struct {
+	suspect string
+	wait    time.Duration
+	until   time.Time
+}
+
+// leaderReply is one server's answer to GET /api/v1/leader.
+type leaderReply struct {
 	base string
-	ans  clusterAnswer
+	ans  apiclient.Leader
 	err  error
 }
 
-func allLeaderless(rs []clusterReply) bool {
-	for _, r := range rs {
-		if r.ans.Leader != "" {
-			return false
+// ask asks servers in turn, the next one as soon as the last failed or
+// gave a stale answer, or hedgeAfter past the wait asked for without an
+// answer, and returns the first usable answer (nil if none) and what went
+// wrong with the others. The questions still out are cancelled on return.
+func (d *HTTPDialer) ask(ctx context.Context, servers []string, q leaderQuestion) (*leaderReply, []string) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	replies := make(chan leaderReply, len(servers))
+	next, pending := 0, 0
+	hedge := time.NewTimer(time.Hour)
+	defer hedge.Stop()
+	askNext := func() {
+		base := servers[next]
+		next++
+		pending++
+		go func() {
+			ans, err := d.leader(ctx, base, q)
+			replies <- leaderReply{base, ans, err}
+		}()
+		hedge.Reset(q.wait + hedgeAfter)
+	}
+	askNext()
+	var errs []string
+	stale := false
+	for pending > 0 {
+		select {
+		case r := <-replies:
+			pending--
+			switch {
+			case r.err != nil:
+				errs = append(errs, r.err.Error())
+			case q.suspect != "" && r.ans.Leader == q.suspect && time.Now().Before(q.until):
+				// Right after a takeover some replicas may not know
+				// yet (or do not hold the answer): ask another.
+				stale = true
+			default:
+				return &r, errs
+			}
+			if next < len(servers) {
+				askNext()
+			}
+		case <-hedge.C:
+			if next < len(servers) {
+				askNext()
+			}
+		case <-ctx.Done():
+			return nil, append(errs, ctx.Err().Error())
 		}
 	}
-	return true
+	if stale {
+		errs = append(errs, fmt.Sprintf("leader %s went silent and is still named; waiting for its successor", q.suspect))
+	}
+	return nil, errs
 }
 
 // connected records the leader of a new stream.
@@ -244,9 +281,10 @@ func (d *HTTPDialer) connected(leader string) {
 	d.mu.Unlock()
 }
 
-// learn records what a cluster answer from base says and returns the base
-// URL to dial: the leader's if known, else base itself.
-func (d *HTTPDialer) learn(base string, ans clusterAnswer) string {
+// learn records what a leader answer from base says and returns the base
+// URL to dial: the leader's if known, else base itself (whose not_leader
+// redirect leads on).
+func (d *HTTPDialer) learn(base string, ans apiclient.Leader) string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if ans.Node != "" {
@@ -262,6 +300,10 @@ func (d *HTTPDialer) learn(base string, ans clusterAnswer) string {
 			d.byName[r.Name] = u
 		}
 	}
+	if u := apiclient.NormalizeURL(ans.LeaderURL); u != "" && ans.Leader != "" {
+		d.learnLocked(u)
+		d.byName[ans.Leader] = u
+	}
 	switch {
 	case ans.Leader == "":
 		return base
@@ -273,14 +315,20 @@ func (d *HTTPDialer) learn(base string, ans clusterAnswer) string {
 	return base
 }
 
-func (d *HTTPDialer) cluster(ctx context.Context, base string) (clusterAnswer, error) {
-	var ans clusterAnswer
+// leader asks base GET /api/v1/leader (holding for a successor of
+// q.suspect when q.wait is set).
+func (d *HTTPDialer) leader(ctx context.Context, base string, q leaderQuestion) (apiclient.Leader, error) {
+	var ans apiclient.Leader
 	if u, err := url.Parse(base); err == nil && (u.Scheme == "ws" || u.Scheme == "wss") {
 		return ans, nil // a stream URL given directly: nothing to ask
 	}
-	ctx, cancel := context.WithTimeout(ctx, clusterTimeout)
+	ctx, cancel := context.WithTimeout(ctx, q.wait+leaderTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/api/v1/cluster", nil)
+	u := base + "/api/v1/leader"
+	if q.suspect != "" && q.wait > 0 {
+		u += "?" + url.Values{"suspect": {q.suspect}, "wait": {q.wait.Round(time.Millisecond).String()}}.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return ans, err
 	}

@@ -695,12 +695,12 @@ func TestNotLeader(t *testing.T) {
 	}
 	wEnd.Close()
 
-	// The agent, pointed at the standby only (whose cluster answer has no
-	// api_url), ends up on the leader without calling OnLeaderLost.
+	// The agent, pointed at the standby only (whose leader answer has no
+	// leader_url), ends up on the leader without calling OnLeaderLost.
 	mux := http.NewServeMux()
 	mux.Handle("GET "+Path, standby.Handler())
-	mux.HandleFunc("GET /api/v1/cluster", func(w http.ResponseWriter, r *http.Request) {
-		w.Write([]byte(`{"node":"n1","leader":"n2","replicas":[{"name":"n1","role":"standby"}]}`))
+	mux.HandleFunc("GET /api/v1/leader", func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(`{"node":"n1","leader":"n2","leader_url":"","replicas":[{"name":"n1","api_url":""}],"revision":3}`))
 	})
 	onlyStandby := httptest.NewServer(mux)
 	t.Cleanup(onlyStandby.Close)
@@ -725,7 +725,7 @@ func TestNotLeader(t *testing.T) {
 	eventually(t, "OnLeaderLost", func() bool { return len(lost.get()) == 1 && lost.get()[0] == "n2" })
 }
 
-// TestHTTPDialer: the dialer learns the leader's api_url from the cluster
+// TestHTTPDialer: the dialer learns the leader's api_url from the leader
 // answer, sends the token everywhere, and fails over to a learned replica
 // when the given server dies.
 func TestHTTPDialer(t *testing.T) {
@@ -739,10 +739,10 @@ func TestHTTPDialer(t *testing.T) {
 			h.ServeHTTP(w, r)
 		})
 	}
-	replica := func(name string, h *Hub, cluster func() string) *httptest.Server {
+	replica := func(name string, h *Hub, answer func() string) *httptest.Server {
 		mux := http.NewServeMux()
 		mux.Handle("GET "+Path, h.Handler())
-		mux.HandleFunc("GET /api/v1/cluster", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(cluster())) })
+		mux.HandleFunc("GET /api/v1/leader", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(answer())) })
 		srv := httptest.NewServer(authed(mux))
 		t.Cleanup(srv.Close)
 		return srv
@@ -752,18 +752,18 @@ func TestHTTPDialer(t *testing.T) {
 	h2 := newHub(t, "n2", HubConfig{})
 	var s1, s2 *httptest.Server
 	leaderName := "n2"
-	cluster := func() string {
-		return `{"node":"x","leader":"` + leaderName + `","replicas":[{"name":"n1","role":"standby","api_url":"` + s1.URL + `"},{"name":"n2","role":"leader","api_url":"` + s2.URL + `"}]}`
+	answer := func() string {
+		return `{"node":"x","leader":"` + leaderName + `","replicas":[{"name":"n1","api_url":"` + s1.URL + `"},{"name":"n2","api_url":"` + s2.URL + `"}],"revision":5}`
 	}
-	s1 = replica("n1", h1, cluster)
-	s2 = replica("n2", h2, cluster)
+	s1 = replica("n1", h1, answer)
+	s2 = replica("n2", h2, answer)
 
 	if _, _, err := NewHTTPDialer([]string{s1.URL}, "wrong", nil).Dial(context.Background()); err == nil || !strings.Contains(err.Error(), "401") {
 		t.Fatalf("wrong token: %v", err)
 	}
 
 	// Given only the standby's address (no scheme), it dials the leader at
-	// the api_url the cluster answer names.
+	// the api_url the leader answer names.
 	c, name, err := NewHTTPDialer([]string{strings.TrimPrefix(s1.URL, "http://")}, token, nil).Dial(context.Background())
 	if err != nil || name != "n2" {
 		t.Fatalf("dial: %v %q", err, name)
@@ -1014,7 +1014,7 @@ func TestHandlerBehindMiddlewareAndSecondStream(t *testing.T) {
 }
 
 // TestPeersLeadAWorkerToTheNextLeader is the failure a worker given one
-// address (a Service that maps to one replica) used to hit: the cluster
+// address (a Service that maps to one replica) used to hit: the leader
 // answer of its first dial named no other replica (they had not registered
 // yet), so when that replica died the worker knew nowhere else to ask and
 // never reached the new leader. The leader's peer list, sent after the
@@ -1028,11 +1028,11 @@ func TestPeersLeadAWorkerToTheNextLeader(t *testing.T) {
 	replica := func(h *Hub, node string) *httptest.Server {
 		mux := http.NewServeMux()
 		mux.Handle("GET "+Path, h.Handler())
-		mux.HandleFunc("GET /api/v1/cluster", func(w http.ResponseWriter, r *http.Request) {
+		mux.HandleFunc("GET /api/v1/leader", func(w http.ResponseWriter, r *http.Request) {
 			mu.Lock()
 			defer mu.Unlock()
 			// Only the answering replica is registered, as at start-up.
-			fmt.Fprintf(w, `{"node":%q,"leader":%q,"replicas":[{"name":%q}]}`, node, leaderName, node)
+			fmt.Fprintf(w, `{"node":%q,"leader":%q,"leader_url":"","replicas":[{"name":%q,"api_url":""}],"revision":1}`, node, leaderName, node)
 		})
 		srv := httptest.NewServer(mux)
 		t.Cleanup(srv.Close)

@@ -1,0 +1,125 @@
+package server
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/orion-sched/orion/internal/apitypes"
+	"github.com/orion-sched/orion/internal/store"
+)
+
+// The pause before following the cluster again after etcd failed us (a lost
+// member, a compacted watch, no etcd leader): it doubles from viewRetryMin
+// while failures come quickly, and never exceeds viewRetryMax, so the view
+// is re-read within a second of etcd coming back.
+const (
+	viewRetryMin = 50 * time.Millisecond
+	viewRetryMax = time.Second
+)
+
+// leaderView is this replica's memory of who leads and which replicas are
+// registered, kept by store.FollowCluster (one read, then one watch). The
+// questions asked at every failover, by every worker and by this replica's
+// own slots and hub, are answered from it without an etcd request, so a
+// failover no longer multiplies etcd reads by the number of workers.
+type leaderView struct {
+	cli *clientv3.Client
+	log *zap.Logger
+	// onReplicas, when set, is told the registry whenever it changes (the
+	// hub's peer list); it is called from run's goroutine, one at a time.
+	onReplicas func([]apitypes.ReplicaAddr)
+	// follow is store.FollowCluster; a test wraps it to make etcd fail it.
+	follow func(ctx context.Context, cli *clientv3.Client, publish func(store.ClusterView)) error
+
+	mu      sync.Mutex
+	view    store.ClusterView
+	known   bool          // a first read succeeded
+	changed chan struct{} // closed and replaced on every update
+}
+
+func newLeaderView(cli *clientv3.Client, log *zap.Logger) *leaderView {
+	return &leaderView{cli: cli, log: log, follow: store.FollowCluster, changed: make(chan struct{})}
+}
+
+// run follows the cluster until ctx ends, starting over after each failure.
+// The last view stays in place meanwhile: a stale answer costs a worker one
+// failed dial, no answer at all would cost it every replica's.
+func (lv *leaderView) run(ctx context.Context) {
+	var last []apitypes.ReplicaAddr
+	publish := func(v store.ClusterView) {
+		addrs := replicaAddrs(v)
+		lv.mu.Lock()
+		lv.view, lv.known = v, true
+		close(lv.changed)
+		lv.changed = make(chan struct{})
+		lv.mu.Unlock()
+		if lv.onReplicas != nil && (last == nil || !slices.Equal(addrs, last)) {
+			lv.onReplicas(addrs)
+		}
+		last = addrs
+	}
+	pause := viewRetryMin
+	for ctx.Err() == nil {
+		began := time.Now()
+		err := lv.follow(ctx, lv.cli, publish)
+		if ctx.Err() != nil {
+			return
+		}
+		if time.Since(began) > viewRetryMax {
+			pause = viewRetryMin // it ran a while: this is a new failure, not the same one again
+		}
+		lv.log.Debug("following the election and the replica registry failed; reading them again",
+			zap.Error(err), zap.Duration("in", pause))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, viewRetryMax)
+	}
+}
+
+func replicaAddrs(v store.ClusterView) []apitypes.ReplicaAddr {
+	out := make([]apitypes.ReplicaAddr, 0, len(v.Replicas))
+	for _, r := range v.Replicas {
+		out = append(out, apitypes.ReplicaAddr{Name: r.Name, APIURL: r.APIURL})
+	}
+	return out
+}
+
+// LeaderAddr names the leader and its API URL (empty when it registered
+// none); ok is false when no leader is known.
+func (lv *leaderView) LeaderAddr() (addr apitypes.ReplicaAddr, ok bool) {
+	lv.mu.Lock()
+	defer lv.mu.Unlock()
+	if !lv.known || !lv.view.HasLeader {
+		return addr, false
+	}
+	addr.Name = lv.view.Leader.Name
+	if r, ok := lv.view.Replica(addr.Name); ok {
+		addr.APIURL = r.APIURL
+	}
+	return addr, true
+}
+
+// Leader is the view as GET /api/v1/leader shows it (without the node,
+// which the API fills in); known is false before the first read, and
+// changed is closed when the view next changes.
+func (lv *leaderView) Leader() (l apitypes.Leader, known bool, changed <-chan struct{}) {
+	lv.mu.Lock()
+	v, known, changed := lv.view, lv.known, lv.changed
+	lv.mu.Unlock()
+	l = apitypes.Leader{Replicas: replicaAddrs(v), Revision: v.Revision}
+	if v.HasLeader {
+		l.Leader = v.Leader.Name
+		if r, ok := v.Replica(l.Leader); ok {
+			l.LeaderURL = r.APIURL
+		}
+	}
+	return l, known, changed
+}
