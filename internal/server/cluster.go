@@ -2,9 +2,8 @@ package server
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"sort"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -12,72 +11,93 @@ import (
 	"github.com/orion-sched/orion/internal/store"
 )
 
-// clusterInfo answers the API's questions about the cluster from etcd (the
-// replica registry, the election, the member list) and the worker hub.
+// clusterInfo answers the API's questions about the cluster: the leader and
+// the replicas from the replica's in-memory view (no etcd request, so they
+// answer at once while etcd is slow or without quorum), the etcd members
+// with bounded requests that no single member can hold up, and the workers
+// from the hub.
 type clusterInfo struct {
 	cli     *clientv3.Client
+	view    *leaderView
 	workers func() []apitypes.Worker
 }
 
-func (c *clusterInfo) Replicas(ctx context.Context) ([]apitypes.ReplicaAddr, error) {
-	out, _, err := c.replicas(ctx)
-	return out, err
+// memberTimeout bounds the member list and each member's status.
+const memberTimeout = time.Second
+
+// current is the view, or one read of etcd before the view's first read.
+func (c *clusterInfo) current(ctx context.Context) (store.ClusterView, error) {
+	if v, known := c.view.snapshot(); known {
+		return v, nil
+	}
+	return store.ReadCluster(ctx, c.cli)
 }
 
-// replicas reads the replica registry, sorted by name, and the revision it
-// was read at.
-func (c *clusterInfo) replicas(ctx context.Context) ([]apitypes.ReplicaAddr, int64, error) {
-	resp, err := c.cli.Get(ctx, store.ReplicaPrefix, clientv3.WithPrefix())
+func (c *clusterInfo) Replicas(ctx context.Context) ([]apitypes.ReplicaAddr, error) {
+	v, err := c.current(ctx)
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
-	out := make([]apitypes.ReplicaAddr, 0, len(resp.Kvs))
-	for _, kv := range resp.Kvs {
-		var r store.ReplicaRecord
-		if json.Unmarshal(kv.Value, &r) == nil && r.Name != "" {
-			out = append(out, apitypes.ReplicaAddr{Name: r.Name, APIURL: r.APIURL})
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out, resp.Header.Revision, nil
+	return replicaAddrs(v), nil
 }
 
 func (c *clusterInfo) LeaderAddr(ctx context.Context) (apitypes.ReplicaAddr, bool, error) {
-	l, ok, err := store.CurrentLeader(ctx, c.cli)
-	if err != nil || !ok {
+	v, err := c.current(ctx)
+	if err != nil || !v.HasLeader {
 		return apitypes.ReplicaAddr{}, false, err
 	}
-	resp, err := c.cli.Get(ctx, store.ReplicaPrefix+l.Name)
-	if err != nil {
-		return apitypes.ReplicaAddr{}, false, err
-	}
-	addr := apitypes.ReplicaAddr{Name: l.Name}
-	if len(resp.Kvs) == 1 {
-		var r store.ReplicaRecord
-		if json.Unmarshal(resp.Kvs[0].Value, &r) == nil {
-			addr.APIURL = r.APIURL
-		}
+	addr := apitypes.ReplicaAddr{Name: v.Leader.Name}
+	if r, ok := v.Replica(addr.Name); ok {
+		addr.APIURL = r.APIURL
 	}
 	return addr, true, nil
 }
 
+// Members lists the etcd members and marks etcd's leader. Every member is
+// asked for its status at once and the first answer names the leader: a
+// dead member, even the first endpoint, costs nothing but its own timeout.
 func (c *clusterInfo) Members(ctx context.Context) ([]apitypes.EtcdMember, error) {
-	resp, err := c.cli.MemberList(ctx)
+	lctx, cancel := context.WithTimeout(ctx, memberTimeout)
+	defer cancel()
+	resp, err := c.cli.MemberList(lctx)
 	if err != nil {
 		return nil, err
 	}
-	var leaderID uint64
-	if len(c.cli.Endpoints()) > 0 {
-		if st, err := c.cli.Status(ctx, c.cli.Endpoints()[0]); err == nil {
-			leaderID = st.Leader
-		}
-	}
+	leaderID := c.etcdLeader(ctx)
 	out := make([]apitypes.EtcdMember, 0, len(resp.Members))
 	for _, m := range resp.Members {
 		out = append(out, apitypes.EtcdMember{Name: m.Name, ID: fmt.Sprintf("%x", m.ID), ClientURLs: m.ClientURLs,
-			PeerURLs: m.PeerURLs, IsLeader: m.ID == leaderID})
+			PeerURLs: m.PeerURLs, IsLeader: leaderID != 0 && m.ID == leaderID})
 	}
 	return out, nil
+}
+
+// etcdLeader is the raft leader's member id by the first member to answer
+// within memberTimeout, or 0.
+func (c *clusterInfo) etcdLeader(ctx context.Context) uint64 {
+	eps := c.cli.Endpoints()
+	if len(eps) == 0 {
+		return 0
+	}
+	sctx, cancel := context.WithTimeout(ctx, memberTimeout)
+	defer cancel()
+	answers := make(chan uint64, len(eps))
+	for _, ep := range eps {
+		go func() {
+			st, err := c.cli.Status(sctx, ep)
+			if err != nil || st.Leader == 0 {
+				answers <- 0
+				return
+			}
+			answers <- st.Leader
+		}()
+	}
+	for range eps {
+		if id := <-answers; id != 0 {
+			return id
+		}
+	}
+	return 0
 }
 
 func (c *clusterInfo) Workers() []apitypes.Worker {

@@ -190,8 +190,8 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 		s.labeler.Leading(false, "")
 	}
 
-	info := &clusterInfo{cli: s.Client}
 	view := newLeaderView(s.Client, log.Named("view"))
+	info := &clusterInfo{cli: s.Client, view: view}
 	s.Hub = workerstream.NewHub(workerstream.HubConfig{
 		Leader:         cfg.Name,
 		StaleAfter:     cfg.StreamStaleAfter,

@@ -92,6 +92,13 @@ func replicaAddrs(v store.ClusterView) []apitypes.ReplicaAddr {
 	return out
 }
 
+// snapshot is the view as last read; known is false before the first read.
+func (lv *leaderView) snapshot() (store.ClusterView, bool) {
+	lv.mu.Lock()
+	defer lv.mu.Unlock()
+	return lv.view, lv.known
+}
+
 // LeaderAddr names the leader and its API URL (empty when it registered
 // none); ok is false when no leader is known.
 func (lv *leaderView) LeaderAddr() (addr apitypes.ReplicaAddr, ok bool) {

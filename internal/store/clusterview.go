@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -90,6 +91,34 @@ func (s *clusterState) view() ClusterView {
 	return v
 }
 
+// clusterReadTimeout bounds one read of the view: without quorum a
+// linearizable read waits, and the caller would rather retry (or answer
+// from what it has) than hang.
+const clusterReadTimeout = 2 * time.Second
+
+// ReadCluster reads the election and the registry once, at one revision.
+func ReadCluster(ctx context.Context, kv clientv3.KV) (ClusterView, error) {
+	st, err := readCluster(ctx, kv)
+	if err != nil {
+		return ClusterView{}, err
+	}
+	return st.view(), nil
+}
+
+func readCluster(ctx context.Context, kv clientv3.KV) (*clusterState, error) {
+	rctx, cancel := context.WithTimeout(ctx, clusterReadTimeout)
+	defer cancel()
+	resp, err := kv.Get(rctx, clusterViewStart, clientv3.WithRange(clusterViewEnd))
+	if err != nil {
+		return nil, fmt.Errorf("cluster view: read: %w", err)
+	}
+	st := &clusterState{rev: resp.Header.Revision, candidates: map[string]Leader{}, replicas: map[string]ReplicaRecord{}}
+	for _, kv := range resp.Kvs {
+		st.apply(kv, false)
+	}
+	return st, nil
+}
+
 // FollowCluster reads the election and the registry at one revision,
 // publishes the view, then watches from the next revision and publishes the
 // view again after every change, until the watch fails or ctx ends. It
@@ -98,13 +127,9 @@ func (s *clusterState) view() ClusterView {
 // compaction too). The watch requires an etcd leader, so a member cut off
 // from its cluster ends it instead of leaving the view silently stale.
 func FollowCluster(ctx context.Context, cli *clientv3.Client, publish func(ClusterView)) error {
-	resp, err := cli.Get(ctx, clusterViewStart, clientv3.WithRange(clusterViewEnd))
+	st, err := readCluster(ctx, cli)
 	if err != nil {
-		return fmt.Errorf("cluster view: read: %w", err)
-	}
-	st := &clusterState{rev: resp.Header.Revision, candidates: map[string]Leader{}, replicas: map[string]ReplicaRecord{}}
-	for _, kv := range resp.Kvs {
-		st.apply(kv, false)
+		return err
 	}
 	publish(st.view())
 
