@@ -122,7 +122,7 @@ var serverFlags = []Flag{
 	{"max-body-bytes", int64(1 << 20), "largest request body accepted"},
 	{"retry-base", time.Second, "retry backoff base: retry n waits min(base*2^n, cap)"},
 	{"retry-cap", 30 * time.Second, "retry backoff cap"},
-	{"orphan-grace", 2 * time.Second, "how long a new leader waits for a worker to report a running attempt before re-queuing it"},
+	{"orphan-grace", 5 * time.Second, "how long a new leader waits for a worker to report a running attempt before re-queuing it (at least a worker's reconnect bound, 4.5s, or a live worker's task may run twice)"},
 	{"session-ttl", time.Second, "leadership lease TTL"},
 	{"retention", 24 * time.Hour, "finished DAGs are deleted from etcd after this long; 0 keeps them"},
 	{"max-txn-ops", 128, "operations per etcd transaction (etcd's --max-txn-ops)"},

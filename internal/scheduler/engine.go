@@ -49,6 +49,14 @@ type Config struct {
 	// Clock is the engine's time (nil: the wall clock).
 	Clock Clock
 
+	// LeaderAnswers, when set, asks the named leader directly whether it is
+	// alive (the server asks its /healthz with a short deadline). A standby
+	// whose stream to the leader dropped deposes it only if it does not
+	// answer: a stream can drop at this end too (this replica was paused,
+	// or its own connection broke), and a healthy leader must not be
+	// deposed for that. Nil: a dropped stream is evidence enough.
+	LeaderAnswers func(ctx context.Context, name string) bool
+
 	// OnLeading is called on the loop goroutine when this replica starts or
 	// stops leading, so the worker hub accepts or closes connections (and the
 	// pod label follows); previous names the leader of the term before, when

@@ -305,12 +305,14 @@ func (s *fakeStore) CurrentLeader(ctx context.Context) (store.Leader, bool, erro
 
 func (s *fakeStore) Depose(ctx context.Context, suspect string) (bool, error) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.leader != suspect {
-		s.mu.Unlock()
 		return false, nil
 	}
-	s.mu.Unlock()
-	s.loseLease()
+	// The suspect's lease is revoked: its election key goes, and the
+	// election is free for the candidates it kept waiting.
+	s.fenceRev, s.leader = 0, ""
+	clear(s.loser)
 	return true, nil
 }
 

@@ -51,6 +51,10 @@ import (
 //	                            its size; or held until `release`
 //	release                     let a held commit go
 //	lose-lease                  the engine's lease ends (expired or revoked)
+//	leader-answers yes|no       whether a suspected leader answers when asked
+//	suspect x                   the stream to leader x dropped (SuspectLeader);
+//	                            waits until the depose attempt has ended
+//	election                    who holds the election
 //	compact                     compact the store's history through its head
 //	close-watch                 every watch channel closes without a word
 //	advance 100ms               move the fake clock; due timers fire
@@ -92,10 +96,11 @@ type engineHarness struct {
 	results chan model.Result
 	release chan struct{}
 
-	mu      sync.Mutex
-	ws      map[string]*fakeWorker
-	answers map[string]string
-	calls   sync.WaitGroup
+	mu            sync.Mutex
+	ws            map[string]*fakeWorker
+	answers       map[string]string
+	leaderAnswers bool // what the suspected leader says when asked
+	calls         sync.WaitGroup
 }
 
 const harnessWait = 10 * time.Second
@@ -201,6 +206,27 @@ func (h *engineHarness) run(td *datadriven.TestData) string {
 		}
 	case "lose-lease":
 		h.st.loseLease()
+	case "leader-answers":
+		h.mu.Lock()
+		h.leaderAnswers = td.CmdArgs[0].Key == "yes"
+		h.mu.Unlock()
+	case "suspect":
+		// What the replica's worker agent reports when its stream to the
+		// leader drops; done once the depose attempt has ended.
+		h.eng.SuspectLeader(td.CmdArgs[0].Key)
+		h.barrier()
+		h.waitFor("the depose attempt to end", func() bool {
+			deposing := true
+			_ = h.eng.Query(context.Background(), func(*core.Core) { deposing = h.eng.deposing })
+			return !deposing
+		})
+	case "election":
+		h.st.mu.Lock()
+		defer h.st.mu.Unlock()
+		if h.st.leader == "" {
+			return "nobody leads\n"
+		}
+		return "leader=" + h.st.leader + "\n"
 	case "compact":
 		h.st.mu.Lock()
 		head := h.st.rev
@@ -278,6 +304,11 @@ func (h *engineHarness) start() {
 		Logger:  zaptest.NewLogger(h.t, zaptest.Level(zap.ErrorLevel)),
 		Workers: h.workers,
 		Results: h.results,
+		LeaderAnswers: func(context.Context, string) bool {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			return h.leaderAnswers
+		},
 		// A worker reconnects to a new leader, reports what it runs and
 		// sends the results it has not had acknowledged, as the hub lets
 		// it once this replica leads.

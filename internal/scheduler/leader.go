@@ -388,12 +388,27 @@ func (e *Engine) SuspectLeader(name string) {
 	}
 }
 
+// leaderProbeTimeout bounds the question to a suspected leader: a killed
+// leader refuses at once, a frozen or cut-off one stays silent, and either
+// costs a takeover no more than this.
+const leaderProbeTimeout = 250 * time.Millisecond
+
 func (e *Engine) depose(ctx context.Context, name string) {
 	if e.term != nil || name == e.cfg.Node || e.deposing {
 		return
 	}
 	e.deposing = true
 	go func() {
+		if e.cfg.LeaderAnswers != nil {
+			pctx, cancel := context.WithTimeout(ctx, leaderProbeTimeout)
+			alive := e.cfg.LeaderAnswers(pctx, name)
+			cancel()
+			if alive {
+				e.log.Info("the leader's stream dropped but the leader answers; not deposing it", zap.String("leader", name))
+				_ = e.do(ctx, func() { e.deposing = false })
+				return
+			}
+		}
 		dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		ok, err := e.st.Depose(dctx, name)
 		cancel()

@@ -190,6 +190,10 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 		s.labeler.Leading(false, "")
 	}
 
+	if cfg.OrphanGrace < workerstream.ReconnectBound {
+		log.Warn("orphan_grace is shorter than a worker's reconnect bound: after a leader change, a task whose worker is alive but still reconnecting may run a second time",
+			zap.Duration("orphan_grace", cfg.OrphanGrace), zap.Duration("reconnect_bound", workerstream.ReconnectBound))
+	}
 	view := newLeaderView(s.Client, log.Named("view"))
 	info := &clusterInfo{cli: s.Client, view: view}
 	s.Hub = workerstream.NewHub(workerstream.HubConfig{
@@ -229,6 +233,7 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 			Observer:         s.Events.Observe,
 			DispatchObserver: o.dispatchObserver,
 			OnReload:         s.Events.Reset,
+			LeaderAnswers:    view.leaderAnswers,
 			OnLeading: func(leading bool, previous string) {
 				s.Hub.SetLeading(leading)
 				if s.labeler != nil {

@@ -2,7 +2,11 @@ package server
 
 import (
 	"context"
+	"encoding/json"
+	"io"
+	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -129,4 +133,37 @@ func (lv *leaderView) Leader() (l apitypes.Leader, known bool, changed <-chan st
 		}
 	}
 	return l, known, changed
+}
+
+// probeClient asks a suspected leader whether it still leads. No keep-alive:
+// each probe is rare and must not reuse a connection to a process that died.
+var probeClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil}}
+
+// leaderAnswers asks the replica named name, at its registered API URL,
+// whether it is ready and leads (GET /readyz, unauthenticated like every
+// probe). It is the standbys' check before deposing a leader whose stream
+// dropped: a killed leader refuses the connection at once, a frozen or
+// cut-off one does not answer before ctx ends, and a healthy one answers
+// "leader": true, so a stream that dropped at the standby's end (the
+// standby was paused) deposes nobody.
+func (lv *leaderView) leaderAnswers(ctx context.Context, name string) bool {
+	v, _ := lv.snapshot()
+	r, ok := v.Replica(name)
+	if !ok || r.APIURL == "" {
+		return false
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(r.APIURL, "/")+"/readyz", nil)
+	if err != nil {
+		return false
+	}
+	resp, err := probeClient.Do(req)
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	var ready apitypes.Ready
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(io.LimitReader(resp.Body, 4096)).Decode(&ready) != nil {
+		return false
+	}
+	return ready.Leader
 }

@@ -39,6 +39,13 @@ const hedgeAfter = 300 * time.Millisecond
 // only blipped comes back to the same leader in time.
 const suspectFor = 1500 * time.Millisecond
 
+// ReconnectBound is how long a standalone worker may take, at worst, to reach
+// a new leader after losing the old one: the suspect window it waits out,
+// one leader question, one handshake and one backoff between dials. A new
+// leader must not take a running attempt for an orphan sooner (orphan_grace),
+// or a task whose worker is alive and still reconnecting runs twice.
+const ReconnectBound = suspectFor + leaderTimeout + handshakeTimeout + DefaultMaxBackoff
+
 // HTTPDialer dials the leader for a standalone worker: its Dial is the
 // agent's Dial, its SetPeers the agent's OnPeers. servers are API base URLs
 // ("http://host:port"; "host:port" means http). Each dial:
