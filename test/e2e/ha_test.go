@@ -603,3 +603,62 @@ func fmtMS(v *float64) string {
 	}
 	return strconv.FormatFloat(*v, 'f', 1, 64)
 }
+
+// A standby paused (SIGSTOP) for longer than the stream's stale timeout finds,
+// once resumed, its stream to the leader gone (the leader's hub dropped it
+// as stale) and suspects the leader. It asks the leader, which answers, and
+// deposes nobody: three pauses of 3 s leave the leader's term unchanged, and
+// the DAGs running meanwhile finish with every task run once.
+func TestStandbyPausesDeposeNobody(t *testing.T) {
+	c := newHACluster(t)
+	leader, _ := c.leader()
+	term, err := c.self(leader)
+	if err != nil || term.LeaderSince == nil {
+		t.Fatalf("leader %s: %+v %v", leader.name, term, err)
+	}
+	var standby *haServer
+	for _, s := range c.servers {
+		if s != leader {
+			standby = s
+			break
+		}
+	}
+	dags := map[string][]string{}
+	var order []string
+	for i := 1; i <= 3; i++ {
+		id := fmt.Sprintf("pause-%d", i)
+		d, tasks := taskDAG(id, c.work)
+		c.submitAny(d)
+		dags[id], order = tasks, append(order, id)
+	}
+	logBefore, _ := os.ReadFile(standby.logPath)
+	for i := 1; i <= 3; i++ {
+		standby.signal(syscall.SIGSTOP) // stop() sends SIGCONT first, should the test end here
+		time.Sleep(3 * time.Second)     // the fault itself: a pause longer than every stale timeout
+		standby.signal(syscall.SIGCONT)
+		c.waitFor(fmt.Sprintf("%s back as a standby after pause %d", standby.name, i), 30*time.Second, func() (bool, string) {
+			me, err := c.self(standby)
+			v, verr := c.view(standby)
+			ok := err == nil && verr == nil && me.Role == "standby" && v.Leader == leader.name
+			return ok, fmt.Sprintf("%+v %v; view %+v %v", me, err, v, verr)
+		})
+		now, err := c.self(leader)
+		if err != nil || now.Role != "leader" || now.LeaderSince == nil || !now.LeaderSince.Equal(*term.LeaderSince) {
+			t.Fatalf("after pause %d of %s: leader %s reports %+v (%v); want its term since %v unchanged",
+				i, standby.name, leader.name, now, err, term.LeaderSince)
+		}
+	}
+	// The pauses did make the standby suspect the leader: the check this
+	// test is about ran, and found the leader answering.
+	b, _ := os.ReadFile(standby.logPath)
+	if !strings.Contains(string(b[min(len(logBefore), len(b)):]), "the leader answers; not deposing it") {
+		t.Errorf("%s never suspected the leader across 3 pauses (no \"the leader answers\" in %s): the test proves nothing", standby.name, standby.logPath)
+	}
+	states := c.waitDAGs(order, 2*time.Minute)
+	for _, id := range order {
+		if d := states[id]; d.Status != "succeeded" {
+			t.Errorf("DAG %s %s: %+v", id, d.Status, d.Tasks)
+		}
+	}
+	c.checkRanOnce(dags)
+}
