@@ -89,10 +89,12 @@ type Engine struct {
 	log   *zap.Logger
 	m     *metrics.Metrics
 
-	reqs       chan func()
-	elected    chan store.Term
-	commitDone chan commitResult
-	suspects   chan string
+	reqs          chan func()
+	elected       chan store.Term
+	commitDone    chan commitResult
+	suspects      chan string
+	loadDone      chan *store.Snapshot
+	sessionOpened chan store.Session
 
 	// Owned by the loop goroutine.
 	c             *core.Core
@@ -118,7 +120,10 @@ type Engine struct {
 	etcdRev       int64 // etcd's revision in the latest watch response header
 	firstCommitAt time.Time
 	deposing      bool
-	prevLeader    string // leader of the term before ours, from its term record
+	loading       bool                      // a background reload runs (reloadAsync)
+	afterLoad     func(ctx context.Context) // what waits for it
+	opening       bool                      // a background session open runs (openSessionAsync)
+	prevLeader    string                    // leader of the term before ours, from its term record
 
 	status  atomic.Pointer[Status]
 	commits atomic.Int64 // transactions committed
@@ -184,20 +189,22 @@ func New(cfg Config, st Store) *Engine {
 		cfg.Clock = wallClock{}
 	}
 	e := &Engine{
-		cfg:        cfg,
-		st:         st,
-		clock:      cfg.Clock,
-		log:        cfg.Logger,
-		m:          cfg.Metrics,
-		reqs:       make(chan func(), 256),
-		elected:    make(chan store.Term, 1),
-		commitDone: make(chan commitResult, 1),
-		suspects:   make(chan string, 4),
-		c:          core.New(cfg.Core),
-		execs:      make(map[string]Worker),
-		waiters:    make(map[string][]*waiter),
-		crash:      make(chan struct{}),
-		done:       make(chan struct{}),
+		cfg:           cfg,
+		st:            st,
+		clock:         cfg.Clock,
+		log:           cfg.Logger,
+		m:             cfg.Metrics,
+		reqs:          make(chan func(), 256),
+		elected:       make(chan store.Term, 1),
+		commitDone:    make(chan commitResult, 1),
+		suspects:      make(chan string, 4),
+		loadDone:      make(chan *store.Snapshot),
+		sessionOpened: make(chan store.Session),
+		c:             core.New(cfg.Core),
+		execs:         make(map[string]Worker),
+		waiters:       make(map[string][]*waiter),
+		crash:         make(chan struct{}),
+		done:          make(chan struct{}),
 	}
 	e.status.Store(&Status{Node: cfg.Node})
 	return e
@@ -281,9 +288,13 @@ func (e *Engine) Run(ctx context.Context) error {
 				continue
 			}
 			e.onWatch(ctx, wr)
+		case snap := <-e.loadDone:
+			e.onLoaded(ctx, snap)
+		case sess := <-e.sessionOpened:
+			e.onSessionOpened(ctx, sess)
 		case <-e.watchRetry:
 			e.watchRetry = nil
-			if e.watchCh == nil && !e.c.IsLeader() && ctx.Err() == nil {
+			if e.watchCh == nil && !e.c.IsLeader() && !e.loading && ctx.Err() == nil {
 				e.startWatch(ctx)
 			}
 		case <-e.timer.C():

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"sort"
 	"sync"
@@ -41,10 +42,46 @@ type fakeStore struct {
 	commitHook func(entries []core.Entry) (apply bool, err error)
 	// loser names replicas whose Campaign never wins.
 	loser map[string]bool
+	// up is closed while etcd answers; while it is open (quorum lost),
+	// Load, OpenSession, Commit, TermRecord and Campaign wait for it or
+	// for their context, as requests to an etcd without quorum do.
+	up chan struct{}
+}
+
+// unavailable waits while etcd is down: nil once it is up, ctx's error if
+// ctx ends first.
+func (s *fakeStore) unavailable(ctx context.Context) error {
+	s.mu.Lock()
+	up := s.up
+	s.mu.Unlock()
+	select {
+	case <-up:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("etcdserver: request timed out (no quorum): %w", ctx.Err())
+	}
+}
+
+// setUp makes etcd answer (true) or lose quorum (false).
+func (s *fakeStore) setUp(up bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	select {
+	case <-s.up:
+		if !up {
+			s.up = make(chan struct{})
+		}
+	default:
+		if up {
+			close(s.up)
+		}
+	}
 }
 
 func newFakeStore() *fakeStore {
-	return &fakeStore{dags: map[string]core.Entry{}, tasks: map[string]core.Entry{}, loser: map[string]bool{}, seen: map[string]bool{}}
+	up := make(chan struct{})
+	close(up)
+	return &fakeStore{dags: map[string]core.Entry{}, tasks: map[string]core.Entry{}, loser: map[string]bool{}, seen: map[string]bool{}, up: up}
 }
 
 type fakeWatch struct {
@@ -54,6 +91,9 @@ type fakeWatch struct {
 }
 
 func (s *fakeStore) Load(ctx context.Context) (*store.Snapshot, error) {
+	if err := s.unavailable(ctx); err != nil {
+		return nil, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.loads++
@@ -141,6 +181,9 @@ func (s *fakeStore) RequestProgress(ctx context.Context) error {
 }
 
 func (s *fakeStore) TermRecord(ctx context.Context) (store.TermRecord, bool, int64, error) {
+	if err := s.unavailable(ctx); err != nil {
+		return store.TermRecord{}, false, 0, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.term == nil {
@@ -160,6 +203,13 @@ func (f *fakeSession) Orphan()               {}
 func (f *fakeSession) end()                  { f.once.Do(func() { close(f.done) }) }
 
 func (s *fakeStore) OpenSession(ctx context.Context, ttl time.Duration, reg store.ReplicaRecord) (store.Session, error) {
+	// Bounded as the real store bounds the opening (ctx is the session's
+	// life, not a deadline).
+	octx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if err := s.unavailable(octx); err != nil {
+		return nil, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	fs := &fakeSession{done: make(chan struct{})}
@@ -211,7 +261,13 @@ func (s *fakeStore) Campaign(ctx context.Context, session store.Session, name st
 		default:
 		}
 		s.mu.Lock()
-		if s.fenceRev == 0 && !s.loser[name] {
+		up := false
+		select {
+		case <-s.up:
+			up = true
+		default:
+		}
+		if up && s.fenceRev == 0 && !s.loser[name] {
 			s.rev++
 			s.fenceRev, s.leader = s.rev, name
 			t := &fakeTerm{fence: store.Fence{Key: "/orion/v1/election/" + name, Rev: s.rev}, won: time.Now(), session: fs, s: s}
@@ -230,6 +286,9 @@ func (s *fakeStore) Campaign(ctx context.Context, session store.Session, name st
 }
 
 func (s *fakeStore) Commit(ctx context.Context, fence store.Fence, entries []core.Entry, lim store.Limits, term *store.TermRecord) (store.Committed, error) {
+	if err := s.unavailable(ctx); err != nil {
+		return store.Committed{}, err
+	}
 	apply, err := true, error(nil)
 	s.mu.Lock()
 	s.batches = append(s.batches, len(entries))

@@ -15,34 +15,98 @@ import (
 // leading. Retries until ctx ends, since a replica without state is useless.
 func (e *Engine) reload(ctx context.Context) error {
 	for {
-		lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		lctx, cancel := context.WithTimeout(ctx, loadTimeout)
 		snap, err := e.st.Load(lctx)
 		cancel()
 		if err == nil {
-			for _, bad := range snap.Bad {
-				e.m.BadValues.Inc()
-				e.log.Warn("skipping a value that does not decode", zap.Error(bad))
-			}
-			for _, err := range e.c.Restore(snap.Rev, snap.DAGs, snap.Tasks) {
-				e.m.ApplyErrors.Inc()
-				e.log.Warn("skipping a record that does not fit", zap.Error(err))
-			}
-			e.seenRev = max(e.seenRev, snap.Rev)
-			if e.cfg.OnReload != nil {
-				e.cfg.OnReload(snap.Rev)
-			}
-			e.m.AppliedRevision.Set(float64(snap.Rev))
-			e.log.Info("state loaded from etcd", zap.Int64("revision", snap.Rev),
-				zap.Int("dags", len(snap.DAGs)), zap.Int("task_records", len(snap.Tasks)))
-			e.publishStatus()
+			e.applySnapshot(snap)
 			return nil
 		}
 		e.log.Warn("loading state from etcd failed; retrying", zap.Error(err))
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-e.clock.After(500 * time.Millisecond):
+		case <-e.clock.After(loadRetry):
 		}
+	}
+}
+
+// Bounds of one read of the whole state, and the pause between reads that
+// failed.
+const (
+	loadTimeout = 30 * time.Second
+	loadRetry   = 500 * time.Millisecond
+)
+
+// applySnapshot replaces the state with one read at one revision.
+func (e *Engine) applySnapshot(snap *store.Snapshot) {
+	for _, bad := range snap.Bad {
+		e.m.BadValues.Inc()
+		e.log.Warn("skipping a value that does not decode", zap.Error(bad))
+	}
+	for _, err := range e.c.Restore(snap.Rev, snap.DAGs, snap.Tasks) {
+		e.m.ApplyErrors.Inc()
+		e.log.Warn("skipping a record that does not fit", zap.Error(err))
+	}
+	e.seenRev = max(e.seenRev, snap.Rev)
+	if e.cfg.OnReload != nil {
+		e.cfg.OnReload(snap.Rev)
+	}
+	e.m.AppliedRevision.Set(float64(snap.Rev))
+	e.log.Info("state loaded from etcd", zap.Int64("revision", snap.Rev),
+		zap.Int("dags", len(snap.DAGs)), zap.Int("task_records", len(snap.Tasks)))
+	e.publishStatus()
+}
+
+// reloadAsync re-reads the whole state in the background and, once the loop
+// has applied it, runs then. The loop goes on meanwhile: reads answer from
+// the state applied so far (with its revision), writes are refused (this
+// replica does not lead while it reloads), and an etcd without quorum
+// costs a stalled reload, never a stalled replica. A reload asked while
+// one runs only adds its continuation.
+func (e *Engine) reloadAsync(ctx context.Context, then func(ctx context.Context)) {
+	if prev := e.afterLoad; prev != nil && then != nil {
+		e.afterLoad = func(ctx context.Context) { prev(ctx); then(ctx) }
+	} else if then != nil {
+		e.afterLoad = then
+	}
+	if e.loading {
+		return
+	}
+	e.loading = true
+	e.publishStatus()
+	go func() {
+		for failures := 0; ; failures++ {
+			lctx, cancel := context.WithTimeout(ctx, loadTimeout)
+			snap, err := e.st.Load(lctx)
+			cancel()
+			if err == nil {
+				select {
+				case e.loadDone <- snap:
+				case <-ctx.Done():
+				}
+				return
+			}
+			if failures%10 == 0 {
+				e.log.Warn("loading state from etcd failed; retrying", zap.Error(err), zap.Int("failures", failures+1))
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-e.clock.After(loadRetry):
+			}
+		}
+	}()
+}
+
+// onLoaded applies a background reload and runs what waited for it.
+func (e *Engine) onLoaded(ctx context.Context, snap *store.Snapshot) {
+	e.loading = false
+	e.applySnapshot(snap)
+	then := e.afterLoad
+	e.afterLoad = nil
+	if then != nil {
+		then(ctx)
 	}
 }
 
@@ -92,10 +156,11 @@ func (e *Engine) onWatch(ctx context.Context, wr store.WatchEvent) {
 		// revision and watch on from there.
 		e.log.Warn("watch fell behind compaction; re-reading etcd", zap.Int64("compacted", wr.CompactRev))
 		e.stopWatch()
-		_ = e.reload(ctx)
-		if ctx.Err() == nil {
-			e.startWatch(ctx)
-		}
+		e.reloadAsync(ctx, func(ctx context.Context) {
+			if !e.c.IsLeader() {
+				e.startWatch(ctx)
+			}
+		})
 		return
 	}
 	if wr.Err != nil {

@@ -51,6 +51,8 @@ import (
 //	                            its size; or held until `release`
 //	release                     let a held commit go
 //	lose-lease                  the engine's lease ends (expired or revoked)
+//	etcd down|up                quorum lost (every request waits for it or
+//	                            its deadline) or back
 //	leader-answers yes|no       whether a suspected leader answers when asked
 //	suspect x                   the stream to leader x dropped (SuspectLeader);
 //	                            waits until the depose attempt has ended
@@ -58,6 +60,7 @@ import (
 //	compact                     compact the store's history through its head
 //	close-watch                 every watch channel closes without a word
 //	advance 100ms               move the fake clock; due timers fire
+//	advance-until-leader 200ms  advance step by step until the engine leads
 //	finish w1 [outcome=failed]  w1 reports every attempt it runs (and keeps
 //	                            each result until acknowledged; it sends them
 //	                            again when it rejoins a new leader)
@@ -206,6 +209,9 @@ func (h *engineHarness) run(td *datadriven.TestData) string {
 		}
 	case "lose-lease":
 		h.st.loseLease()
+	case "etcd":
+		// down: quorum lost (requests wait); up: it is back.
+		h.st.setUp(td.CmdArgs[0].Key == "up")
 	case "leader-answers":
 		h.mu.Lock()
 		h.leaderAnswers = td.CmdArgs[0].Key == "yes"
@@ -241,6 +247,29 @@ func (h *engineHarness) run(td *datadriven.TestData) string {
 			_ = h.eng.Query(context.Background(), func(*core.Core) { armed = h.eng.watchRetry != nil })
 			return armed
 		})
+	case "advance-until-leader":
+		// Retries in the background arm their timers on the fake clock at
+		// a moment the scenario cannot see: advance step by step until
+		// the engine leads (bounded), whichever step it takes.
+		d, err := time.ParseDuration(td.CmdArgs[0].Key)
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		for i := 0; ; i++ {
+			if i == 100 {
+				h.t.Fatalf("not leading after advancing %s 100 times", d)
+			}
+			h.clk.Advance(d)
+			leads := func() bool { st := h.eng.Status(); return st.Leader && !st.FirstCommitAt.IsZero() }
+			deadline := time.Now().Add(50 * time.Millisecond)
+			for time.Now().Before(deadline) && !leads() {
+				time.Sleep(2 * time.Millisecond)
+			}
+			if leads() {
+				break
+			}
+		}
+		h.barrier()
 	case "advance":
 		d, err := time.ParseDuration(td.CmdArgs[0].Key)
 		if err != nil {
@@ -338,9 +367,20 @@ func (h *engineHarness) start() {
 // handled; three, with the worker and result channels empty, make it likely.
 // Scenario steps that depend on an effect wait for it as a condition
 // (`wait ...`), never on the barrier alone.
+// query runs fn on the loop, failing when the loop does not take it within
+// harnessWait: the loop must never block, whatever etcd does.
+func (h *engineHarness) query(fn func(*core.Core)) error {
+	ctx, cancel := context.WithTimeout(context.Background(), harnessWait)
+	defer cancel()
+	if err := h.eng.Query(ctx, fn); err != nil {
+		return fmt.Errorf("the loop did not answer a read within %s (blocked?): %w", harnessWait, err)
+	}
+	return nil
+}
+
 func (h *engineHarness) barrier() {
 	for i := 0; i < 3; i++ {
-		if err := h.eng.Query(context.Background(), func(*core.Core) {}); err != nil {
+		if err := h.query(func(*core.Core) {}); err != nil {
 			h.t.Fatal(err)
 		}
 		for len(h.workers) > 0 || len(h.results) > 0 {
@@ -495,7 +535,7 @@ func (h *engineHarness) spec(id, input string) *model.DAG {
 
 func (h *engineHarness) state() string {
 	var out string
-	if err := h.eng.Query(context.Background(), func(c *core.Core) {
+	if err := h.query(func(c *core.Core) {
 		var b strings.Builder
 		fmt.Fprintf(&b, "leader=%v rev=%d\n", c.IsLeader(), c.Rev())
 		for _, s := range c.DAGs() {

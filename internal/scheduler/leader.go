@@ -22,10 +22,8 @@ import (
 // it. It retries until ctx ends: a replica that cannot reach etcd can do
 // nothing useful.
 func (e *Engine) openSession(ctx context.Context) error {
-	host, _ := os.Hostname()
 	for {
-		reg := store.ReplicaRecord{Name: e.cfg.Node, APIURL: e.cfg.APIURL, PID: os.Getpid(), Host: host, StartedAt: e.clock.Now().UTC()}
-		s, err := e.st.OpenSession(ctx, e.cfg.SessionTTL, reg)
+		s, err := e.tryOpenSession(ctx)
 		if err == nil {
 			e.session = s
 			return nil
@@ -34,9 +32,59 @@ func (e *Engine) openSession(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-e.clock.After(200 * time.Millisecond):
+		case <-e.clock.After(sessionRetry):
 		}
 	}
+}
+
+// sessionRetry is the pause after an attempt to open a session failed (the
+// store bounds each attempt; ctx is the session's life, not a deadline).
+const sessionRetry = 200 * time.Millisecond
+
+func (e *Engine) tryOpenSession(ctx context.Context) (store.Session, error) {
+	host, _ := os.Hostname()
+	reg := store.ReplicaRecord{Name: e.cfg.Node, APIURL: e.cfg.APIURL, PID: os.Getpid(), Host: host, StartedAt: e.clock.Now().UTC()}
+	return e.st.OpenSession(ctx, e.cfg.SessionTTL, reg)
+}
+
+// openSessionAsync opens a new session in the background (the loop goes on
+// serving reads while etcd has no quorum) and campaigns once it is open.
+func (e *Engine) openSessionAsync(ctx context.Context) {
+	if e.opening {
+		return
+	}
+	e.opening = true
+	e.publishStatus()
+	go func() {
+		for failures := 0; ; failures++ {
+			s, err := e.tryOpenSession(ctx)
+			if err == nil {
+				select {
+				case e.sessionOpened <- s:
+				case <-ctx.Done():
+					_ = s.Close()
+				}
+				return
+			}
+			if failures%10 == 0 {
+				e.log.Warn("opening an etcd session failed; retrying", zap.Error(err), zap.Int("failures", failures+1))
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-e.clock.After(sessionRetry):
+			}
+		}
+	}()
+}
+
+// onSessionOpened takes a session opened in the background and campaigns.
+func (e *Engine) onSessionOpened(ctx context.Context, s store.Session) {
+	e.opening = false
+	e.session = s
+	e.log.Info("etcd session open; campaigning")
+	e.startCampaign(ctx)
+	e.publishStatus()
 }
 
 func (e *Engine) startCampaign(ctx context.Context) {
@@ -93,15 +141,32 @@ func (e *Engine) onElected(ctx context.Context, term store.Term) {
 		return
 	default:
 	}
+	if e.loading {
+		// A reload is under way (the watch fell behind compaction): lead
+		// once it is applied.
+		e.reloadAsync(ctx, func(ctx context.Context) { e.onElected(ctx, term) })
+		return
+	}
 	if err := e.catchUp(ctx); err != nil {
 		e.log.Warn("could not catch up through the watch; re-reading etcd", zap.Error(err))
 		e.stopWatch()
-		if err := e.reload(ctx); err != nil {
-			_ = term.Resign(context.Background())
-			return
-		}
+		e.reloadAsync(ctx, func(ctx context.Context) { e.leadIfAlive(ctx, term) })
+		return
 	}
 	e.becomeLeader(term)
+}
+
+// leadIfAlive leads in term after a reload, if the term outlived it;
+// otherwise it follows the log (a new session campaigns again).
+func (e *Engine) leadIfAlive(ctx context.Context, term store.Term) {
+	select {
+	case <-term.Done():
+		e.log.Warn("the term ended while the state was being re-read")
+		e.startWatch(ctx)
+		e.startCampaign(ctx)
+	default:
+		e.becomeLeader(term)
+	}
 }
 
 func (e *Engine) becomeLeader(term store.Term) {
@@ -162,12 +227,19 @@ func (e *Engine) flush(ctx context.Context) {
 	term, lim, st, record := e.term, e.cfg.Limits, e.st, e.termRecordDue
 	started := e.clock.Now()
 	go func() {
-		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		cctx, cancel := context.WithTimeout(ctx, commitTimeout)
 		res, err := st.Commit(cctx, term.Fence(), batch, lim, rec)
 		cancel()
 		e.commitDone <- commitResult{term: term, batch: batch, acks: acks, res: res, err: err, started: started, record: record}
 	}()
 }
+
+// commitTimeout bounds one transaction. A commit takes milliseconds, tens
+// under load; one that has not answered in 2 s is waiting for an etcd
+// without quorum (or a leader election that went wrong), and the writes it
+// carries are better answered "outcome unknown; retry" than held: the
+// replica re-reads etcd in the background and leads on if its term lives.
+const commitTimeout = 2 * time.Second
 
 // applyCommitted ends a transaction: it counts it and applies the entries
 // that committed, each at its revision.
@@ -341,16 +413,7 @@ func (e *Engine) leaveLeadership(waitErr error) {
 func (e *Engine) resync(ctx context.Context) {
 	term := e.term
 	e.leaveLeadership(ErrUnknown)
-	if err := e.reload(ctx); err != nil {
-		return
-	}
-	select {
-	case <-term.Done():
-		e.startWatch(ctx)
-		e.startCampaign(ctx)
-	default:
-		e.becomeLeader(term)
-	}
+	e.reloadAsync(ctx, func(ctx context.Context) { e.leadIfAlive(ctx, term) })
 }
 
 // drainCommit waits for the transaction in flight, applying what committed.
@@ -372,10 +435,7 @@ func (e *Engine) onSessionLost(ctx context.Context) {
 		e.stopCampaign()
 	}
 	e.session = nil
-	if err := e.openSession(ctx); err != nil {
-		return
-	}
-	e.startCampaign(ctx)
+	e.openSessionAsync(ctx)
 }
 
 // SuspectLeader reports that the stream to the leader named name dropped. A

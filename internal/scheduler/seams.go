@@ -21,7 +21,8 @@ type Store interface {
 	RequestProgress(ctx context.Context) error
 	// TermRecord reads the leader's term record and the current revision.
 	TermRecord(ctx context.Context) (rec store.TermRecord, ok bool, rev int64, err error)
-	// OpenSession opens a lease and registers the replica on it.
+	// OpenSession opens a lease and registers the replica on it. ctx is the
+	// session's life; the store bounds the opening itself.
 	OpenSession(ctx context.Context, ttl time.Duration, reg store.ReplicaRecord) (store.Session, error)
 	// Campaign blocks until this replica leads on session, or ctx ends.
 	Campaign(ctx context.Context, session store.Session, name string) (store.Term, error)

@@ -23,12 +23,27 @@ func NewSession(ctx context.Context, cli *clientv3.Client, ttl time.Duration) (*
 	if secs < 1 {
 		secs = 1
 	}
-	s, err := concurrency.NewSession(cli, concurrency.WithTTL(secs), concurrency.WithContext(ctx))
+	// The lease is granted with a bound (an etcd without quorum would hold
+	// the grant forever); ctx is the session's life (its keep-alives).
+	gctx, cancel := context.WithTimeout(ctx, SessionOpenTimeout)
+	lease, err := cli.Grant(gctx, int64(secs))
+	cancel()
 	if err != nil {
+		return nil, fmt.Errorf("leadership: session: %w", err)
+	}
+	s, err := concurrency.NewSession(cli, concurrency.WithTTL(secs), concurrency.WithLease(lease.ID), concurrency.WithContext(ctx))
+	if err != nil {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), SessionOpenTimeout)
+		_, _ = cli.Revoke(rctx, lease.ID)
+		cancel()
 		return nil, fmt.Errorf("leadership: session: %w", err)
 	}
 	return s, nil
 }
+
+// SessionOpenTimeout bounds each request of opening a session (the lease
+// grant, the registration).
+const SessionOpenTimeout = 5 * time.Second
 
 // etcdTerm is a Term won through a concurrency.Election.
 type etcdTerm struct {

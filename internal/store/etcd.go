@@ -155,7 +155,9 @@ func (s *Etcd) OpenSession(ctx context.Context, ttl time.Duration, reg ReplicaRe
 		return nil, err
 	}
 	rec, _ := json.Marshal(reg)
-	if _, err := s.cli.Put(ctx, ReplicaPrefix+reg.Name, string(rec), clientv3.WithLease(sess.Lease())); err != nil {
+	pctx, cancel := context.WithTimeout(ctx, SessionOpenTimeout)
+	defer cancel()
+	if _, err := s.cli.Put(pctx, ReplicaPrefix+reg.Name, string(rec), clientv3.WithLease(sess.Lease())); err != nil {
 		_ = sess.Close()
 		return nil, err
 	}
