@@ -25,7 +25,8 @@ func (s *server) role() string {
 
 func (s *server) self() apitypes.Self {
 	st := s.status()
-	out := apitypes.Self{Name: s.node(), Role: s.role(), APIURL: s.cfg.APIURL, AppliedRevision: st.AppliedRev, Lag: st.Lag, PID: s.cfg.PID}
+	out := apitypes.Self{Name: s.node(), Role: s.role(), APIURL: s.cfg.APIURL, AppliedRevision: st.AppliedRev, Lag: st.Lag, PID: s.cfg.PID,
+		Problem: st.Problem}
 	if !st.LeaderSince.IsZero() {
 		t := st.LeaderSince
 		out.LeaderSince = &t
@@ -189,7 +190,7 @@ func (s *server) cluster(w http.ResponseWriter, r *http.Request) {
 
 func replicaOf(sr apitypes.Self, reachable bool) apitypes.Replica {
 	return apitypes.Replica{Name: sr.Name, Role: sr.Role, APIURL: sr.APIURL, AppliedRevision: sr.AppliedRevision, Lag: sr.Lag,
-		LeaderSince: sr.LeaderSince, FirstCommitAt: sr.FirstCommitAt, PID: sr.PID, Reachable: reachable}
+		LeaderSince: sr.LeaderSince, FirstCommitAt: sr.FirstCommitAt, PID: sr.PID, Reachable: reachable, Problem: sr.Problem}
 }
 
 func (s *server) fetchSelf(ctx context.Context, a apitypes.ReplicaAddr) (apitypes.Self, bool) {

@@ -324,5 +324,12 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
 		httpkit.WriteJSON(w, http.StatusServiceUnavailable, apitypes.Ready{Status: "not_ready"})
 		return
 	}
+	if st.Problem != "" {
+		// Loaded and serving reads from what it applied, but cut off from
+		// etcd: writes through it would fail, and a probe should say so.
+		w.Header().Set("Retry-After", "1")
+		httpkit.WriteJSON(w, http.StatusServiceUnavailable, apitypes.Ready{Status: "not_ready", Leader: st.Leader, Problem: st.Problem})
+		return
+	}
 	httpkit.WriteJSON(w, http.StatusOK, apitypes.Ready{Status: "ready", Leader: st.Leader})
 }

@@ -37,6 +37,9 @@ type Replica struct {
 	FirstCommitAt   *time.Time `json:"first_commit_at,omitempty"`
 	PID             int        `json:"pid,omitempty"`
 	Reachable       bool       `json:"reachable"`
+	// Problem says what keeps the replica from etcd, when something does
+	// ("no etcd session ..."); empty when it is healthy.
+	Problem string `json:"problem,omitempty"`
 }
 
 // Self answers GET /api/v1/cluster/self: this replica alone, with the
@@ -50,6 +53,7 @@ type Self struct {
 	LeaderSince     *time.Time `json:"leader_since,omitempty"`
 	FirstCommitAt   *time.Time `json:"first_commit_at,omitempty"`
 	PID             int        `json:"pid"`
+	Problem         string     `json:"problem,omitempty"`
 	Workers         []Worker   `json:"workers,omitempty"`
 }
 

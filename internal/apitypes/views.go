@@ -117,6 +117,7 @@ type ActionResponse struct {
 
 // Ready answers /readyz.
 type Ready struct {
-	Status string `json:"status"` // "ready" or "not_ready"
-	Leader bool   `json:"leader"`
+	Status  string `json:"status"` // "ready" or "not_ready"
+	Leader  bool   `json:"leader"`
+	Problem string `json:"problem,omitempty"` // why not ready, once loaded
 }

@@ -142,9 +142,13 @@ type Status struct {
 	LeaderSince   time.Time `json:"leader_since,omitempty"`
 	FirstCommitAt time.Time `json:"first_commit_at,omitempty"`
 	Loaded        bool      `json:"loaded"`
-	Workers       []core.WorkerView
-	Counts        map[core.Status]int
-	DAGs          int
+	// Problem says what keeps the replica from etcd, if anything: no
+	// session (etcd unreachable or without quorum), or a re-read of the
+	// state under way. Reads still answer from the applied state.
+	Problem string `json:"problem,omitempty"`
+	Workers []core.WorkerView
+	Counts  map[core.Status]int
+	DAGs    int
 }
 
 // resultRef names a worker's result, to acknowledge once it is durable.
@@ -503,6 +507,12 @@ func (e *Engine) publishStatus() {
 		Counts: e.c.Counts(), DAGs: e.c.DAGCount(), Workers: e.c.Workers()}
 	if e.term != nil {
 		s.LeaderSince, s.FirstCommitAt = e.term.Won(), e.firstCommitAt
+	}
+	switch {
+	case e.session == nil:
+		s.Problem = "no etcd session: etcd is unreachable or has no quorum; reopening it"
+	case e.loading:
+		s.Problem = "re-reading the state from etcd"
 	}
 	if !s.Leader && e.etcdRev > s.AppliedRev {
 		s.Lag = e.etcdRev - max(s.AppliedRev, e.seenRev)

@@ -57,6 +57,7 @@ import (
 //	suspect x                   the stream to leader x dropped (SuspectLeader);
 //	                            waits until the depose attempt has ended
 //	election                    who holds the election
+//	problem                     the problem the replica reports (readyz)
 //	compact                     compact the store's history through its head
 //	close-watch                 every watch channel closes without a word
 //	advance 100ms               move the fake clock; due timers fire
@@ -226,6 +227,15 @@ func (h *engineHarness) run(td *datadriven.TestData) string {
 			_ = h.eng.Query(context.Background(), func(*core.Core) { deposing = h.eng.deposing })
 			return !deposing
 		})
+	case "problem":
+		// What /readyz and the cluster endpoint report, once the loop has
+		// published it.
+		h.barrier()
+		_ = h.query(func(*core.Core) { h.eng.publishStatus() })
+		if p := h.eng.Status().Problem; p != "" {
+			return p + "\n"
+		}
+		return "none\n"
 	case "election":
 		h.st.mu.Lock()
 		defer h.st.mu.Unlock()
