@@ -68,6 +68,12 @@ type Local struct {
 	killGrace time.Duration
 	baseEnv   []string // os.Environ() at construction
 
+	// ownerDir records this executor's running process groups (reaper.go);
+	// empty when it could not be created, and then nothing is recorded.
+	ownerDir   string
+	reaperStop chan struct{} // closed by Close once every attempt has ended
+	reaperDone chan struct{} // closed when superviseReaper has returned
+
 	ctx  context.Context // cancelled by Close
 	stop context.CancelFunc
 	wg   sync.WaitGroup // attempt goroutines
@@ -145,9 +151,33 @@ func NewLocal(cfg LocalConfig) (*Local, error) {
 		wake:      make(chan struct{}, 1),
 		runs:      make(map[model.AttemptID]*entry, cfg.Slots),
 	}
+	l.startReaping()
 	l.pumpWG.Add(1)
 	go l.pump()
 	return l, nil
+}
+
+// startReaping kills what executors that died with this LogDir left running,
+// then creates this executor's record dir and starts its reaper (reaper.go).
+// Failing that, the executor still runs tasks; what is lost is the cleanup
+// after a crash, and that is logged.
+func (l *Local) startReaping() {
+	l.reaperStop, l.reaperDone = make(chan struct{}), make(chan struct{})
+	reapLeftovers(l.logDir, l.log)
+	name, err := ownerName(ownerSeq.Add(1))
+	if err == nil {
+		dir := filepath.Join(l.logDir, recordDirName, name)
+		if err = os.MkdirAll(dir, 0o755); err == nil {
+			l.ownerDir = dir
+			// The first reaper is forked before NewLocal returns, so no task
+			// ever runs without one.
+			cmd, w, err := l.startReaper()
+			go l.superviseReaper(cmd, w, err)
+			return
+		}
+	}
+	l.log.Warn("cannot record running process groups: if this worker is killed, its tasks may outlive it", zap.Error(err))
+	close(l.reaperDone)
 }
 
 var _ Executor = (*Local)(nil)
@@ -442,6 +472,14 @@ func (l *Local) Close() error {
 	l.mu.Unlock()
 	l.stop()
 	l.wg.Wait()
+	// Every attempt has ended and removed its record: the reaper, told now,
+	// finds nothing to kill. Told earlier, it would SIGKILL groups that are
+	// still in their KillGrace.
+	close(l.reaperStop)
+	<-l.reaperDone
+	if l.ownerDir != "" {
+		os.Remove(l.ownerDir) // the reaper removes it; not if it was not running
+	}
 	l.pumpWG.Wait()
 	l.mu.Lock()
 	dropped := l.dropped

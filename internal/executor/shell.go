@@ -8,10 +8,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
+
+	"go.uber.org/zap"
 
 	"github.com/orion-sched/orion/internal/model"
 )
@@ -91,14 +95,18 @@ func (l *Local) runShell(ctx context.Context, a model.Attempt, r *model.Result) 
 	cmd := exec.Command(shell, "-c", a.Spec.Command)
 	cmd.Env = l.env(a)
 	cmd.Dir = a.Spec.Workdir
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Pdeathsig: the shell dies with this process even when the reaper
+	// cannot kill its group (see reaper.go); spawnShell forks it from a
+	// thread that lives as long as the process, for the signal fires when
+	// the forking thread exits.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		startFailed(err)
 		return
 	}
 	cmd.Stdout, cmd.Stderr = pw, pw
-	err = cmd.Start()
+	err = spawnShell(cmd)
 	pw.Close() // the children hold it now
 	if err != nil {
 		pr.Close()
@@ -106,6 +114,18 @@ func (l *Local) runShell(ctx context.Context, a model.Attempt, r *model.Result) 
 		return
 	}
 	pgid := cmd.Process.Pid
+	// The record lets the reaper, or the next executor, kill the group if
+	// this process dies; it goes once the group is gone (after the last kill
+	// below). Without it the attempt still runs: only the cleanup after a
+	// crash is lost, and that is logged.
+	if l.ownerDir != "" {
+		rec, err := l.recordGroup(pgid, a.AttemptID.String(), f.Name())
+		if err != nil {
+			l.log.Warn("cannot record a running process group; if this worker dies, its shell dies with it but not what the shell started",
+				zap.Stringer("attempt", a.AttemptID), zap.Int("pgid", pgid), zap.Error(err))
+		}
+		defer os.Remove(rec) // after the group kill below, deferred calls run last
+	}
 
 	copied := make(chan struct{})
 	go func() {
@@ -161,4 +181,37 @@ func (l *Local) runShell(ctx context.Context, a model.Attempt, r *model.Result) 
 	} else {
 		r.Error = werr.Error()
 	}
+}
+
+// spawns carries shell starts to the spawner goroutine.
+var (
+	spawns     = make(chan spawnRequest)
+	spawnerRun sync.Once
+)
+
+type spawnRequest struct {
+	cmd  *exec.Cmd
+	done chan error
+}
+
+// spawnShell starts cmd from one goroutine locked to its OS thread for the
+// life of the process. A parent-death signal (Pdeathsig) is delivered when
+// the thread that forked the child exits, not the process (golang/go#27505):
+// forked from an ordinary goroutine, a task could be killed whenever the Go
+// runtime retires the thread it happened to run on (it does so for a thread
+// whose locked goroutine exits, which any library may cause). This thread
+// never exits. The cost is a hand-over between two goroutines per start;
+// forks are serialised anyway (syscall.ForkLock).
+func spawnShell(cmd *exec.Cmd) error {
+	spawnerRun.Do(func() {
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread lives while the process does
+			for r := range spawns {
+				r.done <- r.cmd.Start()
+			}
+		}()
+	})
+	r := spawnRequest{cmd: cmd, done: make(chan error, 1)}
+	spawns <- r
+	return <-r.done
 }

@@ -1,0 +1,245 @@
+package executor
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/orion-sched/orion/internal/model"
+	"github.com/orion-sched/orion/internal/testkit"
+)
+
+// helperWorkerEnv makes this test binary a worker-like process: see
+// TestHelperKilledWorker.
+const helperWorkerEnv = "ORION_TEST_HELPER_WORKER_DIR"
+
+// TestHelperKilledWorker is not a test: TestWorkerKill9LeavesNoTaskProcess
+// runs this binary with helperWorkerEnv set, and then this is a worker: a
+// Local running one shell task that forks a grandchild, both writing their
+// PIDs, until it is killed.
+func TestHelperKilledWorker(t *testing.T) {
+	dir := os.Getenv(helperWorkerEnv)
+	if dir == "" {
+		t.Skip("helper process for TestWorkerKill9LeavesNoTaskProcess")
+	}
+	l, err := NewLocal(LocalConfig{ID: "doomed", Slots: 1, LogDir: filepath.Join(dir, "logs")})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	l.Start(model.Attempt{AttemptID: model.AttemptID{DAG: "d", Task: "t", Attempt: 1}, Spec: model.Task{
+		ID: "t", Kind: model.KindShell,
+		Command: fmt.Sprintf("sleep 300 & echo $! > %s/child; echo $$ > %s/shell; wait", dir, dir),
+	}})
+	time.Sleep(time.Hour) // until kill -9
+}
+
+// The acceptance test of the issue: kill -9 of a worker leaves no task
+// process behind, neither the shell nor what it forked.
+func TestWorkerKill9LeavesNoTaskProcess(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperKilledWorker$")
+	cmd.Env = append(os.Environ(), helperWorkerEnv+"="+dir)
+	out := &strings.Builder{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	shellPID, childPID := readPID(t, filepath.Join(dir, "shell")), readPID(t, filepath.Join(dir, "child"))
+	if processGone(shellPID) || processGone(childPID) {
+		t.Fatalf("task not running: shell %d, child %d; worker output:\n%s", shellPID, childPID, out)
+	}
+
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	assertGone(t, shellPID)
+	assertGone(t, childPID)
+
+	// The grandchild was killed by the reaper (the shell's parent death
+	// signal does not reach it), which says so in the attempt's log and
+	// then removes its record dir.
+	logPath := filepath.Join(dir, "logs", "d", "t", "1.log")
+	testkit.WaitFor(t, bound, "the reaper's note in the attempt log", func() bool {
+		b, _ := os.ReadFile(logPath)
+		return strings.Contains(string(b), "its reaper killed process group")
+	})
+	testkit.WaitFor(t, bound, "the record dir to be emptied", func() bool {
+		owners, err := os.ReadDir(filepath.Join(dir, "logs", recordDirName))
+		return err == nil && len(owners) == 0
+	})
+}
+
+// startGroup starts `sh -c script` in a process group of its own, as
+// runShell does, and returns it with its record as runShell writes it.
+func startGroup(t *testing.T, script string) (*exec.Cmd, groupRecord) {
+	t.Helper()
+	cmd := exec.Command("/bin/sh", "-c", script)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		cmd.Wait()
+	})
+	st, err := readProcStat(cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cmd, groupRecord{PGID: cmd.Process.Pid, SID: st.sid, Start: st.start, Attempt: script}
+}
+
+func writeRecord(t *testing.T, ownerDir string, rec groupRecord) {
+	t.Helper()
+	if err := os.MkdirAll(ownerDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(rec)
+	if err := os.WriteFile(filepath.Join(ownerDir, fmt.Sprint(rec.PGID)), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The restart path: an executor starting on a LogDir kills the groups that
+// a dead executor recorded there, and touches nothing else: not a PID that
+// now belongs to another process, nor the groups of an executor still alive.
+func TestStartKillsWhatADeadWorkerLeft(t *testing.T) {
+	t.Parallel()
+	logDir, tmp := t.TempDir(), t.TempDir()
+	self, err := readProcStat(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The previous incarnation: our PID with another start time, as after a
+	// restart that got the same PID (PID 1 in a container).
+	dead := filepath.Join(logDir, recordDirName, fmt.Sprintf("%d-%d-1", os.Getpid(), self.start+1))
+	alive := filepath.Join(logDir, recordDirName, fmt.Sprintf("%d-%d-999", os.Getpid(), self.start))
+
+	// A running shell with a grandchild.
+	_, running := startGroup(t, fmt.Sprintf("sleep 300 & echo $! > %s/a; wait", tmp))
+	running.Log = filepath.Join(tmp, "a.log")
+	os.WriteFile(running.Log, []byte("output so far\n"), 0o644)
+	writeRecord(t, dead, running)
+	runningChild := readPID(t, filepath.Join(tmp, "a"))
+
+	// A shell that has exited, leaving its background child in the group.
+	exited, orphaned := startGroup(t, fmt.Sprintf("sleep 300 & echo $! > %s/b", tmp))
+	writeRecord(t, dead, orphaned)
+	orphanedChild := readPID(t, filepath.Join(tmp, "b"))
+	exited.Wait()
+
+	// A record whose PGID now belongs to an unrelated process: it started
+	// after the recorded leader.
+	unrelated, rec := startGroup(t, "exec sleep 300")
+	rec.Start--
+	writeRecord(t, dead, rec)
+
+	// A group recorded by an executor that is still alive (two workers
+	// sharing a log dir).
+	other, otherRec := startGroup(t, "exec sleep 300")
+	writeRecord(t, alive, otherRec)
+
+	h := newHarness(t, 1, func(c *LocalConfig) { c.LogDir = logDir })
+	assertGone(t, running.PGID)
+	assertGone(t, runningChild)
+	assertGone(t, orphanedChild)
+	if processGone(unrelated.Process.Pid) {
+		t.Error("killed the unrelated process that reuses a recorded PGID")
+	}
+	if processGone(other.Process.Pid) {
+		t.Error("killed a group of an executor that is alive")
+	}
+	if _, err := os.Stat(dead); !os.IsNotExist(err) {
+		t.Errorf("the dead executor's records are still there: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(alive, fmt.Sprint(otherRec.PGID))); err != nil {
+		t.Errorf("the live executor's record is gone: %v", err)
+	}
+	if b, _ := os.ReadFile(running.Log); !strings.HasPrefix(string(b), "output so far\norion: the worker running this attempt died; a worker starting later killed process group") {
+		t.Errorf("attempt log %q", b)
+	}
+
+	// And the new executor runs tasks as usual, leaving no record behind.
+	if r := h.run(shell("true")); r.Outcome != model.Succeeded {
+		t.Fatalf("result %+v", r)
+	}
+	mine, err := os.ReadDir(h.l.ownerDir)
+	if err != nil || len(mine) != 0 {
+		t.Errorf("records after the attempt: %v %v", mine, err)
+	}
+}
+
+func TestParseProcStat(t *testing.T) {
+	t.Parallel()
+	// comm may contain spaces and parentheses.
+	line := "4242 (a) b (c) S 1 4240 4200 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 100\n"
+	st, err := parseProcStat([]byte(line))
+	if err != nil || st != (procStat{state: 'S', pgrp: 4240, sid: 4200, start: 987654}) {
+		t.Fatalf("%+v %v", st, err)
+	}
+	if _, err := parseProcStat([]byte("4242 (a) S 1 2")); err == nil {
+		t.Error("short line parsed")
+	}
+}
+
+// golang/go#27505: a parent-death signal fires when the forking thread
+// exits. A goroutine that ends while locked to its thread ends the thread;
+// a child it forked itself dies then (the control), the shell it had
+// spawnShell fork must not.
+func TestShellSurvivesTheThreadThatAskedForIt(t *testing.T) {
+	t.Parallel()
+	start := func(fork func(*exec.Cmd) error) (*exec.Cmd, error) {
+		cmd := exec.Command("sleep", "300")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+		err := fork(cmd)
+		if err == nil {
+			// Reaped at once, so that processGone sees a killed one go.
+			waited := make(chan struct{})
+			go func() { cmd.Wait(); close(waited) }()
+			t.Cleanup(func() { cmd.Process.Kill(); <-waited })
+		}
+		return cmd, err
+	}
+	var control, task *exec.Cmd
+	for try := 0; ; try++ {
+		errs := make(chan error, 1)
+		mainThread := false
+		go func() {
+			runtime.LockOSThread() // never unlocked: the runtime ends this thread with the goroutine
+			// ... unless it is the main thread, which the runtime keeps
+			// (wedged) instead: then nothing would fire; try again.
+			if mainThread = syscall.Gettid() == os.Getpid(); mainThread {
+				errs <- nil
+				return
+			}
+			var err1, err2 error
+			control, err1 = start((*exec.Cmd).Start)
+			task, err2 = start(spawnShell)
+			errs <- errors.Join(err1, err2)
+		}()
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+		if !mainThread {
+			break
+		}
+		if try == 100 {
+			t.Fatal("every goroutine ran on the main thread")
+		}
+	}
+	assertGone(t, control.Process.Pid)
+	if processGone(task.Process.Pid) {
+		t.Fatal("the shell died with the thread of the goroutine that started it")
+	}
+}
