@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/orion-sched/orion/internal/executor/reap"
 	"github.com/orion-sched/orion/internal/model"
 	"go.uber.org/zap"
 )
@@ -68,7 +69,7 @@ type Local struct {
 	killGrace time.Duration
 	baseEnv   []string // os.Environ() at construction
 
-	// ownerDir records this executor's running process groups (reaper.go);
+	// ownerDir records this executor's running process groups (package reap);
 	// empty when it could not be created, and then nothing is recorded.
 	ownerDir   string
 	reaperStop chan struct{} // closed by Close once every attempt has ended
@@ -158,20 +159,20 @@ func NewLocal(cfg LocalConfig) (*Local, error) {
 }
 
 // startReaping kills what executors that died with this LogDir left running,
-// then creates this executor's record dir and starts its reaper (reaper.go).
+// then creates this executor's record dir and starts its reaper (package reap).
 // Failing that, the executor still runs tasks; what is lost is the cleanup
 // after a crash, and that is logged.
 func (l *Local) startReaping() {
 	l.reaperStop, l.reaperDone = make(chan struct{}), make(chan struct{})
 	reapLeftovers(l.logDir, l.log)
-	name, err := ownerName(ownerSeq.Add(1))
+	name, err := reap.OwnerName(ownerSeq.Add(1))
 	if err == nil {
-		dir := filepath.Join(l.logDir, recordDirName, name)
+		dir := filepath.Join(l.logDir, reap.DirName, name)
 		if err = os.MkdirAll(dir, 0o755); err == nil {
 			l.ownerDir = dir
 			// The first reaper is forked before NewLocal returns, so no task
 			// ever runs without one.
-			cmd, w, err := l.startReaper()
+			cmd, w, err := reap.Start(dir, l.id)
 			go l.superviseReaper(cmd, w, err)
 			return
 		}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orion-sched/orion/internal/executor/reap"
 	"github.com/orion-sched/orion/internal/model"
 	"github.com/orion-sched/orion/internal/testkit"
 )
@@ -58,6 +59,13 @@ func TestWorkerKill9LeavesNoTaskProcess(t *testing.T) {
 	if processGone(shellPID) || processGone(childPID) {
 		t.Fatalf("task not running: shell %d, child %d; worker output:\n%s", shellPID, childPID, out)
 	}
+	// The shell can write its PIDs before the worker has recorded its group
+	// (the owner mark covers that window); the note checked below is the
+	// group kill's.
+	testkit.WaitFor(t, bound, "the group's record", func() bool {
+		recs, _ := filepath.Glob(filepath.Join(dir, "logs", reap.DirName, "*", fmt.Sprint(shellPID)))
+		return len(recs) == 1
+	})
 
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -75,14 +83,14 @@ func TestWorkerKill9LeavesNoTaskProcess(t *testing.T) {
 		return strings.Contains(string(b), "its reaper killed process group")
 	})
 	testkit.WaitFor(t, bound, "the record dir to be emptied", func() bool {
-		owners, err := os.ReadDir(filepath.Join(dir, "logs", recordDirName))
+		owners, err := os.ReadDir(filepath.Join(dir, "logs", reap.DirName))
 		return err == nil && len(owners) == 0
 	})
 }
 
 // startGroup starts `sh -c script` in a process group of its own, as
 // runShell does, and returns it with its record as runShell writes it.
-func startGroup(t *testing.T, script string) (*exec.Cmd, groupRecord) {
+func startGroup(t *testing.T, script string) (*exec.Cmd, reap.Record) {
 	t.Helper()
 	cmd := exec.Command("/bin/sh", "-c", script)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -93,14 +101,14 @@ func startGroup(t *testing.T, script string) (*exec.Cmd, groupRecord) {
 		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		cmd.Wait()
 	})
-	st, err := readProcStat(cmd.Process.Pid)
+	st, err := reap.ReadStat(cmd.Process.Pid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return cmd, groupRecord{PGID: cmd.Process.Pid, SID: st.sid, Start: st.start, Attempt: script}
+	return cmd, reap.Record{PGID: cmd.Process.Pid, SID: st.SID, Start: st.Start, Attempt: script}
 }
 
-func writeRecord(t *testing.T, ownerDir string, rec groupRecord) {
+func writeRecord(t *testing.T, ownerDir string, rec reap.Record) {
 	t.Helper()
 	if err := os.MkdirAll(ownerDir, 0o755); err != nil {
 		t.Fatal(err)
@@ -117,14 +125,14 @@ func writeRecord(t *testing.T, ownerDir string, rec groupRecord) {
 func TestStartKillsWhatADeadWorkerLeft(t *testing.T) {
 	t.Parallel()
 	logDir, tmp := t.TempDir(), t.TempDir()
-	self, err := readProcStat(os.Getpid())
+	self, err := reap.ReadStat(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The previous incarnation: our PID with another start time, as after a
 	// restart that got the same PID (PID 1 in a container).
-	dead := filepath.Join(logDir, recordDirName, fmt.Sprintf("%d-%d-1", os.Getpid(), self.start+1))
-	alive := filepath.Join(logDir, recordDirName, fmt.Sprintf("%d-%d-999", os.Getpid(), self.start))
+	dead := filepath.Join(logDir, reap.DirName, fmt.Sprintf("%d-%d-1", os.Getpid(), self.Start+1))
+	alive := filepath.Join(logDir, reap.DirName, fmt.Sprintf("%d-%d-999", os.Getpid(), self.Start))
 
 	// A running shell with a grandchild.
 	_, running := startGroup(t, fmt.Sprintf("sleep 300 & echo $! > %s/a; wait", tmp))
@@ -138,6 +146,18 @@ func TestStartKillsWhatADeadWorkerLeft(t *testing.T) {
 	writeRecord(t, dead, orphaned)
 	orphanedChild := readPID(t, filepath.Join(tmp, "b"))
 	exited.Wait()
+
+	// A task process that left its group (setsid) and so has no record,
+	// found by its owner mark.
+	escaped := exec.Command("sleep", "300")
+	escaped.Env = append(os.Environ(), reap.OwnerEnv+"="+filepath.Base(dead), "ORION_DAG_ID=d", "ORION_TASK_ID=t", "ORION_ATTEMPT=3")
+	escaped.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := escaped.Start(); err != nil {
+		t.Fatal(err)
+	}
+	escapedDone := make(chan struct{})
+	go func() { escaped.Wait(); close(escapedDone) }()
+	t.Cleanup(func() { escaped.Process.Kill(); <-escapedDone })
 
 	// A record whose PGID now belongs to an unrelated process: it started
 	// after the recorded leader.
@@ -154,6 +174,7 @@ func TestStartKillsWhatADeadWorkerLeft(t *testing.T) {
 	assertGone(t, running.PGID)
 	assertGone(t, runningChild)
 	assertGone(t, orphanedChild)
+	assertGone(t, escaped.Process.Pid)
 	if processGone(unrelated.Process.Pid) {
 		t.Error("killed the unrelated process that reuses a recorded PGID")
 	}
@@ -177,19 +198,6 @@ func TestStartKillsWhatADeadWorkerLeft(t *testing.T) {
 	mine, err := os.ReadDir(h.l.ownerDir)
 	if err != nil || len(mine) != 0 {
 		t.Errorf("records after the attempt: %v %v", mine, err)
-	}
-}
-
-func TestParseProcStat(t *testing.T) {
-	t.Parallel()
-	// comm may contain spaces and parentheses.
-	line := "4242 (a) b (c) S 1 4240 4200 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 100\n"
-	st, err := parseProcStat([]byte(line))
-	if err != nil || st != (procStat{state: 'S', pgrp: 4240, sid: 4200, start: 987654}) {
-		t.Fatalf("%+v %v", st, err)
-	}
-	if _, err := parseProcStat([]byte("4242 (a) S 1 2")); err == nil {
-		t.Error("short line parsed")
 	}
 }
 

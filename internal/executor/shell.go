@@ -17,6 +17,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/orion-sched/orion/internal/executor/reap"
 	"github.com/orion-sched/orion/internal/model"
 )
 
@@ -53,7 +54,7 @@ func (w *outputWriter) Write(p []byte) (int, error) {
 // keys resolve the same way every time), then the ORION_* variables, which a
 // task cannot override. exec keeps the last value of a repeated key.
 func (l *Local) env(a model.Attempt) []string {
-	env := make([]string, 0, len(l.baseEnv)+len(a.Spec.Env)+3)
+	env := make([]string, 0, len(l.baseEnv)+len(a.Spec.Env)+4)
 	env = append(env, l.baseEnv...)
 	keys := make([]string, 0, len(a.Spec.Env))
 	for k := range a.Spec.Env {
@@ -62,6 +63,11 @@ func (l *Local) env(a model.Attempt) []string {
 	sort.Strings(keys)
 	for _, k := range keys {
 		env = append(env, k+"="+a.Spec.Env[k])
+	}
+	// The owner mark (package reap) finds the task's processes that its
+	// group kill cannot when this executor dies.
+	if l.ownerDir != "" {
+		env = append(env, reap.OwnerEnv+"="+filepath.Base(l.ownerDir))
 	}
 	return append(env,
 		"ORION_DAG_ID="+a.DAG,
@@ -96,7 +102,7 @@ func (l *Local) runShell(ctx context.Context, a model.Attempt, r *model.Result) 
 	cmd.Env = l.env(a)
 	cmd.Dir = a.Spec.Workdir
 	// Pdeathsig: the shell dies with this process even when the reaper
-	// cannot kill its group (see reaper.go); spawnShell forks it from a
+	// cannot kill its group (see package reap); spawnShell forks it from a
 	// thread that lives as long as the process, for the signal fires when
 	// the forking thread exits.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -119,7 +125,7 @@ func (l *Local) runShell(ctx context.Context, a model.Attempt, r *model.Result) 
 	// below). Without it the attempt still runs: only the cleanup after a
 	// crash is lost, and that is logged.
 	if l.ownerDir != "" {
-		rec, err := l.recordGroup(pgid, a.AttemptID.String(), f.Name())
+		rec, err := reap.Write(l.ownerDir, pgid, a.AttemptID.String(), f.Name())
 		if err != nil {
 			l.log.Warn("cannot record a running process group; if this worker dies, its shell dies with it but not what the shell started",
 				zap.Stringer("attempt", a.AttemptID), zap.Int("pgid", pgid), zap.Error(err))
