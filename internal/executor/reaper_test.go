@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"syscall"
@@ -60,11 +61,16 @@ func TestWorkerKill9LeavesNoTaskProcess(t *testing.T) {
 		t.Fatalf("task not running: shell %d, child %d; worker output:\n%s", shellPID, childPID, out)
 	}
 	// The shell can write its PIDs before the worker has recorded its group
-	// (the owner mark covers that window); the note checked below is the
-	// group kill's.
+	// (its mark covers that window); the note checked below is the group
+	// kill's.
 	testkit.WaitFor(t, bound, "the group's record", func() bool {
-		recs, _ := filepath.Glob(filepath.Join(dir, "logs", reap.DirName, "*", fmt.Sprint(shellPID)))
-		return len(recs) == 1
+		recs, _ := filepath.Glob(filepath.Join(dir, "logs", reap.DirName, "*", "*"))
+		for _, r := range recs {
+			if b, _ := os.ReadFile(r); strings.Contains(string(b), fmt.Sprintf(`"pgid":%d,`, shellPID)) {
+				return true
+			}
+		}
+		return false
 	})
 
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
@@ -80,7 +86,9 @@ func TestWorkerKill9LeavesNoTaskProcess(t *testing.T) {
 	logPath := filepath.Join(dir, "logs", "d", "t", "1.log")
 	testkit.WaitFor(t, bound, "the reaper's note in the attempt log", func() bool {
 		b, _ := os.ReadFile(logPath)
-		return strings.Contains(string(b), "its reaper killed process group")
+		// The count is 1 or 2: the shell's parent-death signal and the
+		// reaper race.
+		return regexp.MustCompile(fmt.Sprintf(`its reaper killed its processes \([12], process group %d\)`, shellPID)).Match(b)
 	})
 	testkit.WaitFor(t, bound, "the record dir to be emptied", func() bool {
 		owners, err := os.ReadDir(filepath.Join(dir, "logs", reap.DirName))
@@ -108,15 +116,39 @@ func startGroup(t *testing.T, script string) (*exec.Cmd, reap.Record) {
 	return cmd, reap.Record{PGID: cmd.Process.Pid, SID: st.SID, Start: st.Start, Attempt: script}
 }
 
-func writeRecord(t *testing.T, ownerDir string, rec reap.Record) {
+// writeRecord writes rec as record n of ownerDir, in the two lines that
+// reap.Begin and Pending.Started write (or the first only, when rec has no
+// PGID).
+func writeRecord(t *testing.T, ownerDir string, n int, rec reap.Record) {
 	t.Helper()
 	if err := os.MkdirAll(ownerDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	b, _ := json.Marshal(rec)
-	if err := os.WriteFile(filepath.Join(ownerDir, fmt.Sprint(rec.PGID)), b, 0o644); err != nil {
+	first, _ := json.Marshal(reap.Record{Mark: rec.Mark, Attempt: rec.Attempt, Log: rec.Log})
+	b := append(first, '\n')
+	if rec.PGID != 0 {
+		second, _ := json.Marshal(reap.Record{PGID: rec.PGID, SID: rec.SID, Start: rec.Start})
+		b = append(append(b, second...), '\n')
+	}
+	if err := os.WriteFile(filepath.Join(ownerDir, fmt.Sprint(n)), b, 0o644); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// startMarked starts `sleep 300` in a session of its own (as a task process
+// that left its group) with mark in its environment.
+func startMarked(t *testing.T, mark string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command("sleep", "300")
+	cmd.Env = append(os.Environ(), reap.MarkEnv+"="+mark)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }() // reaped at once, so that processGone sees it go
+	t.Cleanup(func() { cmd.Process.Kill(); <-done })
+	return cmd
 }
 
 // The restart path: an executor starting on a LogDir kills the groups that
@@ -134,47 +166,56 @@ func TestStartKillsWhatADeadWorkerLeft(t *testing.T) {
 	dead := filepath.Join(logDir, reap.DirName, fmt.Sprintf("%d-%d-1", os.Getpid(), self.Start+1))
 	alive := filepath.Join(logDir, reap.DirName, fmt.Sprintf("%d-%d-999", os.Getpid(), self.Start))
 
+	deadMark := func(n int) string { return filepath.Base(dead) + "/" + fmt.Sprint(n) }
+
 	// A running shell with a grandchild.
 	_, running := startGroup(t, fmt.Sprintf("sleep 300 & echo $! > %s/a; wait", tmp))
 	running.Log = filepath.Join(tmp, "a.log")
 	os.WriteFile(running.Log, []byte("output so far\n"), 0o644)
-	writeRecord(t, dead, running)
+	writeRecord(t, dead, 1, running)
 	runningChild := readPID(t, filepath.Join(tmp, "a"))
 
 	// A shell that has exited, leaving its background child in the group.
 	exited, orphaned := startGroup(t, fmt.Sprintf("sleep 300 & echo $! > %s/b", tmp))
-	writeRecord(t, dead, orphaned)
+	writeRecord(t, dead, 2, orphaned)
 	orphanedChild := readPID(t, filepath.Join(tmp, "b"))
 	exited.Wait()
 
-	// A task process that left its group (setsid) and so has no record,
-	// found by its owner mark.
-	escaped := exec.Command("sleep", "300")
-	escaped.Env = append(os.Environ(), reap.OwnerEnv+"="+filepath.Base(dead), "ORION_DAG_ID=d", "ORION_TASK_ID=t", "ORION_ATTEMPT=3")
-	escaped.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := escaped.Start(); err != nil {
-		t.Fatal(err)
-	}
-	escapedDone := make(chan struct{})
-	go func() { escaped.Wait(); close(escapedDone) }()
-	t.Cleanup(func() { escaped.Process.Kill(); <-escapedDone })
+	// A process of a running attempt that left its group (setsid), found by
+	// its mark; and one of an attempt recorded before its fork only (the
+	// executor died in between).
+	escapedLeader, escapedGroup := startGroup(t, "exec sleep 300")
+	escapedGroup.Mark = deadMark(3)
+	writeRecord(t, dead, 3, escapedGroup)
+	escaped := startMarked(t, deadMark(3))
+	unforked := startMarked(t, deadMark(4))
+	writeRecord(t, dead, 4, reap.Record{Mark: deadMark(4), Attempt: "d/unforked#1"})
+
+	// A daemon left on purpose by an attempt that finished (no record any
+	// more): not the reaping's business.
+	daemon := startMarked(t, deadMark(5))
 
 	// A record whose PGID now belongs to an unrelated process: it started
 	// after the recorded leader.
 	unrelated, rec := startGroup(t, "exec sleep 300")
 	rec.Start--
-	writeRecord(t, dead, rec)
+	writeRecord(t, dead, 6, rec)
 
 	// A group recorded by an executor that is still alive (two workers
 	// sharing a log dir).
 	other, otherRec := startGroup(t, "exec sleep 300")
-	writeRecord(t, alive, otherRec)
+	writeRecord(t, alive, 1, otherRec)
 
 	h := newHarness(t, 1, func(c *LocalConfig) { c.LogDir = logDir })
 	assertGone(t, running.PGID)
 	assertGone(t, runningChild)
 	assertGone(t, orphanedChild)
+	assertGone(t, escapedLeader.Process.Pid)
 	assertGone(t, escaped.Process.Pid)
+	assertGone(t, unforked.Process.Pid)
+	if processGone(daemon.Process.Pid) {
+		t.Error("killed a process of a finished attempt")
+	}
 	if processGone(unrelated.Process.Pid) {
 		t.Error("killed the unrelated process that reuses a recorded PGID")
 	}
@@ -184,10 +225,10 @@ func TestStartKillsWhatADeadWorkerLeft(t *testing.T) {
 	if _, err := os.Stat(dead); !os.IsNotExist(err) {
 		t.Errorf("the dead executor's records are still there: %v", err)
 	}
-	if _, err := os.Stat(filepath.Join(alive, fmt.Sprint(otherRec.PGID))); err != nil {
+	if _, err := os.Stat(filepath.Join(alive, "1")); err != nil {
 		t.Errorf("the live executor's record is gone: %v", err)
 	}
-	if b, _ := os.ReadFile(running.Log); !strings.HasPrefix(string(b), "output so far\norion: the worker running this attempt died; a worker starting later killed process group") {
+	if b, _ := os.ReadFile(running.Log); string(b) != fmt.Sprintf("output so far\norion: the worker running this attempt died; a worker starting later killed its processes (2, process group %d)\n", running.PGID) {
 		t.Errorf("attempt log %q", b)
 	}
 

@@ -54,7 +54,7 @@ func (w *outputWriter) Write(p []byte) (int, error) {
 // keys resolve the same way every time), then the ORION_* variables, which a
 // task cannot override. exec keeps the last value of a repeated key.
 func (l *Local) env(a model.Attempt) []string {
-	env := make([]string, 0, len(l.baseEnv)+len(a.Spec.Env)+4)
+	env := make([]string, 0, len(l.baseEnv)+len(a.Spec.Env)+4) // +1: the reap mark
 	env = append(env, l.baseEnv...)
 	keys := make([]string, 0, len(a.Spec.Env))
 	for k := range a.Spec.Env {
@@ -63,11 +63,6 @@ func (l *Local) env(a model.Attempt) []string {
 	sort.Strings(keys)
 	for _, k := range keys {
 		env = append(env, k+"="+a.Spec.Env[k])
-	}
-	// The owner mark (package reap) finds the task's processes that its
-	// group kill cannot when this executor dies.
-	if l.ownerDir != "" {
-		env = append(env, reap.OwnerEnv+"="+filepath.Base(l.ownerDir))
 	}
 	return append(env,
 		"ORION_DAG_ID="+a.DAG,
@@ -112,6 +107,22 @@ func (l *Local) runShell(ctx context.Context, a model.Attempt, r *model.Result) 
 		return
 	}
 	cmd.Stdout, cmd.Stderr = pw, pw
+	// The record (package reap) lets the reaper, or the next executor, kill
+	// the attempt's processes if this one dies. It is written before the
+	// fork, so that no process of the attempt exists unrecorded, and goes
+	// once the group is gone (deferred: after the last kill below). Without
+	// it the attempt still runs; only the cleanup after a crash is lost, and
+	// that is logged.
+	var rec *reap.Pending
+	if l.ownerDir != "" {
+		if rec, err = reap.Begin(l.ownerDir, a.AttemptID.String(), f.Name()); err == nil {
+			defer rec.Done()
+			cmd.Env = append(cmd.Env, reap.MarkEnv+"="+rec.Mark)
+		} else {
+			l.log.Warn("cannot record an attempt's processes; if this worker dies, its shell dies with it but not what the shell started",
+				zap.Stringer("attempt", a.AttemptID), zap.Error(err))
+		}
+	}
 	err = spawnShell(cmd)
 	pw.Close() // the children hold it now
 	if err != nil {
@@ -120,17 +131,11 @@ func (l *Local) runShell(ctx context.Context, a model.Attempt, r *model.Result) 
 		return
 	}
 	pgid := cmd.Process.Pid
-	// The record lets the reaper, or the next executor, kill the group if
-	// this process dies; it goes once the group is gone (after the last kill
-	// below). Without it the attempt still runs: only the cleanup after a
-	// crash is lost, and that is logged.
-	if l.ownerDir != "" {
-		rec, err := reap.Write(l.ownerDir, pgid, a.AttemptID.String(), f.Name())
-		if err != nil {
-			l.log.Warn("cannot record a running process group; if this worker dies, its shell dies with it but not what the shell started",
+	if rec != nil {
+		if err := rec.Started(pgid); err != nil {
+			l.log.Warn("cannot record an attempt's process group; if this worker dies, only its marked processes are killed",
 				zap.Stringer("attempt", a.AttemptID), zap.Int("pgid", pgid), zap.Error(err))
 		}
-		defer os.Remove(rec) // after the group kill below, deferred calls run last
 	}
 
 	copied := make(chan struct{})

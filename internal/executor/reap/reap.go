@@ -1,6 +1,5 @@
-// Package reap kills the process groups of shell attempts whose executor has
-// died, and is the reaper process that does it while the executor's death is
-// fresh.
+// Package reap kills the processes of shell attempts whose executor has
+// died, and is the reaper process that does it as soon as the executor dies.
 //
 // A shell attempt runs in its own process group (so that cancel and timeout
 // can kill the whole of it), which also means that nothing ties it to the
@@ -8,26 +7,33 @@
 // the leader re-ran them elsewhere, twice and concurrently. Three mechanisms,
 // each covering what the previous one cannot:
 //
-//  1. The record. Each running group has a small file in its executor's
-//     owner dir, <LogDir>/%running/<pid>-<start>-<n>/<pgid> (the owner dir
+//  1. The record. Each running attempt has a small file in its executor's
+//     owner dir, <LogDir>/%running/<pid>-<start>-<n>/<seq> (the owner dir
 //     names the executor's process by pid and start time, n tells apart two
-//     executors in one process). It holds the group's pgid, session and the
-//     start time of its leader from /proc/<pid>/stat: the guard against PID
-//     reuse. It is written after the fork and removed once the group has been
-//     killed and reaped. Cost: one small file written and removed per attempt.
+//     executors in one process). Written before the fork, it names the mark
+//     the attempt's processes carry in their environment (MarkEnv); after
+//     the fork it gains the group's pgid, session and its leader's start
+//     time from /proc/<pid>/stat, the guard against PID reuse. It is removed
+//     once the group has been killed and reaped. Reaping a record kills the
+//     group (which catches a process that cleared its environment) and every
+//     live process with the mark (which catches one that left the group, and
+//     the children of a shell killed between its fork and the second line).
+//     A finished attempt has no record: a daemon it left behind on purpose
+//     (setsid) is not touched. Cost per attempt: a file created, written
+//     twice and removed.
 //
 //  2. The reaper. Each executor starts one helper process (Start): this
 //     binary again (/proc/self/exe, caught by this package's init before
 //     main runs), in its own process group so that a terminal's or a group
 //     kill's signals do not take it along with the worker. It reads a pipe
 //     whose only write end the worker holds; the kernel closes that end when
-//     the worker dies, however it dies, so the reaper reads EOF, kills every
-//     group recorded in its owner dir, and exits. One process per worker
-//     rather than a supervisor per task: re-executing the orion binary costs
-//     ~15 ms (50 runs of `orion --help` took 0.73 s), fifteen times the 1 ms
-//     per step that issue 11 allows, while the reaper costs nothing per
-//     attempt. A pipe's EOF rather than a parent-death signal: it is tied to
-//     the process, not to the OS thread that forked the reaper
+//     the worker dies, however it dies, so the reaper reads EOF, reaps every
+//     record in its owner dir, and exits. One process per worker rather than
+//     a supervisor per task: re-executing the orion binary costs ~15 ms (50
+//     runs of `orion --help` took 0.73 s), fifteen times the 1 ms per step
+//     that issue 11 allows, while the reaper costs nothing per attempt. A
+//     pipe's EOF rather than a parent-death signal: it is tied to the
+//     process, not to the OS thread that forked the reaper
 //     (golang/go#27505). This package imports only the standard library, so
 //     that its init runs as early as Go's init order allows: in the orion
 //     binary, after 147 of its 288 package inits (GODEBUG=inittrace=1). An
@@ -36,26 +42,19 @@
 //
 //  3. A parent-death signal on the shell itself (executor's spawnShell):
 //     SIGKILL when the worker dies, in case the reaper is not there (killed
-//     along with the worker, or not started) and for the microseconds
-//     between the fork and the record.
-//
-// Beside the record, every task's environment carries OwnerEnv=<owner dir
-// name>, and the reaping also kills the live processes whose environment
-// says so: those forked between the shell's fork and its record (a window of
-// microseconds, wider on a loaded machine), and those that left the group
-// without cleaning their environment.
+//     along with the worker, or failing to start).
 //
 // And when all of that missed (the reaper was killed too), the next executor
 // started with the same LogDir finds the owner dirs of processes that are no
-// longer alive and kills what they recorded (Leftovers), reporting each group
-// in its log and in the attempt's log.
+// longer alive and reaps their records (Leftovers), reporting each in its
+// log and in the attempt's log.
 //
 // What none of this covers: a process that both left the group (setsid, or
-// setpgid to a group of its own) and dropped OwnerEnv (env -i), or runs as
-// another user; and a group
-// whose leader is gone is recognised by its surviving members' pgid, session
-// and start times, which a new group could only share after the pgid was
-// reused, in the same session, by a leader that has died too.
+// setpgid to a group of its own) and cleared its environment, or that runs
+// as another user. And a group whose leader is gone is recognised by its
+// surviving members' pgid, session and start times, which a new group could
+// only share after the pgid was reused, in the same session, by a leader
+// that has died too.
 package reap
 
 import (
@@ -70,6 +69,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -82,9 +82,11 @@ const DirName = "%running"
 // env carries the owner dir to a re-executed reaper.
 const env = "ORION_EXECUTOR_REAPER_DIR"
 
-// OwnerEnv is set, in every task's environment, to the name of its
-// executor's owner dir.
-const OwnerEnv = "ORION_EXECUTOR_OWNER"
+// MarkEnv, in a task's environment, names its record: <owner dir>/<seq>.
+const MarkEnv = "ORION_EXECUTOR_MARK"
+
+// seq numbers the records of this process.
+var seq atomic.Int64
 
 func init() {
 	// The reaper is this binary re-executed; it must run before main (and
@@ -96,13 +98,16 @@ func init() {
 	}
 }
 
-// Record is one running process group, as written in an owner dir.
+// Record is one running attempt, as written in an owner dir: its first
+// line (before the fork) has Mark, Attempt and Log; its second (after the
+// fork) PGID, SID and Start.
 type Record struct {
-	PGID    int    `json:"pgid"`
-	SID     int    `json:"sid"`
-	Start   uint64 `json:"start"` // leader's start time, clock ticks since boot
-	Attempt string `json:"attempt"`
-	Log     string `json:"log"`
+	Mark    string `json:"mark,omitempty"`
+	Attempt string `json:"attempt,omitempty"`
+	Log     string `json:"log,omitempty"`
+	PGID    int    `json:"pgid,omitempty"`
+	SID     int    `json:"sid,omitempty"`
+	Start   uint64 `json:"start,omitempty"` // leader's start time, clock ticks since boot
 }
 
 // Stat is what we read from /proc/<pid>/stat.
@@ -172,74 +177,207 @@ func ownerAlive(name string) bool {
 	return err == nil && st.Start == start && st.State != 'Z'
 }
 
-// Write records a group just forked, whose leader is the caller's unreaped
-// child (so /proc/<pgid> is still the process it started), and returns the
-// record's path. The file is written with one write(2): a kill -9 cannot
-// leave half of it, only an empty file when it lands between the create and
-// the write, which the reaping skips (the group was forked microseconds
-// earlier and its leader had the parent-death signal).
-func Write(ownerDir string, pgid int, attempt, logPath string) (string, error) {
-	st, err := ReadStat(pgid)
-	if err != nil {
-		return "", err
-	}
-	b, _ := json.Marshal(Record{PGID: pgid, SID: st.SID, Start: st.Start, Attempt: attempt, Log: logPath})
-	p := filepath.Join(ownerDir, strconv.Itoa(pgid))
-	return p, os.WriteFile(p, b, 0o644)
+// Pending is the record of an attempt, open from before its fork until its
+// group is gone.
+type Pending struct {
+	Mark string // MarkEnv's value, to put in the task's environment
+	path string
+	f    *os.File
 }
 
-// Killed is one group killed by the reaping, for reporting; or, with PGID 0
-// and no Log, the processes of one attempt found by OwnerEnv outside any
-// recorded group.
+// Begin writes the first line of an attempt's record, before its fork. Each
+// line is written with one write(2), which a kill -9 cannot cut: reading
+// finds the lines whole, or an empty file (killed between create and write,
+// before any fork).
+func Begin(ownerDir, attempt, logPath string) (*Pending, error) {
+	n := seq.Add(1)
+	p := &Pending{Mark: filepath.Base(ownerDir) + "/" + strconv.FormatInt(n, 10), path: filepath.Join(ownerDir, strconv.FormatInt(n, 10))}
+	f, err := os.OpenFile(p.path, os.O_CREATE|os.O_EXCL|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	p.f = f
+	if err := p.line(Record{Mark: p.Mark, Attempt: attempt, Log: logPath}); err != nil {
+		p.Done()
+		return nil, err
+	}
+	return p, nil
+}
+
+func (p *Pending) line(r Record) error {
+	b, _ := json.Marshal(r)
+	_, err := p.f.Write(append(b, '\n'))
+	return err
+}
+
+// Started adds the group of the process just forked: its leader is the
+// caller's unreaped child, so /proc/<pgid> is still the process it started.
+func (p *Pending) Started(pgid int) error {
+	st, err := ReadStat(pgid)
+	if err == nil {
+		err = p.line(Record{PGID: pgid, SID: st.SID, Start: st.Start})
+	}
+	p.f.Close()
+	p.f = nil
+	return err
+}
+
+// Done removes the record, once the attempt's group is gone.
+func (p *Pending) Done() {
+	if p.f != nil {
+		p.f.Close()
+	}
+	os.Remove(p.path)
+}
+
+// readRecord merges the lines of a record file.
+func readRecord(path string) (Record, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Record{}, err
+	}
+	var r Record
+	for _, l := range bytes.Split(bytes.TrimSpace(b), []byte("\n")) {
+		if len(l) == 0 {
+			continue
+		}
+		if err := json.Unmarshal(l, &r); err != nil { // fields absent from a line stay as they were
+			return r, err
+		}
+	}
+	return r, nil
+}
+
+// Killed is one attempt whose processes the reaping killed, for reporting.
 type Killed struct {
 	Record
-	Processes int // live processes found
+	Processes int // live processes found: in its group, or marked
 }
 
-// Owner kills every group recorded in an owner dir, whose owner is gone, and
-// every process marked with the dir's name in OwnerEnv, then removes the
-// dir. A record whose group is gone, or whose pgid now belongs to another
-// process (the leader's start time differs), is dropped without a signal.
+// Owner reaps every record in an owner dir, whose owner is gone, then
+// removes the dir: it kills each recorded group, unless its pgid now belongs
+// to another process (the leader's start time differs), and every live
+// process marked with the record's Mark.
 func Owner(dir string) ([]Killed, error) {
-	out, err := groups(dir)
-	killed := make(map[int]bool, len(out))
-	for _, k := range out {
-		killed[k.PGID] = true
-	}
-	return append(out, marked(filepath.Base(dir), killed)...), err
-}
-
-// groups kills the recorded groups of an owner dir.
-func groups(dir string) ([]Killed, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, err
 	}
-	var out []Killed
 	var errs []error
+	var recs []Record
+	var paths []string
 	for _, e := range entries {
 		p := filepath.Join(dir, e.Name())
-		b, err := os.ReadFile(p)
-		var rec Record
-		if err == nil && len(b) > 0 {
-			err = json.Unmarshal(b, &rec)
-		}
+		rec, err := readRecord(p)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("record %s: %w", p, err))
-		} else if n := liveMembers(rec); n > 0 {
+		}
+		if rec.Mark == "" && rec.PGID == 0 {
+			os.Remove(p) // nothing was forked for it
+			continue
+		}
+		recs, paths = append(recs, rec), append(paths, p)
+	}
+	if len(recs) == 0 {
+		return nil, errors.Join(append(errs, removeDir(dir))...)
+	}
+
+	// The groups first, each with one signal.
+	counts := make([]int, len(recs))
+	killedGroups := map[int]bool{}
+	keep := make([]bool, len(recs))
+	for i, rec := range recs {
+		if rec.PGID == 0 {
+			continue
+		}
+		if n := liveMembers(rec); n > 0 {
 			if err := syscall.Kill(-rec.PGID, syscall.SIGKILL); err == nil {
-				out = append(out, Killed{rec, n})
+				counts[i] = n
+				killedGroups[rec.PGID] = true
 			} else if !errors.Is(err, syscall.ESRCH) {
 				errs = append(errs, fmt.Errorf("kill group %d: %w", rec.PGID, err))
-				continue // keep the record: the next start tries again
+				keep[i] = true // the next start tries again
 			}
 		}
-		os.Remove(p)
 	}
+	// Then the marked processes outside those groups.
+	byMark := make(map[string]int, len(recs))
+	for i, rec := range recs {
+		if rec.Mark != "" {
+			byMark[rec.Mark] = i
+		}
+	}
+	for _, i := range killMarked(byMark, killedGroups) {
+		counts[i]++
+	}
+
+	var out []Killed
+	for i, rec := range recs {
+		if counts[i] > 0 {
+			out = append(out, Killed{rec, counts[i]})
+		}
+		if !keep[i] {
+			os.Remove(paths[i])
+		}
+	}
+	return out, errors.Join(append(errs, removeDir(dir))...)
+}
+
+func removeDir(dir string) error {
 	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
-		errs = append(errs, err)
+		return err
 	}
-	return out, errors.Join(errs...)
+	return nil
+}
+
+// killMarked kills every live process whose MarkEnv is a key of byMark,
+// apart from those in the groups just killed, and returns, for each, the
+// value of its mark. A process is killed only if its start time is the same
+// before and after its environment was read, so that a PID reused meanwhile
+// is not.
+func killMarked(byMark map[string]int, skipGroups map[int]bool) []int {
+	d, err := os.Open("/proc")
+	if err != nil {
+		return nil
+	}
+	defer d.Close()
+	names, _ := d.Readdirnames(-1)
+	key := []byte("\x00" + MarkEnv + "=")
+	var out []int
+	for _, name := range names {
+		pid, err := strconv.Atoi(name)
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		before, err := ReadStat(pid)
+		if err != nil || before.State == 'Z' || before.State == 'X' || skipGroups[before.PGrp] {
+			continue
+		}
+		environ, err := os.ReadFile("/proc/" + name + "/environ")
+		if err != nil {
+			continue
+		}
+		environ = append([]byte{0}, environ...)
+		j := bytes.Index(environ, key)
+		if j < 0 {
+			continue
+		}
+		v := environ[j+len(key):]
+		if k := bytes.IndexByte(v, 0); k >= 0 {
+			v = v[:k]
+		}
+		i, ok := byMark[string(v)]
+		if !ok {
+			continue
+		}
+		if after, err := ReadStat(pid); err != nil || after.Start != before.Start {
+			continue
+		}
+		if syscall.Kill(pid, syscall.SIGKILL) == nil {
+			out = append(out, i)
+		}
+	}
+	return out
 }
 
 // liveMembers counts the live processes of the recorded group. When the
@@ -279,68 +417,12 @@ func liveMembers(rec Record) int {
 	return n
 }
 
-// marked kills the live processes whose environment has OwnerEnv=owner,
-// apart from those in the groups just killed, and returns them by attempt.
-// A process is killed only if its start time is the same before and after
-// its environment was read, so that a PID reused meanwhile is not.
-func marked(owner string, skipGroups map[int]bool) []Killed {
-	mark := []byte(OwnerEnv + "=" + owner + "\x00")
-	d, err := os.Open("/proc")
-	if err != nil {
-		return nil
+// what says what was killed, for reports.
+func (k Killed) what() string {
+	if k.PGID != 0 {
+		return fmt.Sprintf("its processes (%d, process group %d)", k.Processes, k.PGID)
 	}
-	defer d.Close()
-	names, _ := d.Readdirnames(-1)
-	byAttempt := map[string]int{}
-	var order []string
-	for _, name := range names {
-		pid, err := strconv.Atoi(name)
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		before, err := ReadStat(pid)
-		if err != nil || before.State == 'Z' || before.State == 'X' || skipGroups[before.PGrp] {
-			continue
-		}
-		environ, err := os.ReadFile("/proc/" + name + "/environ")
-		if err != nil || !bytes.Contains(append([]byte{0}, environ...), append([]byte{0}, mark...)) {
-			continue
-		}
-		if after, err := ReadStat(pid); err != nil || after.Start != before.Start {
-			continue
-		}
-		if syscall.Kill(pid, syscall.SIGKILL) != nil {
-			continue
-		}
-		a := attemptOf(environ)
-		if byAttempt[a] == 0 {
-			order = append(order, a)
-		}
-		byAttempt[a]++
-	}
-	out := make([]Killed, 0, len(order))
-	for _, a := range order {
-		out = append(out, Killed{Record: Record{Attempt: a}, Processes: byAttempt[a]})
-	}
-	return out
-}
-
-// attemptOf names a task process's attempt from its environment, as
-// model.AttemptID prints it.
-func attemptOf(environ []byte) string {
-	var dag, task, attempt string
-	for _, kv := range strings.Split(string(environ), "\x00") {
-		k, v, _ := strings.Cut(kv, "=")
-		switch k {
-		case "ORION_DAG_ID":
-			dag = v
-		case "ORION_TASK_ID":
-			task = v
-		case "ORION_ATTEMPT":
-			attempt = v
-		}
-	}
-	return dag + "/" + task + "#" + attempt
+	return fmt.Sprintf("its processes (%d, before its process group was recorded)", k.Processes)
 }
 
 // NoteInLog appends a line to an attempt's log, so that whoever reads it
@@ -357,15 +439,16 @@ func NoteInLog(path, line string) {
 	f.Close()
 }
 
-// Found is a group killed by Leftovers, with the owner dir it was found in.
+// Found is an attempt whose processes Leftovers killed, with the owner dir
+// it was recorded in.
 type Found struct {
 	Killed
 	Owner string
 }
 
-// Leftovers runs when an executor starts: it kills the groups recorded under
+// Leftovers runs when an executor starts: it reaps the records left under
 // logDir by executors whose process is gone (a previous incarnation of this
-// worker, killed together with its reaper), notes it in their attempts' logs
+// worker, killed together with its reaper), notes it in the attempts' logs
 // and returns them for the executor to report. Owner dirs of live processes
 // (another worker sharing the log dir) are left alone.
 func Leftovers(logDir string) ([]Found, error) {
@@ -385,7 +468,7 @@ func Leftovers(logDir string) ([]Found, error) {
 		}
 		killed, err := Owner(filepath.Join(root, o.Name()))
 		for _, k := range killed {
-			NoteInLog(k.Log, fmt.Sprintf("orion: the worker running this attempt died; a worker starting later killed process group %d (%d processes)", k.PGID, k.Processes))
+			NoteInLog(k.Log, "orion: the worker running this attempt died; a worker starting later killed "+k.what())
 			out = append(out, Found{k, o.Name()})
 		}
 		if err != nil {
@@ -396,26 +479,20 @@ func Leftovers(logDir string) ([]Found, error) {
 }
 
 // reaper is the reaper process: it waits for EOF on stdin (its worker is
-// gone, or closed its executor), kills the groups its worker recorded, and
-// then reports them on stderr, which it shares with the worker's (after the
+// gone, or closed its executor), reaps its worker's records, and then
+// reports them on stderr, which it shares with the worker's (after the
 // kills: that stderr may be a pipe nobody reads any more).
 func reaper(dir string) int {
 	// Only the worker's end of the pipe matters: nothing is ever written.
 	io.Copy(io.Discard, os.Stdin)
 	killed, err := Owner(dir)
 	for _, k := range killed {
-		NoteInLog(k.Log, fmt.Sprintf("orion: the worker running this attempt died; its reaper killed process group %d (%d processes)", k.PGID, k.Processes))
+		NoteInLog(k.Log, "orion: the worker running this attempt died; its reaper killed "+k.what())
 	}
 	w := bufio.NewWriter(os.Stderr)
 	now := time.Now().UTC().Format(time.RFC3339Nano)
 	for _, k := range killed {
-		if k.PGID != 0 {
-			fmt.Fprintf(w, "%s\tWARN\torion reaper: the worker of %s is gone; killed its process group %d (%d processes)\n",
-				now, k.Attempt, k.PGID, k.Processes)
-		} else {
-			fmt.Fprintf(w, "%s\tWARN\torion reaper: the worker of %s is gone; killed %d of its processes outside its process group\n",
-				now, k.Attempt, k.Processes)
-		}
+		fmt.Fprintf(w, "%s\tWARN\torion reaper: the worker of %s is gone; killed %s\n", now, k.Attempt, k.what())
 	}
 	if err != nil {
 		fmt.Fprintf(w, "%s\tWARN\torion reaper: %v\n", now, err)
