@@ -69,9 +69,11 @@ type Local struct {
 	killGrace time.Duration
 	baseEnv   []string // os.Environ() at construction
 
-	// ownerDir records this executor's running process groups (package reap);
-	// empty when it could not be created, and then nothing is recorded.
+	// ownerDir holds journal, the record of this executor's running
+	// attempts (package reap); journal is nil when it could not be created,
+	// and then nothing is recorded.
 	ownerDir   string
+	journal    *reap.Journal
 	reaperStop chan struct{} // closed by Close once every attempt has ended
 	reaperDone chan struct{} // closed when superviseReaper has returned
 
@@ -169,6 +171,9 @@ func (l *Local) startReaping() {
 	if err == nil {
 		dir := filepath.Join(l.logDir, reap.DirName, name)
 		if err = os.MkdirAll(dir, 0o755); err == nil {
+			l.journal, err = reap.OpenJournal(dir)
+		}
+		if err == nil {
 			l.ownerDir = dir
 			// The first reaper is forked before NewLocal returns, so no task
 			// ever runs without one.
@@ -177,7 +182,7 @@ func (l *Local) startReaping() {
 			return
 		}
 	}
-	l.log.Warn("cannot record running process groups: if this worker is killed, its tasks may outlive it", zap.Error(err))
+	l.log.Warn("cannot record running attempts: if this worker is killed, its tasks' shells die with it, but not what they started", zap.Error(err))
 	close(l.reaperDone)
 }
 
@@ -473,13 +478,16 @@ func (l *Local) Close() error {
 	l.mu.Unlock()
 	l.stop()
 	l.wg.Wait()
-	// Every attempt has ended and removed its record: the reaper, told now,
+	// Every attempt has ended and journalled its end: the reaper, told now,
 	// finds nothing to kill. Told earlier, it would SIGKILL groups that are
 	// still in their KillGrace.
+	if l.journal != nil {
+		l.journal.Close()
+	}
 	close(l.reaperStop)
 	<-l.reaperDone
 	if l.ownerDir != "" {
-		os.Remove(l.ownerDir) // the reaper removes it; not if it was not running
+		os.RemoveAll(l.ownerDir) // the reaper removes it; not if it was not running
 	}
 	l.pumpWG.Wait()
 	l.mu.Lock()

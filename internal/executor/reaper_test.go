@@ -64,10 +64,13 @@ func TestWorkerKill9LeavesNoTaskProcess(t *testing.T) {
 	// (its mark covers that window); the note checked below is the group
 	// kill's.
 	testkit.WaitFor(t, bound, "the group's record", func() bool {
-		recs, _ := filepath.Glob(filepath.Join(dir, "logs", reap.DirName, "*", "*"))
-		for _, r := range recs {
-			if b, _ := os.ReadFile(r); strings.Contains(string(b), fmt.Sprintf(`"pgid":%d,`, shellPID)) {
-				return true
+		owners, _ := filepath.Glob(filepath.Join(dir, "logs", reap.DirName, "*"))
+		for _, o := range owners {
+			recs, _ := reap.Running(o)
+			for _, r := range recs {
+				if r.PGID == shellPID {
+					return true
+				}
 			}
 		}
 		return false
@@ -116,21 +119,26 @@ func startGroup(t *testing.T, script string) (*exec.Cmd, reap.Record) {
 	return cmd, reap.Record{PGID: cmd.Process.Pid, SID: st.SID, Start: st.Start, Attempt: script}
 }
 
-// writeRecord writes rec as record n of ownerDir, in the two lines that
-// reap.Begin and Pending.Started write (or the first only, when rec has no
+// writeRecord journals rec as attempt n of ownerDir, in the lines that
+// Journal.Begin and Pending.Started write (the first only, when rec has no
 // PGID).
-func writeRecord(t *testing.T, ownerDir string, n int, rec reap.Record) {
+func writeRecord(t *testing.T, ownerDir string, n int64, rec reap.Record) {
 	t.Helper()
 	if err := os.MkdirAll(ownerDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	first, _ := json.Marshal(reap.Record{Mark: rec.Mark, Attempt: rec.Attempt, Log: rec.Log})
+	first, _ := json.Marshal(reap.Record{Seq: n, Mark: rec.Mark, Attempt: rec.Attempt, Log: rec.Log})
 	b := append(first, '\n')
 	if rec.PGID != 0 {
-		second, _ := json.Marshal(reap.Record{PGID: rec.PGID, SID: rec.SID, Start: rec.Start})
+		second, _ := json.Marshal(reap.Record{Seq: n, PGID: rec.PGID, SID: rec.SID, Start: rec.Start})
 		b = append(append(b, second...), '\n')
 	}
-	if err := os.WriteFile(filepath.Join(ownerDir, fmt.Sprint(n)), b, 0o644); err != nil {
+	f, err := os.OpenFile(filepath.Join(ownerDir, reap.JournalName), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Write(b); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -225,20 +233,20 @@ func TestStartKillsWhatADeadWorkerLeft(t *testing.T) {
 	if _, err := os.Stat(dead); !os.IsNotExist(err) {
 		t.Errorf("the dead executor's records are still there: %v", err)
 	}
-	if _, err := os.Stat(filepath.Join(alive, "1")); err != nil {
-		t.Errorf("the live executor's record is gone: %v", err)
+	if recs, err := reap.Running(alive); err != nil || len(recs) != 1 {
+		t.Errorf("the live executor's record is gone: %v %v", recs, err)
 	}
 	if b, _ := os.ReadFile(running.Log); string(b) != fmt.Sprintf("output so far\norion: the worker running this attempt died; a worker starting later killed its processes (2, process group %d)\n", running.PGID) {
 		t.Errorf("attempt log %q", b)
 	}
 
-	// And the new executor runs tasks as usual, leaving no record behind.
+	// And the new executor runs tasks as usual, leaving none running in its
+	// journal.
 	if r := h.run(shell("true")); r.Outcome != model.Succeeded {
 		t.Fatalf("result %+v", r)
 	}
-	mine, err := os.ReadDir(h.l.ownerDir)
-	if err != nil || len(mine) != 0 {
-		t.Errorf("records after the attempt: %v %v", mine, err)
+	if recs, err := reap.Running(h.l.ownerDir); err != nil || len(recs) != 0 {
+		t.Errorf("running after the attempt: %v %v", recs, err)
 	}
 }
 

@@ -107,15 +107,15 @@ func (l *Local) runShell(ctx context.Context, a model.Attempt, r *model.Result) 
 		return
 	}
 	cmd.Stdout, cmd.Stderr = pw, pw
-	// The record (package reap) lets the reaper, or the next executor, kill
-	// the attempt's processes if this one dies. It is written before the
-	// fork, so that no process of the attempt exists unrecorded, and goes
-	// once the group is gone (deferred: after the last kill below). Without
+	// The journal (package reap) lets the reaper, or the next executor, kill
+	// the attempt's processes if this one dies. The attempt enters it before
+	// the fork, so that none of its processes exists unrecorded, and leaves
+	// once its group is gone (deferred: after the last kill below). Without
 	// it the attempt still runs; only the cleanup after a crash is lost, and
 	// that is logged.
 	var rec *reap.Pending
-	if l.ownerDir != "" {
-		if rec, err = reap.Begin(l.ownerDir, a.AttemptID.String(), f.Name()); err == nil {
+	if l.journal != nil {
+		if rec, err = l.journal.Begin(a.AttemptID.String(), f.Name()); err == nil {
 			defer rec.Done()
 			cmd.Env = append(cmd.Env, reap.MarkEnv+"="+rec.Mark)
 		} else {
