@@ -77,3 +77,24 @@ func TestJournal(t *testing.T) {
 		t.Errorf("running after Done: %+v %v", got, err)
 	}
 }
+
+// What the journal costs an attempt: its three lines and the /proc read.
+//
+//	go test ./internal/executor/reap -run '^$' -bench Journal
+func BenchmarkJournalAttempt(b *testing.B) {
+	j, err := OpenJournal(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer j.Close()
+	for range b.N {
+		p, err := j.Begin("dag/task#1", "/var/lib/orion/logs/dag/task/1.log")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := p.Started(os.Getpid()); err != nil {
+			b.Fatal(err)
+		}
+		p.Done()
+	}
+}
