@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -51,14 +50,30 @@ func TestWorkerKill9LeavesNoTaskProcess(t *testing.T) {
 	dir := t.TempDir()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperKilledWorker$")
 	cmd.Env = append(os.Environ(), helperWorkerEnv+"="+dir)
-	out := &strings.Builder{}
+	out, err := os.Create(filepath.Join(dir, "worker.out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	waited := make(chan struct{})
+	go func() { cmd.Wait(); close(waited) }()
+	// Should the test fail before its kill, the worker goes all the same
+	// (and its reaper takes the task along).
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-waited
+		if t.Failed() {
+			b, _ := os.ReadFile(out.Name())
+			t.Logf("worker output:\n%s", b)
+		}
+	})
 	shellPID, childPID := readPID(t, filepath.Join(dir, "shell")), readPID(t, filepath.Join(dir, "child"))
 	if processGone(shellPID) || processGone(childPID) {
-		t.Fatalf("task not running: shell %d, child %d; worker output:\n%s", shellPID, childPID, out)
+		t.Fatalf("task not running: shell %d, child %d", shellPID, childPID)
 	}
 	// The shell can write its PIDs before the worker has recorded its group
 	// (its mark covers that window); the note checked below is the group
@@ -79,7 +94,7 @@ func TestWorkerKill9LeavesNoTaskProcess(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	cmd.Wait()
+	<-waited
 	assertGone(t, shellPID)
 	assertGone(t, childPID)
 
