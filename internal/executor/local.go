@@ -161,7 +161,8 @@ func NewLocal(cfg LocalConfig) (*Local, error) {
 }
 
 // startReaping kills what executors that died with this LogDir left running,
-// then creates this executor's record dir and starts its reaper (package reap).
+// then creates this executor's owner dir and journal and starts its reaper
+// (package reap).
 // Failing that, the executor still runs tasks; what is lost is the cleanup
 // after a crash, and that is logged.
 func (l *Local) startReaping() {

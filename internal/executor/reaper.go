@@ -1,8 +1,8 @@
 package executor
 
-// The executor's side of package reap (read its doc first): the record of
-// each running process group, the reaper process kept alive beside the
-// executor, and the cleanup after a dead predecessor when it starts.
+// The executor's side of package reap (read its doc first): the reaper
+// process kept alive beside the executor, and the cleanup after a dead
+// predecessor when it starts. shell.go journals each attempt.
 
 import (
 	"os"
@@ -19,11 +19,11 @@ import (
 var ownerSeq atomic.Int64
 
 // reapLeftovers kills what executors that died with this LogDir left
-// running, and reports each group.
+// running, and reports each attempt.
 func reapLeftovers(logDir string, log *zap.Logger) {
 	found, err := reap.Leftovers(logDir)
 	for _, f := range found {
-		log.Warn("killed a task process group left behind by a worker that is gone",
+		log.Warn("killed the processes of an attempt left running by a worker that is gone",
 			zap.String("previous_worker", f.Owner), zap.String("attempt", f.Attempt),
 			zap.Int("pgid", f.PGID), zap.Int("processes", f.Processes))
 	}
@@ -41,8 +41,8 @@ const (
 
 // superviseReaper keeps a reaper running (the first one, started by
 // NewLocal, is given) until reaperStop is closed (Close, once every attempt
-// has ended); then it closes the pipe, so that the reaper finds an empty
-// record dir, and waits for it to exit.
+// has ended); then it closes the pipe, so that the reaper finds no attempt
+// running in the journal, and waits for it to exit.
 func (l *Local) superviseReaper(cmd *exec.Cmd, w *os.File, err error) {
 	defer close(l.reaperDone)
 	pause := reaperRestartMin
