@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/orion-sched/orion/internal/executor/reap"
 	"github.com/orion-sched/orion/internal/model"
 	"go.uber.org/zap"
 )
@@ -67,6 +68,14 @@ type Local struct {
 	http      *http.Client
 	killGrace time.Duration
 	baseEnv   []string // os.Environ() at construction
+
+	// ownerDir holds journal, the record of this executor's running
+	// attempts (package reap); journal is nil when it could not be created,
+	// and then nothing is recorded.
+	ownerDir   string
+	journal    *reap.Journal
+	reaperStop chan struct{} // closed by Close once every attempt has ended
+	reaperDone chan struct{} // closed when superviseReaper has returned
 
 	ctx  context.Context // cancelled by Close
 	stop context.CancelFunc
@@ -145,9 +154,37 @@ func NewLocal(cfg LocalConfig) (*Local, error) {
 		wake:      make(chan struct{}, 1),
 		runs:      make(map[model.AttemptID]*entry, cfg.Slots),
 	}
+	l.startReaping()
 	l.pumpWG.Add(1)
 	go l.pump()
 	return l, nil
+}
+
+// startReaping kills what executors that died with this LogDir left running,
+// then creates this executor's owner dir and journal and starts its reaper
+// (package reap).
+// Failing that, the executor still runs tasks; what is lost is the cleanup
+// after a crash, and that is logged.
+func (l *Local) startReaping() {
+	l.reaperStop, l.reaperDone = make(chan struct{}), make(chan struct{})
+	reapLeftovers(l.logDir, l.log)
+	name, err := reap.OwnerName(ownerSeq.Add(1))
+	if err == nil {
+		dir := filepath.Join(l.logDir, reap.DirName, name)
+		if err = os.MkdirAll(dir, 0o755); err == nil {
+			l.journal, err = reap.OpenJournal(dir)
+		}
+		if err == nil {
+			l.ownerDir = dir
+			// The first reaper is forked before NewLocal returns, so no task
+			// ever runs without one.
+			cmd, w, err := reap.Start(dir, l.id)
+			go l.superviseReaper(cmd, w, err)
+			return
+		}
+	}
+	l.log.Warn("cannot record running attempts: if this worker is killed, its tasks' shells die with it, but not what they started", zap.Error(err))
+	close(l.reaperDone)
 }
 
 var _ Executor = (*Local)(nil)
@@ -442,6 +479,17 @@ func (l *Local) Close() error {
 	l.mu.Unlock()
 	l.stop()
 	l.wg.Wait()
+	// Every attempt has ended and journalled its end: the reaper, told now,
+	// finds nothing to kill. Told earlier, it would SIGKILL groups that are
+	// still in their KillGrace.
+	if l.journal != nil {
+		l.journal.Close()
+	}
+	close(l.reaperStop)
+	<-l.reaperDone
+	if l.ownerDir != "" {
+		os.RemoveAll(l.ownerDir) // the reaper removes it; not if it was not running
+	}
 	l.pumpWG.Wait()
 	l.mu.Lock()
 	dropped := l.dropped

@@ -8,11 +8,16 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
+	"go.uber.org/zap"
+
+	"github.com/orion-sched/orion/internal/executor/reap"
 	"github.com/orion-sched/orion/internal/model"
 )
 
@@ -49,7 +54,7 @@ func (w *outputWriter) Write(p []byte) (int, error) {
 // keys resolve the same way every time), then the ORION_* variables, which a
 // task cannot override. exec keeps the last value of a repeated key.
 func (l *Local) env(a model.Attempt) []string {
-	env := make([]string, 0, len(l.baseEnv)+len(a.Spec.Env)+3)
+	env := make([]string, 0, len(l.baseEnv)+len(a.Spec.Env)+4) // +1: the reap mark
 	env = append(env, l.baseEnv...)
 	keys := make([]string, 0, len(a.Spec.Env))
 	for k := range a.Spec.Env {
@@ -91,14 +96,34 @@ func (l *Local) runShell(ctx context.Context, a model.Attempt, r *model.Result) 
 	cmd := exec.Command(shell, "-c", a.Spec.Command)
 	cmd.Env = l.env(a)
 	cmd.Dir = a.Spec.Workdir
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Pdeathsig: the shell dies with this process even when the reaper
+	// cannot kill its group (see package reap); spawnShell forks it from a
+	// thread that lives as long as the process, for the signal fires when
+	// the forking thread exits.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		startFailed(err)
 		return
 	}
 	cmd.Stdout, cmd.Stderr = pw, pw
-	err = cmd.Start()
+	// The journal (package reap) lets the reaper, or the next executor, kill
+	// the attempt's processes if this one dies. The attempt enters it before
+	// the fork, so that none of its processes exists unrecorded, and leaves
+	// once its group is gone (deferred: after the last kill below). Without
+	// it the attempt still runs; only the cleanup after a crash is lost, and
+	// that is logged.
+	var rec *reap.Pending
+	if l.journal != nil {
+		if rec, err = l.journal.Begin(a.AttemptID.String(), f.Name()); err == nil {
+			defer rec.Done()
+			cmd.Env = append(cmd.Env, reap.MarkEnv+"="+rec.Mark)
+		} else {
+			l.log.Warn("cannot record an attempt's processes; if this worker dies, its shell dies with it but not what the shell started",
+				zap.Stringer("attempt", a.AttemptID), zap.Error(err))
+		}
+	}
+	err = spawnShell(cmd)
 	pw.Close() // the children hold it now
 	if err != nil {
 		pr.Close()
@@ -106,6 +131,12 @@ func (l *Local) runShell(ctx context.Context, a model.Attempt, r *model.Result) 
 		return
 	}
 	pgid := cmd.Process.Pid
+	if rec != nil {
+		if err := rec.Started(pgid); err != nil {
+			l.log.Warn("cannot record an attempt's process group; if this worker dies, only its marked processes are killed",
+				zap.Stringer("attempt", a.AttemptID), zap.Int("pgid", pgid), zap.Error(err))
+		}
+	}
 
 	copied := make(chan struct{})
 	go func() {
@@ -161,4 +192,37 @@ func (l *Local) runShell(ctx context.Context, a model.Attempt, r *model.Result) 
 	} else {
 		r.Error = werr.Error()
 	}
+}
+
+// spawns carries shell starts to the spawner goroutine.
+var (
+	spawns     = make(chan spawnRequest)
+	spawnerRun sync.Once
+)
+
+type spawnRequest struct {
+	cmd  *exec.Cmd
+	done chan error
+}
+
+// spawnShell starts cmd from one goroutine locked to its OS thread for the
+// life of the process. A parent-death signal (Pdeathsig) is delivered when
+// the thread that forked the child exits, not the process (golang/go#27505):
+// forked from an ordinary goroutine, a task could be killed whenever the Go
+// runtime retires the thread it happened to run on (it does so for a thread
+// whose locked goroutine exits, which any library may cause). This thread
+// never exits. The cost is a hand-over between two goroutines per start;
+// forks are serialised anyway (syscall.ForkLock).
+func spawnShell(cmd *exec.Cmd) error {
+	spawnerRun.Do(func() {
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread lives while the process does
+			for r := range spawns {
+				r.done <- r.cmd.Start()
+			}
+		}()
+	})
+	r := spawnRequest{cmd: cmd, done: make(chan error, 1)}
+	spawns <- r
+	return <-r.done
 }

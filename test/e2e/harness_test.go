@@ -145,7 +145,7 @@ func (n *node) waitReady() {
 }
 
 // kill9 kills the server process (and only it: tasks it started keep their
-// own process groups and die with their pipes or run on, as they would).
+// own process groups, which its executor's reaper then kills, as it would).
 func (n *node) kill9() {
 	n.t.Helper()
 	if n.cmd == nil {
