@@ -183,8 +183,12 @@ func (s *Etcd) Commit(ctx context.Context, fence Fence, entries []core.Entry, li
 		rec, _ := json.Marshal(term)
 		extra = append(extra, clientv3.OpPut(LeaderKey, string(rec)))
 	}
-	return Commit(ctx, s.cli.KV, fence, entries, lim, extra...)
+	res, err := Commit(ctx, s.cli.KV, fence, entries, lim, extra...)
+	return res, describeNoSpace(ctx, s.cli, err)
 }
+
+// Alarms lists etcd's raised alarms (Alarms).
+func (s *Etcd) Alarms(ctx context.Context) ([]Alarm, error) { return Alarms(ctx, s.cli) }
 
 // CurrentLeader reads who leads (CurrentLeader).
 func (s *Etcd) CurrentLeader(ctx context.Context) (Leader, bool, error) {

@@ -93,6 +93,8 @@ type Committed struct {
 // all entries of one transaction share its revision. On ErrFenced or another
 // error, a prefix of the entries may have been committed: Revs holds the
 // revisions of that prefix, so the caller can apply exactly what committed.
+// A transaction refused for a full etcd (NOSPACE) returns a *NoSpaceError:
+// that transaction applied nothing.
 //
 // extra operations (the leader's term record) go first into the first
 // transaction.
@@ -106,7 +108,9 @@ func Commit(ctx context.Context, kv clientv3.KV, fence Fence, entries []core.Ent
 		}
 		resp, err := kv.Txn(ctx).If(fence.cmp()).Then(ops...).Commit()
 		if err != nil {
-			return err
+			// NOSPACE refuses the whole transaction before applying it: a
+			// known outcome, unlike a timeout, so it gets its own type.
+			return mapNoSpace(err)
 		}
 		if !resp.Succeeded {
 			return ErrFenced
