@@ -1,0 +1,128 @@
+package etcdserver
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/orion-sched/orion/internal/testkit"
+)
+
+// fillToQuota puts large values under prefix until etcd refuses one with
+// NOSPACE; it fails the test if that never happens.
+func fillToQuota(t *testing.T, cli *clientv3.Client, prefix string, quota int64) {
+	t.Helper()
+	blob := strings.Repeat("x", 256<<10)
+	for i := 0; i < int(4*quota)/len(blob); i++ {
+		_, err := cli.Put(ctxT(t), fmt.Sprintf("%s%04d", prefix, i), blob)
+		if err == rpctypes.ErrNoSpace {
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Fatal("etcd never refused a put at its quota")
+}
+
+func noSpaceRaised(t *testing.T, cli *clientv3.Client) bool {
+	resp, err := cli.AlarmList(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(resp.Alarms) > 0
+}
+
+// At the quota, the member's process gets etcd writing again by itself once
+// there is room: here all of the space is history (the same key overwritten),
+// so compaction and defragmentation alone free it and the alarm is disarmed
+// with no step by hand.
+func TestNoSpaceRecoversFromHistory(t *testing.T) {
+	const quota = 8 << 20
+	cfg := testConfig(t, "m1")
+	cfg.QuotaBackendBytes = quota
+	cfg.MaintenanceInterval, cfg.NoSpaceRetry = 50*time.Millisecond, 100*time.Millisecond
+	m := startMember(t, cfg)
+	cli := newClient(t, m.ClientURL())
+	blob := strings.Repeat("x", 256<<10)
+	full := false
+	for i := 0; i < 4*quota/len(blob) && !full; i++ {
+		_, err := cli.Put(ctxT(t), "/same", blob)
+		switch {
+		case err == rpctypes.ErrNoSpace:
+			full = true
+		case err != nil:
+			t.Fatal(err)
+		}
+	}
+	if !full {
+		t.Fatal("etcd never refused a put at its quota")
+	}
+	testkit.WaitFor(t, 20*time.Second, "the NOSPACE alarm to be disarmed", func() bool { return !noSpaceRaised(t, cli) })
+	if _, err := cli.Put(ctxT(t), "/after", "ok"); err != nil {
+		t.Fatalf("a write after the repair: %v", err)
+	}
+	if size := m.Server().Backend().Size(); float64(size) >= quota*NoSpaceDisarmRatio {
+		t.Fatalf("disarmed at %d bytes, over %v of the quota", size, NoSpaceDisarmRatio)
+	}
+}
+
+// While the live data fills the quota the alarm stays: disarming would only
+// let the next write raise it again. Once keys are deleted (etcd accepts
+// deletes under NOSPACE, as retention sends them), the next attempt frees
+// the space and disarms.
+func TestNoSpaceWaitsForDeletes(t *testing.T) {
+	const quota = 8 << 20
+	cfg := testConfig(t, "m1")
+	cfg.QuotaBackendBytes = quota
+	cfg.MaintenanceInterval, cfg.NoSpaceRetry = 50*time.Millisecond, 100*time.Millisecond
+	m := startMember(t, cfg)
+	cli := newClient(t, m.ClientURL())
+	stillFull := maintenanceMetrics().repairs.WithLabelValues(m.Name(), "still_full")
+	base := testutil.ToFloat64(stillFull) // the collectors are per process, shared by the tests
+	fillToQuota(t, cli, "/live/", quota)
+	// Several attempts pass (each compacts, sees the live data, keeps
+	// the alarm).
+	testkit.WaitFor(t, 20*time.Second, "two refused repairs", func() bool {
+		return testutil.ToFloat64(stillFull) >= base+2
+	})
+	if !noSpaceRaised(t, cli) {
+		t.Fatal("the alarm was disarmed while the live data fills the quota")
+	}
+	if _, err := cli.Delete(ctxT(t), "/live/", clientv3.WithPrefix()); err != nil {
+		t.Fatalf("a delete under NOSPACE: %v", err)
+	}
+	testkit.WaitFor(t, 20*time.Second, "the NOSPACE alarm to be disarmed", func() bool { return !noSpaceRaised(t, cli) })
+	if _, err := cli.Put(ctxT(t), "/after", "ok"); err != nil {
+		t.Fatalf("a write after the repair: %v", err)
+	}
+}
+
+// The time-based compaction compacts what is older than HistoryRetention,
+// whatever the revision-based policy says.
+func TestCompactionByAge(t *testing.T) {
+	cfg := testConfig(t, "m1")
+	cfg.MaintenanceInterval, cfg.HistoryRetention = 50*time.Millisecond, 200*time.Millisecond
+	m := startMember(t, cfg)
+	cli := newClient(t, m.ClientURL())
+	resp, err := cli.Put(ctxT(t), "/k", "v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := resp.Header.Revision
+	if _, err := cli.Put(ctxT(t), "/k", "v2"); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, 20*time.Second, "the first revision to be compacted", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_, err := cli.Get(ctx, "/k", clientv3.WithRev(first))
+		return err == rpctypes.ErrCompacted
+	})
+}
