@@ -146,3 +146,14 @@ etcdctl compact "$rev"                        # drop the history (deletes are ac
 etcdctl defrag --cluster                      # give the freed pages back to the file system, member by member
 etcdctl endpoint status -w table --cluster    # DB SIZE well under the quota?
 etcdctl alarm disarm                          # then writes are accepted again`
+
+// Space reports the database size and backend quota of the first member to
+// answer within timeout (ok false when none did). The quota is 0 from an
+// etcd older than 3.6, which does not report it.
+func Space(ctx context.Context, cli *clientv3.Client, timeout time.Duration) (dbSize, quota int64, ok bool) {
+	st, ok := firstStatus(ctx, cli, timeout)
+	if !ok {
+		return 0, 0, false
+	}
+	return st.DbSize, st.DbSizeQuota, true
+}
