@@ -143,6 +143,13 @@ type Config struct {
 	// NoSpaceRetry spaces the attempts to recover from NOSPACE while the
 	// live data fills the quota. Default 10 s.
 	NoSpaceRetry time.Duration
+	// MinFreeDisk is the free space the member's data volume keeps. Below
+	// it the member's process raises the NOSPACE alarm itself, so etcd
+	// refuses writes (a state Orion handles: 507, held transitions) before
+	// its WAL meets a full disk, which etcd answers with a fatal exit; the
+	// alarm is disarmed once the volume has room again. Default 256 MiB
+	// (four WAL segments); negative turns the guard off.
+	MinFreeDisk int64
 	// MaxTxnOps is the maximum number of operations in one transaction.
 	// Default 128 (etcd's default).
 	MaxTxnOps uint
@@ -242,6 +249,10 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("etcdserver: starting member %q: %w", c.Name, err)
+	}
+
+	if err := checkBootstrapSpace(c); err != nil {
+		return nil, err
 	}
 
 	closing := new(atomic.Bool)
@@ -491,6 +502,9 @@ func (c Config) normalize() (Config, memberURLs, zapcore.Level, error) {
 	}
 	if c.NoSpaceRetry <= 0 {
 		c.NoSpaceRetry = DefaultNoSpaceRetry
+	}
+	if c.MinFreeDisk == 0 {
+		c.MinFreeDisk = DefaultMinFreeDisk
 	}
 	if c.MaxTxnOps == 0 {
 		c.MaxTxnOps = DefaultMaxTxnOps

@@ -34,6 +34,9 @@ import (
 //     fills the quota nothing is disarmed: the loop tries again every
 //     NoSpaceRetry, by when retention (deletes are accepted under NOSPACE)
 //     or an operator has freed space.
+//   - A guard for the data volume: below MinFreeDisk free the loop raises
+//     NOSPACE itself (etcd dies on a full disk; under the alarm it refuses
+//     writes instead), and disarms once the volume has room again.
 //
 // Each step is bounded by maintenanceStepTimeout, logged, and counted.
 
@@ -69,8 +72,10 @@ var maintenanceMetrics = sync.OnceValue(func() *memberMetrics {
 			Help: "Compactions requested by the member's process, by reason (age, nospace)."}, []string{"member", "reason"}),
 		defrags: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orion_etcd_defrags_total",
 			Help: "Defragmentations of the member run by its process."}, []string{"member"}),
+		diskFree: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "orion_etcd_member_disk_free_bytes",
+			Help: "Free space on the volume of this etcd member's data directory."}, []string{"member"}),
 	}
-	for _, c := range []prometheus.Collector{m.nospace, m.repairs, m.compactions, m.defrags} {
+	for _, c := range []prometheus.Collector{m.nospace, m.repairs, m.compactions, m.defrags, m.diskFree} {
 		if err := prometheus.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {
@@ -86,6 +91,7 @@ type memberMetrics struct {
 	repairs     *prometheus.CounterVec
 	compactions *prometheus.CounterVec
 	defrags     *prometheus.CounterVec
+	diskFree    *prometheus.GaugeVec
 }
 
 // maintainer is one member's housekeeping loop.
@@ -97,6 +103,8 @@ type maintainer struct {
 	retention time.Duration
 	retry     time.Duration
 	met       *memberMetrics
+	dataDir   string
+	minFree   int64 // MinFreeDisk; negative: no disk guard
 
 	marks      []revMark // (time, revision) samples for the time-based compaction
 	compacted  int64     // the last revision this loop compacted to
@@ -111,8 +119,9 @@ type revMark struct {
 func (m *Member) maintain(ctx context.Context, c Config, lg *zap.Logger) {
 	defer close(m.maintainDone)
 	mt := &maintainer{m: m, lg: lg.Named("maintenance"), quota: c.QuotaBackendBytes, interval: c.MaintenanceInterval,
-		retention: c.HistoryRetention, retry: c.NoSpaceRetry, met: maintenanceMetrics()}
+		retention: c.HistoryRetention, retry: c.NoSpaceRetry, met: maintenanceMetrics(), dataDir: c.DataDir, minFree: c.MinFreeDisk}
 	defer mt.met.nospace.DeleteLabelValues(m.name)
+	defer mt.met.diskFree.DeleteLabelValues(m.name)
 	tick := time.NewTicker(mt.interval)
 	defer tick.Stop()
 	for {
@@ -134,6 +143,10 @@ func (mt *maintainer) step(ctx context.Context, now time.Time) {
 		if a.Alarm == pb.AlarmType_NOSPACE && a.MemberID == uint64(s.MemberID()) {
 			raised = true
 		}
+	}
+	if !raised && mt.diskShort(ctx) {
+		raised = true
+		mt.nextRepair = now.Add(mt.retry) // nothing to reclaim yet: it was raised for the disk
 	}
 	mt.met.nospace.WithLabelValues(mt.m.name).Set(b2f(raised))
 	if raised && !now.Before(mt.nextRepair) {
@@ -169,6 +182,13 @@ func (mt *maintainer) repair(ctx context.Context) {
 			zap.Int64("disarm_below_bytes", limit), zap.Duration("retry_in", mt.retry))
 		return
 	}
+	if free, ok := mt.free(); ok && free < s.Backend().SizeInUse()+walSegmentBytes {
+		// Defragmenting writes a copy of the database beside it.
+		mt.met.repairs.WithLabelValues(mt.m.name, "still_full").Inc()
+		mt.lg.Error("NOSPACE: the data volume has no room to defragment; free some space on it", zap.Int64("disk_free_bytes", free),
+			zap.Int64("db_size_in_use_bytes", s.Backend().SizeInUse()), zap.Duration("retry_in", mt.retry))
+		return
+	}
 	started := time.Now()
 	if err := s.Defragment(); err != nil {
 		mt.met.repairs.WithLabelValues(mt.m.name, "error").Inc()
@@ -183,6 +203,13 @@ func (mt *maintainer) repair(ctx context.Context) {
 		mt.met.repairs.WithLabelValues(mt.m.name, "still_full").Inc()
 		mt.lg.Error("NOSPACE: still over the disarm limit after defragmenting; not disarming",
 			zap.Int64("db_size_bytes", after), zap.Int64("disarm_below_bytes", limit), zap.Duration("retry_in", mt.retry))
+		return
+	}
+	if free, ok := mt.free(); ok && mt.minFree >= 0 && free < mt.minFree+mt.minFree/4 {
+		// A margin over the guard's limit, so the alarm does not flap.
+		mt.met.repairs.WithLabelValues(mt.m.name, "still_full").Inc()
+		mt.lg.Error("NOSPACE: the data volume is still short of space; not disarming", zap.Int64("disk_free_bytes", free),
+			zap.Int64("min_free_bytes", mt.minFree), zap.Duration("retry_in", mt.retry))
 		return
 	}
 	actx, cancel := context.WithTimeout(ctx, maintenanceStepTimeout)
@@ -238,6 +265,39 @@ func (mt *maintainer) compact(ctx context.Context, rev int64, reason string) err
 	mt.met.compactions.WithLabelValues(mt.m.name, reason).Inc()
 	mt.lg.Info("compacted", zap.Int64("revision", rev), zap.String("reason", reason))
 	return nil
+}
+
+// free is the free space of the data volume, and whether it is known.
+func (mt *maintainer) free() (int64, bool) {
+	free, err := diskFree(mt.dataDir)
+	if err != nil {
+		return 0, false
+	}
+	mt.met.diskFree.WithLabelValues(mt.m.name).Set(float64(free))
+	return free, true
+}
+
+// diskShort raises this member's NOSPACE alarm when its data volume is
+// under MinFreeDisk, and reports whether it did. etcd meets a full disk in
+// its WAL with a fatal exit; under the alarm it refuses writes instead, and
+// the WAL grows only by what deletes, compactions and leases still write.
+func (mt *maintainer) diskShort(ctx context.Context) bool {
+	free, ok := mt.free()
+	if !ok || mt.minFree < 0 || free >= mt.minFree {
+		return false
+	}
+	s := mt.m.etcd.Server
+	actx, cancel := context.WithTimeout(ctx, maintenanceStepTimeout)
+	defer cancel()
+	_, err := s.Alarm(actx, &pb.AlarmRequest{Action: pb.AlarmRequest_ACTIVATE, MemberID: uint64(s.MemberID()), Alarm: pb.AlarmType_NOSPACE})
+	if err != nil {
+		mt.lg.Error("the data volume is almost full and raising NOSPACE failed", zap.Int64("disk_free_bytes", free), zap.Error(err))
+		return false
+	}
+	mt.lg.Error("the data volume is almost full: raised NOSPACE so that etcd refuses writes instead of dying on a full disk; "+
+		"free space on the volume or make it larger", zap.Int64("disk_free_bytes", free), zap.Int64("min_free_bytes", mt.minFree),
+		zap.String("data_dir", mt.dataDir))
+	return true
 }
 
 func b2f(b bool) float64 {

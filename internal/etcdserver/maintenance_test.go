@@ -3,7 +3,10 @@ package etcdserver
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -125,4 +128,52 @@ func TestCompactionByAge(t *testing.T) {
 		_, err := cli.Get(ctx, "/k", clientv3.WithRev(first))
 		return err == rpctypes.ErrCompacted
 	})
+}
+
+// fakeDisk stands in for the data volume's free space until the test ends.
+func fakeDisk(t *testing.T) *atomic.Int64 {
+	var free atomic.Int64
+	free.Store(1 << 40)
+	fn := func(string) (int64, error) { return free.Load(), nil }
+	diskFreeHook.Store(&fn)
+	t.Cleanup(func() { diskFreeHook.Store(nil) })
+	return &free
+}
+
+// A volume too small for etcd's first WAL segment is refused with an error
+// that says so, instead of etcd's panic and a half-made data directory.
+func TestBootstrapRefusesASmallVolume(t *testing.T) {
+	free := fakeDisk(t)
+	free.Store(30 << 20)
+	cfg := testConfig(t, "m1")
+	_, err := Start(context.Background(), cfg)
+	if err == nil || !strings.Contains(err.Error(), "30 MiB free") || !strings.Contains(err.Error(), "larger volume") {
+		t.Fatalf("start on a 30 MiB volume: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(cfg.DataDir, "member")); !os.IsNotExist(err) {
+		t.Fatalf("a refused start left a member directory: %v", err)
+	}
+	free.Store(1 << 40)
+	startMember(t, cfg) // the same directory starts once there is room
+}
+
+// A data volume running out of space raises NOSPACE before etcd meets a full
+// disk (a fatal exit in etcd): writes are refused, a state Orion handles.
+// With room again, the alarm goes and writes resume.
+func TestDiskGuard(t *testing.T) {
+	free := fakeDisk(t)
+	cfg := testConfig(t, "m1")
+	cfg.MaintenanceInterval, cfg.NoSpaceRetry = 50*time.Millisecond, 100*time.Millisecond
+	m := startMember(t, cfg)
+	cli := newClient(t, m.ClientURL())
+	free.Store(DefaultMinFreeDisk - 1)
+	testkit.WaitFor(t, 20*time.Second, "the NOSPACE alarm", func() bool { return noSpaceRaised(t, cli) })
+	if _, err := cli.Put(ctxT(t), "/k", "v"); err != rpctypes.ErrNoSpace {
+		t.Fatalf("a put on a short volume: %v", err)
+	}
+	free.Store(1 << 40)
+	testkit.WaitFor(t, 20*time.Second, "the alarm to be disarmed", func() bool { return !noSpaceRaised(t, cli) })
+	if _, err := cli.Put(ctxT(t), "/k", "v"); err != nil {
+		t.Fatalf("a put with room again: %v", err)
+	}
 }
