@@ -4,8 +4,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"syscall"
+	"time"
+
+	"go.uber.org/zap"
 )
 
 const (
@@ -65,3 +69,43 @@ func checkBootstrapSpace(c Config) error {
 }
 
 func mib(n int64) string { return fmt.Sprintf("%.0f MiB", float64(n)/(1<<20)) }
+
+// bootstrapMarker exists in a data directory while its member bootstraps:
+// from before etcd creates anything until the member is first ready.
+const bootstrapMarker = ".orion-bootstrapping"
+
+// prepareBootstrap deals with what a crash during a member's first start
+// left, and marks a new bootstrap. A member that never became ready never
+// acknowledged a write, so for a single-member cluster its half-made
+// directory (a torn WAL, a database without one) holds nothing: it is
+// moved aside, not deleted, and the member bootstraps afresh. A member of a
+// larger cluster may have voted in raft already; its directory is left to
+// etcd and to the operator. done removes the mark once the member is
+// ready.
+func prepareBootstrap(c Config, lg interface{ Warn(string, ...zap.Field) }) (done func(), err error) {
+	marker := filepath.Join(c.DataDir, bootstrapMarker)
+	member := filepath.Join(c.DataDir, "member")
+	_, markErr := os.Stat(marker)
+	_, memberErr := os.Stat(member)
+	switch {
+	case markErr == nil && memberErr == nil && !strings.Contains(c.InitialCluster, ",") && c.ClusterState == "new":
+		aside := fmt.Sprintf("%s.incomplete-%d", member, time.Now().Unix())
+		if err := os.Rename(member, aside); err != nil {
+			return nil, fmt.Errorf("etcdserver: member %q: moving aside what an interrupted first start left in %s: %w", c.Name, member, err)
+		}
+		lg.Warn("the member's first start was interrupted before it was ready; its data (never used) is moved aside and it bootstraps again",
+			zap.String("moved_to", aside))
+	case markErr == nil && memberErr == nil:
+		lg.Warn("the member's first start was interrupted before it was ready; if it does not start, remove it from the cluster "+
+			"(etcdctl member remove), delete its data directory and add it again", zap.String("data_dir", c.DataDir))
+	case memberErr == nil:
+		return func() {}, nil // an existing member
+	}
+	if err := os.MkdirAll(c.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("etcdserver: member %q: %w", c.Name, err)
+	}
+	if err := os.WriteFile(marker, nil, 0o600); err != nil {
+		return nil, fmt.Errorf("etcdserver: member %q: %w", c.Name, err)
+	}
+	return func() { _ = os.Remove(marker) }, nil
+}

@@ -257,6 +257,10 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 
 	closing := new(atomic.Bool)
 	lg := memberLogger(c.Logger, lvl, c.Name, closing)
+	bootstrapped, err := prepareBootstrap(c, lg)
+	if err != nil {
+		return nil, err
+	}
 
 	ec := embed.NewConfig()
 	ec.Name = c.Name
@@ -334,6 +338,7 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 		return nil, failure
 	}
 
+	bootstrapped()
 	m := &Member{
 		etcd:      e,
 		name:      c.Name,

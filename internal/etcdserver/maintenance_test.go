@@ -177,3 +177,38 @@ func TestDiskGuard(t *testing.T) {
 		t.Fatalf("a put with room again: %v", err)
 	}
 }
+
+// A first start interrupted before the member was ready (a crash, a kill)
+// leaves a mark and whatever etcd had made, a torn WAL say: the next start
+// of a single member moves that aside and bootstraps again, instead of
+// failing on it forever.
+func TestInterruptedBootstrapStartsAgain(t *testing.T) {
+	cfg := testConfig(t, "m1")
+	wal := filepath.Join(cfg.DataDir, "member", "wal")
+	if err := os.MkdirAll(wal, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(wal, "0000000000000000-0000000000000000.wal"), []byte("torn"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(cfg.DataDir, bootstrapMarker), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m := startMember(t, cfg)
+	if _, err := newClient(t, m.ClientURL()).Put(ctxT(t), "/k", "v"); err != nil {
+		t.Fatal(err)
+	}
+	aside, _ := filepath.Glob(filepath.Join(cfg.DataDir, "member.incomplete-*"))
+	if len(aside) != 1 {
+		t.Fatalf("the interrupted bootstrap's data was not moved aside: %v", aside)
+	}
+	if _, err := os.Stat(filepath.Join(cfg.DataDir, bootstrapMarker)); !os.IsNotExist(err) {
+		t.Fatalf("the mark outlived a ready member: %v", err)
+	}
+	// Once ready, a restart is a plain restart: the data stays.
+	m.Close()
+	m = startMember(t, cfg)
+	if got := mustGet(t, newClient(t, m.ClientURL()), "/k"); got != "v" {
+		t.Fatalf("after a restart /k = %q", got)
+	}
+}
