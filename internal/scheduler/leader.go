@@ -410,6 +410,8 @@ func (e *Engine) leaveLeadership(waitErr error) {
 	e.awaitingAck, e.lateAcks = nil, nil
 	e.timers = nil
 	e.execs = make(map[string]Worker)
+	e.full = storageFull{} // the next term learns afresh whether etcd is full
+	e.m.StorageFull.Set(0)
 	e.m.IsLeader.Set(0)
 	e.failWaiters(waitErr)
 	if e.cfg.OnLeading != nil {

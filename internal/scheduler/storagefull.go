@@ -64,7 +64,7 @@ const (
 // storageFull is the leader's storage-full state; the zero value is "not
 // full".
 type storageFull struct {
-	term    store.Term // the term it was seen in; another term starts afresh
+	term    store.Term // the term it was seen in (leaving leadership resets it)
 	cause   error      // the last refusal
 	retryAt time.Time  // when pending puts are sent again
 	backoff time.Duration
@@ -110,11 +110,6 @@ func (e *Engine) onNoSpace(ctx context.Context, cr commitResult) {
 func (e *Engine) holdForStorage() bool {
 	fs := &e.full
 	if !fs.active() {
-		return false
-	}
-	if fs.term != e.term {
-		*fs = storageFull{}
-		e.m.StorageFull.Set(0)
 		return false
 	}
 	if !e.clock.Now().Before(fs.retryAt) {
