@@ -201,7 +201,7 @@ func (e *Engine) flush(ctx context.Context) {
 		if e.pending[n].Delete {
 			k = 2
 		}
-		if ops+k > e.cfg.Limits.MaxOps && n > 0 {
+		if ops+k > e.cfg.Limits.EntryOps() && n > 0 {
 			break
 		}
 		ops += k
