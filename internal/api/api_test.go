@@ -155,7 +155,7 @@ func newFake(t *testing.T) *fakeBackend {
 		t.Fatalf("restore: %v", errs)
 	}
 	return &fakeBackend{c: c, seen: map[string]bool{}, leader: "node-1",
-		st: &scheduler.Status{Node: "node-1", Leader: true, AppliedRev: 20, Loaded: true,
+		st: &scheduler.Status{Node: "node-1", Leader: true, HoldsTerm: true, AppliedRev: 20, Loaded: true,
 			Workers: []core.WorkerView{{ID: "w1", Slots: 4, Busy: 1}}}}
 }
 
@@ -738,13 +738,23 @@ func TestProbes(t *testing.T) {
 		t.Fatalf("healthz %d %s", r.code, r.body)
 	}
 	r = e.do(t, "GET", "/readyz", "")
-	if r.code != http.StatusOK || strings.TrimSpace(string(r.body)) != `{"status":"ready","leader":true}` {
+	if r.code != http.StatusOK || strings.TrimSpace(string(r.body)) != `{"status":"ready","leader":true,"term":true}` {
 		t.Fatalf("readyz %d %s", r.code, r.body)
 	}
 	e.f.set(func(f *fakeBackend) { f.st = &scheduler.Status{Node: "node-1"} })
 	r = e.do(t, "GET", "/readyz", "")
 	if r.code != http.StatusServiceUnavailable {
 		t.Fatalf("readyz before load %d %s", r.code, r.body)
+	}
+	// Cut off from etcd: not ready, saying why, and still the term's holder
+	// while it re-reads (standbys must not depose it for that).
+	e.f.set(func(f *fakeBackend) {
+		f.st = &scheduler.Status{Node: "node-1", Loaded: true, HoldsTerm: true, Problem: "re-reading the state from etcd"}
+	})
+	r = e.do(t, "GET", "/readyz", "")
+	if r.code != http.StatusServiceUnavailable || r.header.Get("Retry-After") == "" ||
+		strings.TrimSpace(string(r.body)) != `{"status":"not_ready","leader":false,"problem":"re-reading the state from etcd","term":true}` {
+		t.Fatalf("readyz while re-reading %d %s", r.code, r.body)
 	}
 	// Liveness does not depend on the state.
 	if r := e.do(t, "GET", "/healthz", ""); r.code != http.StatusOK {

@@ -120,4 +120,8 @@ type Ready struct {
 	Status  string `json:"status"` // "ready" or "not_ready"
 	Leader  bool   `json:"leader"`
 	Problem string `json:"problem,omitempty"` // why not ready, once loaded
+	// Term is true while the replica holds the leadership term: leading,
+	// or re-reading etcd to lead on in the same term. Standbys ask it
+	// before deposing a leader whose stream dropped.
+	Term bool `json:"term"`
 }

@@ -124,6 +124,7 @@ type Engine struct {
 	loading       bool                      // a background reload runs (reloadAsync)
 	afterLoad     func(ctx context.Context) // what waits for it
 	opening       bool                      // a background session open runs (openSessionAsync)
+	resyncTerm    store.Term                // the term a resync will lead on, if it lives
 	prevLeader    string                    // leader of the term before ours, from its term record
 
 	status  atomic.Pointer[Status]
@@ -143,6 +144,10 @@ type Status struct {
 	LeaderSince   time.Time `json:"leader_since,omitempty"`
 	FirstCommitAt time.Time `json:"first_commit_at,omitempty"`
 	Loaded        bool      `json:"loaded"`
+	// HoldsTerm is true while this replica leads, and while it re-reads
+	// etcd after a commit whose outcome is unknown, to lead on in the same
+	// term: a standby asking whether to depose it must hear "no" then.
+	HoldsTerm bool `json:"holds_term"`
 	// Problem says what keeps the replica from etcd, if anything: no
 	// session (etcd unreachable or without quorum), or a re-read of the
 	// state under way. Reads still answer from the applied state.
@@ -508,6 +513,14 @@ func (e *Engine) publishStatus() {
 		Counts: e.c.Counts(), DAGs: e.c.DAGCount(), Workers: e.c.Workers()}
 	if e.term != nil {
 		s.LeaderSince, s.FirstCommitAt = e.term.Won(), e.firstCommitAt
+	}
+	s.HoldsTerm = e.term != nil
+	if t := e.resyncTerm; t != nil {
+		select {
+		case <-t.Done():
+		default:
+			s.HoldsTerm = true
+		}
 	}
 	switch {
 	case e.session == nil:

@@ -204,7 +204,7 @@ func (e *Engine) flush(ctx context.Context) {
 		if e.pending[n].Delete {
 			k = 2
 		}
-		if ops+k > e.cfg.Limits.MaxOps && n > 0 {
+		if ops+k > e.cfg.Limits.EntryOps() && n > 0 {
 			break
 		}
 		ops += k
@@ -424,7 +424,14 @@ func (e *Engine) leaveLeadership(waitErr error) {
 func (e *Engine) resync(ctx context.Context) {
 	term := e.term
 	e.leaveLeadership(ErrUnknown)
-	e.reloadAsync(ctx, func(ctx context.Context) { e.leadIfAlive(ctx, term) })
+	// Still the term's holder while it re-reads: the standbys, whose
+	// streams just dropped, ask this replica whether it leads, and must
+	// not depose it for a resync (see Status.HoldsTerm).
+	e.resyncTerm = term
+	e.reloadAsync(ctx, func(ctx context.Context) {
+		e.resyncTerm = nil
+		e.leadIfAlive(ctx, term)
+	})
 }
 
 // drainCommit waits for the transaction in flight, applying what committed.

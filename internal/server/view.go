@@ -140,7 +140,7 @@ func (lv *leaderView) Leader() (l apitypes.Leader, known bool, changed <-chan st
 var probeClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil}}
 
 // leaderAnswers asks the replica named name, at its registered API URL,
-// whether it is ready and leads (GET /readyz, unauthenticated like every
+// whether it holds the leadership term (GET /readyz, unauthenticated like every
 // probe). It is the standbys' check before deposing a leader whose stream
 // dropped: a killed leader refuses the connection at once, a frozen or
 // cut-off one does not answer before ctx ends, and a healthy one answers
@@ -161,9 +161,11 @@ func (lv *leaderView) leaderAnswers(ctx context.Context, name string) bool {
 		return false
 	}
 	defer resp.Body.Close()
+	// 503 too: a leader re-reading etcd says not_ready, and still holds
+	// its term.
 	var ready apitypes.Ready
-	if resp.StatusCode != http.StatusOK || json.NewDecoder(io.LimitReader(resp.Body, 4096)).Decode(&ready) != nil {
+	if json.NewDecoder(io.LimitReader(resp.Body, 4096)).Decode(&ready) != nil {
 		return false
 	}
-	return ready.Leader
+	return ready.Leader || ready.Term
 }

@@ -64,6 +64,7 @@ type WatchEvent struct {
 // and writes, through one client.
 type Etcd struct {
 	cli *clientv3.Client
+	w   *Writer // the current term's; the engine commits one transaction at a time
 }
 
 // NewEtcd returns the store on cli. The caller keeps ownership of cli.
@@ -183,7 +184,10 @@ func (s *Etcd) Commit(ctx context.Context, fence Fence, entries []core.Entry, li
 		rec, _ := json.Marshal(term)
 		extra = append(extra, clientv3.OpPut(LeaderKey, string(rec)))
 	}
-	res, err := Commit(ctx, s.cli.KV, fence, entries, lim, extra...)
+	if s.w == nil || s.w.Fence() != fence {
+		s.w = NewWriter(s.cli.KV, fence)
+	}
+	res, err := s.w.Commit(ctx, entries, lim, extra...)
 	return res, describeNoSpace(ctx, s.cli, err)
 }
 

@@ -1,0 +1,137 @@
+package store
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/orion-sched/orion/internal/core"
+	"github.com/orion-sched/orion/internal/etcdtest"
+)
+
+// lossyKV loses the answer of the first transaction, as an etcd leader that
+// dies with the proposal (or a broken connection, or a deadline) loses it:
+// "applied" commits it and then reports a deadline, "lost" drops it, "late"
+// holds it back and commits it only when the test calls late.
+type lossyKV struct {
+	clientv3.KV
+	mode string
+
+	mu   sync.Mutex
+	txns int
+	late func() (*clientv3.TxnResponse, error)
+}
+
+func (k *lossyKV) Txn(ctx context.Context) clientv3.Txn {
+	return &lossyTxn{k: k, inner: k.KV.Txn(context.Background())}
+}
+
+type lossyTxn struct {
+	k     *lossyKV
+	inner clientv3.Txn
+}
+
+func (t *lossyTxn) If(cs ...clientv3.Cmp) clientv3.Txn   { t.inner = t.inner.If(cs...); return t }
+func (t *lossyTxn) Then(ops ...clientv3.Op) clientv3.Txn { t.inner = t.inner.Then(ops...); return t }
+func (t *lossyTxn) Else(ops ...clientv3.Op) clientv3.Txn { t.inner = t.inner.Else(ops...); return t }
+
+func (t *lossyTxn) Commit() (*clientv3.TxnResponse, error) {
+	t.k.mu.Lock()
+	t.k.txns++
+	first := t.k.txns == 1
+	t.k.mu.Unlock()
+	if !first {
+		return t.inner.Commit()
+	}
+	switch t.k.mode {
+	case "applied":
+		if _, err := t.inner.Commit(); err != nil {
+			return nil, err
+		}
+	case "late":
+		t.k.late = t.inner.Commit
+	}
+	return nil, context.DeadlineExceeded
+}
+
+// A transaction whose answer is lost is sent again and commits exactly once,
+// whether the lost copy applied before, never, or after the second one; the
+// revision returned is the one the entries committed at.
+func TestWriterSendsAgainExactlyOnce(t *testing.T) {
+	_, cli := etcdtest.Start(t)
+	ctx := context.Background()
+	for _, mode := range []string{"applied", "lost", "late"} {
+		t.Run(mode, func(t *testing.T) {
+			fenceKey := ElectionPrefix + "/" + mode
+			resp, err := cli.Put(ctx, fenceKey, "me")
+			if err != nil {
+				t.Fatal(err)
+			}
+			kv := &lossyKV{KV: cli.KV, mode: mode}
+			w := NewWriter(kv, Fence{Key: fenceKey, Rev: resp.Header.Revision})
+			id := "once-" + mode
+			got, err := w.Commit(ctx, []core.Entry{dagEntry(id, 2)}, DefaultLimits)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if kv.late != nil {
+				// The held copy arrives after the one sent again committed:
+				// its compare fails and it writes nothing.
+				if r, err := kv.late(); err != nil || r.Succeeded {
+					t.Fatalf("the late copy: succeeded=%v err=%v, want a failed compare", r != nil && r.Succeeded, err)
+				}
+			}
+			rec, err := cli.Get(ctx, DAGKey(id))
+			if err != nil || len(rec.Kvs) != 1 {
+				t.Fatalf("DAG record: %v %v", rec, err)
+			}
+			if v := rec.Kvs[0].Version; v != 1 {
+				t.Fatalf("DAG record written %d times, want once", v)
+			}
+			if len(got.Revs) != 1 || got.Revs[0] != rec.Kvs[0].ModRevision {
+				t.Fatalf("Commit says revisions %v, the record is at %d", got.Revs, rec.Kvs[0].ModRevision)
+			}
+			if kv.txns < 2 {
+				t.Fatalf("%d transactions sent, want the lost one sent again", kv.txns)
+			}
+			// The next transaction follows on from the marker.
+			if _, err := w.Commit(ctx, []core.Entry{dagEntry(id+"-next", 1)}, DefaultLimits); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// A Writer whose fence is gone is refused whole, and so is one that another
+// leader's writer (a later term) overtook.
+func TestWriterFenced(t *testing.T) {
+	_, cli := etcdtest.Start(t)
+	ctx := context.Background()
+	a, err := cli.Put(ctx, ElectionPrefix+"/a", "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wa := NewWriter(cli.KV, Fence{Key: ElectionPrefix + "/a", Rev: a.Header.Revision})
+	if _, err := wa.Commit(ctx, []core.Entry{dagEntry("by-a", 1)}, DefaultLimits); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Delete(ctx, ElectionPrefix+"/a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wa.Commit(ctx, []core.Entry{dagEntry("late-a", 1)}, DefaultLimits); err != ErrFenced {
+		t.Fatalf("commit after the fence went: %v, want ErrFenced", err)
+	}
+	b, err := cli.Put(ctx, ElectionPrefix+"/b", "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wb := NewWriter(cli.KV, Fence{Key: ElectionPrefix + "/b", Rev: b.Header.Revision})
+	if _, err := wb.Commit(ctx, []core.Entry{dagEntry("by-b", 1)}, DefaultLimits); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := cli.Get(ctx, DAGKey("late-a")); len(r.Kvs) != 0 {
+		t.Fatal("a fenced writer wrote")
+	}
+}
