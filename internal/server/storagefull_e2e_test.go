@@ -95,7 +95,9 @@ func TestStorageFullEndToEnd(t *testing.T) {
 		}
 	}
 
+	asked := time.Now()
 	code, b := submit("during")
+	t.Logf("507 answered in %v", time.Since(asked))
 	var eb apitypes.ErrorBody
 	if code != http.StatusInsufficientStorage || json.Unmarshal(b, &eb) != nil || eb.Error.Code != apitypes.CodeStorageFull ||
 		!strings.Contains(eb.Error.Message, "quota-backend-bytes 8388608") {
@@ -112,9 +114,11 @@ func TestStorageFullEndToEnd(t *testing.T) {
 	if _, err := s.Client.Delete(ctx, "/fill/", clientv3.WithPrefix()); err != nil {
 		t.Fatalf("deletes under NOSPACE: %v", err)
 	}
+	freed := time.Now()
 	testkit.WaitFor(t, 50*time.Second, "a new DAG to be accepted", func() bool {
 		code, _ := submit("after")
 		return code == http.StatusCreated
 	})
+	t.Logf("a new DAG accepted %v after the deletes", time.Since(freed))
 	testkit.WaitFor(t, 15*time.Second, "after to succeed", func() bool { return dagStatus("after") == "succeeded" })
 }
