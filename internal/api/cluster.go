@@ -185,7 +185,20 @@ func (s *server) cluster(w http.ResponseWriter, r *http.Request) {
 	if members, err := s.cfg.Cluster.Members(ctx); err == nil {
 		resp.Etcd.Members = members
 	}
+	if al, ok := s.cfg.Cluster.(alarmLister); ok {
+		if alarms, err := al.Alarms(ctx); err != nil {
+			s.log.Warn("reading etcd's alarms failed", zap.Error(err))
+		} else {
+			resp.Etcd.Alarms = alarms
+		}
+	}
 	httpkit.WriteJSON(w, http.StatusOK, resp)
+}
+
+// alarmLister is a ClusterInfo that also lists etcd's alarms (the server's
+// does; it bounds the request and goes to any member).
+type alarmLister interface {
+	Alarms(ctx context.Context) ([]apitypes.EtcdAlarm, error)
 }
 
 func replicaOf(sr apitypes.Self, reachable bool) apitypes.Replica {

@@ -40,6 +40,11 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 			s.m.TooLarge.Inc()
 		}
 		httpkit.WriteError(w, status, apitypes.Code(ve.Code), ve.Message, ve.Details)
+	case errors.Is(err, scheduler.ErrStorageFull):
+		// A known outcome (nothing was written), unlike 503's "unknown":
+		// retrying at once would be refused the same way.
+		w.Header().Set("Retry-After", "10")
+		httpkit.WriteError(w, http.StatusInsufficientStorage, apitypes.CodeStorageFull, err.Error(), nil)
 	case errors.Is(err, core.ErrNotLeader), errors.Is(err, scheduler.ErrUnknown),
 		errors.Is(err, scheduler.ErrStopped):
 		w.Header().Set("Retry-After", "1")

@@ -72,6 +72,17 @@ type Worker struct {
 type EtcdInfo struct {
 	Endpoints []string     `json:"endpoints"`
 	Members   []EtcdMember `json:"members,omitempty"`
+	// Alarms lists etcd's raised alarms; absent when none is.
+	Alarms []EtcdAlarm `json:"alarms,omitempty"`
+}
+
+// EtcdAlarm is one raised etcd alarm. NOSPACE means a member's backend
+// reached its quota: etcd refuses writes (the API answers 507
+// storage_full) until space is reclaimed and the alarm disarmed.
+type EtcdAlarm struct {
+	MemberID string `json:"member_id"`
+	Alarm    string `json:"alarm"` // NOSPACE, CORRUPT
+	Message  string `json:"message,omitempty"`
 }
 
 // EtcdMember is one etcd cluster member.

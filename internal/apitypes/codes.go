@@ -35,6 +35,7 @@ const (
 	CodeNotLeader        Code = "not_leader"         // 503, with Retry-After: no leader, or it did not answer
 	CodeUnavailable      Code = "unavailable"        // 503, with Retry-After: stopping, offline, or the request was cancelled
 	CodeTimeout          Code = "timeout"            // 504: the scheduler did not answer in time
+	CodeStorageFull      Code = "storage_full"       // 507, with Retry-After: etcd reached its backend quota (NOSPACE); nothing was written
 )
 
 // ErrorBody is the JSON of every error response of /api/v1:

@@ -77,6 +77,14 @@ endpoints.`,
 				endpoints = strings.Join(cl.Etcd.Endpoints, ", ")
 			}
 			fmt.Fprintf(out, "\netcd endpoints: %s\n", endpoints)
+			nospace := false
+			for _, a := range cl.Etcd.Alarms {
+				fmt.Fprintf(out, "etcd alarm: %s on member %s: %s\n", a.Alarm, a.MemberID, a.Message)
+				nospace = nospace || a.Alarm == "NOSPACE"
+			}
+			if nospace {
+				defer fmt.Fprint(out, storageFullHint) // after the members
+			}
 			if len(cl.Etcd.Members) > 0 {
 				tw = newTable(out)
 				row(tw, "MEMBER", "ID", "CLIENT URLS", "RAFT LEADER")

@@ -6,12 +6,24 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/orion-sched/orion/internal/apitypes"
 	"github.com/orion-sched/orion/internal/client"
 	"github.com/orion-sched/orion/internal/dag"
+	"github.com/orion-sched/orion/internal/store"
 )
+
+// storageFullHint follows a 507 storage_full and the NOSPACE alarm in
+// `orion cluster`: Orion's own etcd members recover by themselves, any
+// other etcd needs these steps.
+var storageFullHint = "hint: etcd reached its backend quota (NOSPACE). The embedded member and `orion etcd` members reclaim\n" +
+	"the space by themselves once retention has deleted enough; for any other etcd run:\n" +
+	indent(store.ExternalNoSpaceRecipe, "  ") + "\n"
+
+func indent(s, by string) string { return by + strings.ReplaceAll(s, "\n", "\n"+by) }
 
 // Exit codes.
 const (
@@ -61,6 +73,9 @@ func PrintError(w io.Writer, err error) {
 		switch ae.Status {
 		case http.StatusUnauthorized:
 			fmt.Fprintf(w, "hint: pass --token or set %s\n", EnvToken)
+		}
+		if ae.Code == apitypes.CodeStorageFull {
+			fmt.Fprint(w, storageFullHint)
 		}
 	case errors.As(err, &ve):
 		details, msg = ve.Details, ve.Message

@@ -130,6 +130,26 @@ type Config struct {
 	// QuotaBackendBytes is the backend size at which etcd raises a NOSPACE
 	// alarm and refuses writes. Default 4 GiB.
 	QuotaBackendBytes int64
+
+	// MaintenanceInterval is how often the member's process checks the
+	// member's NOSPACE alarm and compacts history by age (see
+	// maintenance.go). Default 5 s; negative turns the loop off (etcd's own
+	// behaviour, for tests of it).
+	MaintenanceInterval time.Duration
+	// HistoryRetention is the history the time-based compaction keeps,
+	// beside AutoCompactionMode's own policy. Default 5 min; negative keeps
+	// only etcd's.
+	HistoryRetention time.Duration
+	// NoSpaceRetry spaces the attempts to recover from NOSPACE while the
+	// live data fills the quota. Default 10 s.
+	NoSpaceRetry time.Duration
+	// MinFreeDisk is the free space the member's data volume keeps. Below
+	// it the member's process raises the NOSPACE alarm itself, so etcd
+	// refuses writes (a state Orion handles: 507, held transitions) before
+	// its WAL meets a full disk, which etcd answers with a fatal exit; the
+	// alarm is disarmed once the volume has room again. Default 256 MiB
+	// (four WAL segments); negative turns the guard off.
+	MinFreeDisk int64
 	// MaxTxnOps is the maximum number of operations in one transaction.
 	// Default 128 (etcd's default).
 	MaxTxnOps uint
@@ -195,11 +215,14 @@ type Member struct {
 	clientURL string
 	peerURL   string
 
-	errc      chan error    // buffered(1); closed by Close
-	stopping  chan struct{} // closed when Close starts
-	closing   *atomic.Bool  // set when Close starts: the logger drops close noise
-	watchDone chan struct{} // closed when watch returns
-	closeOnce sync.Once
+	errc     chan error    // buffered(1); closed by Close
+	stopping chan struct{} // closed when Close starts
+
+	stopMaintain context.CancelFunc
+	maintainDone chan struct{} // closed when the maintenance loop returns
+	closing      *atomic.Bool  // set when Close starts: the logger drops close noise
+	watchDone    chan struct{} // closed when watch returns
+	closeOnce    sync.Once
 }
 
 // Start starts an etcd member and returns once it is ready to serve client
@@ -228,8 +251,16 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 		return nil, fmt.Errorf("etcdserver: starting member %q: %w", c.Name, err)
 	}
 
+	if err := checkBootstrapSpace(c); err != nil {
+		return nil, err
+	}
+
 	closing := new(atomic.Bool)
 	lg := memberLogger(c.Logger, lvl, c.Name, closing)
+	bootstrapped, err := prepareBootstrap(c, lg)
+	if err != nil {
+		return nil, err
+	}
 
 	ec := embed.NewConfig()
 	ec.Name = c.Name
@@ -307,6 +338,7 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 		return nil, failure
 	}
 
+	bootstrapped()
 	m := &Member{
 		etcd:      e,
 		name:      c.Name,
@@ -318,6 +350,14 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 		watchDone: make(chan struct{}),
 	}
 	go m.watch()
+	m.maintainDone = make(chan struct{})
+	if c.MaintenanceInterval > 0 {
+		mctx, cancel := context.WithCancel(context.Background())
+		m.stopMaintain = cancel
+		go m.maintain(mctx, c, lg)
+	} else {
+		close(m.maintainDone)
+	}
 	return m, nil
 }
 
@@ -394,6 +434,10 @@ func (m *Member) Close() error {
 	m.closeOnce.Do(func() {
 		m.closing.Store(true)
 		close(m.stopping)
+		if m.stopMaintain != nil {
+			m.stopMaintain()
+		}
+		<-m.maintainDone
 		m.etcd.Close()
 		<-m.watchDone
 		close(m.errc)
@@ -454,6 +498,18 @@ func (c Config) normalize() (Config, memberURLs, zapcore.Level, error) {
 	}
 	if c.QuotaBackendBytes == 0 {
 		c.QuotaBackendBytes = DefaultQuotaBackendBytes
+	}
+	if c.MaintenanceInterval == 0 {
+		c.MaintenanceInterval = DefaultMaintenanceInterval
+	}
+	if c.HistoryRetention == 0 {
+		c.HistoryRetention = DefaultHistoryRetention
+	}
+	if c.NoSpaceRetry <= 0 {
+		c.NoSpaceRetry = DefaultNoSpaceRetry
+	}
+	if c.MinFreeDisk == 0 {
+		c.MinFreeDisk = DefaultMinFreeDisk
 	}
 	if c.MaxTxnOps == 0 {
 		c.MaxTxnOps = DefaultMaxTxnOps

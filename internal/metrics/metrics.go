@@ -47,6 +47,12 @@ type Metrics struct {
 	EtcdDBSizeBytes  prometheus.Gauge
 	WorkerSlots      *prometheus.GaugeVec
 	WorkerBusy       *prometheus.GaugeVec
+
+	// Storage full (etcd's NOSPACE alarm).
+	EtcdQuotaBytes     prometheus.Gauge
+	EtcdNoSpace        prometheus.Gauge
+	StorageFull        prometheus.Gauge
+	StorageFullRefused prometheus.Counter
 }
 
 // New creates and registers every metric, plus the Go and process collectors.
@@ -90,6 +96,10 @@ func New() *Metrics {
 	r.MustRegister(m.HTTPRequests)
 	m.RetentionDeletes = f.counter("orion_retention_deleted_dags_total", "Finished DAGs deleted by the retention policy.")
 	m.EtcdDBSizeBytes = f.gauge("orion_etcd_db_size_bytes", "Size of the etcd backend database as reported by the member this node talks to.")
+	m.EtcdQuotaBytes = f.gauge("orion_etcd_quota_bytes", "The backend quota (quota-backend-bytes) of the etcd member this node talks to, when etcd reports it.")
+	m.EtcdNoSpace = f.gauge("orion_etcd_nospace", "1 while etcd has a NOSPACE alarm raised: its backend reached the quota and it refuses writes.")
+	m.StorageFull = f.gauge("orion_storage_full", "1 while this leader holds its writes because etcd refused them for its quota (NOSPACE).")
+	m.StorageFullRefused = f.counter("orion_submissions_refused_storage_full_total", "Submissions refused with 507 because etcd is full (NOSPACE).")
 	m.WorkerSlots = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "orion_worker_slots", Help: "Executor slots per worker (leader's view)."}, []string{"worker"})
 	m.WorkerBusy = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "orion_worker_busy_slots", Help: "Busy executor slots per worker (leader's view)."}, []string{"worker"})
 	r.MustRegister(m.WorkerSlots, m.WorkerBusy)

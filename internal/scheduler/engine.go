@@ -107,6 +107,7 @@ type Engine struct {
 	pending       []core.Entry                 // proposals waiting for a transaction
 	inflight      bool                         // one transaction at a time: group commit
 	solo          int                          // the next solo pending entries go one per transaction (after a refused batch)
+	full          storageFull                  // etcd refused writes for its quota (storagefull.go)
 	timers        timerQueue
 	timer         Timer
 	waiters       map[string][]*waiter

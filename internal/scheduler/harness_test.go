@@ -13,6 +13,7 @@ import (
 
 	"github.com/cockroachdb/datadriven"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
@@ -49,6 +50,9 @@ import (
 //	                            not applied, with an error; rejected by the
 //	                            fence (another leader took over); refused for
 //	                            its size; or held until `release`
+//	hook nospace|clear          every commit that puts anything is refused
+//	                            for etcd's quota (deletes commit), until
+//	                            `hook clear`
 //	release                     let a held commit go
 //	lose-lease                  the engine's lease ends (expired or revoked)
 //	etcd down|up                quorum lost (every request waits for it or
@@ -447,6 +451,20 @@ func (h *engineHarness) hook(kind string) {
 			h.st.mu.Unlock()
 			return true, nil
 		})
+	case "nospace":
+		// etcd at its quota, until `hook clear`: a transaction that puts
+		// anything is refused whole, as the store reports it; deletes
+		// commit.
+		h.st.setCommitHook(func(entries []core.Entry) (bool, error) {
+			for _, en := range entries {
+				if !en.Delete {
+					return false, &store.NoSpaceError{Quota: 64 << 20, DBSize: 64 << 20, Cause: rpctypes.ErrNoSpace}
+				}
+			}
+			return true, nil
+		})
+	case "clear":
+		h.st.setCommitHook(nil)
 	case "block":
 		release := make(chan struct{})
 		h.release = release

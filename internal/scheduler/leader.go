@@ -192,6 +192,9 @@ func (e *Engine) flush(ctx context.Context) {
 	if e.inflight || e.term == nil || (len(e.pending) == 0 && !e.termRecordDue) {
 		return
 	}
+	if e.holdForStorage() {
+		return // etcd is full: see storagefull.go
+	}
 	n, ops := 0, 0
 	if e.termRecordDue {
 		ops = 1
@@ -269,6 +272,12 @@ func (e *Engine) onCommitted(ctx context.Context, cr commitResult) {
 		if errors.Is(cr.err, store.ErrFenced) {
 			e.m.FencedWrites.Inc()
 			e.stepDown(ctx, "write rejected by the leadership fence")
+			return
+		}
+		if errors.Is(cr.err, store.ErrNoSpace) {
+			// etcd is at its quota: nothing of the batch was written, a
+			// known outcome. Lead on; see storagefull.go.
+			e.onNoSpace(ctx, cr)
 			return
 		}
 		if rest := cr.batch[len(cr.res.Revs):]; refusedWhole(cr.err) && len(rest) > 1 {
@@ -401,6 +410,8 @@ func (e *Engine) leaveLeadership(waitErr error) {
 	e.awaitingAck, e.lateAcks = nil, nil
 	e.timers = nil
 	e.execs = make(map[string]Worker)
+	e.full = storageFull{} // the next term learns afresh whether etcd is full
+	e.m.StorageFull.Set(0)
 	e.m.IsLeader.Set(0)
 	e.failWaiters(waitErr)
 	if e.cfg.OnLeading != nil {

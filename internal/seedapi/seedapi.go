@@ -291,6 +291,10 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 		errors.Is(err, scheduler.ErrCrashed):
 		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusServiceUnavailable, apitypes.CodeUnavailable, "scheduler is offline or recovering: "+err.Error())
+	case errors.Is(err, scheduler.ErrStorageFull):
+		// Nothing was written: a known outcome, as on /api/v1/dags.
+		w.Header().Set("Retry-After", "10")
+		writeError(w, http.StatusInsufficientStorage, apitypes.CodeStorageFull, err.Error())
 	case ce != nil && ce.Code == apitypes.CodeConflict:
 		writeError(w, http.StatusConflict, apitypes.CodeConflict,
 			"this Idempotency-Key was already used for a different DAG: "+ce.Msg)

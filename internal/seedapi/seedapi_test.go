@@ -18,6 +18,7 @@ import (
 	"github.com/orion-sched/orion/internal/httpkit"
 	"github.com/orion-sched/orion/internal/model"
 	"github.com/orion-sched/orion/internal/scheduler"
+	"github.com/orion-sched/orion/internal/store"
 )
 
 // fakeBackend accepts submissions and serves a core restored by the test.
@@ -340,6 +341,11 @@ func TestSubmitErrors(t *testing.T) {
 	e.f.submitErr = context.DeadlineExceeded
 	e.f.mu.Unlock()
 	e.do(t, "POST", PathSubmit, `[{"id":"a"}]`, key...).wantError(t, http.StatusGatewayTimeout, "timeout")
+	// etcd at its quota: nothing written, 507.
+	e.f.mu.Lock()
+	e.f.submitErr = &scheduler.StorageFullError{DAG: "d", Cause: store.ErrNoSpace}
+	e.f.mu.Unlock()
+	e.do(t, "POST", PathSubmit, `[{"id":"a"}]`, key...).wantError(t, http.StatusInsufficientStorage, "storage_full")
 }
 
 // clusterStub names a leader for forwarding.

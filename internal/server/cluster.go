@@ -100,6 +100,27 @@ func (c *clusterInfo) etcdLeader(ctx context.Context) uint64 {
 	return 0
 }
 
+// Alarms lists etcd's raised alarms, within memberTimeout, through the
+// client's balancer: alarms are cluster state, so any member answers.
+func (c *clusterInfo) Alarms(ctx context.Context) ([]apitypes.EtcdAlarm, error) {
+	actx, cancel := context.WithTimeout(ctx, memberTimeout)
+	defer cancel()
+	alarms, err := store.Alarms(actx, c.cli)
+	if err != nil {
+		return nil, err
+	}
+	var out []apitypes.EtcdAlarm
+	for _, a := range alarms {
+		al := apitypes.EtcdAlarm{MemberID: fmt.Sprintf("%x", a.MemberID), Alarm: a.Type}
+		if a.Type == "NOSPACE" {
+			al.Message = "the member's backend reached its quota: etcd refuses writes (submissions get 507 storage_full) " +
+				"until it is compacted, defragmented and the alarm disarmed; Orion's own members do it by themselves"
+		}
+		out = append(out, al)
+	}
+	return out, nil
+}
+
 func (c *clusterInfo) Workers() []apitypes.Worker {
 	if c.workers == nil {
 		return nil

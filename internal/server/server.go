@@ -308,6 +308,7 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 	}
 
 	go view.run(ectx)
+	go watchEtcdSpace(ectx, s.Client, s.Metrics, log, s.Member == nil)
 	go s.runEngine(s.ref.Get())
 	go func() { _ = s.agent.Run(ectx) }()
 	go s.Events.Run(ectx)

@@ -187,8 +187,12 @@ func (s *Etcd) Commit(ctx context.Context, fence Fence, entries []core.Entry, li
 	if s.w == nil || s.w.Fence() != fence {
 		s.w = NewWriter(s.cli.KV, fence)
 	}
-	return s.w.Commit(ctx, entries, lim, extra...)
+	res, err := s.w.Commit(ctx, entries, lim, extra...)
+	return res, describeNoSpace(ctx, s.cli, err)
 }
+
+// Alarms lists etcd's raised alarms (Alarms).
+func (s *Etcd) Alarms(ctx context.Context) ([]Alarm, error) { return Alarms(ctx, s.cli) }
 
 // CurrentLeader reads who leads (CurrentLeader).
 func (s *Etcd) CurrentLeader(ctx context.Context) (Leader, bool, error) {

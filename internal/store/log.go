@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -101,6 +102,8 @@ type Committed struct {
 // all entries of one transaction share its revision. On ErrFenced or another
 // error, a prefix of the entries may have been committed: Revs holds the
 // revisions of that prefix, so the caller can apply exactly what committed.
+// A transaction refused for a full etcd (NOSPACE) returns a *NoSpaceError:
+// that transaction applied nothing.
 //
 // extra operations (the leader's term record) go first into the first
 // transaction. Commit is a one-off Writer (see Writer for what a
@@ -157,7 +160,9 @@ func (w *Writer) Commit(ctx context.Context, entries []core.Entry, lim Limits, e
 		}
 		rev, err := w.txn(ctx, ops)
 		if err != nil {
-			return err
+			// NOSPACE refuses the whole transaction before applying it: a
+			// known outcome, unlike a timeout, so it gets its own type.
+			return mapNoSpace(err)
 		}
 		out.Txns++
 		for i := first; i < upto; i++ {
@@ -196,14 +201,25 @@ func (w *Writer) txn(ctx context.Context, ops []clientv3.Op) (int64, error) {
 	if w.last == "" {
 		expect = clientv3.Compare(clientv3.CreateRevision(CommitKey), "=", 0)
 	}
-	then := append(ops[:len(ops):len(ops)], clientv3.OpPut(CommitKey, marker))
+	// A transaction without puts (retention's deletes) carries no marker:
+	// etcd at its quota (NOSPACE) refuses every transaction that puts
+	// anything, a marker too, and accepts deletes, which is how space comes
+	// back. Sent again it is harmless: the copy deletes nothing, and the
+	// compare still holds only while no other leader wrote.
+	puts := slices.ContainsFunc(ops, func(op clientv3.Op) bool { return op.IsPut() })
+	then := ops[:len(ops):len(ops)]
+	if puts {
+		then = append(then, clientv3.OpPut(CommitKey, marker))
+	}
 	for attempt := firstAttempt; ; attempt *= 2 {
 		actx, cancel := context.WithTimeout(ctx, attempt)
 		resp, err := w.kv.Txn(actx).If(w.fence.cmp(), expect).Then(then...).Else(clientv3.OpGet(CommitKey)).Commit()
 		cancel()
 		if err == nil {
 			if resp.Succeeded {
-				w.last = marker
+				if puts {
+					w.last = marker
+				}
 				return resp.Header.Revision, nil
 			}
 			var cur string

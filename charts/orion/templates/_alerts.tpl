@@ -77,6 +77,31 @@ The alert rules, shared by the PrometheusRule and deploy/prometheus/orion-alerts
     description: >-
       {{ "{{ $labels.pod }}" }}'s state machine refused committed entries in the last
       10m: a bug, or values edited by hand under /orion/v1/.
+- alert: OrionEtcdStorageFull
+  expr: max(orion_etcd_nospace{ {{- $sel -}} }) > 0
+  for: 2m
+  labels:
+    severity: critical
+  annotations:
+    summary: etcd is full (NOSPACE) and Orion refuses submissions
+    description: >-
+      etcd raised its NOSPACE alarm: its backend reached the quota and it
+      refuses writes, so submissions answer 507 storage_full and task
+      transitions wait. Orion's own members (orion etcd, embedded) compact,
+      defragment and disarm by themselves once retention has freed space;
+      any other etcd needs `etcdctl compact`, `etcdctl defrag --cluster` and
+      `etcdctl alarm disarm` (README, "Storage full"), or a larger quota.
+- alert: OrionEtcdNearQuota
+  expr: max(orion_etcd_db_size_bytes{ {{- $sel -}} } / (orion_etcd_quota_bytes{ {{- $sel -}} } > 0)) > 0.8
+  for: 15m
+  labels:
+    severity: warning
+  annotations:
+    summary: etcd's database is over 80% of its quota
+    description: >-
+      etcd uses {{ "{{ $value | humanizePercentage }}" }} of its backend quota; at
+      100% it refuses writes (NOSPACE). Shorten the retention, or raise
+      quota-backend-bytes (and the volume under it).
 {{- with $p.extraRules }}
 {{ toYaml . }}
 {{- end }}

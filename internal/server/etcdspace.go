@@ -1,0 +1,70 @@
+package server
+
+import (
+	"context"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/orion-sched/orion/internal/metrics"
+	"github.com/orion-sched/orion/internal/store"
+)
+
+// spaceEvery is how often a replica reads etcd's size, quota and alarms for
+// its metrics (orion_etcd_db_size_bytes, orion_etcd_quota_bytes,
+// orion_etcd_nospace: the alert rules watch them).
+const spaceEvery = 10 * time.Second
+
+// watchEtcdSpace keeps the etcd space metrics and logs the NOSPACE alarm
+// when it is raised and when it is gone. With an external etcd (external
+// true) the space may need reclaiming by hand, so the log line carries
+// the etcdctl recipe; Orion's own members (embedded, `orion etcd`) recover
+// by themselves (internal/etcdserver).
+func watchEtcdSpace(ctx context.Context, cli *clientv3.Client, m *metrics.Metrics, log *zap.Logger, external bool) {
+	raised := false
+	tick := time.NewTicker(spaceEvery)
+	defer tick.Stop()
+	for {
+		if size, quota, ok := store.Space(ctx, cli, time.Second); ok {
+			m.EtcdDBSizeBytes.Set(float64(size))
+			if quota > 0 {
+				m.EtcdQuotaBytes.Set(float64(quota))
+			}
+		}
+		actx, cancel := context.WithTimeout(ctx, time.Second)
+		alarms, err := store.Alarms(actx, cli)
+		cancel()
+		if err == nil {
+			now := false
+			for _, a := range alarms {
+				now = now || a.Type == "NOSPACE"
+			}
+			switch {
+			case now && !raised && external:
+				log.Error("etcd raised its NOSPACE alarm: its backend reached the quota and it refuses writes. " +
+					"`orion etcd` members reclaim the space by themselves; any other etcd needs it done by hand:\n" +
+					store.ExternalNoSpaceRecipe)
+			case now && !raised:
+				log.Warn("etcd raised its NOSPACE alarm: its backend reached the quota and it refuses writes; " +
+					"Orion's etcd member compacts, defragments and disarms it once there is room")
+			case !now && raised:
+				log.Info("etcd's NOSPACE alarm is gone: it accepts writes again")
+			}
+			raised = now
+			m.EtcdNoSpace.Set(b2f(now))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

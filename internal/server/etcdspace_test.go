@@ -1,0 +1,57 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/zap"
+
+	"github.com/orion-sched/orion/internal/etcdserver"
+	"github.com/orion-sched/orion/internal/etcdtest"
+	"github.com/orion-sched/orion/internal/metrics"
+	"github.com/orion-sched/orion/internal/store"
+	"github.com/orion-sched/orion/internal/testkit"
+)
+
+// A full etcd shows: the cluster endpoint lists the NOSPACE alarm, and the
+// metrics the alert rules watch say so, with the quota.
+func TestNoSpaceShows(t *testing.T) {
+	const quota = 8 << 20
+	_, cli := etcdtest.Start(t, func(c *etcdserver.Config) {
+		c.QuotaBackendBytes = quota
+		c.MaintenanceInterval = -1 // keep the alarm: this test looks at it
+	})
+	ctx := context.Background()
+	blob := strings.Repeat("x", 256<<10)
+	for i := 0; ; i++ {
+		if i == 4*quota/len(blob) {
+			t.Fatal("etcd never refused a put at its quota")
+		}
+		_, err := cli.Put(ctx, fmt.Sprintf("/fill/%04d", i), blob)
+		if store.IsNoSpace(err) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	info := &clusterInfo{cli: cli}
+	alarms, err := info.Alarms(ctx)
+	if err != nil || len(alarms) != 1 || alarms[0].Alarm != "NOSPACE" || !strings.Contains(alarms[0].Message, "quota") {
+		t.Fatalf("alarms: %+v %v", alarms, err)
+	}
+
+	m := metrics.New()
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); watchEtcdSpace(wctx, cli, m, zap.NewNop(), true) }()
+	defer func() { cancel(); <-done }()
+	testkit.WaitFor(t, 10*time.Second, "the space metrics", func() bool {
+		return testutil.ToFloat64(m.EtcdNoSpace) == 1 && testutil.ToFloat64(m.EtcdQuotaBytes) == quota &&
+			testutil.ToFloat64(m.EtcdDBSizeBytes) >= quota
+	})
+}

@@ -1,0 +1,75 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/orion-sched/orion/internal/core"
+	"github.com/orion-sched/orion/internal/etcdserver"
+	"github.com/orion-sched/orion/internal/etcdtest"
+)
+
+// At the backend quota etcd raises NOSPACE and refuses every transaction that
+// puts anything, applying none of it: Commit says so with a *NoSpaceError
+// that names the quota. Deletes still commit (that is how retention frees
+// space while the alarm is raised), and the alarm is listed.
+func TestCommitAtQuota(t *testing.T) {
+	const quota = 8 << 20
+	_, cli := etcdtest.Start(t, func(c *etcdserver.Config) {
+		c.QuotaBackendBytes = quota
+		c.MaintenanceInterval = -1 // etcd's own behaviour, without the member's self-repair
+	})
+	ctx := context.Background()
+	st := NewEtcd(cli)
+	fenceKey := ElectionPrefix + "/test"
+	resp, err := cli.Put(ctx, fenceKey, "me")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fence := Fence{Key: fenceKey, Rev: resp.Header.Revision}
+	if _, err := st.Commit(ctx, fence, []core.Entry{dagEntry("old", 2)}, DefaultLimits, nil); err != nil {
+		t.Fatal(err)
+	}
+	blob := strings.Repeat("x", 256<<10)
+	full := false
+	for i := 0; i < 4*quota/len(blob) && !full; i++ {
+		_, err := cli.Put(ctx, fmt.Sprintf("/fill/%04d", i), blob)
+		switch {
+		case IsNoSpace(err):
+			full = true
+		case err != nil:
+			t.Fatal(err)
+		}
+	}
+	if !full {
+		t.Fatal("etcd never refused a put at its quota")
+	}
+
+	_, err = st.Commit(ctx, fence, []core.Entry{dagEntry("new", 1)}, DefaultLimits, nil)
+	var ns *NoSpaceError
+	if !errors.Is(err, ErrNoSpace) || !errors.As(err, &ns) {
+		t.Fatalf("commit at the quota: %v", err)
+	}
+	if ns.Quota != quota || ns.DBSize == 0 || !strings.Contains(ns.Error(), "8.0 MiB") {
+		t.Fatalf("the refusal does not name the quota: %+v: %s", ns, ns)
+	}
+	if r, _ := cli.Get(ctx, DAGKey("new")); len(r.Kvs) != 0 {
+		t.Fatal("a refused transaction wrote its record")
+	}
+
+	res, err := st.Commit(ctx, fence, []core.Entry{{DAG: "old", Delete: true}}, DefaultLimits, nil)
+	if err != nil || len(res.Revs) != 1 {
+		t.Fatalf("a delete under NOSPACE: %+v %v", res, err)
+	}
+	if r, _ := cli.Get(ctx, DAGKey("old")); len(r.Kvs) != 0 {
+		t.Fatal("the delete did not land")
+	}
+
+	alarms, err := st.Alarms(ctx)
+	if err != nil || len(alarms) != 1 || alarms[0].Type != "NOSPACE" || alarms[0].MemberID == 0 {
+		t.Fatalf("alarms: %+v %v", alarms, err)
+	}
+}
