@@ -82,7 +82,12 @@ func runServer(cfg config.Server, configFile string, log *zap.Logger) error {
 	}
 	log.Info("orion server started", zap.String("name", cfg.Name), zap.String("api", "http://"+s.HTTPAddr),
 		zap.String("etcd", etcd), zap.Int("slots", cfg.Slots))
-	fmt.Fprintf(os.Stderr, "\n  Orion API     http://%s/api/v1/dags\n  Metrics       http://%s/metrics\n  etcd          %s\n\n", s.HTTPAddr, s.HTTPAddr, etcd)
+	if cfg.LogFormat != "json" {
+		// For a person at a terminal; with JSON logs every line on stderr
+		// stays a JSON object for the log pipeline (the same facts are in
+		// the "orion server started" line).
+		fmt.Fprintf(os.Stderr, "\n  Orion API     http://%s/api/v1/dags\n  Metrics       http://%s/metrics\n  etcd          %s\n\n", s.HTTPAddr, s.HTTPAddr, etcd)
+	}
 	select {
 	case <-ctx.Done():
 		log.Info("shutting down: finishing the commit in flight and resigning leadership")
