@@ -26,11 +26,16 @@ func watchEtcdSpace(ctx context.Context, cli *clientv3.Client, m *metrics.Metric
 	tick := time.NewTicker(spaceEvery)
 	defer tick.Stop()
 	for {
+		// A read that failed (a busy or lost member) is tried again within
+		// a second rather than at the next tick.
+		failed := false
 		if size, quota, ok := store.Space(ctx, cli, time.Second); ok {
 			m.EtcdDBSizeBytes.Set(float64(size))
 			if quota > 0 {
 				m.EtcdQuotaBytes.Set(float64(quota))
 			}
+		} else {
+			failed = true
 		}
 		actx, cancel := context.WithTimeout(ctx, time.Second)
 		alarms, err := store.Alarms(actx, cli)
@@ -53,11 +58,18 @@ func watchEtcdSpace(ctx context.Context, cli *clientv3.Client, m *metrics.Metric
 			}
 			raised = now
 			m.EtcdNoSpace.Set(b2f(now))
+		} else {
+			failed = true
+		}
+		var retry <-chan time.Time
+		if failed {
+			retry = time.After(time.Second)
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+		case <-retry:
 		}
 	}
 }

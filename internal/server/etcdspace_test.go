@@ -50,7 +50,7 @@ func TestNoSpaceShows(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); watchEtcdSpace(wctx, cli, m, zap.NewNop(), true) }()
 	defer func() { cancel(); <-done }()
-	testkit.WaitFor(t, 10*time.Second, "the space metrics", func() bool {
+	testkit.WaitFor(t, 30*time.Second, "the space metrics", func() bool {
 		return testutil.ToFloat64(m.EtcdNoSpace) == 1 && testutil.ToFloat64(m.EtcdQuotaBytes) == quota &&
 			testutil.ToFloat64(m.EtcdDBSizeBytes) >= quota
 	})
