@@ -113,7 +113,7 @@ func Commit(ctx context.Context, kv clientv3.KV, fence Fence, entries []core.Ent
 }
 
 // CommitKey holds the marker of the last transaction a leader committed
-// ("<fence revision>.<sequence>"). Every transaction compares it with the
+// ({"fence":<fence revision>,"seq":<sequence>}). Every transaction compares it with the
 // marker it expects and sets its own, which makes a transaction safe to send
 // again: see Writer.
 const CommitKey = Prefix + "commit"
@@ -198,7 +198,9 @@ func (w *Writer) txn(ctx context.Context, ops []clientv3.Op) (int64, error) {
 		}
 	}
 	w.seq++
-	marker := fmt.Sprintf("%d.%d", w.fence.Rev, w.seq)
+	// A JSON object like every value under the prefix; encoded by hand
+	// so the bytes, which the next transaction compares, never vary.
+	marker := fmt.Sprintf(`{"fence":%d,"seq":%d}`, w.fence.Rev, w.seq)
 	expect := clientv3.Compare(clientv3.Value(CommitKey), "=", w.last)
 	if w.last == "" {
 		expect = clientv3.Compare(clientv3.CreateRevision(CommitKey), "=", 0)
