@@ -200,7 +200,10 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 		Leader:         cfg.Name,
 		StaleAfter:     cfg.StreamStaleAfter,
 		ReconnectGrace: cfg.WorkerReconnectGrace,
-		Logger:         log.Named("hub"),
+		// A silent worker may be alive and running its attempts: it keeps
+		// them as long as a new leader would wait for it.
+		SilentGrace: max(cfg.WorkerReconnectGrace, cfg.OrphanGrace),
+		Logger:      log.Named("hub"),
 		Redirect: func() (string, string) {
 			addr, _ := view.LeaderAddr()
 			return addr.Name, addr.APIURL

@@ -37,6 +37,14 @@ type HubConfig struct {
 	// ReconnectGrace is how long a disconnected worker keeps its identity
 	// (and its queued dispatches) before it is reported Left.
 	ReconnectGrace time.Duration
+	// SilentGrace replaces ReconnectGrace for a worker whose stream went
+	// silent (nothing for StaleAfter) rather than closed: it may be alive
+	// and running its attempts (paused, partitioned, on a hung host), so it
+	// keeps them at least as long as a new leader waits for a worker to
+	// report (orion's orphan_grace). A stream that closed (EOF, reset) means
+	// a dead or restarted process, and ReconnectGrace applies. Zero:
+	// ReconnectGrace.
+	SilentGrace time.Duration
 	// WriteTimeout bounds one websocket write (DefaultWriteTimeout).
 	WriteTimeout time.Duration
 	// LogTimeout is how long OpenLog and each Read of a remote log wait for
@@ -484,13 +492,17 @@ func (h *Hub) ended(hc *hubConn, why error) {
 	h.events.push(Event{Kind: Disconnected, ID: w.id, Worker: w})
 	w.gen++
 	gen := w.gen
-	w.grace = time.AfterFunc(h.cfg.ReconnectGrace, func() { h.expire(w, gen) })
+	grace := h.cfg.ReconnectGrace
+	if hc.stale.Load() && h.cfg.SilentGrace > grace {
+		grace = h.cfg.SilentGrace
+	}
+	w.grace = time.AfterFunc(grace, func() { h.expire(w, gen) })
 	h.mu.Unlock()
 	for _, lr := range logs {
 		lr.fail(errDisconnected(w.id))
 	}
 	h.log.Info("worker disconnected", zap.String("worker", w.id), zap.NamedError("reason", why),
-		zap.Duration("grace", h.cfg.ReconnectGrace))
+		zap.Duration("grace", grace))
 }
 
 func (h *Hub) expire(w *RemoteWorker, gen uint64) {

@@ -1134,3 +1134,54 @@ func TestPeersLeadAWorkerToTheNextLeader(t *testing.T) {
 		wantEvent(t, h2, Disconnected, id)
 	}
 }
+
+// TestSilentWorkerKeepsItsAttemptsLonger: a worker whose stream went silent
+// (paused, partitioned: it may be alive and running what it was given) is
+// reported Left only after SilentGrace, and comes back as the same worker
+// within it; one whose stream closed (a dead or restarted process) is Left
+// after ReconnectGrace.
+func TestSilentWorkerKeepsItsAttemptsLonger(t *testing.T) {
+	const reconnect, silent = 100 * time.Millisecond, 2 * time.Second
+	h := newHub(t, "L1", HubConfig{ReconnectGrace: reconnect, SilentGrace: silent, StaleAfter: 300 * time.Millisecond})
+	connect := func(name string) (rawWorker, Conn) {
+		w, l := Pipe()
+		h.Accept(l)
+		rw := rawWorker{t, w}
+		rw.send(hello(name))
+		if m := rw.next(); m.Type != TypeWelcome {
+			t.Fatalf("want welcome, got %+v", m)
+		}
+		return rw, w
+	}
+
+	// Silent: says hello, runs an attempt, then sends nothing.
+	_, _ = connect("quiet")
+	w := wantEvent(t, h, Joined, "quiet").Worker
+	running := attempt("d", "running", 1, noop())
+	w.Start(running)
+	wantEvent(t, h, Disconnected, "quiet")
+	gone := time.Now()
+	// Back well within SilentGrace (and after ReconnectGrace): the same
+	// worker, its attempt still its own.
+	time.Sleep(3 * reconnect) // the pause itself: longer than ReconnectGrace
+	rw, _ := connect("quiet")
+	ev := wantEvent(t, h, Joined, "quiet")
+	if time.Since(gone) < silent && ev.Worker != w {
+		t.Fatalf("a silent worker back within SilentGrace came back as a new worker (Left after %v)", time.Since(gone))
+	}
+	if !hasID(w.InFlight(), running.AttemptID) {
+		t.Fatalf("in-flight %v lost %v", w.InFlight(), running.AttemptID)
+	}
+	_ = rw
+
+	// Closed: its process died.
+	_, conn := connect("dead")
+	wantEvent(t, h, Joined, "dead")
+	_ = conn.Close()
+	wantEvent(t, h, Disconnected, "dead")
+	closedAt := time.Now()
+	wantEvent(t, h, Left, "dead")
+	if d := time.Since(closedAt); d > silent {
+		t.Fatalf("a closed stream's worker was Left after %v, want about ReconnectGrace (%v)", d, reconnect)
+	}
+}
