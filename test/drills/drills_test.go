@@ -191,7 +191,13 @@ func (d *drill) run() {
 		return n > 0, fmt.Sprintf("%d task processes of this drill alive", n)
 	})
 	if d.f.etcd {
+		// The trickle runs steadily before the fault, so that the stall
+		// it measures spans the fault.
 		d.trickle = d.startTrickle()
+		d.c.WaitFor(d.prefix+": the trickle's first submissions accepted", 30*time.Second, func() (bool, string) {
+			n := d.trickle.accepted()
+			return n >= 5, fmt.Sprintf("%d accepted", n)
+		})
 	}
 	d.f.inject(d)
 	if d.trickle != nil {
@@ -310,8 +316,36 @@ func killWorker(d *drill) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	// The worker comes back only once its tasks have been re-run elsewhere:
+	// a restarted worker's hello would tell the leader at once that it
+	// runs nothing, and the re-queue delay would measure the restart.
+	d.c.WaitFor(d.prefix+": the killed worker's tasks re-run", 60*time.Second, func() (bool, string) {
+		runs := d.myRuns()
+		var waiting []string
+		for i, r := range runs {
+			if r.PPID != pid {
+				continue
+			}
+			rerun := slices.ContainsFunc(runs[i+1:], func(o runLine) bool { return o.DAG == r.DAG && o.Task == r.Task })
+			if !rerun && d.unfinished(r) {
+				waiting = append(waiting, r.String())
+			}
+		}
+		return len(waiting) == 0, "not re-run yet: " + strings.Join(waiting, "; ")
+	})
 	w.Start()
 	d.noteWorkers()
+}
+
+// unfinished reports whether r's task has not succeeded: a run whose task
+// the API already reports succeeded (its result reached the leader before
+// the kill) is not re-run.
+func (d *drill) unfinished(r runLine) bool {
+	st, err := d.c.DAGAny(r.DAG)
+	if err != nil {
+		return true
+	}
+	return st.Task(r.Task).Status != "succeeded"
 }
 
 func killEtcdFollower(d *drill) {
@@ -609,6 +643,7 @@ func (d *drill) waitEtcdHealthy(e *cluster.Proc) {
 // accepted and how the others were answered.
 type trickle struct {
 	stopc, done chan struct{}
+	started     time.Time
 	outage      atomic.Bool // set while quorum is lost: answers are counted apart
 
 	mu                             sync.Mutex
@@ -620,7 +655,7 @@ type trickle struct {
 }
 
 func (d *drill) startTrickle() *trickle {
-	tr := &trickle{stopc: make(chan struct{}), done: make(chan struct{})}
+	tr := &trickle{stopc: make(chan struct{}), done: make(chan struct{}), started: time.Now()}
 	servers := d.c.Servers
 	go func() {
 		defer close(tr.done)
@@ -694,13 +729,22 @@ func (tr *trickle) finish(d *drill) {
 	}
 }
 
-// stall is the longest gap between two accepted submissions.
+func (tr *trickle) accepted() int {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return len(tr.okAt)
+}
+
+// stall is the longest gap between two accepted submissions (or the
+// trickle's start and the first).
 func (tr *trickle) stall() time.Duration {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	var m time.Duration
-	for i := 1; i < len(tr.okAt); i++ {
-		m = max(m, tr.okAt[i].Sub(tr.okAt[i-1]))
+	prev := tr.started
+	for _, at := range tr.okAt {
+		m = max(m, at.Sub(prev))
+		prev = at
 	}
 	return m
 }
