@@ -54,6 +54,7 @@ type fault struct {
 	name   string
 	etcd   bool // a fault of etcd: a trickle of submissions measures the write stall
 	short  bool // also in the short subset (without ORION_DRILLS=1)
+	netns  bool // runs on a cluster whose replicas have network namespaces of their own
 	inject func(d *drill)
 }
 
@@ -69,6 +70,7 @@ func faults() []fault {
 		{name: "SIGSTOP standby 3s", short: true, inject: stopStandby},
 		{name: "SIGSTOP worker 3s", inject: stopWorker},
 		{name: "quorum loss 10s (2 of 3 etcd)", etcd: true, inject: quorumLoss},
+		{name: "network isolation of leader 3s", netns: true, inject: isolateLeader},
 	}
 }
 
@@ -115,24 +117,55 @@ func TestDrills(t *testing.T) {
 	}
 
 	var results []result
+	var skipped []string
 	// Registered first, so it runs last: the table is printed even when a
 	// drill stopped the test.
-	t.Cleanup(func() { t.Log("\n" + table(plan, results)) })
+	t.Cleanup(func() { t.Log("\n" + table(plan, results, skipped)) })
 
-	// The replicas' orphan grace is the default (5 s), above a worker's
-	// reconnect bound: with less, a paused worker's task may run twice.
-	c := cluster.New(t, cluster.Options{OrphanGrace: 5 * time.Second})
-	h := &harness{t: t, c: c, runs: filepath.Join(c.Work, "runs.log"), workerPIDs: map[int]string{}}
-	h.noteWorkers()
+	var onLoopback, inNamespaces []fault
 	for _, f := range plan {
-		for n := 1; n <= count; n++ {
-			d := h.newDrill(f, n)
-			d.run()
-			results = append(results, d.res)
-			t.Logf("%s #%d: %d tasks, lost %d, duplicated %d, re-run after a killed worker %d, takeover %s, write stall %s, re-queue delay %s",
-				f.name, n, d.res.tasks, d.res.lost, d.res.dups, d.res.reruns, ms(d.res.takeover), ms(d.res.stall), ms(d.res.requeueDelay))
+		if f.netns {
+			inNamespaces = append(inNamespaces, f)
+		} else {
+			onLoopback = append(onLoopback, f)
 		}
 	}
+	runAll := func(h *harness, faults []fault) {
+		for _, f := range faults {
+			for n := 1; n <= count; n++ {
+				d := h.newDrill(f, n)
+				d.run()
+				results = append(results, d.res)
+				t.Logf("%s #%d: %d tasks, lost %d, duplicated %d, re-run after a killed worker %d, takeover %s, write stall %s, re-queue delay %s",
+					f.name, n, d.res.tasks, d.res.lost, d.res.dups, d.res.reruns, ms(d.res.takeover), ms(d.res.stall), ms(d.res.requeueDelay))
+			}
+		}
+	}
+	// The replicas' orphan grace is the default (5 s), above a worker's
+	// reconnect bound: with less, a paused worker's task may run twice.
+	if len(onLoopback) > 0 {
+		c := cluster.New(t, cluster.Options{OrphanGrace: 5 * time.Second})
+		runAll(newHarness(t, c, nil), onLoopback)
+		c.StopAll() // one cluster at a time: two overload 2 cores
+	}
+	if len(inNamespaces) > 0 {
+		lab, err := newNetLab(t, 3)
+		if err != nil {
+			for _, f := range inNamespaces {
+				skipped = append(skipped, fmt.Sprintf("%s: skipped: %v", f.name, err))
+			}
+			t.Logf("skipping %d drill(s): %v", len(inNamespaces), err)
+			return
+		}
+		c := cluster.New(t, cluster.Options{OrphanGrace: 5 * time.Second, EtcdHost: lab.etcdHost(), Servers: lab.placements()})
+		runAll(newHarness(t, c, lab), inNamespaces)
+	}
+}
+
+func newHarness(t *testing.T, c *cluster.Cluster, lab *netLab) *harness {
+	h := &harness{t: t, c: c, lab: lab, runs: filepath.Join(c.Work, "runs.log"), workerPIDs: map[int]string{}}
+	h.noteWorkers()
+	return h
 }
 
 // harness is what the drills share: the cluster, runs.log, and every pid a
@@ -142,6 +175,7 @@ type harness struct {
 	c          *cluster.Cluster
 	runs       string
 	workerPIDs map[int]string // pid → worker name, over every incarnation
+	lab        *netLab        // the namespaces of the isolation drill, or nil
 }
 
 func (h *harness) noteWorkers() {
@@ -864,7 +898,7 @@ func (d *drill) waitTerminal(ids []string, bound time.Duration) map[string]*clus
 
 // --- the report -----------------------------------------------------------
 
-func table(plan []fault, results []result) string {
+func table(plan []fault, results []result, skipped []string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%-34s %4s %6s %5s %10s %11s %12s %12s %15s\n", "fault", "runs", "tasks", "lost", "duplicated", "re-run (ok)", "max takeover", "max w-stall", "max re-queue")
 	for _, f := range plan {
@@ -885,6 +919,9 @@ func table(plan []fault, results []result) string {
 			continue
 		}
 		fmt.Fprintf(&b, "%-34s %4d %6d %5d %10d %11d %12s %12s %15s\n", f.name, n, tasks, lost, dups, reruns, ms(takeover), ms(stall), ms(requeue))
+	}
+	for _, s := range skipped {
+		b.WriteString(s + "\n")
 	}
 	b.WriteString("takeover: fault → first committed write of a new term (quorum loss: from the members' restart); " +
 		"w-stall: longest gap between accepted submissions of a 50 ms trickle (etcd faults); " +

@@ -37,6 +37,7 @@ type Proc struct {
 	Args    []string
 	Dir     string // working and data directory
 	LogPath string
+	Wrap    []string // a command prefix that execs the binary (ip netns exec NS)
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -56,6 +57,9 @@ func (p *Proc) Start() {
 	defer logf.Close()
 	fmt.Fprintf(logf, "=== %s harness start %s: %s\n", time.Now().Format("15:04:05.000"), p.Name, strings.Join(p.Args, " "))
 	cmd := exec.Command(Bin, p.Args...)
+	if len(p.Wrap) > 0 { // the wrapper execs the binary: the pid stays the same
+		cmd = exec.Command(p.Wrap[0], append(append(p.Wrap[1:len(p.Wrap):len(p.Wrap)], Bin), p.Args...)...)
+	}
 	cmd.Dir = p.Dir
 	cmd.Env = FilterEnv(os.Environ(), "ORION_")
 	cmd.Stdout, cmd.Stderr = logf, logf
@@ -262,6 +266,20 @@ type Options struct {
 	// the end-to-end tests short; a drill that pauses a worker wants the
 	// default (5s), above a worker's reconnect bound.
 	OrphanGrace time.Duration
+	// EtcdHost is the address the etcd members listen on (default
+	// 127.0.0.1).
+	EtcdHost string
+	// Servers, when set, places replica i on Servers[i]: its own address
+	// and a command prefix that runs it elsewhere (ip netns exec NS). A
+	// replica off loopback listens with --insecure-no-auth: the addresses
+	// are the test's own namespaces.
+	Servers []Placement
+}
+
+// Placement is where a replica runs.
+type Placement struct {
+	Host string   // listen address
+	Wrap []string // command prefix, e.g. ip netns exec NS
 }
 
 // New starts 3 etcd members, 3 replicas and 2 workers and returns
@@ -292,6 +310,9 @@ func Define(t *testing.T, o Options) *Cluster {
 	if o.OrphanGrace == 0 {
 		o.OrphanGrace = 2 * time.Second
 	}
+	if o.EtcdHost == "" {
+		o.EtcdHost = "127.0.0.1"
+	}
 	c := &Cluster{t: t, Dir: t.TempDir(), HTTP: &http.Client{Timeout: 3 * time.Second}}
 	c.Work = filepath.Join(c.Dir, "work")
 	if err := os.MkdirAll(c.Work, 0o755); err != nil {
@@ -307,8 +328,8 @@ func Define(t *testing.T, o Options) *Cluster {
 	var initial, clientURLs []string
 	for i := 1; i <= 3; i++ {
 		name := fmt.Sprintf("e%d", i)
-		client := fmt.Sprintf("http://127.0.0.1:%d", testkit.FreePort(t))
-		peer := fmt.Sprintf("http://127.0.0.1:%d", testkit.FreePort(t))
+		client := fmt.Sprintf("http://%s:%d", o.EtcdHost, testkit.FreePort(t))
+		peer := fmt.Sprintf("http://%s:%d", o.EtcdHost, testkit.FreePort(t))
 		initial = append(initial, name+"="+peer)
 		clientURLs = append(clientURLs, client)
 		c.Etcd = append(c.Etcd, &Proc{t: t, Name: name, Dir: filepath.Join(c.Dir, name),
@@ -318,6 +339,9 @@ func Define(t *testing.T, o Options) *Cluster {
 	for _, e := range c.Etcd {
 		e.Args = append(e.Args, "--initial-cluster", strings.Join(initial, ","),
 			"--initial-cluster-token", "e2e-"+filepath.Base(filepath.Dir(c.Dir))+"-"+filepath.Base(c.Dir), "--log-level", "warn")
+		if o.EtcdHost != "127.0.0.1" { // an address of the test's own namespaces
+			e.Args = append(e.Args, "--allow-remote-clients")
+		}
 	}
 	c.ClientURLs = clientURLs
 	c.Endpoints = strings.Join(clientURLs, ",")
@@ -325,12 +349,22 @@ func Define(t *testing.T, o Options) *Cluster {
 	for i := 1; i <= 3; i++ {
 		name := fmt.Sprintf("n%d", i)
 		port := testkit.FreePort(t)
-		s := &Server{URL: fmt.Sprintf("http://127.0.0.1:%d", port), Proc: &Proc{t: t, Name: name,
-			Dir: filepath.Join(c.Dir, name), LogPath: filepath.Join(c.Dir, name+".log"),
+		host := "127.0.0.1"
+		var wrap []string
+		if len(o.Servers) >= i {
+			host, wrap = o.Servers[i-1].Host, o.Servers[i-1].Wrap
+		}
+		s := &Server{URL: fmt.Sprintf("http://%s:%d", host, port), Proc: &Proc{t: t, Name: name,
+			Dir: filepath.Join(c.Dir, name), LogPath: filepath.Join(c.Dir, name+".log"), Wrap: wrap,
 			Args: []string{"server", "--name", name, "--etcd-endpoints", c.Endpoints,
-				"--listen", fmt.Sprintf("127.0.0.1:%d", port), "--data-dir", filepath.Join(c.Dir, name),
+				"--listen", fmt.Sprintf("%s:%d", host, port), "--data-dir", filepath.Join(c.Dir, name),
 				"--slots", "0", "--log-format", "json", "--retry-base", "50ms", "--retry-cap", "400ms",
 				"--orphan-grace", o.OrphanGrace.String()}}}
+		if host != "127.0.0.1" {
+			// The test, the workers and the other replicas are its
+			// callers there, polling far above a remote client's 5 rps.
+			s.Args = append(s.Args, "--insecure-no-auth", "--rate-limit", "100000")
+		}
 		c.Servers = append(c.Servers, s)
 		apiURLs = append(apiURLs, s.URL)
 	}
