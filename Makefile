@@ -65,8 +65,11 @@ test-unit:
 test-race:
 	$(GO) test -count=1 -race $(RACE_PKGS)
 
+# -p 1: test/e2e and test/drills each run whole clusters; two at once on 2
+# cores turn 1 s leases into spurious failovers. test/drills runs its short
+# subset here (ORION_DRILLS unset); make drills runs them all.
 test-e2e: build
-	ORION_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 15m ./test/...
+	ORION_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -p 1 -timeout 15m ./test/...
 
 # Fault drills (test/drills): every fault ORION_DRILL_COUNT times (default 3)
 # on a cluster of real processes, the history checked after each, and a
