@@ -165,7 +165,29 @@ func TestDrills(t *testing.T) {
 func newHarness(t *testing.T, c *cluster.Cluster, lab *netLab) *harness {
 	h := &harness{t: t, c: c, lab: lab, runs: filepath.Join(c.Work, "runs.log"), workerPIDs: map[int]string{}}
 	h.noteWorkers()
+	t.Cleanup(h.keepEvidence)
 	return h
+}
+
+// keepEvidence copies the cluster's logs and runs.log out of t.TempDir()
+// (which the test removes) when a drill failed: a finding must be
+// explainable after the run.
+func (h *harness) keepEvidence() {
+	if !h.t.Failed() {
+		return
+	}
+	dst, err := os.MkdirTemp("", "orion-drills-evidence-")
+	if err != nil {
+		h.t.Logf("keeping the evidence: %v", err)
+		return
+	}
+	files, _ := filepath.Glob(filepath.Join(h.c.Dir, "*.log"))
+	for _, f := range append(files, h.runs) {
+		if b, err := os.ReadFile(f); err == nil {
+			_ = os.WriteFile(filepath.Join(dst, filepath.Base(f)), b, 0o644)
+		}
+	}
+	h.t.Logf("the logs of every process and runs.log are kept in %s", dst)
 }
 
 // harness is what the drills share: the cluster, runs.log, and every pid a
