@@ -699,6 +699,7 @@ func (d *drill) waitEtcdHealthy(e *cluster.Proc) {
 // accepted and how the others were answered.
 type trickle struct {
 	stopc, done chan struct{}
+	stopOnce    sync.Once
 	started     time.Time
 	outage      atomic.Bool // set while quorum is lost: answers are counted apart
 
@@ -712,6 +713,7 @@ type trickle struct {
 
 func (d *drill) startTrickle() *trickle {
 	tr := &trickle{stopc: make(chan struct{}), done: make(chan struct{}), started: time.Now()}
+	d.t.Cleanup(tr.stop) // should a drill stop the test before finish
 	servers := d.c.Servers
 	go func() {
 		defer close(tr.done)
@@ -778,8 +780,7 @@ func (tr *trickle) finish(d *drill) {
 		defer tr.mu.Unlock()
 		return len(tr.okAt) >= base+20, fmt.Sprintf("%d accepted since, %d refused, %d transport errors", len(tr.okAt)-base, tr.refused, tr.transport)
 	})
-	close(tr.stopc)
-	<-tr.done
+	tr.stop()
 	if len(tr.unexpected) > 0 {
 		d.t.Errorf("%s: submissions answered neither 2xx nor 503: %s", d.prefix, strings.Join(first(tr.unexpected, 10), "; "))
 	}
@@ -789,6 +790,11 @@ func (tr *trickle) accepted() int {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	return len(tr.okAt)
+}
+
+func (tr *trickle) stop() {
+	tr.stopOnce.Do(func() { close(tr.stopc) })
+	<-tr.done
 }
 
 // stall is the longest gap between two accepted submissions (or the
@@ -808,12 +814,14 @@ func (tr *trickle) stall() time.Duration {
 // reads polls GET /api/v1/dags/ID on every replica every 100 ms.
 type reads struct {
 	stopc, done chan struct{}
+	stopOnce    sync.Once
 	bad         []string
 	n           int
 }
 
 func (d *drill) startReads() *reads {
 	r := &reads{stopc: make(chan struct{}), done: make(chan struct{})}
+	d.t.Cleanup(func() { r.stop() }) // should a drill stop the test before its end
 	go func() {
 		defer close(r.done)
 		for {
@@ -835,7 +843,7 @@ func (d *drill) startReads() *reads {
 }
 
 func (r *reads) stop() ([]string, int) {
-	close(r.stopc)
+	r.stopOnce.Do(func() { close(r.stopc) })
 	<-r.done
 	return r.bad, r.n
 }
