@@ -162,12 +162,12 @@ func TestShellSuccess(t *testing.T) {
 func TestShellEnv(t *testing.T) {
 	t.Setenv("ORION_TEST_SERVER_VAR", "from-server")
 	h := newHarness(t, 1)
-	spec := shell(`echo "$ORION_DAG_ID|$ORION_TASK_ID|$ORION_ATTEMPT|$FOO|$ORION_TEST_SERVER_VAR"`)
+	spec := shell(`echo "$ORION_DAG_ID|$ORION_TASK_ID|$ORION_ATTEMPT|$ORION_LEADER_FENCE|$FOO|$ORION_TEST_SERVER_VAR"`)
 	spec.ID = "envtask"
-	spec.Env = map[string]string{"FOO": "bar baz", "ORION_DAG_ID": "spoofed"}
-	h.l.Start(model.Attempt{AttemptID: model.AttemptID{DAG: "mydag", Task: "envtask", Attempt: 7}, Spec: spec})
+	spec.Env = map[string]string{"FOO": "bar baz", "ORION_DAG_ID": "spoofed", "ORION_LEADER_FENCE": "spoofed"}
+	h.l.Start(model.Attempt{AttemptID: model.AttemptID{DAG: "mydag", Task: "envtask", Attempt: 7}, Spec: spec, Fence: 42})
 	r := h.wait(model.AttemptID{DAG: "mydag", Task: "envtask", Attempt: 7}, bound)
-	if want := "mydag|envtask|7|bar baz|from-server\n"; r.OutputTail != want {
+	if want := "mydag|envtask|7|42|bar baz|from-server\n"; r.OutputTail != want {
 		t.Fatalf("got %q want %q (%+v)", r.OutputTail, want, r)
 	}
 }

@@ -54,7 +54,7 @@ func (w *outputWriter) Write(p []byte) (int, error) {
 // keys resolve the same way every time), then the ORION_* variables, which a
 // task cannot override. exec keeps the last value of a repeated key.
 func (l *Local) env(a model.Attempt) []string {
-	env := make([]string, 0, len(l.baseEnv)+len(a.Spec.Env)+4) // +1: the reap mark
+	env := make([]string, 0, len(l.baseEnv)+len(a.Spec.Env)+5) // +1: the reap mark
 	env = append(env, l.baseEnv...)
 	keys := make([]string, 0, len(a.Spec.Env))
 	for k := range a.Spec.Env {
@@ -67,7 +67,8 @@ func (l *Local) env(a model.Attempt) []string {
 	return append(env,
 		"ORION_DAG_ID="+a.DAG,
 		"ORION_TASK_ID="+a.Task,
-		"ORION_ATTEMPT="+strconv.Itoa(a.Attempt))
+		"ORION_ATTEMPT="+strconv.Itoa(a.Attempt),
+		"ORION_LEADER_FENCE="+strconv.FormatInt(a.Fence, 10))
 }
 
 // runShell runs `/bin/sh -c Command` (or `Interpreter -c Command`) in its own

@@ -20,6 +20,11 @@ func (id AttemptID) String() string { return fmt.Sprintf("%s/%s#%d", id.DAG, id.
 type Attempt struct {
 	AttemptID
 	Spec Task `json:"spec"`
+	// Fence is the fence revision of the leader that dispatched the
+	// attempt (its election key's create revision; 0 when unknown). It
+	// reaches a shell task as ORION_LEADER_FENCE, so that a task, or a
+	// drill recording its runs, can tell which leader's term ran it.
+	Fence int64 `json:"fence,omitempty"`
 }
 
 // Outcome is how an attempt ended.

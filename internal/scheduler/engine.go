@@ -476,7 +476,11 @@ func (e *Engine) runEffects() {
 					e.cfg.DispatchObserver(lat)
 				}
 			}
-			ex.Start(ef.Attempt)
+			a := ef.Attempt
+			if e.term != nil {
+				a.Fence = e.term.Fence().Rev
+			}
+			ex.Start(a)
 		case core.EffectCancel:
 			if ex := e.execs[ef.Worker]; ex != nil {
 				ex.Cancel(ef.ID)

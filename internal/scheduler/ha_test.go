@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -36,9 +37,9 @@ func TestStandbyFollowsAndTakesOver(t *testing.T) {
 id: ha
 name: ha
 tasks:
-  - {id: one, command: "echo x >> %[1]s/one"}
-  - {id: two, command: "echo x >> %[1]s/two; while [ ! -e %[1]s/gate ]; do sleep 0.05; done", depends_on: [one]}
-  - {id: three, command: "echo x >> %[1]s/three", depends_on: [two]}
+  - {id: one, command: "echo $ORION_LEADER_FENCE >> %[1]s/one"}
+  - {id: two, command: "echo $ORION_LEADER_FENCE >> %[1]s/two; while [ ! -e %[1]s/gate ]; do sleep 0.05; done", depends_on: [one]}
+  - {id: three, command: "echo $ORION_LEADER_FENCE >> %[1]s/three", depends_on: [two]}
 `, dir))
 	if _, err := a.eng.Submit(context.Background(), d); err != nil {
 		t.Fatal(err)
@@ -79,12 +80,21 @@ tasks:
 	took := b.eng.Status().FirstCommitAt.Sub(start)
 	t.Logf("takeover (suspect → first committed write): %s", took)
 	b.waitDAG("ha", core.DAGSucceeded)
-	count := func(name string) int {
+	// Each run wrote the fence revision of the leader that dispatched it.
+	fences := func(name string) []string {
 		raw, _ := os.ReadFile(filepath.Join(dir, name))
-		return strings.Count(string(raw), "x")
+		return strings.Fields(string(raw))
 	}
+	count := func(name string) int { return len(fences(name)) }
 	if count("one") != 1 || count("three") != 1 || count("two") < 1 || count("two") > 2 {
 		t.Fatalf("runs one=%d two=%d three=%d", count("one"), count("two"), count("three"))
+	}
+	// one ran in a's term and three in b's, which began later: b's
+	// election key, and so its fence, has the higher revision.
+	fa, errA := strconv.ParseInt(fences("one")[0], 10, 64)
+	fb, errB := strconv.ParseInt(fences("three")[0], 10, 64)
+	if errA != nil || errB != nil || fa <= 0 || fb <= fa {
+		t.Fatalf("ORION_LEADER_FENCE: one ran under %q, three under %q; want a positive fence, then a higher one", fences("one"), fences("three"))
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/orion-sched/orion/internal/testkit"
+	"github.com/orion-sched/orion/test/internal/cluster"
 )
 
 // etcdProc is one `orion etcd` process.
@@ -36,8 +37,8 @@ func (p *etcdProc) logs() string {
 // Three `orion etcd` processes started as the README and test/cluster.sh do
 // form one cluster, grant orion's 1 s lease as 1 s, and exit 0 on SIGTERM.
 func TestEtcdCommandThreeMemberCluster(t *testing.T) {
-	if out, err := exec.Command(orionBin, "etcd", "--help").CombinedOutput(); err != nil {
-		t.Fatalf("%s etcd --help: %v (is the etcd command registered in cmd/orion/main.go?)\n%s", orionBin, err, out)
+	if out, err := exec.Command(cluster.Bin, "etcd", "--help").CombinedOutput(); err != nil {
+		t.Fatalf("%s etcd --help: %v (is the etcd command registered in cmd/orion/main.go?)\n%s", cluster.Bin, err, out)
 	}
 	dir := t.TempDir()
 	procs := make([]*etcdProc, 3)
@@ -70,7 +71,7 @@ func TestEtcdCommandThreeMemberCluster(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p.cmd = exec.Command(orionBin, "etcd",
+		p.cmd = exec.Command(cluster.Bin, "etcd",
 			"--name", p.name,
 			"--data-dir", filepath.Join(dir, p.name),
 			"--listen-client-url", p.clientURL,
@@ -78,7 +79,7 @@ func TestEtcdCommandThreeMemberCluster(t *testing.T) {
 			"--initial-cluster", strings.Join(initial, ","),
 			"--initial-cluster-token", "e2e-"+filepath.Base(dir),
 			"--log-level", "warn")
-		p.cmd.Env = filterEnv(os.Environ(), "ORION_")
+		p.cmd.Env = cluster.FilterEnv(os.Environ(), "ORION_")
 		p.cmd.Stdout, p.cmd.Stderr = logf, logf
 		p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		if err := p.cmd.Start(); err != nil {

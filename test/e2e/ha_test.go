@@ -13,9 +13,11 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/orion-sched/orion/test/internal/cluster"
 )
 
-// The HA tests run one cluster each (cluster_harness_test.go): 3 etcd
+// The HA tests run one cluster each (test/internal/cluster): 3 etcd
 // members, 3 zero-slot replicas and 2 workers with 4 slots. They run one
 // after the other: two such clusters at once overload a 2-core machine and
 // turn 1 s leases into spurious failovers. None of them asserts a duration;
@@ -25,15 +27,15 @@ import (
 // Every DAG succeeds, the leader changes at each kill, and since no worker
 // died no task runs twice.
 func TestKillLeaderRepeatedly(t *testing.T) {
-	c := newHACluster(t)
+	c := cluster.New(t, cluster.Options{})
 	dags := map[string][]string{}
 	var order []string
 	next := 0
 	submit := func() {
 		next++
 		id := fmt.Sprintf("kl-%d", next)
-		d, tasks := taskDAG(id, c.work)
-		c.submitAny(d)
+		d, tasks := cluster.TaskDAG(id, c.Work)
+		c.SubmitAny(d)
 		dags[id] = tasks
 		order = append(order, id)
 	}
@@ -46,142 +48,108 @@ func TestKillLeaderRepeatedly(t *testing.T) {
 	for k := 1; k <= kills; k++ {
 		// The kill must land mid-run: top the work up when little is left,
 		// then wait until some task is running.
-		if c.unfinishedTasks(order) < 24 {
+		if c.UnfinishedTasks(order) < 24 {
 			submit()
 			submit()
 		}
-		c.waitFor(fmt.Sprintf("kill %d: a task running", k), 30*time.Second, func() (bool, string) {
-			n := c.runningTasks(order)
+		c.WaitFor(fmt.Sprintf("kill %d: a task running", k), 30*time.Second, func() (bool, string) {
+			n := c.RunningTasks(order)
 			return n > 0, fmt.Sprintf("%d tasks running", n)
 		})
 
-		old, rep := c.leader()
+		old, rep := c.Leader()
 		t0 := time.Now()
-		old.kill9()
-		nl, me := c.awaitNewLeader(old.name, t0, 30*time.Second)
-		if nl.name == old.name {
-			t.Fatalf("kill %d: the leader did not change (%s)", k, nl.name)
+		old.Kill9()
+		nl, me := c.AwaitNewLeader(old.Name, t0, 30*time.Second)
+		if nl.Name == old.Name {
+			t.Fatalf("kill %d: the leader did not change (%s)", k, nl.Name)
 		}
 		takeover := me.FirstCommitAt.Sub(t0)
 		takeovers = append(takeovers, takeover)
 		t.Logf("kill %d: killed leader %s (pid %d); %s leads, first commit %v after the kill (won %v after), seen %v after",
-			k, old.name, rep.PID, nl.name, takeover.Round(time.Millisecond), me.LeaderSince.Sub(t0).Round(time.Millisecond),
+			k, old.Name, rep.PID, nl.Name, takeover.Round(time.Millisecond), me.LeaderSince.Sub(t0).Round(time.Millisecond),
 			time.Since(t0).Round(time.Millisecond))
 
-		c.restart(old)
-		c.waitWorkers()
+		c.Restart(old)
+		c.WaitWorkers()
 	}
 	t.Logf("takeovers (first commit − kill): %v", takeovers)
 
-	states := c.waitDAGs(order, 2*time.Minute)
+	states := c.WaitDAGs(order, 2*time.Minute)
 	for _, id := range order {
 		if d := states[id]; d.Status != "succeeded" {
 			t.Errorf("DAG %s %s: %+v", id, d.Status, d.Tasks)
 		}
 	}
-	c.checkRanOnce(dags)
-}
-
-// unfinishedTasks counts the tasks of ids not finished yet.
-func (c *haCluster) unfinishedTasks(ids []string) int {
-	n := 0
-	for _, id := range ids {
-		d, err := c.dagAny(id)
-		if err != nil {
-			c.t.Fatalf("reading %s: %v", id, err)
-		}
-		for _, tk := range d.Tasks {
-			switch tk.Status {
-			case "succeeded", "failed", "upstream_failed", "cancelled":
-			default:
-				n++
-			}
-		}
-	}
-	return n
-}
-
-// runningTasks counts the running tasks of ids.
-func (c *haCluster) runningTasks(ids []string) int {
-	n := 0
-	for _, id := range ids {
-		if d, err := c.dagAny(id); err == nil {
-			for _, tk := range d.Tasks {
-				if tk.Status == "running" {
-					n++
-				}
-			}
-		}
-	}
-	return n
+	c.CheckRanOnce(dags)
 }
 
 // SIGSTOP the leader while DAGs run: a standby takes over; after SIGCONT the
 // old leader finds its lease gone or its write fenced, steps down and
 // reports itself a standby. Every DAG succeeds and no task runs twice.
 func TestSigstopLeader(t *testing.T) {
-	c := newHACluster(t)
+	c := cluster.New(t, cluster.Options{})
 	dags := map[string][]string{}
 	var order []string
 	for i := 1; i <= 4; i++ {
 		id := fmt.Sprintf("ss-%d", i)
-		d, tasks := taskDAG(id, c.work)
-		c.submitAny(d)
+		d, tasks := cluster.TaskDAG(id, c.Work)
+		c.SubmitAny(d)
 		dags[id], order = tasks, append(order, id)
 	}
-	c.waitFor("a task running", 30*time.Second, func() (bool, string) {
-		n := c.runningTasks(order)
+	c.WaitFor("a task running", 30*time.Second, func() (bool, string) {
+		n := c.RunningTasks(order)
 		return n > 0, fmt.Sprintf("%d tasks running", n)
 	})
 
-	old, rep := c.leader()
-	logBefore, _ := os.ReadFile(old.logPath)
+	old, rep := c.Leader()
+	logBefore, _ := os.ReadFile(old.LogPath)
 	t0 := time.Now()
-	old.signal(syscall.SIGSTOP) // stop() sends SIGCONT first, should the test end here
-	nl, me := c.awaitNewLeader(old.name, t0, 30*time.Second)
+	old.Signal(syscall.SIGSTOP) // stop() sends SIGCONT first, should the test end here
+	nl, me := c.AwaitNewLeader(old.Name, t0, 30*time.Second)
 	t.Logf("stopped leader %s (pid %d); %s leads, first commit %v after SIGSTOP",
-		old.name, rep.PID, nl.name, me.FirstCommitAt.Sub(t0).Round(time.Millisecond))
+		old.Name, rep.PID, nl.Name, me.FirstCommitAt.Sub(t0).Round(time.Millisecond))
 	// The old leader stays frozen until both workers have found the new
 	// one: a frozen (not dead) leader must not keep them from following
 	// the new leader, and it then wakes up behind the log.
-	c.waitFor("the new leader's workers", 30*time.Second, func() (bool, string) {
-		v, err := c.view(nl)
+	c.WaitFor("the new leader's workers", 30*time.Second, func() (bool, string) {
+		v, err := c.View(nl)
 		if err != nil {
 			return false, err.Error()
 		}
-		ws := v.connectedWorkers()
-		return v.Leader == nl.name && ws["w1"] >= 1 && ws["w2"] >= 1, fmt.Sprintf("leader %q workers %v", v.Leader, ws)
+		ws := v.ConnectedWorkers()
+		return v.Leader == nl.Name && ws["w1"] >= 1 && ws["w2"] >= 1, fmt.Sprintf("leader %q workers %v", v.Leader, ws)
 	})
 
-	old.signal(syscall.SIGCONT)
+	old.Signal(syscall.SIGCONT)
 	t1 := time.Now()
-	c.waitFor(old.name+" reports itself standby after SIGCONT", 30*time.Second, func() (bool, string) {
-		c.mustRun(old.haProc)
-		me, err := c.self(old)
+	c.WaitFor(old.Name+" reports itself standby after SIGCONT", 30*time.Second, func() (bool, string) {
+		c.MustRun(old.Proc)
+		me, err := c.Self(old)
 		return err == nil && me.Role == "standby", fmt.Sprintf("%+v %v", me, err)
 	})
-	t.Logf("%s reports standby %v after SIGCONT", old.name, time.Since(t1).Round(time.Millisecond))
-	c.waitFor(old.name+" logs that it stepped down", 10*time.Second, func() (bool, string) {
-		b, _ := os.ReadFile(old.logPath)
+	t.Logf("%s reports standby %v after SIGCONT", old.Name, time.Since(t1).Round(time.Millisecond))
+	c.WaitFor(old.Name+" logs that it stepped down", 10*time.Second, func() (bool, string) {
+		b, _ := os.ReadFile(old.LogPath)
 		for _, l := range strings.Split(string(b[min(len(logBefore), len(b)):]), "\n") {
 			if strings.Contains(l, "stepping down") {
-				t.Logf("%s: %s", old.name, l)
+				t.Logf("%s: %s", old.Name, l)
 				return true, ""
 			}
 		}
-		return false, "no \"stepping down\" in " + old.logPath + " since SIGSTOP"
+		return false, "no \"stepping down\" in " + old.LogPath + " since SIGSTOP"
 	})
-	if v, err := c.view(old); err != nil || v.Leader != nl.name {
-		t.Errorf("after SIGCONT %s names the leader %q (%v), want %s", old.name, leaderOf(v), err, nl.name)
+	if v, err := c.View(old); err != nil || v.Leader != nl.Name {
+		t.Errorf("after SIGCONT %s names the leader %q (%v), want %s", old.Name, leaderOf(v), err, nl.Name)
 	}
 
-	states := c.waitDAGs(order, 2*time.Minute)
+	states := c.WaitDAGs(order, 2*time.Minute)
 	for _, id := range order {
 		if d := states[id]; d.Status != "succeeded" {
 			t.Errorf("DAG %s %s: %+v", id, d.Status, d.Tasks)
 		}
 	}
-	c.checkRanOnce(dags)
+	c.CheckRanOnce(dags)
 }
 
 // A worker given one replica's address (as a Kubernetes Service that maps to
@@ -192,57 +160,57 @@ func TestSigstopLeader(t *testing.T) {
 // ask, and the new leader had no workers. The leader's peer list (the
 // replica registry, sent on every change) is what they follow now.
 func TestWorkerGivenOneReplicaFindsTheNextLeader(t *testing.T) {
-	c := defineHACluster(t)
-	n1 := c.servers[0]
-	for _, w := range c.workers {
-		for i, a := range w.args {
+	c := cluster.Define(t, cluster.Options{})
+	n1 := c.Servers[0]
+	for _, w := range c.Workers {
+		for i, a := range w.Args {
 			if a == "--server" {
-				w.args[i+1] = n1.url
+				w.Args[i+1] = n1.URL
 			}
 		}
 	}
-	c.startEtcd()
-	n1.start()
-	c.waitReady(n1)
-	for _, w := range c.workers {
-		w.start()
+	c.StartEtcd()
+	n1.Start()
+	c.WaitReady(n1)
+	for _, w := range c.Workers {
+		w.Start()
 	}
-	c.waitFor("both workers on n1", haStartBound, func() (bool, string) {
-		v, err := c.view(n1)
+	c.WaitFor("both workers on n1", cluster.StartBound, func() (bool, string) {
+		v, err := c.View(n1)
 		if err != nil {
 			return false, err.Error()
 		}
-		ws := v.connectedWorkers()
+		ws := v.ConnectedWorkers()
 		return v.Leader == "n1" && ws["w1"] == 1 && ws["w2"] == 1, fmt.Sprintf("leader %q workers %v", v.Leader, ws)
 	})
-	for _, s := range c.servers[1:] { // they register after the workers joined
-		s.start()
-		c.waitReady(s)
+	for _, s := range c.Servers[1:] { // they register after the workers joined
+		s.Start()
+		c.WaitReady(s)
 	}
-	d1, tasks1 := taskDAG("before", c.work)
-	c.submit(n1.url, d1)
-	c.waitDAGs([]string{"before"}, time.Minute)
+	d1, tasks1 := cluster.TaskDAG("before", c.Work)
+	c.Submit(n1.URL, d1)
+	c.WaitDAGs([]string{"before"}, time.Minute)
 
 	t0 := time.Now()
-	n1.signal(syscall.SIGTERM)
-	if !n1.wait(haStopGrace) {
-		t.Fatalf("n1 did not exit within %v of SIGTERM", haStopGrace)
+	n1.Signal(syscall.SIGTERM)
+	if !n1.Wait(cluster.StopGrace) {
+		t.Fatalf("n1 did not exit within %v of SIGTERM", cluster.StopGrace)
 	}
-	v := c.waitWorkers()
+	v := c.WaitWorkers()
 	t.Logf("n1 stopped; %s leads with both workers connected %v after SIGTERM", v.Leader,
 		time.Since(t0).Round(time.Millisecond))
-	d2, tasks2 := taskDAG("after", c.work)
-	c.submitAny(d2)
-	states := c.waitDAGs([]string{"before", "after"}, time.Minute)
+	d2, tasks2 := cluster.TaskDAG("after", c.Work)
+	c.SubmitAny(d2)
+	states := c.WaitDAGs([]string{"before", "after"}, time.Minute)
 	for id, d := range states {
 		if d.Status != "succeeded" {
 			t.Errorf("DAG %s %s: %+v", id, d.Status, d.Tasks)
 		}
 	}
-	c.checkRanOnce(map[string][]string{"before": tasks1, "after": tasks2})
+	c.CheckRanOnce(map[string][]string{"before": tasks1, "after": tasks2})
 }
 
-func leaderOf(v *haClusterView) string {
+func leaderOf(v *cluster.View) string {
 	if v == nil {
 		return ""
 	}
@@ -253,10 +221,10 @@ func leaderOf(v *haClusterView) string {
 // leader, reads are served by every replica from its own state, the CLI and
 // etcdctl agree on the leader, and the DAG history outlives every replica.
 func TestAnyReplicaAnswers(t *testing.T) {
-	c := newHACluster(t)
-	leader, _ := c.leader()
-	var standby *haServer
-	for _, s := range c.servers {
+	c := cluster.New(t, cluster.Options{})
+	leader, _ := c.Leader()
+	var standby *cluster.Server
+	for _, s := range c.Servers {
 		if s != leader {
 			standby = s
 			break
@@ -264,13 +232,13 @@ func TestAnyReplicaAnswers(t *testing.T) {
 	}
 
 	// A submission to a standby is forwarded: 201 from the leader.
-	d, _ := taskDAG("any-1", c.work)
+	d, _ := cluster.TaskDAG("any-1", c.Work)
 	body, _ := json.Marshal(d)
-	code, out, hdr, err := c.do("POST", standby.url, "/api/v1/dags", "application/json", body)
+	code, out, hdr, err := c.Do("POST", standby.URL, "/api/v1/dags", "application/json", body)
 	if code != 201 {
-		t.Fatalf("POST to standby %s: %d %s %v", standby.name, code, out, err)
+		t.Fatalf("POST to standby %s: %d %s %v", standby.Name, code, out, err)
 	}
-	t.Logf("POST to standby %s: %d, X-Orion-Leader %q, X-Orion-Revision %q", standby.name, code,
+	t.Logf("POST to standby %s: %d, X-Orion-Leader %q, X-Orion-Revision %q", standby.Name, code,
 		hdr.Get("X-Orion-Leader"), hdr.Get("X-Orion-Revision"))
 	// Read-your-writes: the standby answered once it had applied the
 	// write, so a read from it right after shows the DAG.
@@ -278,54 +246,54 @@ func TestAnyReplicaAnswers(t *testing.T) {
 	if rev <= 0 {
 		t.Errorf("the forwarded submission's answer has no X-Orion-Revision: %v", hdr)
 	}
-	if got, err := c.dag(standby, "any-1"); err != nil || got.Revision < rev {
-		t.Fatalf("GET any-1 from standby %s right after submitting through it: %+v %v (want revision >= %d)", standby.name, got, err, rev)
+	if got, err := c.DAG(standby, "any-1"); err != nil || got.Revision < rev {
+		t.Fatalf("GET any-1 from standby %s right after submitting through it: %+v %v (want revision >= %d)", standby.Name, got, err, rev)
 	}
-	c.waitEverywhere("any-1", "succeeded", 60*time.Second)
+	c.WaitEverywhere("any-1", "succeeded", 60*time.Second)
 
 	// Cancel and retry through a standby. The first run of slow creates a
 	// marker and sleeps; the retry finds the marker and succeeds.
-	marker := filepath.Join(c.work, "slow.marker")
-	c.submit(standby.url, map[string]any{"id": "any-2", "tasks": []map[string]any{
+	marker := filepath.Join(c.Work, "slow.marker")
+	c.Submit(standby.URL, map[string]any{"id": "any-2", "tasks": []map[string]any{
 		{"id": "slow", "command": fmt.Sprintf(`if [ -e %[1]s ]; then echo again; else touch %[1]s; sleep 60; fi`, marker)},
 		{"id": "after", "kind": "noop", "depends_on": []string{"slow"}},
 	}})
-	c.waitFor("any-2/slow running", 30*time.Second, func() (bool, string) {
-		d, err := c.dag(leader, "any-2")
+	c.WaitFor("any-2/slow running", 30*time.Second, func() (bool, string) {
+		d, err := c.DAG(leader, "any-2")
 		if err != nil {
 			return false, err.Error()
 		}
 		_, statErr := os.Stat(marker)
-		return d.task("slow").Status == "running" && statErr == nil, statusOf(d)
+		return d.Task("slow").Status == "running" && statErr == nil, cluster.StatusOf(d)
 	})
 	for _, op := range []struct{ verb, want string }{{"cancel", "cancelled"}, {"retry", "succeeded"}} {
-		code, out, _, err := c.do("POST", standby.url, "/api/v1/dags/any-2/"+op.verb, "", nil)
+		code, out, _, err := c.Do("POST", standby.URL, "/api/v1/dags/any-2/"+op.verb, "", nil)
 		// A cancelled DAG whose task is still being stopped on its worker
 		// (the kill and its result take a moment) refuses a retry with 409
 		// "try again", as a client is told to: do so, bounded.
 		for deadline := time.Now().Add(30 * time.Second); op.verb == "retry" && code == 409 && time.Now().Before(deadline); {
 			time.Sleep(50 * time.Millisecond)
-			code, out, _, err = c.do("POST", standby.url, "/api/v1/dags/any-2/"+op.verb, "", nil)
+			code, out, _, err = c.Do("POST", standby.URL, "/api/v1/dags/any-2/"+op.verb, "", nil)
 		}
 		if code != 200 {
-			t.Fatalf("%s any-2 through standby %s: %d %s %v", op.verb, standby.name, code, out, err)
+			t.Fatalf("%s any-2 through standby %s: %d %s %v", op.verb, standby.Name, code, out, err)
 		}
 		// The standby shows its client's write at once.
-		if d, err := c.dag(standby, "any-2"); err != nil || (op.verb == "cancel" && d.Status != "cancelled") || (op.verb == "retry" && d.Run != 2) {
-			t.Errorf("any-2 on standby %s right after %s through it: %+v %v", standby.name, op.verb, d, err)
+		if d, err := c.DAG(standby, "any-2"); err != nil || (op.verb == "cancel" && d.Status != "cancelled") || (op.verb == "retry" && d.Run != 2) {
+			t.Errorf("any-2 on standby %s right after %s through it: %+v %v", standby.Name, op.verb, d, err)
 		}
-		c.waitEverywhere("any-2", op.want, 60*time.Second)
+		c.WaitEverywhere("any-2", op.want, 60*time.Second)
 	}
-	if d, _ := c.dag(standby, "any-2"); d == nil || d.Run != 2 || d.task("slow").Attempts < 2 {
+	if d, _ := c.DAG(standby, "any-2"); d == nil || d.Run != 2 || d.Task("slow").Attempts < 2 {
 		t.Errorf("any-2 after retry: %+v", d)
 	}
 
 	// orion cluster through a standby.
-	outCLI, err := exec.Command(orionBin, "cluster", "--server", standby.url).CombinedOutput()
+	outCLI, err := exec.Command(cluster.Bin, "cluster", "--server", standby.URL).CombinedOutput()
 	if err != nil {
-		t.Fatalf("orion cluster --server %s: %v\n%s", standby.url, err, outCLI)
+		t.Fatalf("orion cluster --server %s: %v\n%s", standby.URL, err, outCLI)
 	}
-	checkClusterOutput(t, string(outCLI), leader.name)
+	checkClusterOutput(t, string(outCLI), leader.Name)
 
 	// etcdctl agrees on the leader.
 	if _, err := exec.LookPath("etcdctl"); err != nil {
@@ -335,36 +303,36 @@ func TestAnyReplicaAnswers(t *testing.T) {
 			t.Logf("etcdctl not found: skipping the election check")
 		}
 	} else {
-		got := etcdctlLeader(t, c.endpoints)
+		got := etcdctlLeader(t, c.Endpoints)
 		t.Logf("etcdctl elect -l /orion/v1/election: %s", got)
-		if got != leader.name {
-			t.Errorf("etcdctl elect -l names %q, the cluster endpoint %q", got, leader.name)
+		if got != leader.Name {
+			t.Errorf("etcdctl elect -l names %q, the cluster endpoint %q", got, leader.Name)
 		}
 	}
 
 	// Every replica stopped gracefully: nothing answers.
-	for _, s := range c.servers {
-		s.signal(syscall.SIGTERM)
+	for _, s := range c.Servers {
+		s.Signal(syscall.SIGTERM)
 	}
-	for _, s := range c.servers {
-		if !s.wait(20 * time.Second) {
-			t.Fatalf("%s still running 20s after SIGTERM", s.name)
+	for _, s := range c.Servers {
+		if !s.Wait(20 * time.Second) {
+			t.Fatalf("%s still running 20s after SIGTERM", s.Name)
 		}
-		if err := s.exitErr(); err != nil {
-			t.Errorf("%s exited with %v after SIGTERM", s.name, err)
+		if err := s.ExitErr(); err != nil {
+			t.Errorf("%s exited with %v after SIGTERM", s.Name, err)
 		}
 	}
-	for _, s := range c.servers {
-		if code, _, err := c.get(s.url, "/api/v1/cluster"); err == nil {
-			t.Errorf("%s still answers (%d) after it stopped", s.name, code)
+	for _, s := range c.Servers {
+		if code, _, err := c.Get(s.URL, "/api/v1/cluster"); err == nil {
+			t.Errorf("%s still answers (%d) after it stopped", s.Name, code)
 		}
 	}
 
 	// One replica alone leads, and the history is still there.
-	lone := c.servers[2]
-	c.restart(lone)
-	c.waitFor(lone.name+" leads alone", 30*time.Second, func() (bool, string) {
-		me, err := c.self(lone)
+	lone := c.Servers[2]
+	c.Restart(lone)
+	c.WaitFor(lone.Name+" leads alone", 30*time.Second, func() (bool, string) {
+		me, err := c.Self(lone)
 		return err == nil && me.Role == "leader" && me.FirstCommitAt != nil, fmt.Sprintf("%+v %v", me, err)
 	})
 	var list struct {
@@ -373,7 +341,7 @@ func TestAnyReplicaAnswers(t *testing.T) {
 			Status string `json:"status"`
 		} `json:"dags"`
 	}
-	if err := c.getJSON(lone.url, "/api/v1/dags", &list); err != nil {
+	if err := c.GetJSON(lone.URL, "/api/v1/dags", &list); err != nil {
 		t.Fatal(err)
 	}
 	got := map[string]string{}
@@ -381,27 +349,11 @@ func TestAnyReplicaAnswers(t *testing.T) {
 		got[d.ID] = d.Status
 	}
 	if len(got) != 2 || got["any-1"] != "succeeded" || got["any-2"] != "succeeded" {
-		t.Errorf("after a restart of %s alone the DAGs are %v, want any-1 and any-2 succeeded", lone.name, got)
+		t.Errorf("after a restart of %s alone the DAGs are %v, want any-1 and any-2 succeeded", lone.Name, got)
 	}
-	if d, err := c.dag(lone, "any-1"); err != nil || d.Status != "succeeded" || len(d.Tasks) != 12 {
-		t.Errorf("any-1 on %s after the restart: %+v %v", lone.name, d, err)
+	if d, err := c.DAG(lone, "any-1"); err != nil || d.Status != "succeeded" || len(d.Tasks) != 12 {
+		t.Errorf("any-1 on %s after the restart: %+v %v", lone.Name, d, err)
 	}
-}
-
-// waitEverywhere waits until every running replica reports the DAG with the
-// status.
-func (c *haCluster) waitEverywhere(id, status string, bound time.Duration) {
-	c.t.Helper()
-	c.waitFor(fmt.Sprintf("%s %s on every replica", id, status), bound, func() (bool, string) {
-		var why []string
-		for _, s := range c.servers {
-			d, err := c.dag(s, id)
-			if err != nil || d.Status != status {
-				why = append(why, fmt.Sprintf("%s: %s %v", s.name, statusOf(d), err))
-			}
-		}
-		return len(why) == 0, strings.Join(why, "; ")
-	})
 }
 
 // checkClusterOutput checks `orion cluster`'s table: the leader named, three
@@ -491,13 +443,13 @@ func etcdctlLeader(t *testing.T, endpoints string) string {
 // orion drill kill-leader against the cluster: three drills, nothing lost
 // or run twice, every takeover measured.
 func TestDrillCommand(t *testing.T) {
-	c := newHACluster(t)
+	c := cluster.New(t, cluster.Options{})
 	var urls []string
-	for _, s := range c.servers {
-		urls = append(urls, s.url)
+	for _, s := range c.Servers {
+		urls = append(urls, s.URL)
 	}
-	work := filepath.Join(c.dir, "drill")
-	stderrPath := filepath.Join(c.dir, "drill.stderr")
+	work := filepath.Join(c.Dir, "drill")
+	stderrPath := filepath.Join(c.Dir, "drill.stderr")
 	stderr, err := os.Create(stderrPath)
 	if err != nil {
 		t.Fatal(err)
@@ -505,10 +457,10 @@ func TestDrillCommand(t *testing.T) {
 	defer stderr.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, orionBin, "drill", "kill-leader", "--server", strings.Join(urls, ","),
+	cmd := exec.CommandContext(ctx, cluster.Bin, "drill", "kill-leader", "--server", strings.Join(urls, ","),
 		"--count", "3", "--json", "--work-dir", work, "--restart", "auto")
-	cmd.Env = filterEnv(os.Environ(), "ORION_")
-	cmd.Stderr = &stampWriter{w: stderr}
+	cmd.Env = cluster.FilterEnv(os.Environ(), "ORION_")
+	cmd.Stderr = cluster.NewStampWriter(stderr)
 	// On timeout the drill is interrupted (it then restarts the replica it
 	// killed and reports); SIGKILL only if that does not end it.
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
@@ -516,7 +468,7 @@ func TestDrillCommand(t *testing.T) {
 	began := time.Now()
 	out, runErr := cmd.Output()
 	took := time.Since(began)
-	// The drill's progress (per-drill lines, time-stamped) is worth
+	// The drill's progress (per-drill Lines, time-stamped) is worth
 	// seeing whether it passes or not.
 	if b, err := os.ReadFile(stderrPath); err == nil {
 		t.Logf("drill stderr:\n%s", b)
@@ -527,11 +479,11 @@ func TestDrillCommand(t *testing.T) {
 
 	// The drill restarted each killed replica itself (detached, with the
 	// same command line): those processes run in this cluster's directory.
-	strays := c.strays()
+	strays := c.Strays()
 	for pid, cmdline := range strays {
 		same := false
-		for _, s := range c.servers {
-			same = same || cmdline == strings.Join(append([]string{orionBin}, s.args...), " ")
+		for _, s := range c.Servers {
+			same = same || cmdline == strings.Join(append([]string{cluster.Bin}, s.Args...), " ")
 		}
 		if !same {
 			t.Errorf("pid %d in this cluster's directory is not a replica restarted with its own command line: %s", pid, cmdline)
@@ -572,7 +524,7 @@ func TestDrillCommand(t *testing.T) {
 		if d.NewLeader == "" || d.NewLeader == d.Killed {
 			t.Errorf("drill %d: new leader %q after killing %s", d.N, d.NewLeader, d.Killed)
 		}
-		if d.KilledPID <= 0 || c.server(d.Killed) == nil {
+		if d.KilledPID <= 0 || c.Server(d.Killed) == nil {
 			t.Errorf("drill %d killed %s pid %d: not a replica of this cluster", d.N, d.Killed, d.KilledPID)
 		}
 	}
@@ -582,11 +534,11 @@ func TestDrillCommand(t *testing.T) {
 	}
 
 	// The cluster is whole again: three replicas answer, one leads.
-	c.waitFor("three replicas after the drill", 30*time.Second, func() (bool, string) {
-		v, err := c.view(c.servers[0])
+	c.WaitFor("three replicas after the drill", 30*time.Second, func() (bool, string) {
+		v, err := c.View(c.Servers[0])
 		if err != nil {
-			for _, s := range c.servers[1:] {
-				if v, err = c.view(s); err == nil {
+			for _, s := range c.Servers[1:] {
+				if v, err = c.View(s); err == nil {
 					break
 				}
 			}
@@ -617,14 +569,14 @@ func fmtMS(v *float64) string {
 // deposes nobody: three pauses of 3 s leave the leader's term unchanged, and
 // the DAGs running meanwhile finish with every task run once.
 func TestStandbyPausesDeposeNobody(t *testing.T) {
-	c := newHACluster(t)
-	leader, _ := c.leader()
-	term, err := c.self(leader)
+	c := cluster.New(t, cluster.Options{})
+	leader, _ := c.Leader()
+	term, err := c.Self(leader)
 	if err != nil || term.LeaderSince == nil {
-		t.Fatalf("leader %s: %+v %v", leader.name, term, err)
+		t.Fatalf("leader %s: %+v %v", leader.Name, term, err)
 	}
-	var standby *haServer
-	for _, s := range c.servers {
+	var standby *cluster.Server
+	for _, s := range c.Servers {
 		if s != leader {
 			standby = s
 			break
@@ -634,38 +586,38 @@ func TestStandbyPausesDeposeNobody(t *testing.T) {
 	var order []string
 	for i := 1; i <= 3; i++ {
 		id := fmt.Sprintf("pause-%d", i)
-		d, tasks := taskDAG(id, c.work)
-		c.submitAny(d)
+		d, tasks := cluster.TaskDAG(id, c.Work)
+		c.SubmitAny(d)
 		dags[id], order = tasks, append(order, id)
 	}
-	logBefore, _ := os.ReadFile(standby.logPath)
+	logBefore, _ := os.ReadFile(standby.LogPath)
 	for i := 1; i <= 3; i++ {
-		standby.signal(syscall.SIGSTOP) // stop() sends SIGCONT first, should the test end here
+		standby.Signal(syscall.SIGSTOP) // stop() sends SIGCONT first, should the test end here
 		time.Sleep(3 * time.Second)     // the fault itself: a pause longer than every stale timeout
-		standby.signal(syscall.SIGCONT)
-		c.waitFor(fmt.Sprintf("%s back as a standby after pause %d", standby.name, i), 30*time.Second, func() (bool, string) {
-			me, err := c.self(standby)
-			v, verr := c.view(standby)
-			ok := err == nil && verr == nil && me.Role == "standby" && v.Leader == leader.name
+		standby.Signal(syscall.SIGCONT)
+		c.WaitFor(fmt.Sprintf("%s back as a standby after pause %d", standby.Name, i), 30*time.Second, func() (bool, string) {
+			me, err := c.Self(standby)
+			v, verr := c.View(standby)
+			ok := err == nil && verr == nil && me.Role == "standby" && v.Leader == leader.Name
 			return ok, fmt.Sprintf("%+v %v; view %+v %v", me, err, v, verr)
 		})
-		now, err := c.self(leader)
+		now, err := c.Self(leader)
 		if err != nil || now.Role != "leader" || now.LeaderSince == nil || !now.LeaderSince.Equal(*term.LeaderSince) {
 			t.Fatalf("after pause %d of %s: leader %s reports %+v (%v); want its term since %v unchanged",
-				i, standby.name, leader.name, now, err, term.LeaderSince)
+				i, standby.Name, leader.Name, now, err, term.LeaderSince)
 		}
 	}
 	// The pauses did make the standby suspect the leader: the check this
 	// test is about ran, and found the leader answering.
-	b, _ := os.ReadFile(standby.logPath)
+	b, _ := os.ReadFile(standby.LogPath)
 	if !strings.Contains(string(b[min(len(logBefore), len(b)):]), "the leader answers; not deposing it") {
-		t.Errorf("%s never suspected the leader across 3 pauses (no \"the leader answers\" in %s): the test proves nothing", standby.name, standby.logPath)
+		t.Errorf("%s never suspected the leader across 3 pauses (no \"the leader answers\" in %s): the test proves nothing", standby.Name, standby.LogPath)
 	}
-	states := c.waitDAGs(order, 2*time.Minute)
+	states := c.WaitDAGs(order, 2*time.Minute)
 	for _, id := range order {
 		if d := states[id]; d.Status != "succeeded" {
 			t.Errorf("DAG %s %s: %+v", id, d.Status, d.Tasks)
 		}
 	}
-	c.checkRanOnce(dags)
+	c.CheckRanOnce(dags)
 }

@@ -12,42 +12,17 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/orion-sched/orion/internal/testkit"
+	"github.com/orion-sched/orion/test/internal/cluster"
 )
 
-var orionBin string
+func TestMain(m *testing.M) { cluster.Main(m) }
 
-func TestMain(m *testing.M) {
-	orionBin = os.Getenv("ORION_BIN")
-	if orionBin == "" {
-		dir, err := os.MkdirTemp("", "orion-e2e-bin")
-		if err != nil {
-			panic(err)
-		}
-		orionBin = filepath.Join(dir, "orion")
-		cmd := exec.Command("go", "build", "-o", orionBin, "./cmd/orion")
-		cmd.Dir = repoRoot()
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		if err := cmd.Run(); err != nil {
-			panic("building orion: " + err.Error())
-		}
-		defer os.RemoveAll(dir)
-	}
-	os.Exit(m.Run())
-}
-
-func repoRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
-}
-
-func fixture(name string) string { return filepath.Join(repoRoot(), "test", "fixtures", name) }
+func fixture(name string) string { return filepath.Join(cluster.RepoRoot(), "test", "fixtures", name) }
 
 // node is one `orion server` process with an embedded etcd member. Its ports
 // and data dir survive restarts, as they would on a laptop.
@@ -95,9 +70,9 @@ func (n *node) start() {
 	if err != nil {
 		n.t.Fatal(err)
 	}
-	cmd := exec.Command(orionBin, args...)
+	cmd := exec.Command(cluster.Bin, args...)
 	cmd.Dir = n.dataDir
-	cmd.Env = filterEnv(os.Environ(), "ORION_")
+	cmd.Env = cluster.FilterEnv(os.Environ(), "ORION_")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
@@ -108,16 +83,6 @@ func (n *node) start() {
 	n.waitErr = make(chan error, 1)
 	go func() { n.waitErr <- cmd.Wait() }()
 	n.waitReady()
-}
-
-func filterEnv(env []string, drop string) []string {
-	out := env[:0]
-	for _, kv := range env {
-		if !strings.HasPrefix(kv, drop) {
-			out = append(out, kv)
-		}
-	}
-	return out
 }
 
 // waitReady polls /readyz and then the cluster endpoint until this node leads.
@@ -228,49 +193,19 @@ func (n *node) getJSON(path string, v any) (int, []byte) {
 
 // orion runs the CLI against this node.
 func (n *node) orion(args ...string) (string, error) {
-	cmd := exec.Command(orionBin, append(args, "--server", n.url())...)
+	cmd := exec.Command(cluster.Bin, append(args, "--server", n.url())...)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
 
-type taskState struct {
-	ID         string `json:"id"`
-	Status     string `json:"status"`
-	Attempts   int    `json:"attempts"`
-	ExitCode   *int   `json:"exit_code"`
-	Worker     string `json:"worker"`
-	OutputTail string `json:"output_tail"`
-	Cascade    bool   `json:"cascade"`
-}
-
-type dagState struct {
-	ID     string         `json:"id"`
-	Name   string         `json:"name"`
-	Status string         `json:"status"`
-	Run    int            `json:"run"`
-	Counts map[string]int `json:"counts"`
-	Tasks  []taskState    `json:"tasks"`
-	// Revision is the one the answering replica had applied.
-	Revision int64 `json:"revision"`
-}
-
-func (d *dagState) task(id string) taskState {
-	for _, t := range d.Tasks {
-		if t.ID == id {
-			return t
-		}
-	}
-	return taskState{}
-}
-
-func (n *node) dag(id string) (*dagState, int) {
-	var d dagState
+func (n *node) dag(id string) (*cluster.DAGState, int) {
+	var d cluster.DAGState
 	code, _ := n.getJSON("/api/v1/dags/"+id, &d)
 	return &d, code
 }
 
 // waitDAG polls until the DAG is terminal.
-func (n *node) waitDAG(id string, within time.Duration) *dagState {
+func (n *node) waitDAG(id string, within time.Duration) *cluster.DAGState {
 	n.t.Helper()
 	deadline := time.Now().Add(within)
 	for time.Now().Before(deadline) {
@@ -297,16 +232,4 @@ func (n *node) submit(body string) string {
 		n.t.Fatalf("submit response %s: %v", out, err)
 	}
 	return r.ID
-}
-
-func lines(t *testing.T, path string) int {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if os.IsNotExist(err) {
-		return 0
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.Count(string(b), "\n")
 }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/orion-sched/orion/internal/testkit"
+	"github.com/orion-sched/orion/test/internal/cluster"
 )
 
 // errorCode reads the code of Orion's JSON error body ("" if it is not one).
@@ -313,9 +314,9 @@ func TestWorkerNeedsTheTokenOnANetworkBind(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer logf.Close()
-		cmd := exec.Command(orionBin, append([]string{"worker", "--name", name, "--slots", "2", "--server", n.url(),
+		cmd := exec.Command(cluster.Bin, append([]string{"worker", "--name", name, "--slots", "2", "--server", n.url(),
 			"--log-dir", t.TempDir(), "--log-format", "json"}, args...)...)
-		cmd.Env = filterEnv(os.Environ(), "ORION_")
+		cmd.Env = cluster.FilterEnv(os.Environ(), "ORION_")
 		cmd.Stdout, cmd.Stderr = logf, logf
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		if err := cmd.Start(); err != nil {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/orion-sched/orion/internal/testkit"
+	"github.com/orion-sched/orion/test/internal/cluster"
 )
 
 // The README's quick start: submit the ETL sample with the CLI and wait.
@@ -103,19 +104,19 @@ tasks:
 		"further": {"upstream_failed", 0}, "slowpoke": {"failed", 1},
 	}
 	for id, w := range want {
-		tk := d.task(id)
+		tk := d.Task(id)
 		if tk.Status != w.status || tk.Attempts != w.attempts {
 			t.Errorf("%s: %s after %d attempts, want %s after %d", id, tk.Status, tk.Attempts, w.status, w.attempts)
 		}
 	}
-	if tk := d.task("broken"); tk.ExitCode == nil || *tk.ExitCode != 7 || !strings.Contains(tk.OutputTail, "broken") {
+	if tk := d.Task("broken"); tk.ExitCode == nil || *tk.ExitCode != 7 || !strings.Contains(tk.OutputTail, "broken") {
 		t.Errorf("broken: exit %v tail %q", tk.ExitCode, tk.OutputTail)
 	}
-	if !d.task("downstream").Cascade {
+	if !d.Task("downstream").Cascade {
 		t.Errorf("downstream not marked as cascade")
 	}
-	if lines(t, filepath.Join(dir, "flaky")) != 3 {
-		t.Errorf("flaky ran %d times", lines(t, filepath.Join(dir, "flaky")))
+	if cluster.Lines(t, filepath.Join(dir, "flaky")) != 3 {
+		t.Errorf("flaky ran %d times", cluster.Lines(t, filepath.Join(dir, "flaky")))
 	}
 
 	// Retry the failed DAG: only the failed and upstream-failed tasks run.
@@ -123,8 +124,8 @@ tasks:
 		t.Fatalf("retry: %v %s", err, out)
 	}
 	d = n.waitDAG(id, 60*time.Second)
-	if d.Run != 2 || d.task("broken").Attempts != 6 || d.task("extract").Attempts != 1 || d.task("flaky").Attempts != 3 {
-		t.Errorf("after retry: run %d broken %d extract %d flaky %d", d.Run, d.task("broken").Attempts, d.task("extract").Attempts, d.task("flaky").Attempts)
+	if d.Run != 2 || d.Task("broken").Attempts != 6 || d.Task("extract").Attempts != 1 || d.Task("flaky").Attempts != 3 {
+		t.Errorf("after retry: run %d broken %d extract %d flaky %d", d.Run, d.Task("broken").Attempts, d.Task("extract").Attempts, d.Task("flaky").Attempts)
 	}
 }
 
@@ -177,7 +178,7 @@ func TestKill9MidRunResumes(t *testing.T) {
 			t.Errorf("%s ended %s", id, d.Status)
 		}
 		for j := 0; j < 8; j++ {
-			runs := lines(t, filepath.Join(marks, fmt.Sprintf("%d-%d", i, j)))
+			runs := cluster.Lines(t, filepath.Join(marks, fmt.Sprintf("%d-%d", i, j)))
 			key := fmt.Sprintf("%s/t%d", id, j)
 			switch {
 			case runs == 0:
@@ -358,8 +359,8 @@ func TestPortInUseFailsCleanly(t *testing.T) {
 			defer cancel()
 			dataDir := filepath.Join(t.TempDir(), "data")
 			args := append([]string{"server", "--name", "second", "--data-dir", dataDir, "--log-format", "json"}, tc.args...)
-			cmd := exec.CommandContext(ctx, orionBin, args...)
-			cmd.Env = filterEnv(os.Environ(), "ORION_")
+			cmd := exec.CommandContext(ctx, cluster.Bin, args...)
+			cmd.Env = cluster.FilterEnv(os.Environ(), "ORION_")
 			out, err := cmd.CombinedOutput()
 			var exit *exec.ExitError
 			if !errors.As(err, &exit) || exit.ExitCode() != 2 {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/orion-sched/orion/internal/testkit"
+	"github.com/orion-sched/orion/test/internal/cluster"
 )
 
 // kill -9 of an `orion worker` leaves no task process behind: neither the
@@ -29,9 +30,9 @@ func TestWorkerKill9LeavesNoTaskProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer logf.Close()
-	w := exec.Command(orionBin, "worker", "--server", n.url(), "--slots", "1", "--name", "doomed",
+	w := exec.Command(cluster.Bin, "worker", "--server", n.url(), "--slots", "1", "--name", "doomed",
 		"--log-dir", filepath.Join(work, "logs"), "--log-format", "json")
-	w.Env = filterEnv(os.Environ(), "ORION_")
+	w.Env = cluster.FilterEnv(os.Environ(), "ORION_")
 	w.Stdout, w.Stderr = logf, logf
 	w.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := w.Start(); err != nil {

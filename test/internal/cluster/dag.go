@@ -1,0 +1,34 @@
+package cluster
+
+// TaskState is a task as GET /api/v1/dags/ID reports it.
+type TaskState struct {
+	ID         string `json:"id"`
+	Status     string `json:"status"`
+	Attempts   int    `json:"attempts"`
+	ExitCode   *int   `json:"exit_code"`
+	Worker     string `json:"worker"`
+	OutputTail string `json:"output_tail"`
+	Cascade    bool   `json:"cascade"`
+}
+
+// DAGState is GET /api/v1/dags/ID.
+type DAGState struct {
+	ID     string         `json:"id"`
+	Name   string         `json:"name"`
+	Status string         `json:"status"`
+	Run    int            `json:"run"`
+	Counts map[string]int `json:"counts"`
+	Tasks  []TaskState    `json:"tasks"`
+	// Revision is the one the answering replica had applied.
+	Revision int64 `json:"revision"`
+}
+
+// Task returns the task id of the DAG (its zero value when there is none).
+func (d *DAGState) Task(id string) TaskState {
+	for _, t := range d.Tasks {
+		if t.ID == id {
+			return t
+		}
+	}
+	return TaskState{}
+}
