@@ -95,7 +95,7 @@ var serverFlags = []Flag{
 	{"max-conns-per-client", 128, "open connections one non-loopback client address (an IPv4 address or an IPv6 /64) may hold; more are closed at once"},
 	{"etcd-max-request-bytes", 3 << 19, "etcd's --max-request-bytes (1.5 MiB by default): every record is checked against it before it is committed, and the embedded member uses it"},
 	{"advertise-url", "", "URL other replicas and workers use to reach this API (default http://<listen address>)"},
-	{"stream-stale-after", time.Second, "a worker or leader stream silent this long is treated as dead (the leader sends heartbeats every 100ms)"},
+	{"stream-stale-after", 300 * time.Millisecond, "a worker or leader stream silent this long is treated as dead (the leader sends heartbeats every 100ms)"},
 	{"worker-reconnect-grace", 2 * time.Second, "how long a disconnected worker keeps its running attempts before they are re-queued"},
 	{"data-dir", "./data", "directory for the embedded etcd member and task logs"},
 	{"etcd-endpoints", []string{}, "comma-separated etcd client URLs; empty: embed a single etcd member in --data-dir"},
