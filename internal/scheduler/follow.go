@@ -191,11 +191,17 @@ func (e *Engine) onWatch(ctx context.Context, wr store.WatchEvent) {
 }
 
 // catchUp applies the watch until it has shown everything etcd holds now.
+// catchUpTimeout bounds a new leader's catch-up through its watch.
+const catchUpTimeout = time.Second
+
 func (e *Engine) catchUp(ctx context.Context) error {
 	if e.watchCh == nil {
 		return errors.New("not following the log")
 	}
-	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	// The loop waits here (the new leader must not act on a stale state):
+	// a watch that cannot deliver within the bound is replaced by a
+	// background re-read, so reads queued behind it wait at most this.
+	rctx, cancel := context.WithTimeout(ctx, catchUpTimeout)
 	defer cancel()
 	rec, ok, target, err := e.st.TermRecord(rctx)
 	if err != nil {
