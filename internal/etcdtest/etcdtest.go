@@ -4,9 +4,13 @@ package etcdtest
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
@@ -34,4 +38,23 @@ func Start(t testing.TB, mods ...func(*etcdserver.Config)) (*etcdserver.Member, 
 	}
 	t.Cleanup(func() { cli.Close() })
 	return m, cli
+}
+
+// FillToQuota puts live data under /fill/ until the member refuses a put at
+// its backend quota (its NOSPACE alarm is then raised), and fails the test
+// if it never does within four times quota bytes.
+func FillToQuota(t testing.TB, cli *clientv3.Client, quota int) {
+	t.Helper()
+	blob := strings.Repeat("x", 256<<10)
+	for i := 0; i < 4*quota/len(blob); i++ {
+		_, err := cli.Put(context.Background(), fmt.Sprintf("/fill/%04d", i), blob)
+		if errors.Is(err, rpctypes.ErrGRPCNoSpace) || errors.Is(err, rpctypes.ErrNoSpace) ||
+			(err != nil && strings.Contains(err.Error(), rpctypes.ErrorDesc(rpctypes.ErrGRPCNoSpace))) {
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Fatal("etcd never refused a put at its quota")
 }

@@ -49,19 +49,7 @@ func TestStorageFullOnARealMember(t *testing.T) {
 	})
 
 	// Live data up to the quota: the member cannot disarm by compacting.
-	blob := strings.Repeat("x", 256<<10)
-	for i := 0; ; i++ {
-		if i == 4*quota/len(blob) {
-			t.Fatal("etcd never refused a put at its quota")
-		}
-		_, err := cli.Put(ctx, fmt.Sprintf("/fill/%04d", i), blob)
-		if store.IsNoSpace(err) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	etcdtest.FillToQuota(t, cli, quota)
 
 	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	_, err := b.eng.Submit(sctx, mustLoad(t, "id: d2\nname: d2\ntasks: [{id: a, kind: noop}]\n"))

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -13,7 +12,6 @@ import (
 	"github.com/orion-sched/orion/internal/etcdserver"
 	"github.com/orion-sched/orion/internal/etcdtest"
 	"github.com/orion-sched/orion/internal/metrics"
-	"github.com/orion-sched/orion/internal/store"
 	"github.com/orion-sched/orion/internal/testkit"
 )
 
@@ -26,19 +24,7 @@ func TestNoSpaceShows(t *testing.T) {
 		c.MaintenanceInterval = -1 // keep the alarm: this test looks at it
 	})
 	ctx := context.Background()
-	blob := strings.Repeat("x", 256<<10)
-	for i := 0; ; i++ {
-		if i == 4*quota/len(blob) {
-			t.Fatal("etcd never refused a put at its quota")
-		}
-		_, err := cli.Put(ctx, fmt.Sprintf("/fill/%04d", i), blob)
-		if store.IsNoSpace(err) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	etcdtest.FillToQuota(t, cli, quota)
 	info := &clusterInfo{cli: cli}
 	alarms, err := info.Alarms(ctx)
 	if err != nil || len(alarms) != 1 || alarms[0].Alarm != "NOSPACE" || !strings.Contains(alarms[0].Message, "quota") {

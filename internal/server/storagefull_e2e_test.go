@@ -19,8 +19,8 @@ import (
 
 	"github.com/orion-sched/orion/internal/apitypes"
 	"github.com/orion-sched/orion/internal/config"
+	"github.com/orion-sched/orion/internal/etcdtest"
 	"github.com/orion-sched/orion/internal/server"
-	"github.com/orion-sched/orion/internal/store"
 	"github.com/orion-sched/orion/internal/testkit"
 )
 
@@ -81,19 +81,7 @@ func TestStorageFullEndToEnd(t *testing.T) {
 
 	// Live data up to the quota: the member cannot reclaim anything yet.
 	ctx := context.Background()
-	blob := strings.Repeat("x", 256<<10)
-	for i := 0; ; i++ {
-		if i == 4*quota/len(blob) {
-			t.Fatal("etcd never refused a put at its quota")
-		}
-		_, err := s.Client.Put(ctx, fmt.Sprintf("/fill/%04d", i), blob)
-		if store.IsNoSpace(err) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	etcdtest.FillToQuota(t, s.Client, quota)
 
 	asked := time.Now()
 	code, b := submit("during")
