@@ -5,7 +5,6 @@ package seedapi_test
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -14,14 +13,12 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
-	"go.uber.org/zap"
-	"go.uber.org/zap/zaptest"
 
 	"github.com/orion-sched/orion/internal/apitypes"
 	"github.com/orion-sched/orion/internal/config"
 	"github.com/orion-sched/orion/internal/events"
 	"github.com/orion-sched/orion/internal/seedapi"
-	"github.com/orion-sched/orion/internal/server"
+	"github.com/orion-sched/orion/internal/server/servertest"
 	"github.com/orion-sched/orion/internal/testkit"
 )
 
@@ -31,23 +28,12 @@ func TestEndToEnd(t *testing.T) {
 	}
 	// A single node as `orion server --demo` runs it: embedded etcd, its
 	// slots behind the worker hub, the seed surface and the event stream.
-	cfg := config.Defaults()
-	cfg.Name, cfg.Listen, cfg.DataDir = "n1", "127.0.0.1:0", t.TempDir()
-	cfg.EmbeddedClientURL, cfg.EmbeddedPeerURL = testkit.FreeURL(t), testkit.FreeURL(t)
-	cfg.Demo, cfg.Slots = true, 4
-	cfg.RetryBase, cfg.RetryCap, cfg.OrphanGrace = 5*time.Millisecond, 20*time.Millisecond, 200*time.Millisecond
-	s, err := server.Start(context.Background(), cfg, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = s.Shutdown(ctx)
-	}()
+	s, base := servertest.Start(t, func(cfg *config.Server) {
+		cfg.Demo, cfg.Slots = true, 4
+		cfg.RetryBase, cfg.RetryCap, cfg.OrphanGrace = 5*time.Millisecond, 20*time.Millisecond, 200*time.Millisecond
+	})
 	leading := func() bool { return s.Engine().Status().Leader }
-	testkit.WaitFor(t, 15*time.Second, "leadership", leading)
-	srv := struct{ URL string }{"http://" + s.HTTPAddr}
+	srv := struct{ URL string }{base}
 	wsBase := "ws" + strings.TrimPrefix(srv.URL, "http")
 
 	// The seed console's socket, and an Orion client that loaded state

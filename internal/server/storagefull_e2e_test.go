@@ -14,13 +14,11 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
-	"go.uber.org/zap/zaptest"
 
 	"github.com/orion-sched/orion/internal/apitypes"
 	"github.com/orion-sched/orion/internal/config"
 	"github.com/orion-sched/orion/internal/etcdtest"
-	"github.com/orion-sched/orion/internal/server"
+	"github.com/orion-sched/orion/internal/server/servertest"
 	"github.com/orion-sched/orion/internal/testkit"
 )
 
@@ -33,21 +31,9 @@ func TestStorageFullEndToEnd(t *testing.T) {
 		t.Skip("starts etcd")
 	}
 	const quota = 8 << 20
-	cfg := config.Defaults()
-	cfg.Name, cfg.Listen, cfg.DataDir = "n1", "127.0.0.1:0", t.TempDir()
-	cfg.EmbeddedClientURL, cfg.EmbeddedPeerURL = testkit.FreeURL(t), testkit.FreeURL(t)
-	cfg.EmbeddedQuotaBytes, cfg.Slots = quota, 2
-	s, err := server.Start(context.Background(), cfg, zaptest.NewLogger(t, zaptest.Level(zap.ErrorLevel)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = s.Shutdown(ctx)
-	}()
-	testkit.WaitFor(t, 15*time.Second, "leadership", func() bool { return s.Engine().Status().Leader })
-	base := "http://" + s.HTTPAddr
+	s, base := servertest.Start(t, func(cfg *config.Server) {
+		cfg.EmbeddedQuotaBytes, cfg.Slots = quota, 2
+	})
 	submit := func(id string) (int, []byte) {
 		body := fmt.Sprintf(`{"id": %q, "name": %q, "tasks": [{"id": "a", "kind": "noop"}]}`, id, id)
 		resp, err := http.Post(base+"/api/v1/dags", "application/json", strings.NewReader(body))
