@@ -14,21 +14,19 @@ import (
 // reload replaces the state with a snapshot of etcd; the core must not be
 // leading. Retries until ctx ends, since a replica without state is useless.
 func (e *Engine) reload(ctx context.Context) error {
-	for {
-		lctx, cancel := context.WithTimeout(ctx, loadTimeout)
-		snap, err := e.st.Load(lctx)
-		cancel()
-		if err == nil {
-			e.applySnapshot(snap)
-			return nil
-		}
-		e.log.Warn("loading state from etcd failed; retrying", zap.Error(err))
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-e.clock.After(loadRetry):
-		}
+	snap, err := retry(ctx, e.clock, loadRetry, e.log, "loading state from etcd", e.load)
+	if err != nil {
+		return err
 	}
+	e.applySnapshot(snap)
+	return nil
+}
+
+// load reads the whole state once, within loadTimeout.
+func (e *Engine) load(ctx context.Context) (*store.Snapshot, error) {
+	lctx, cancel := context.WithTimeout(ctx, loadTimeout)
+	defer cancel()
+	return e.st.Load(lctx)
 }
 
 // Bounds of one read of the whole state, and the pause between reads that
@@ -76,25 +74,13 @@ func (e *Engine) reloadAsync(ctx context.Context, then func(ctx context.Context)
 	e.loading = true
 	e.publishStatus()
 	go func() {
-		for failures := 0; ; failures++ {
-			lctx, cancel := context.WithTimeout(ctx, loadTimeout)
-			snap, err := e.st.Load(lctx)
-			cancel()
-			if err == nil {
-				select {
-				case e.loadDone <- snap:
-				case <-ctx.Done():
-				}
-				return
-			}
-			if failures%10 == 0 {
-				e.log.Warn("loading state from etcd failed; retrying", zap.Error(err), zap.Int("failures", failures+1))
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-e.clock.After(loadRetry):
-			}
+		snap, err := retry(ctx, e.clock, loadRetry, e.log, "loading state from etcd", e.load)
+		if err != nil {
+			return // ctx ended
+		}
+		select {
+		case e.loadDone <- snap:
+		case <-ctx.Done():
 		}
 	}()
 }

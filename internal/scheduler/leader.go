@@ -22,19 +22,12 @@ import (
 // it. It retries until ctx ends: a replica that cannot reach etcd can do
 // nothing useful.
 func (e *Engine) openSession(ctx context.Context) error {
-	for {
-		s, err := e.tryOpenSession(ctx)
-		if err == nil {
-			e.session = s
-			return nil
-		}
-		e.log.Warn("opening an etcd session failed; retrying", zap.Error(err))
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-e.clock.After(sessionRetry):
-		}
+	s, err := retry(ctx, e.clock, sessionRetry, e.log, "opening an etcd session", e.tryOpenSession)
+	if err != nil {
+		return err
 	}
+	e.session = s
+	return nil
 }
 
 // sessionRetry is the pause after an attempt to open a session failed (the
@@ -56,24 +49,14 @@ func (e *Engine) openSessionAsync(ctx context.Context) {
 	e.opening = true
 	e.publishStatus()
 	go func() {
-		for failures := 0; ; failures++ {
-			s, err := e.tryOpenSession(ctx)
-			if err == nil {
-				select {
-				case e.sessionOpened <- s:
-				case <-ctx.Done():
-					_ = s.Close()
-				}
-				return
-			}
-			if failures%10 == 0 {
-				e.log.Warn("opening an etcd session failed; retrying", zap.Error(err), zap.Int("failures", failures+1))
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-e.clock.After(sessionRetry):
-			}
+		s, err := retry(ctx, e.clock, sessionRetry, e.log, "opening an etcd session", e.tryOpenSession)
+		if err != nil {
+			return // ctx ended
+		}
+		select {
+		case e.sessionOpened <- s:
+		case <-ctx.Done():
+			_ = s.Close()
 		}
 	}()
 }

@@ -43,14 +43,11 @@ func (c *clusterInfo) Replicas(ctx context.Context) ([]apitypes.ReplicaAddr, err
 
 func (c *clusterInfo) LeaderAddr(ctx context.Context) (apitypes.ReplicaAddr, bool, error) {
 	v, err := c.current(ctx)
-	if err != nil || !v.HasLeader {
+	if err != nil {
 		return apitypes.ReplicaAddr{}, false, err
 	}
-	addr := apitypes.ReplicaAddr{Name: v.Leader.Name}
-	if r, ok := v.Replica(addr.Name); ok {
-		addr.APIURL = r.APIURL
-	}
-	return addr, true, nil
+	addr, ok := leaderAddr(v)
+	return addr, ok, nil
 }
 
 // Members lists the etcd members and marks etcd's leader. Every member is

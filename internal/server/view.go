@@ -103,19 +103,27 @@ func (lv *leaderView) snapshot() (store.ClusterView, bool) {
 	return lv.view, lv.known
 }
 
-// LeaderAddr names the leader and its API URL (empty when it registered
-// none); ok is false when no leader is known.
-func (lv *leaderView) LeaderAddr() (addr apitypes.ReplicaAddr, ok bool) {
-	lv.mu.Lock()
-	defer lv.mu.Unlock()
-	if !lv.known || !lv.view.HasLeader {
+// leaderAddr names v's leader and its API URL (empty when it registered
+// none); ok is false when nobody leads.
+func leaderAddr(v store.ClusterView) (addr apitypes.ReplicaAddr, ok bool) {
+	if !v.HasLeader {
 		return addr, false
 	}
-	addr.Name = lv.view.Leader.Name
-	if r, ok := lv.view.Replica(addr.Name); ok {
+	addr.Name = v.Leader.Name
+	if r, ok := v.Replica(addr.Name); ok {
 		addr.APIURL = r.APIURL
 	}
 	return addr, true
+}
+
+// LeaderAddr is leaderAddr of the view; ok is false also before the first
+// read.
+func (lv *leaderView) LeaderAddr() (apitypes.ReplicaAddr, bool) {
+	v, known := lv.snapshot()
+	if !known {
+		return apitypes.ReplicaAddr{}, false
+	}
+	return leaderAddr(v)
 }
 
 // Leader is the view as GET /api/v1/leader shows it (without the node,
@@ -126,11 +134,8 @@ func (lv *leaderView) Leader() (l apitypes.Leader, known bool, changed <-chan st
 	v, known, changed := lv.view, lv.known, lv.changed
 	lv.mu.Unlock()
 	l = apitypes.Leader{Replicas: replicaAddrs(v), Revision: v.Revision}
-	if v.HasLeader {
-		l.Leader = v.Leader.Name
-		if r, ok := v.Replica(l.Leader); ok {
-			l.LeaderURL = r.APIURL
-		}
+	if addr, ok := leaderAddr(v); ok {
+		l.Leader, l.LeaderURL = addr.Name, addr.APIURL
 	}
 	return l, known, changed
 }

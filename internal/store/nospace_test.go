@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"testing"
 
@@ -33,20 +32,7 @@ func TestCommitAtQuota(t *testing.T) {
 	if _, err := st.Commit(ctx, fence, []core.Entry{dagEntry("old", 2)}, DefaultLimits, nil); err != nil {
 		t.Fatal(err)
 	}
-	blob := strings.Repeat("x", 256<<10)
-	full := false
-	for i := 0; i < 4*quota/len(blob) && !full; i++ {
-		_, err := cli.Put(ctx, fmt.Sprintf("/fill/%04d", i), blob)
-		switch {
-		case IsNoSpace(err):
-			full = true
-		case err != nil:
-			t.Fatal(err)
-		}
-	}
-	if !full {
-		t.Fatal("etcd never refused a put at its quota")
-	}
+	etcdtest.FillToQuota(t, cli, quota)
 
 	_, err = st.Commit(ctx, fence, []core.Entry{dagEntry("new", 1)}, DefaultLimits, nil)
 	var ns *NoSpaceError

@@ -28,32 +28,19 @@ import (
 // died no task runs twice.
 func TestKillLeaderRepeatedly(t *testing.T) {
 	c := cluster.New(t, cluster.Options{})
-	dags := map[string][]string{}
-	var order []string
-	next := 0
-	submit := func() {
-		next++
-		id := fmt.Sprintf("kl-%d", next)
-		d, tasks := cluster.TaskDAG(id, c.Work)
-		c.SubmitAny(d)
-		dags[id] = tasks
-		order = append(order, id)
-	}
-	for range 4 {
-		submit()
-	}
+	var load cluster.TaskLoad
+	c.SubmitTaskDAGs(&load, "kl", 4)
 
 	const kills = 5
 	var takeovers []time.Duration
 	for k := 1; k <= kills; k++ {
 		// The kill must land mid-run: top the work up when little is left,
 		// then wait until some task is running.
-		if c.UnfinishedTasks(order) < 24 {
-			submit()
-			submit()
+		if c.UnfinishedTasks(load.Order) < 24 {
+			c.SubmitTaskDAGs(&load, "kl", 2)
 		}
 		c.WaitFor(fmt.Sprintf("kill %d: a task running", k), 30*time.Second, func() (bool, string) {
-			n := c.RunningTasks(order)
+			n := c.RunningTasks(load.Order)
 			return n > 0, fmt.Sprintf("%d tasks running", n)
 		})
 
@@ -75,13 +62,7 @@ func TestKillLeaderRepeatedly(t *testing.T) {
 	}
 	t.Logf("takeovers (first commit − kill): %v", takeovers)
 
-	states := c.WaitDAGs(order, 2*time.Minute)
-	for _, id := range order {
-		if d := states[id]; d.Status != "succeeded" {
-			t.Errorf("DAG %s %s: %+v", id, d.Status, d.Tasks)
-		}
-	}
-	c.CheckRanOnce(dags)
+	c.CheckTaskLoad(&load, 2*time.Minute)
 }
 
 // SIGSTOP the leader while DAGs run: a standby takes over; after SIGCONT the
@@ -89,16 +70,10 @@ func TestKillLeaderRepeatedly(t *testing.T) {
 // reports itself a standby. Every DAG succeeds and no task runs twice.
 func TestSigstopLeader(t *testing.T) {
 	c := cluster.New(t, cluster.Options{})
-	dags := map[string][]string{}
-	var order []string
-	for i := 1; i <= 4; i++ {
-		id := fmt.Sprintf("ss-%d", i)
-		d, tasks := cluster.TaskDAG(id, c.Work)
-		c.SubmitAny(d)
-		dags[id], order = tasks, append(order, id)
-	}
+	var load cluster.TaskLoad
+	c.SubmitTaskDAGs(&load, "ss", 4)
 	c.WaitFor("a task running", 30*time.Second, func() (bool, string) {
-		n := c.RunningTasks(order)
+		n := c.RunningTasks(load.Order)
 		return n > 0, fmt.Sprintf("%d tasks running", n)
 	})
 
@@ -143,13 +118,7 @@ func TestSigstopLeader(t *testing.T) {
 		t.Errorf("after SIGCONT %s names the leader %q (%v), want %s", old.Name, leaderOf(v), err, nl.Name)
 	}
 
-	states := c.WaitDAGs(order, 2*time.Minute)
-	for _, id := range order {
-		if d := states[id]; d.Status != "succeeded" {
-			t.Errorf("DAG %s %s: %+v", id, d.Status, d.Tasks)
-		}
-	}
-	c.CheckRanOnce(dags)
+	c.CheckTaskLoad(&load, 2*time.Minute)
 }
 
 // A worker given one replica's address (as a Kubernetes Service that maps to
@@ -582,14 +551,8 @@ func TestStandbyPausesDeposeNobody(t *testing.T) {
 			break
 		}
 	}
-	dags := map[string][]string{}
-	var order []string
-	for i := 1; i <= 3; i++ {
-		id := fmt.Sprintf("pause-%d", i)
-		d, tasks := cluster.TaskDAG(id, c.Work)
-		c.SubmitAny(d)
-		dags[id], order = tasks, append(order, id)
-	}
+	var load cluster.TaskLoad
+	c.SubmitTaskDAGs(&load, "pause", 3)
 	logBefore, _ := os.ReadFile(standby.LogPath)
 	for i := 1; i <= 3; i++ {
 		standby.Signal(syscall.SIGSTOP) // stop() sends SIGCONT first, should the test end here
@@ -613,11 +576,5 @@ func TestStandbyPausesDeposeNobody(t *testing.T) {
 	if !strings.Contains(string(b[min(len(logBefore), len(b)):]), "the leader answers; not deposing it") {
 		t.Errorf("%s never suspected the leader across 3 pauses (no \"the leader answers\" in %s): the test proves nothing", standby.Name, standby.LogPath)
 	}
-	states := c.WaitDAGs(order, 2*time.Minute)
-	for _, id := range order {
-		if d := states[id]; d.Status != "succeeded" {
-			t.Errorf("DAG %s %s: %+v", id, d.Status, d.Tasks)
-		}
-	}
-	c.CheckRanOnce(dags)
+	c.CheckTaskLoad(&load, 2*time.Minute)
 }

@@ -826,6 +826,41 @@ func TaskDAG(id, work string) (map[string]any, []string) {
 	return map[string]any{"id": id, "name": id, "tasks": tasks}, ids
 }
 
+// TaskLoad is TaskDAGs submitted to a cluster: their task ids by DAG, and
+// the DAG ids in the order of submission.
+type TaskLoad struct {
+	Tasks map[string][]string
+	Order []string
+}
+
+// SubmitTaskDAGs submits n more TaskDAGs, named prefix-N numbered on from
+// those already in l, through any replica.
+func (c *Cluster) SubmitTaskDAGs(l *TaskLoad, prefix string, n int) {
+	c.t.Helper()
+	if l.Tasks == nil {
+		l.Tasks = map[string][]string{}
+	}
+	for range n {
+		id := fmt.Sprintf("%s-%d", prefix, len(l.Order)+1)
+		d, tasks := TaskDAG(id, c.Work)
+		c.SubmitAny(d)
+		l.Tasks[id], l.Order = tasks, append(l.Order, id)
+	}
+}
+
+// CheckTaskLoad waits (up to bound) for every DAG of l to end, and fails
+// the test unless each succeeded with every task run exactly once.
+func (c *Cluster) CheckTaskLoad(l *TaskLoad, bound time.Duration) {
+	c.t.Helper()
+	states := c.WaitDAGs(l.Order, bound)
+	for _, id := range l.Order {
+		if d := states[id]; d.Status != "succeeded" {
+			c.t.Errorf("DAG %s %s: %+v", id, d.Status, d.Tasks)
+		}
+	}
+	c.CheckRanOnce(l.Tasks)
+}
+
 // checkRanOnce asserts that every task of every DAG wrote exactly one line
 // (in c.Work), and shows the attempt history of those that did not.
 func (c *Cluster) CheckRanOnce(dags map[string][]string) {
