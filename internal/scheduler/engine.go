@@ -115,6 +115,7 @@ type Engine struct {
 	termRecordDue bool
 	watchCh       <-chan store.WatchEvent
 	watchRetry    <-chan time.Time // a watch restart pending after the last one ended
+	watchFailures int              // watches ended in a row (logged sparingly)
 	watchStop     context.CancelFunc
 	watchFrom     int64 // first revision the current watch delivers
 	seenRev       int64 // highest revision the watch has shown us (events or progress)

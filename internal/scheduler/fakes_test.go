@@ -31,6 +31,7 @@ type fakeStore struct {
 	watches  []*fakeWatch
 	fenceRev int64 // the live term's fence; 0: nobody leads
 	leader   string
+	holder   *fakeSession // the session the live term's election key is on
 	sessions []*fakeSession
 	loads    int // Load calls, to see reloads
 	// seen holds the DAGs of every Commit call so far, applied or not.
@@ -195,12 +196,27 @@ func (s *fakeStore) TermRecord(ctx context.Context) (store.TermRecord, bool, int
 type fakeSession struct {
 	done chan struct{}
 	once sync.Once
+	s    *fakeStore
 }
 
 func (f *fakeSession) Done() <-chan struct{} { return f.done }
 func (f *fakeSession) Close() error          { f.end(); return nil }
 func (f *fakeSession) Orphan()               {}
 func (f *fakeSession) end()                  { f.once.Do(func() { close(f.done) }) }
+
+// Release revokes the lease once etcd answers: a lingering election key on
+// it goes (see loseLeaseLinger).
+func (f *fakeSession) Release(ctx context.Context) error {
+	if err := f.s.unavailable(ctx); err != nil {
+		return err
+	}
+	f.s.mu.Lock()
+	defer f.s.mu.Unlock()
+	if f.s.holder == f {
+		f.s.fenceRev, f.s.leader, f.s.holder = 0, "", nil
+	}
+	return nil
+}
 
 func (s *fakeStore) OpenSession(ctx context.Context, ttl time.Duration, reg store.ReplicaRecord) (store.Session, error) {
 	// Bounded as the real store bounds the opening (ctx is the session's
@@ -212,7 +228,7 @@ func (s *fakeStore) OpenSession(ctx context.Context, ttl time.Duration, reg stor
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	fs := &fakeSession{done: make(chan struct{})}
+	fs := &fakeSession{done: make(chan struct{}), s: s}
 	s.sessions = append(s.sessions, fs)
 	return fs, nil
 }
@@ -223,7 +239,21 @@ func (s *fakeStore) loseLease() {
 	s.mu.Lock()
 	sessions := s.sessions
 	s.sessions = nil
-	s.fenceRev, s.leader = 0, ""
+	s.fenceRev, s.leader, s.holder = 0, "", nil
+	s.mu.Unlock()
+	for _, fs := range sessions {
+		fs.end()
+	}
+}
+
+// loseLeaseLinger ends every session on the client's side only, as keep-
+// alives that give up during a quorum loss do: etcd still holds the leases
+// (it extends them when it elects a leader again), so the leader's election
+// key lingers and no candidate wins until the lease is revoked (Release).
+func (s *fakeStore) loseLeaseLinger() {
+	s.mu.Lock()
+	sessions := s.sessions
+	s.sessions = nil
 	s.mu.Unlock()
 	for _, fs := range sessions {
 		fs.end()
@@ -244,7 +274,7 @@ func (t *fakeTerm) Resign(ctx context.Context) error {
 	t.s.mu.Lock()
 	defer t.s.mu.Unlock()
 	if t.s.fenceRev == t.fence.Rev {
-		t.s.fenceRev, t.s.leader = 0, ""
+		t.s.fenceRev, t.s.leader, t.s.holder = 0, "", nil
 	}
 	return nil
 }
@@ -269,7 +299,7 @@ func (s *fakeStore) Campaign(ctx context.Context, session store.Session, name st
 		}
 		if up && s.fenceRev == 0 && !s.loser[name] {
 			s.rev++
-			s.fenceRev, s.leader = s.rev, name
+			s.fenceRev, s.leader, s.holder = s.rev, name, fs
 			t := &fakeTerm{fence: store.Fence{Key: "/orion/v1/election/" + name, Rev: s.rev}, won: time.Now(), session: fs, s: s}
 			s.mu.Unlock()
 			return t, nil
@@ -370,7 +400,7 @@ func (s *fakeStore) Depose(ctx context.Context, suspect string) (bool, error) {
 	}
 	// The suspect's lease is revoked: its election key goes, and the
 	// election is free for the candidates it kept waiting.
-	s.fenceRev, s.leader = 0, ""
+	s.fenceRev, s.leader, s.holder = 0, "", nil
 	clear(s.loser)
 	return true, nil
 }

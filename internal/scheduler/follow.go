@@ -128,7 +128,12 @@ func (e *Engine) watchEnded(ctx context.Context, err error) {
 	if ctx.Err() != nil {
 		return
 	}
-	e.log.Warn("watch ended; restarting", zap.Error(err), zap.Duration("in", watchRetryDelay))
+	// Without quorum every restart ends at once: log the first and then
+	// one in fifty (every 5 s), not ten lines a second.
+	if e.watchFailures%50 == 0 {
+		e.log.Warn("watch ended; restarting", zap.Error(err), zap.Duration("in", watchRetryDelay), zap.Int("in_a_row", e.watchFailures+1))
+	}
+	e.watchFailures++
 	e.watchRetry = e.clock.After(watchRetryDelay)
 }
 
@@ -153,6 +158,7 @@ func (e *Engine) onWatch(ctx context.Context, wr store.WatchEvent) {
 		e.watchEnded(ctx, wr.Err)
 		return
 	}
+	e.watchFailures = 0
 	if wr.HeaderRev > e.etcdRev {
 		e.etcdRev = wr.HeaderRev
 	}

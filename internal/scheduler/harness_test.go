@@ -213,7 +213,12 @@ func (h *engineHarness) run(td *datadriven.TestData) string {
 			h.release = nil
 		}
 	case "lose-lease":
-		h.st.loseLease()
+		// lose-lease linger: the client gives the lease up, etcd keeps it.
+		if len(td.CmdArgs) > 0 && td.CmdArgs[0].Key == "linger" {
+			h.st.loseLeaseLinger()
+		} else {
+			h.st.loseLease()
+		}
 	case "etcd":
 		// down: quorum lost (requests wait); up: it is back.
 		h.st.setUp(td.CmdArgs[0].Key == "up")

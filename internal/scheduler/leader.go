@@ -436,8 +436,31 @@ func (e *Engine) onSessionLost(ctx context.Context) {
 		e.stepDown(ctx, "leadership lease lost")
 		e.stopCampaign()
 	}
+	e.releaseLease(ctx, e.session)
 	e.session = nil
 	e.openSessionAsync(ctx)
+}
+
+// releaseAttempt bounds one attempt to revoke a lost session's lease: an
+// etcd without quorum answers no attempt, and the next one must go out
+// soon after quorum returns.
+const releaseAttempt = 500 * time.Millisecond
+
+// releaseLease revokes a lost session's lease in the background, retrying
+// until etcd answers. Without it, after a quorum loss every replica's old
+// election key outlives the outage by a TTL (etcd extends leases when it
+// elects a leader), and no new candidate can win until they expire.
+func (e *Engine) releaseLease(ctx context.Context, lost store.Session) {
+	if lost == nil {
+		return
+	}
+	go func() {
+		_, _ = retry(ctx, e.clock, sessionRetry, e.log, "revoking the lost session's lease", func(ctx context.Context) (struct{}, error) {
+			actx, cancel := context.WithTimeout(ctx, releaseAttempt)
+			defer cancel()
+			return struct{}{}, lost.Release(actx)
+		})
+	}()
 }
 
 // SuspectLeader reports that the stream to the leader named name dropped. A

@@ -24,6 +24,12 @@ type Session interface {
 	// Orphan stops keeping the lease alive without revoking it, as a crash
 	// would: it expires after its TTL.
 	Orphan()
+	// Release revokes the lease of a session whose keep-alives have given
+	// up (Done closed): etcd extends every lease across its own leader
+	// changes, so after a quorum loss the abandoned lease, and the election
+	// key on it, would outlive the outage by a TTL and hold every candidate
+	// back. One attempt, bounded by ctx; a lease already gone is success.
+	Release(ctx context.Context) error
 }
 
 // Term is one tenure as leader, won by Campaign.
@@ -166,6 +172,14 @@ func (s *Etcd) OpenSession(ctx context.Context, ttl time.Duration, reg ReplicaRe
 }
 
 type etcdSession struct{ *concurrency.Session }
+
+func (s etcdSession) Release(ctx context.Context) error {
+	_, err := s.Client().Revoke(ctx, s.Lease())
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return nil
+	}
+	return err
+}
 
 // Campaign blocks until this replica leads on session or ctx ends (Campaign).
 func (s *Etcd) Campaign(ctx context.Context, session Session, name string) (Term, error) {
