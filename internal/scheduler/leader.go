@@ -476,7 +476,7 @@ func (e *Engine) SuspectLeader(name string) {
 // leaderProbeTimeout bounds the question to a suspected leader: a killed
 // leader refuses at once, a frozen or cut-off one stays silent, and either
 // costs a takeover no more than this.
-const leaderProbeTimeout = 150 * time.Millisecond
+const leaderProbeTimeout = 100 * time.Millisecond
 
 func (e *Engine) depose(ctx context.Context, name string) {
 	if e.term != nil || name == e.cfg.Node || e.deposing {

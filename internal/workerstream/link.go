@@ -67,18 +67,28 @@ func (l *link) writeLoop() {
 	interval := time.Duration(l.heartbeat.Load())
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
+	// The watchdog fires when the stale timeout has passed since the last
+	// thing received, not at the next heartbeat tick after it: a silent
+	// peer is found up to one heartbeat sooner, and every standby finds it
+	// at the same moment.
+	watchdog := time.NewTimer(time.Duration(l.staleAfter.Load()))
+	defer watchdog.Stop()
 	var buf []Msg
 	for {
 		select {
 		case <-l.done:
 			return
 		case <-l.q.wake:
-		case now := <-tick.C:
-			if now.Sub(l.lastActivity()) > time.Duration(l.staleAfter.Load()) {
+		case now := <-watchdog.C:
+			stale := time.Duration(l.staleAfter.Load())
+			idle := now.Sub(l.lastActivity())
+			if idle > stale {
 				l.stale.Store(true)
 				l.close()
 				return
 			}
+			watchdog.Reset(stale - idle + time.Millisecond)
+		case <-tick.C:
 			if d := time.Duration(l.heartbeat.Load()); d != interval {
 				interval = d
 				tick.Reset(d)
