@@ -69,6 +69,7 @@ type Core struct {
 	workers       map[string]*worker
 	workerList    []*worker
 	pendingSubmit map[string]*DAGRecord
+	ahead         []*task // dependents of successes proposed since Schedule last ran
 	stats         Stats
 }
 
