@@ -51,6 +51,7 @@ type Stats struct {
 type worker struct {
 	id       string
 	slots    int
+	labels   model.Labels
 	busy     int
 	attempts map[model.AttemptID]*task
 }
@@ -95,7 +96,7 @@ func (c *Core) BecomeLeader(now time.Time) {
 			switch t.status {
 			case Ready:
 				t.readyAt = now
-				c.queue.push(t)
+				c.enqueue(t)
 			case Retrying:
 				c.armRetry(t)
 			case Running:
@@ -114,26 +115,28 @@ func (c *Core) StepDown() {
 	c.leader = false
 	c.outbox, c.effects = nil, nil
 	c.workers, c.workerList, c.pendingSubmit = nil, nil, nil
-	c.queue = nil
+	c.classes, c.classList, c.poolReserved = nil, nil, nil
 	for _, d := range c.dags {
-		d.inflight, d.wantCancel = false, false
+		d.inflight, d.wantCancel, d.reserved, d.classes = false, false, 0, nil
 		for i := range d.tasks {
 			t := &d.tasks[i]
-			t.inflight, t.dispatching, t.stash, t.reserved, t.queued = false, false, nil, nil, false
+			t.inflight, t.dispatching, t.stash, t.reserved, t.queued, t.cls = false, false, nil, nil, false, nil
 		}
 	}
 }
 
-// AddWorker registers a live worker with its slot count (or updates it).
-func (c *Core) AddWorker(id string, slots int) {
+// AddWorker registers a live worker with its slot count and labels (or
+// updates them). Only tasks whose required labels the worker has are
+// dispatched to it.
+func (c *Core) AddWorker(id string, slots int, labels model.Labels) {
 	if c.workers == nil {
 		c.workers = make(map[string]*worker)
 	}
 	if w := c.workers[id]; w != nil {
-		w.slots = slots
+		w.slots, w.labels = slots, labels
 		return
 	}
-	w := &worker{id: id, slots: slots, attempts: make(map[model.AttemptID]*task)}
+	w := &worker{id: id, slots: slots, labels: labels, attempts: make(map[model.AttemptID]*task)}
 	c.workers[id] = w
 	c.workerList = append(c.workerList, w)
 }
@@ -202,16 +205,17 @@ func (c *Core) RemoveWorker(id string, now time.Time) {
 func (c *Core) Workers() []WorkerView {
 	out := make([]WorkerView, 0, len(c.workerList))
 	for _, w := range c.workerList {
-		out = append(out, WorkerView{ID: w.id, Slots: w.slots, Busy: w.busy})
+		out = append(out, WorkerView{ID: w.id, Slots: w.slots, Busy: w.busy, Labels: w.labels})
 	}
 	return out
 }
 
 // WorkerView is a worker as the API shows it.
 type WorkerView struct {
-	ID    string `json:"id"`
-	Slots int    `json:"slots"`
-	Busy  int    `json:"busy"`
+	ID     string       `json:"id"`
+	Slots  int          `json:"slots"`
+	Busy   int          `json:"busy"`
+	Labels model.Labels `json:"labels,omitempty"`
 }
 
 // SubmitOutcome says what Submit did.
@@ -428,24 +432,34 @@ func (c *Core) requeueOrphan(t *task, why string) {
 }
 
 // Schedule dispatches ready tasks, highest priority first, while workers have
-// free slots. Call it after applying a batch and after results free slots.
+// free slots, each to a worker with the labels it requires, within the DAG
+// and pool limits (pools.go). Call it after applying a batch and after
+// results free slots.
 func (c *Core) Schedule(now time.Time) int {
 	c.now = now
 	if !c.leader {
 		return 0
 	}
-	n := 0
-	for c.queue.Len() > 0 {
-		w := c.pickWorker()
-		if w == nil {
-			break
+	var round classHeap
+	for _, cl := range c.classList {
+		if cl.head() != nil {
+			round.push(cl)
 		}
-		t := c.queue.pop()
-		// A DAG record in flight can only be a cancellation here (completion
-		// and retry leave no ready task): never dispatch past it.
-		if t.status != Ready || t.inflight || t.dag.deleted || t.dag.rec.Status != DAGRunning || t.dag.inflight {
+	}
+	n := 0
+	for len(round) > 0 && c.pickWorker(nil) != nil {
+		cl := round.pop()
+		t := cl.q[0]
+		if cl.dag != nil || cl.pool != "" {
+			if c.limitReason(t.dag, cl.pool) != "" {
+				continue // the class waits for this round
+			}
+		}
+		w := c.pickWorker(cl.req)
+		if w == nil {
 			continue
 		}
+		cl.q.pop()
 		rec := c.nextRecord(t)
 		if t.rec != nil && t.rec.Attempt > 0 {
 			rec.History = append(append([]AttemptSummary(nil), t.rec.History...), summarize(t.rec))
@@ -457,24 +471,14 @@ func (c *Core) Schedule(now time.Time) int {
 		rec.FinishedAt, rec.ExitCode, rec.Error, rec.OutputTail, rec.RetryAt = nil, nil, "", "", nil
 		w.busy++
 		t.dispatching, t.reserved = true, w
+		c.reserve(t)
 		c.proposeTask(t, rec)
 		n++
+		if cl.head() != nil {
+			round.push(cl)
+		}
 	}
 	return n
-}
-
-// pickWorker returns the least loaded worker with a free slot.
-func (c *Core) pickWorker() *worker {
-	var best *worker
-	for _, w := range c.workerList {
-		if w.busy >= w.slots {
-			continue
-		}
-		if best == nil || w.busy*best.slots < best.busy*w.slots {
-			best = w
-		}
-	}
-	return best
 }
 
 func (c *Core) releaseAttempt(id model.AttemptID, workerID string) {
@@ -494,6 +498,7 @@ func (c *Core) afterTaskApplied(t *task, from Status, prev *TaskRecord) {
 	case Running:
 		if t.dispatching {
 			t.dispatching = false
+			c.unreserve(t)
 			w := c.workers[rec.Worker]
 			if w == nil {
 				t.reserved = nil

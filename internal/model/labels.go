@@ -88,6 +88,9 @@ func (l Labels) Matches(req map[string]string) bool {
 	return true
 }
 
+// String is FormatLabels(l).
+func (l Labels) String() string { return FormatLabels(l) }
+
 // FormatLabels renders labels as "k=v,k2=v2", keys sorted: the --labels form
 // and a canonical key for a set of requirements.
 func FormatLabels(l map[string]string) string {
