@@ -447,7 +447,11 @@ func (c *Core) Schedule(now time.Time) int {
 		}
 	}
 	n := 0
-	for len(round) > 0 && c.pickWorker(nil) != nil {
+	for len(round) > 0 {
+		w := c.pickWorker(nil)
+		if w == nil {
+			break // no free slot anywhere
+		}
 		cl := round.pop()
 		t := cl.q[0]
 		if cl.dag != nil || cl.pool != "" {
@@ -455,9 +459,10 @@ func (c *Core) Schedule(now time.Time) int {
 				continue // the class waits for this round
 			}
 		}
-		w := c.pickWorker(cl.req)
-		if w == nil {
-			continue
+		if len(cl.req) > 0 {
+			if w = c.pickWorker(cl.req); w == nil {
+				continue
+			}
 		}
 		cl.q.pop()
 		rec := c.nextRecord(t)
