@@ -56,7 +56,7 @@ func (s *server) workers(st *scheduler.Status) []apitypes.Worker {
 			wi.Busy = w.Busy
 			continue
 		}
-		out = append(out, apitypes.Worker{ID: w.ID, Slots: w.Slots, Busy: w.Busy, Connected: true})
+		out = append(out, apitypes.Worker{ID: w.ID, Slots: w.Slots, Labels: w.Labels, Busy: w.Busy, Connected: true})
 	}
 	if out == nil {
 		out = []apitypes.Worker{}

@@ -59,13 +59,14 @@ type Self struct {
 
 // Worker is an executor with its capacity, as the leader's hub sees it.
 type Worker struct {
-	ID        string    `json:"id"`
-	Replica   string    `json:"replica,omitempty"` // set for a replica's own slots
-	Slots     int       `json:"slots"`
-	Busy      int       `json:"busy"`
-	Running   int       `json:"running"` // attempts the worker reports in flight
-	Connected bool      `json:"connected"`
-	Since     time.Time `json:"since"`
+	ID        string            `json:"id"`
+	Replica   string            `json:"replica,omitempty"` // set for a replica's own slots
+	Slots     int               `json:"slots"`
+	Labels    map[string]string `json:"labels,omitempty"` // --labels: what tasks' pool and selector match
+	Busy      int               `json:"busy"`
+	Running   int               `json:"running"` // attempts the worker reports in flight
+	Connected bool              `json:"connected"`
+	Since     time.Time         `json:"since"`
 }
 
 // EtcdInfo is the etcd cluster a replica talks to.

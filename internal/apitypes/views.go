@@ -75,7 +75,11 @@ type Task[S any] struct {
 	Cascade    bool       `json:"cascade,omitempty"`
 	Cause      string     `json:"cause,omitempty"`
 	History    []Attempt  `json:"history,omitempty"`
-	Spec       model.Task `json:"spec"`
+	// Waiting says why a ready task is not running yet, when something
+	// other than its turn holds it: a DAG or pool limit, or no connected
+	// worker with the labels it requires.
+	Waiting string     `json:"waiting,omitempty"`
+	Spec    model.Task `json:"spec"`
 	// Revision is set on a task answered alone (the etcd revision the
 	// replica had applied, always at least the one that created the DAG);
 	// the tasks of a DAG leave it out.

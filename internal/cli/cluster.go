@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"github.com/orion-sched/orion/internal/model"
+
 	"fmt"
 	"strings"
 
@@ -63,9 +65,9 @@ endpoints.`,
 				fmt.Fprintln(out, "  (none)")
 			} else {
 				tw = newTable(out)
-				row(tw, "ID", "SLOTS", "BUSY", "CONNECTED", "REPLICA")
+				row(tw, "ID", "SLOTS", "BUSY", "CONNECTED", "REPLICA", "LABELS")
 				for _, w := range cl.Workers {
-					row(tw, w.ID, fmt.Sprint(w.Slots), fmt.Sprint(w.Busy), fmt.Sprint(w.Connected), cell(w.Replica))
+					row(tw, w.ID, fmt.Sprint(w.Slots), fmt.Sprint(w.Busy), fmt.Sprint(w.Connected), cell(w.Replica), cell(model.FormatLabels(w.Labels)))
 				}
 				if err := tw.Flush(); err != nil {
 					return err

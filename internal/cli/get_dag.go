@@ -11,7 +11,9 @@ func newGetDAGCmd() *cobra.Command {
 		Use:   "dag ID",
 		Short: "Show a DAG and its tasks",
 		Long: `Show a DAG: its status and run, then one line per task with its
-latest attempt. ERROR is shortened; use 'orion get task' for all of it.`,
+latest attempt. ERROR is shortened; use 'orion get task' for all of it. A
+ready task that waits for a worker with its labels, or for a DAG or pool
+limit, says so there ("waiting: ...").`,
 		Example: `  orion get dag 20260102-150405-a1b2c3
   orion get dag nightly-etl -o json`,
 		Args: cobra.ExactArgs(1),
@@ -45,8 +47,12 @@ latest attempt. ERROR is shortened; use 'orion get task' for all of it.`,
 			row(tw, "TASK", "KIND", "STATUS", "ATTEMPTS", "WORKER", "DURATION", "EXIT", "ERROR")
 			for i := range d.Tasks {
 				t := &d.Tasks[i]
+				errText := truncate(t.Error, 60)
+				if t.Waiting != "" { // a ready task held back: say why
+					errText = truncate("waiting: "+t.Waiting, 100)
+				}
 				row(tw, t.ID, string(t.Kind), t.Status, fmt.Sprint(t.Attempts), t.Worker,
-					taskDuration(t), exitCode(t.ExitCode), truncate(t.Error, 60))
+					taskDuration(t), exitCode(t.ExitCode), errText)
 			}
 			return tw.Flush()
 		},

@@ -55,6 +55,12 @@ func printTask(out io.Writer, dagID string, t *client.Task) error {
 	row(hw, "Priority:", fmt.Sprint(t.Priority))
 	row(hw, "Status:", t.Status)
 	row(hw, "Attempts:", fmt.Sprintf("%d (retries used %d of %d)", t.Attempts, t.Retries, t.MaxRetries))
+	if req := t.Spec.Requires(); len(req) > 0 {
+		row(hw, "Requires:", model.FormatLabels(req))
+	}
+	if t.Waiting != "" {
+		row(hw, "Waiting:", t.Waiting)
+	}
 	row(hw, "Worker:", t.Worker)
 	row(hw, "Started:", formatTime(t.StartedAt))
 	row(hw, "Finished:", formatTime(t.FinishedAt))

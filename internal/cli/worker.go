@@ -46,6 +46,9 @@ other flag is ORION_WORKER_ and its name in upper case with underscores
 		Example: `  # Two replicas, four slots, a token
   orion worker --server http://10.0.0.1:8080,http://10.0.0.2:8080 --slots 4 --token "$TOKEN"
 
+  # A GPU node: tasks with pool: gpu run only on workers labelled pool=gpu
+  orion worker --server http://10.0.0.1:8080 --labels pool=gpu,zone=a
+
   # Server and token from the environment
   ORION_SERVER=http://10.0.0.1:8080 ORION_AUTH_TOKEN=... orion worker --name gpu-1`,
 		Args: cobra.NoArgs,
@@ -89,8 +92,9 @@ func runWorker(cfg config.Worker, log *zap.Logger) error {
 	}
 	dialer := workerstream.NewHTTPDialer(servers, cfg.Token, nil)
 	agent := workerstream.NewAgent(workerstream.AgentConfig{
-		Exec: exec,
-		Dial: dialer.Dial,
+		Exec:   exec,
+		Dial:   dialer.Dial,
+		Labels: cfg.Labels,
 		// The leader's list of replicas: with it, a worker given only the
 		// replica that dies (or a Service that maps to it) still finds the
 		// next leader.
@@ -107,7 +111,7 @@ func runWorker(cfg config.Worker, log *zap.Logger) error {
 	defer cancelRun()
 	done := make(chan error, 1)
 	go func() { done <- agent.Run(runCtx) }()
-	log.Info("orion worker started", zap.String("id", id), zap.Int("slots", slots),
+	log.Info("orion worker started", zap.String("id", id), zap.Int("slots", slots), zap.Stringer("labels", cfg.Labels),
 		zap.String("log_dir", exec.LogDir()), zap.Strings("servers", servers))
 
 	select {

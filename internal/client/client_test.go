@@ -342,7 +342,7 @@ func TestClusterLenient(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, `{"node":"n1","leader":"n1","applied_revision":42,"future":{"x":1},
 			"replicas":[{"name":"n1","role":"leader","applied_revision":42,"lag":0}],
-			"workers":[{"id":"w1","slots":4,"busy":1,"labels":["gpu"]}],
+			"workers":[{"id":"w1","slots":4,"busy":1,"labels":{"pool":"gpu"},"tags":["gpu"]}],
 			"etcd":{"endpoints":["http://e1:2379"],"raft_term":3}}`)
 	}))
 	defer srv.Close()
@@ -350,7 +350,7 @@ func TestClusterLenient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cl.Leader != "n1" || cl.AppliedRevision != 42 || cl.Replicas[0].Role != "leader" || cl.Workers[0].Slots != 4 || cl.Etcd.Endpoints[0] != "http://e1:2379" {
+	if cl.Leader != "n1" || cl.AppliedRevision != 42 || cl.Replicas[0].Role != "leader" || cl.Workers[0].Slots != 4 || cl.Workers[0].Labels["pool"] != "gpu" || cl.Etcd.Endpoints[0] != "http://e1:2379" {
 		t.Errorf("cluster = %+v", cl)
 	}
 }

@@ -19,6 +19,8 @@ import (
 
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
+
+	"github.com/orion-sched/orion/internal/model"
 )
 
 // Server is the resolved configuration of one `orion server`.
@@ -52,23 +54,29 @@ type Server struct {
 	InsecureNoAuth       bool          `mapstructure:"insecure_no_auth" json:"insecure_no_auth"`
 	RateLimit            float64       `mapstructure:"rate_limit" json:"rate_limit"`
 	Slots                int           `mapstructure:"slots" json:"slots"`
-	MaxTasksPerDAG       int           `mapstructure:"max_tasks_per_dag" json:"max_tasks_per_dag"`
-	MaxBodyBytes         int64         `mapstructure:"max_body_bytes" json:"max_body_bytes"`
-	RetryBase            time.Duration `mapstructure:"retry_base" json:"retry_base"`
-	RetryCap             time.Duration `mapstructure:"retry_cap" json:"retry_cap"`
-	OrphanGrace          time.Duration `mapstructure:"orphan_grace" json:"orphan_grace"`
-	SessionTTL           time.Duration `mapstructure:"session_ttl" json:"session_ttl"`
-	Retention            time.Duration `mapstructure:"retention" json:"retention"`
-	MaxTxnOps            int           `mapstructure:"max_txn_ops" json:"max_txn_ops"`
-	LogLevel             string        `mapstructure:"log_level" json:"log_level"`
-	LogFormat            string        `mapstructure:"log_format" json:"log_format"`
-	WriteTimeout         time.Duration `mapstructure:"write_timeout" json:"write_timeout"`
-	ShutdownGrace        time.Duration `mapstructure:"shutdown_grace" json:"shutdown_grace"`
-	TaskLogDir           string        `mapstructure:"task_log_dir" json:"task_log_dir,omitempty"`
-	EmbeddedEtcdLogLevel string        `mapstructure:"embedded_etcd_log_level" json:"embedded_etcd_log_level"`
-	EmbeddedQuotaBytes   int64         `mapstructure:"embedded_etcd_quota_bytes" json:"embedded_etcd_quota_bytes"`
-	EmbeddedHeartbeatMs  int           `mapstructure:"embedded_etcd_heartbeat_ms" json:"embedded_etcd_heartbeat_ms"`
-	EmbeddedElectionMs   int           `mapstructure:"embedded_etcd_election_ms" json:"embedded_etcd_election_ms"`
+	LabelsSetting        any           `mapstructure:"labels" json:"-"`
+	PoolLimitsSetting    any           `mapstructure:"pool_limits" json:"-"`
+	// Labels are the labels of the replica's own slots, PoolLimits the
+	// running tasks allowed per pool: parsed from the two settings above.
+	Labels               model.Labels   `mapstructure:"-" json:"labels,omitempty"`
+	PoolLimits           map[string]int `mapstructure:"-" json:"pool_limits,omitempty"`
+	MaxTasksPerDAG       int            `mapstructure:"max_tasks_per_dag" json:"max_tasks_per_dag"`
+	MaxBodyBytes         int64          `mapstructure:"max_body_bytes" json:"max_body_bytes"`
+	RetryBase            time.Duration  `mapstructure:"retry_base" json:"retry_base"`
+	RetryCap             time.Duration  `mapstructure:"retry_cap" json:"retry_cap"`
+	OrphanGrace          time.Duration  `mapstructure:"orphan_grace" json:"orphan_grace"`
+	SessionTTL           time.Duration  `mapstructure:"session_ttl" json:"session_ttl"`
+	Retention            time.Duration  `mapstructure:"retention" json:"retention"`
+	MaxTxnOps            int            `mapstructure:"max_txn_ops" json:"max_txn_ops"`
+	LogLevel             string         `mapstructure:"log_level" json:"log_level"`
+	LogFormat            string         `mapstructure:"log_format" json:"log_format"`
+	WriteTimeout         time.Duration  `mapstructure:"write_timeout" json:"write_timeout"`
+	ShutdownGrace        time.Duration  `mapstructure:"shutdown_grace" json:"shutdown_grace"`
+	TaskLogDir           string         `mapstructure:"task_log_dir" json:"task_log_dir,omitempty"`
+	EmbeddedEtcdLogLevel string         `mapstructure:"embedded_etcd_log_level" json:"embedded_etcd_log_level"`
+	EmbeddedQuotaBytes   int64          `mapstructure:"embedded_etcd_quota_bytes" json:"embedded_etcd_quota_bytes"`
+	EmbeddedHeartbeatMs  int            `mapstructure:"embedded_etcd_heartbeat_ms" json:"embedded_etcd_heartbeat_ms"`
+	EmbeddedElectionMs   int            `mapstructure:"embedded_etcd_election_ms" json:"embedded_etcd_election_ms"`
 }
 
 // Flag describes one setting: its flag name, default and help. The
@@ -118,6 +126,8 @@ var serverFlags = []Flag{
 	{"insecure-no-auth", false, "allow a non-loopback --listen without a token (logged as a warning: shell tasks mean remote execution)"},
 	{"rate-limit", 5.0, "requests per second per non-loopback client IP"},
 	{"slots", 4, "local executor slots; 0 runs no tasks on this replica"},
+	{"labels", "", "labels of this replica's own slots, as pool=gpu,zone=a: tasks that require labels run only on workers that have them"},
+	{"pool-limits", "", "most running tasks per pool, as gpu=2,db=4 (a mapping in the config file); a pool absent or 0 has no limit"},
 	{"max-tasks-per-dag", 1000, "largest DAG accepted"},
 	{"max-body-bytes", int64(1 << 20), "largest request body accepted"},
 	{"retry-base", time.Second, "retry backoff base: retry n waits min(base*2^n, cap)"},
@@ -200,6 +210,9 @@ func LoadServer(v *viper.Viper, configFile string) (Server, string, error) {
 	}
 	s.EtcdEndpoints = splitList(s.EtcdEndpoints)
 	s.AllowedHosts = splitList(s.AllowedHosts)
+	if err := s.parseMaps(); err != nil {
+		return s, configFile, err
+	}
 	if s.Name == "" {
 		h, err := os.Hostname()
 		if err != nil || h == "" {
@@ -241,6 +254,19 @@ func splitList(in []string) []string {
 		}
 	}
 	return out
+}
+
+// parseMaps decodes the labels and pool_limits settings.
+func (s *Server) parseMaps() error {
+	var errs []error
+	var err error
+	if s.Labels, err = parseLabels(s.LabelsSetting); err != nil {
+		errs = append(errs, serverSettings.Invalid("labels", s.LabelsSetting, err.Error()))
+	}
+	if s.PoolLimits, err = parseLimits(s.PoolLimitsSetting); err != nil {
+		errs = append(errs, serverSettings.Invalid("pool-limits", s.PoolLimitsSetting, err.Error()))
+	}
+	return errors.Join(errs...)
 }
 
 // Validate checks the settings that would make the server unsafe or unable

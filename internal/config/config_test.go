@@ -10,6 +10,8 @@ import (
 
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
+
+	"github.com/orion-sched/orion/internal/model"
 )
 
 func load(t *testing.T, file string, env map[string]string, args ...string) (Server, error) {
@@ -117,5 +119,36 @@ func TestDefaultsAreValid(t *testing.T) {
 	}
 	if fmt.Sprint(loaded) != fmt.Sprint(d) {
 		t.Fatalf("Defaults   %+v\nLoadServer   %+v", d, loaded)
+	}
+}
+
+func TestLabelsAndPoolLimits(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "orion.yaml")
+	if err := os.WriteFile(file, []byte("labels: {pool: gpu, zone: a}\npool_limits: {gpu: 2, db: 0}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := load(t, file, nil)
+	if err != nil || model.FormatLabels(s.Labels) != "pool=gpu,zone=a" || s.PoolLimits["gpu"] != 2 || len(s.PoolLimits) != 2 {
+		t.Fatalf("from file: %v %v, %v", s.Labels, s.PoolLimits, err)
+	}
+	s, err = load(t, file, map[string]string{"ORION_LABELS": "pool=cpu", "ORION_POOL_LIMITS": "gpu=3"})
+	if err != nil || model.FormatLabels(s.Labels) != "pool=cpu" || s.PoolLimits["gpu"] != 3 || len(s.PoolLimits) != 1 {
+		t.Fatalf("from env: %v %v, %v", s.Labels, s.PoolLimits, err)
+	}
+	s, err = load(t, file, nil, "--labels", "pool=big", "--pool-limits", "big=1,gpu=4")
+	if err != nil || model.FormatLabels(s.Labels) != "pool=big" || s.PoolLimits["big"] != 1 || s.PoolLimits["gpu"] != 4 {
+		t.Fatalf("from flags: %v %v, %v", s.Labels, s.PoolLimits, err)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--pool-limits", "gpu=-1"}, `--pool-limits (env ORION_POOL_LIMITS) "gpu=-1": pool gpu: limit "-1" must be a whole number ≥ 0`},
+		{[]string{"--pool-limits", "gpu"}, `want pool=count`},
+		{[]string{"--labels", "pool"}, `--labels (env ORION_LABELS) "pool": label "pool": want key=value`},
+	} {
+		if _, err := load(t, "", nil, c.args...); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: error %v, want %q", c.args, err, c.want)
+		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/orion-sched/orion/internal/client"
+	"github.com/orion-sched/orion/internal/model"
 )
 
 // Worker is the resolved configuration of one `orion worker`.
@@ -25,6 +26,10 @@ type Worker struct {
 	LogDir    string   `mapstructure:"log_dir" json:"log_dir,omitempty"`
 	LogLevel  string   `mapstructure:"log_level" json:"log_level"`
 	LogFormat string   `mapstructure:"log_format" json:"log_format"`
+	// LabelsSetting is --labels as given; Labels, parsed from it, go in
+	// the worker's hello.
+	LabelsSetting any          `mapstructure:"labels" json:"-"`
+	Labels        model.Labels `mapstructure:"-" json:"labels,omitempty"`
 }
 
 // Environment variables of `orion worker` that it shares with the client
@@ -53,6 +58,7 @@ var workerSettings = Settings{
 		{Name: "server", Default: "", Usage: "comma-separated API URLs of the replicas (env " + EnvServer + "; default " + DefaultServer + "); the worker learns the others from the one it reaches"},
 		{Name: "token", Default: "", Usage: "bearer token of the API (env " + EnvToken + ")"},
 		{Name: "slots", Default: runtime.NumCPU(), Usage: "attempts run at once"},
+		{Name: "labels", Default: "", Usage: "the worker's labels, as pool=gpu,zone=a: tasks that require labels (pool: gpu, selector: {...}) run only on workers that have them"},
 		{Name: "name", Default: "", Usage: "worker name; its id is NAME/PID-RANDOM, new at each start (default: host name)"},
 		{Name: "log-dir", Default: "", Usage: "where attempt logs are kept (default <tmp>/orion-logs)"},
 		{Name: "log-level", Default: "info", Usage: "debug, info, warn or error"},
@@ -68,7 +74,7 @@ var workerSettings = Settings{
 func BindWorkerFlags(fs *pflag.FlagSet, v *viper.Viper) {
 	workerSettings.Bind(fs, v)
 	v.SetDefault(Key("server"), DefaultServer)
-	fs.String("config", "", "config file; its keys are the flag names with underscores (server, token, slots, name, log_dir, log_level, log_format); env "+workerSettings.ConfigEnv)
+	fs.String("config", "", "config file; its keys are the flag names with underscores (server, token, slots, labels, name, log_dir, log_level, log_format); env "+workerSettings.ConfigEnv)
 }
 
 // LoadWorker resolves the worker's configuration, in increasing
@@ -88,6 +94,9 @@ func LoadWorker(v *viper.Viper, configFile string) (Worker, string, error) {
 	}
 	w.Servers = servers
 	w.Token = strings.TrimSpace(w.Token)
+	if w.Labels, err = parseLabels(w.LabelsSetting); err != nil {
+		return w, used, workerSettings.Invalid("labels", w.LabelsSetting, err.Error())
+	}
 	if w.Name == "" {
 		h, err := os.Hostname()
 		if err != nil || h == "" {

@@ -1,6 +1,8 @@
 package config
 
 import (
+	"github.com/orion-sched/orion/internal/model"
+
 	"os"
 	"path/filepath"
 	"runtime"
@@ -162,5 +164,19 @@ func TestWorkerBadValues(t *testing.T) {
 	_, err = loadWorker(t, filepath.Join(t.TempDir(), "nope.yaml"), nil)
 	if err == nil || !strings.Contains(err.Error(), "nope.yaml") {
 		t.Fatalf("missing config file: %v", err)
+	}
+}
+
+func TestWorkerLabels(t *testing.T) {
+	w, err := loadWorker(t, "", map[string]string{"ORION_WORKER_LABELS": "pool=gpu, zone=a"})
+	if err != nil || model.FormatLabels(w.Labels) != "pool=gpu,zone=a" {
+		t.Fatalf("env: %v, %v", w.Labels, err)
+	}
+	w, err = loadWorker(t, "", nil, "--labels", "pool=cpu")
+	if err != nil || model.FormatLabels(w.Labels) != "pool=cpu" {
+		t.Fatalf("flag: %v, %v", w.Labels, err)
+	}
+	if _, err := loadWorker(t, "", nil, "--labels", "pool=a b"); err == nil || !strings.Contains(err.Error(), "--labels (env ORION_WORKER_LABELS)") {
+		t.Fatalf("bad labels: %v", err)
 	}
 }

@@ -24,6 +24,9 @@ type Config struct {
 	RetryBase   time.Duration // first retry waits 2×RetryBase; default 1 s
 	RetryCap    time.Duration // no retry waits longer; default 30 s
 	OrphanGrace time.Duration // how long a new leader waits for a worker to report an attempt; default 2 s
+	// PoolLimits bounds the running tasks of each pool (tasks that require
+	// the label pool=<name>); a pool absent or at 0 has no bound.
+	PoolLimits map[string]int
 }
 
 func (c Config) withDefaults() Config {
@@ -56,9 +59,10 @@ func (c Config) Backoff(n int) time.Duration {
 type Core struct {
 	cfg    Config
 	dags   map[string]*dagRun
-	rev    int64 // highest revision applied
-	queue  readyQueue
+	rev    int64            // highest revision applied
 	counts [numStatuses]int // tasks per status over all DAGs
+	// poolRunning counts running tasks per required pool label (see pools.go).
+	poolRunning map[string]int
 
 	// Leader-only state below: volatile, never part of what replicas agree
 	// on, dropped by StepDown.
@@ -71,6 +75,9 @@ type Core struct {
 	pendingSubmit map[string]*DAGRecord
 	ahead         []*task // dependents of successes proposed since Schedule last ran
 	stats         Stats
+	classes       map[string]*class // ready queues by constraints (pools.go)
+	classList     []*class          // the same, in creation order
+	poolReserved  map[string]int    // dispatches in flight per pool
 }
 
 type dagRun struct {
@@ -85,8 +92,10 @@ type dagRun struct {
 	counts     [numStatuses]int32
 	deleted    bool
 
-	inflight   bool // leader: a proposal for the DAG record is being committed
-	wantCancel bool // leader: cancel once the in-flight proposal is applied
+	inflight   bool     // leader: a proposal for the DAG record is being committed
+	wantCancel bool     // leader: cancel once the in-flight proposal is applied
+	reserved   int32    // leader: dispatches proposed and not yet applied
+	classes    []*class // leader: the classes bound to this DAG's max_active_tasks
 }
 
 type task struct {
@@ -95,7 +104,8 @@ type task struct {
 	status  Status
 	rec     *TaskRecord // latest applied record; nil until the task first runs
 	waiting int32       // dependencies that have not succeeded
-	queued  bool        // in the ready queue
+	queued  bool        // in its class's ready queue
+	cls     *class      // leader: the class it queues in, once known
 
 	inflight    bool          // leader: a proposal for this task is being committed
 	dispatching bool          // leader: that proposal is our dispatch
@@ -180,12 +190,18 @@ func (c *Core) applyDelete(e *Entry) {
 	for i := range d.tasks {
 		t := &d.tasks[i]
 		c.counts[t.status]--
+		c.countRunning(t, t.status, Pending)
+		if t.dispatching {
+			c.unreserve(t)
+			t.dispatching = false
+		}
 		if c.leader && t.status == Running && t.rec != nil {
 			c.releaseAttempt(t.attemptID(), t.rec.Worker)
 			c.effects = append(c.effects, Effect{Kind: EffectCancel, Worker: t.rec.Worker, ID: t.attemptID()})
 		}
 	}
 	d.deleted = true
+	c.dropClasses(d)
 	delete(c.dags, e.DAG)
 }
 
@@ -400,6 +416,7 @@ func (c *Core) setStatus(t *task, s Status) {
 	c.counts[t.status]--
 	d.counts[t.status]--
 	wasTerminal := t.status.Terminal()
+	c.countRunning(t, t.status, s)
 	t.status = s
 	c.counts[s]++
 	d.counts[s]++
@@ -413,7 +430,7 @@ func (c *Core) setStatus(t *task, s Status) {
 		// Only the leader dispatches; a standby's queue would only grow.
 		// BecomeLeader queues every ready task.
 		t.readyAt = c.now
-		c.queue.push(t)
+		c.enqueue(t)
 	}
 }
 
@@ -477,6 +494,7 @@ func (c *Core) forceStatus(t *task, s Status) {
 	if s.Terminal() && !t.status.Terminal() {
 		d.remaining--
 	}
+	c.countRunning(t, t.status, s)
 	t.status = s
 	c.counts[s]++
 	d.counts[s]++

@@ -82,8 +82,8 @@ func runFuzzApply(t *testing.T, data []byte) {
 	now := t0
 	spare, spares := "s0", 0
 	if leader {
-		c.AddWorker("w1", 2)
-		c.AddWorker(spare, 1)
+		c.AddWorker("w1", 2, nil)
+		c.AddWorker(spare, 1, nil)
 		c.BecomeLeader(now)
 	}
 	var accepted []Entry
@@ -150,7 +150,7 @@ func runFuzzApply(t *testing.T, data []byte) {
 				c.RemoveWorker(spare, now)
 				spares++
 				spare = fmt.Sprintf("s%d", spares)
-				c.AddWorker(spare, 1)
+				c.AddWorker(spare, 1, nil)
 			}
 		case op == 16:
 			id := fuzzDAGID(in)
@@ -164,8 +164,8 @@ func runFuzzApply(t *testing.T, data []byte) {
 			c.Expire(now)
 		case op == 18: // the leader steps down and takes over again
 			c.StepDown()
-			c.AddWorker("w1", 2)
-			c.AddWorker(spare, 1)
+			c.AddWorker("w1", 2, nil)
+			c.AddWorker(spare, 1, nil)
 			c.BecomeLeader(now)
 		}
 		c.TakeEffects()

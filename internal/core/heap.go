@@ -72,6 +72,3 @@ func (q *readyQueue) pop() *task {
 }
 
 func (q readyQueue) Len() int { return len(q) }
-
-// top is the next task pop returns; the queue must not be empty.
-func (q readyQueue) top() *task { return q[0] }

@@ -51,6 +51,7 @@ type Stats struct {
 type worker struct {
 	id       string
 	slots    int
+	labels   model.Labels
 	busy     int
 	attempts map[model.AttemptID]*task
 }
@@ -95,7 +96,7 @@ func (c *Core) BecomeLeader(now time.Time) {
 			switch t.status {
 			case Ready:
 				t.readyAt = now
-				c.queue.push(t)
+				c.enqueue(t)
 			case Retrying:
 				c.armRetry(t)
 			case Running:
@@ -114,26 +115,28 @@ func (c *Core) StepDown() {
 	c.leader = false
 	c.outbox, c.effects, c.ahead = nil, nil, nil
 	c.workers, c.workerList, c.pendingSubmit = nil, nil, nil
-	c.queue = nil
+	c.classes, c.classList, c.poolReserved = nil, nil, nil
 	for _, d := range c.dags {
-		d.inflight, d.wantCancel = false, false
+		d.inflight, d.wantCancel, d.reserved, d.classes = false, false, 0, nil
 		for i := range d.tasks {
 			t := &d.tasks[i]
-			t.inflight, t.dispatching, t.stash, t.reserved, t.queued = false, false, nil, nil, false
+			t.inflight, t.dispatching, t.stash, t.reserved, t.queued, t.cls = false, false, nil, nil, false, nil
 		}
 	}
 }
 
-// AddWorker registers a live worker with its slot count (or updates it).
-func (c *Core) AddWorker(id string, slots int) {
+// AddWorker registers a live worker with its slot count and labels (or
+// updates them). Only tasks whose required labels the worker has are
+// dispatched to it.
+func (c *Core) AddWorker(id string, slots int, labels model.Labels) {
 	if c.workers == nil {
 		c.workers = make(map[string]*worker)
 	}
 	if w := c.workers[id]; w != nil {
-		w.slots = slots
+		w.slots, w.labels = slots, labels
 		return
 	}
-	w := &worker{id: id, slots: slots, attempts: make(map[model.AttemptID]*task)}
+	w := &worker{id: id, slots: slots, labels: labels, attempts: make(map[model.AttemptID]*task)}
 	c.workers[id] = w
 	c.workerList = append(c.workerList, w)
 }
@@ -202,16 +205,17 @@ func (c *Core) RemoveWorker(id string, now time.Time) {
 func (c *Core) Workers() []WorkerView {
 	out := make([]WorkerView, 0, len(c.workerList))
 	for _, w := range c.workerList {
-		out = append(out, WorkerView{ID: w.id, Slots: w.slots, Busy: w.busy})
+		out = append(out, WorkerView{ID: w.id, Slots: w.slots, Busy: w.busy, Labels: w.labels})
 	}
 	return out
 }
 
 // WorkerView is a worker as the API shows it.
 type WorkerView struct {
-	ID    string `json:"id"`
-	Slots int    `json:"slots"`
-	Busy  int    `json:"busy"`
+	ID     string       `json:"id"`
+	Slots  int          `json:"slots"`
+	Busy   int          `json:"busy"`
+	Labels model.Labels `json:"labels,omitempty"`
 }
 
 // SubmitOutcome says what Submit did.
@@ -431,18 +435,20 @@ func (c *Core) requeueOrphan(t *task, why string) {
 }
 
 // Schedule dispatches ready tasks, highest priority first, while workers have
-// free slots. Call it after applying a batch and after results free slots.
+// free slots, each to a worker with the labels it requires, within the DAG
+// and pool limits (pools.go). Call it after applying a batch and after
+// results free slots.
 //
-// Besides the ready queue it considers the dependents that successes
+// Besides the ready tasks it considers the dependents that successes
 // proposed since the last call will make ready (noteAhead), in one priority
-// order with the queue. Such a dependent's dispatch is proposed right behind
-// the success, usually into the same transaction: applied in order, the
-// success makes it ready and the next entry dispatches it, on a standby as
-// on the leader. A chain step then costs one commit instead of two (the
-// result's, then the dispatch's). If the success is not committed, neither
-// is the dispatch: a transaction is atomic, and after a failed one the
-// leader re-reads the log before it writes again. A dependent not
-// dispatched now becomes ready when the success is applied, as any other.
+// order with them. Such a dependent's dispatch is proposed right behind the
+// success, usually into the same transaction: applied in order, the success
+// makes it ready and the next entry dispatches it, on a standby as on the
+// leader. A chain step then costs one commit instead of two (the result's,
+// then the dispatch's). If the success is not committed, neither is the
+// dispatch: a transaction is atomic, and after a failed one the leader
+// re-reads the log before it writes again. A dependent not dispatched now
+// becomes ready when the success is applied, as any other.
 func (c *Core) Schedule(now time.Time) int {
 	c.now = now
 	if !c.leader {
@@ -451,36 +457,65 @@ func (c *Core) Schedule(now time.Time) int {
 	ahead := c.ahead
 	c.ahead = c.ahead[:0]
 	sort.SliceStable(ahead, func(i, j int) bool { return less(ahead[i], ahead[j]) })
-	n := 0
-	for {
-		w := c.pickWorker()
-		if w == nil {
-			break
+	var round classHeap
+	for _, cl := range c.classList {
+		if cl.head() != nil {
+			round.push(cl)
 		}
-		for c.queue.Len() > 0 && !dispatchable(c.queue.top()) {
-			c.queue.pop()
+	}
+	n := 0
+	for len(round) > 0 || len(ahead) > 0 {
+		w := c.pickWorker(nil)
+		if w == nil {
+			break // no free slot anywhere
 		}
 		for len(ahead) > 0 && !aheadReady(ahead[0]) {
 			ahead = ahead[1:]
 		}
-		var t *task
-		switch {
-		case c.queue.Len() > 0 && (len(ahead) == 0 || less(c.queue.top(), ahead[0])):
-			t = c.queue.pop()
-		case len(ahead) > 0:
-			t, ahead = ahead[0], ahead[1:]
+		if len(ahead) > 0 && (len(round) == 0 || less(ahead[0], round[0].q[0])) {
+			t := ahead[0]
+			ahead = ahead[1:]
+			s := t.spec()
+			if c.limitReason(t.dag, s.PoolName()) != "" {
+				continue // it queues when the success is applied
+			}
+			if req := s.Requires(); len(req) > 0 {
+				if w = c.pickWorker(req); w == nil {
+					continue
+				}
+			}
 			t.readyAt = now
-		default:
-			return n
+			c.proposeDispatch(t, w)
+			n++
+			continue
 		}
+		if len(round) == 0 {
+			break
+		}
+		cl := round.pop()
+		t := cl.q[0]
+		if cl.dag != nil || cl.pool != "" {
+			if c.limitReason(t.dag, cl.pool) != "" {
+				continue // the class waits for this round
+			}
+		}
+		if len(cl.req) > 0 {
+			if w = c.pickWorker(cl.req); w == nil {
+				continue
+			}
+		}
+		cl.q.pop()
 		c.proposeDispatch(t, w)
 		n++
+		if cl.head() != nil {
+			round.push(cl)
+		}
 	}
 	return n
 }
 
 // proposeDispatch proposes that t's next attempt run on w, reserving one of
-// w's slots until the record is committed.
+// w's slots, and t's place under its limits, until the record is committed.
 func (c *Core) proposeDispatch(t *task, w *worker) {
 	rec := c.nextRecord(t)
 	if t.rec != nil && t.rec.Attempt > 0 {
@@ -493,6 +528,7 @@ func (c *Core) proposeDispatch(t *task, w *worker) {
 	rec.FinishedAt, rec.ExitCode, rec.Error, rec.OutputTail, rec.RetryAt = nil, nil, "", "", nil
 	w.busy++
 	t.dispatching, t.reserved = true, w
+	c.reserve(t)
 	c.proposeTask(t, rec)
 }
 
@@ -517,27 +553,6 @@ func aheadReady(dep *task) bool {
 		!d.deleted && !d.inflight && d.rec.Status == DAGRunning
 }
 
-// dispatchable reports whether a task popped from the ready queue is still
-// ready to run. A DAG record in flight can only be a cancellation here
-// (completion and retry leave no ready task): never dispatch past it.
-func dispatchable(t *task) bool {
-	return t.status == Ready && !t.inflight && !t.dag.deleted && t.dag.rec.Status == DAGRunning && !t.dag.inflight
-}
-
-// pickWorker returns the least loaded worker with a free slot.
-func (c *Core) pickWorker() *worker {
-	var best *worker
-	for _, w := range c.workerList {
-		if w.busy >= w.slots {
-			continue
-		}
-		if best == nil || w.busy*best.slots < best.busy*w.slots {
-			best = w
-		}
-	}
-	return best
-}
-
 func (c *Core) releaseAttempt(id model.AttemptID, workerID string) {
 	if w := c.workers[workerID]; w != nil {
 		if _, ok := w.attempts[id]; ok {
@@ -555,6 +570,7 @@ func (c *Core) afterTaskApplied(t *task, from Status, prev *TaskRecord) {
 	case Running:
 		if t.dispatching {
 			t.dispatching = false
+			c.unreserve(t)
 			w := c.workers[rec.Worker]
 			if w == nil {
 				t.reserved = nil

@@ -24,6 +24,7 @@ type sim struct {
 	now      time.Time
 	timers   []Effect
 	workers  map[string]bool              // live workers
+	labels   map[string]model.Labels      // each worker's labels
 	running  map[model.AttemptID]*attempt // attempts executing on workers
 	finished map[model.AttemptID]bool     // attempts whose outcome was committed
 	nextW    int
@@ -37,11 +38,13 @@ type attempt struct {
 
 func newSim(t *testing.T, seed uint64) *sim {
 	s := &sim{
-		t:        t,
-		rng:      rand.New(rand.NewPCG(seed, seed*7919)),
-		c:        New(Config{RetryBase: 10 * time.Millisecond, RetryCap: 80 * time.Millisecond, OrphanGrace: 50 * time.Millisecond}),
+		t:   t,
+		rng: rand.New(rand.NewPCG(seed, seed*7919)),
+		c: New(Config{RetryBase: 10 * time.Millisecond, RetryCap: 80 * time.Millisecond, OrphanGrace: 50 * time.Millisecond,
+			PoolLimits: map[string]int{"gpu": simGPULimit}}),
 		now:      time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
 		workers:  map[string]bool{},
+		labels:   map[string]model.Labels{},
 		running:  map[model.AttemptID]*attempt{},
 		finished: map[model.AttemptID]bool{},
 	}
@@ -53,20 +56,44 @@ func newSim(t *testing.T, seed uint64) *sim {
 	return s
 }
 
+// simGPULimit is the sim's pool limit for pool=gpu.
+const simGPULimit = 2
+
+// addWorker adds a worker, with the label pool=gpu when no live worker has it
+// (so gpu tasks can always finish) and at random otherwise.
 func (s *sim) addWorker() {
 	s.nextW++
 	id := fmt.Sprintf("w%d", s.nextW)
+	gpu := s.rng.IntN(3) == 0
+	if !gpu {
+		gpu = true
+		for w := range s.workers {
+			if s.labels[w]["pool"] == "gpu" {
+				gpu = false
+			}
+		}
+	}
+	s.labels[id] = nil
+	if gpu {
+		s.labels[id] = model.Labels{"pool": "gpu"}
+	}
 	s.workers[id] = true
-	s.c.AddWorker(id, 1+s.rng.IntN(3))
+	s.c.AddWorker(id, 1+s.rng.IntN(3), s.labels[id])
 }
 
 func (s *sim) randomDAG() *model.DAG {
 	s.dags++
 	n := 1 + s.rng.IntN(10)
 	d := &model.DAG{ID: fmt.Sprintf("d%03d", s.dags), Name: "random"}
+	if s.rng.IntN(3) == 0 {
+		d.MaxActiveTasks = 1 + s.rng.IntN(2)
+	}
 	for i := 0; i < n; i++ {
 		tk := model.Task{ID: fmt.Sprintf("t%d", i), Kind: model.KindNoop, Priority: s.rng.IntN(3),
 			MaxRetries: s.rng.IntN(3), Timeout: model.Duration(time.Minute)}
+		if s.rng.IntN(4) == 0 {
+			tk.Pool = "gpu"
+		}
 		for j := 0; j < i; j++ {
 			if s.rng.IntN(4) == 0 {
 				tk.DependsOn = append(tk.DependsOn, fmt.Sprintf("t%d", j))
@@ -100,7 +127,30 @@ func (s *sim) commit() {
 		}
 	}
 	s.handleEffects()
+	s.checkLimits()
 	s.c.Schedule(s.now)
+}
+
+// checkLimits asserts that the committed state never has more running tasks
+// than a DAG's max_active_tasks or the gpu pool's limit allow.
+func (s *sim) checkLimits() {
+	for _, id := range s.c.sortedDAGIDs() {
+		d := s.c.dags[id]
+		if lim := d.rec.MaxActiveTasks; lim > 0 && int(d.counts[Running]) > lim {
+			s.t.Fatalf("DAG %s runs %d tasks; max_active_tasks %d\n%s", id, d.counts[Running], lim, s.c.Dump())
+		}
+	}
+	gpu := 0
+	for _, d := range s.c.dags {
+		for i := range d.tasks {
+			if d.tasks[i].status == Running && d.tasks[i].spec().Pool == "gpu" {
+				gpu++
+			}
+		}
+	}
+	if gpu > simGPULimit || gpu != s.c.poolRunning["gpu"] {
+		s.t.Fatalf("%d gpu tasks run (counted %d); the limit is %d\n%s", gpu, s.c.poolRunning["gpu"], simGPULimit, s.c.Dump())
+	}
 }
 
 func roundTrip(t *testing.T, e Entry) Entry {
@@ -159,6 +209,9 @@ func (s *sim) handleEffects() {
 				if other.DAG == id.DAG && other.Task == id.Task && !a.cancelled && s.workers[a.worker] {
 					s.t.Fatalf("%v dispatched while %v still runs on live worker %s", id, other, a.worker)
 				}
+			}
+			if !s.labels[ef.Worker].Matches(ef.Attempt.Spec.Requires()) {
+				s.t.Fatalf("%v requires %v, dispatched to %s with labels %v", id, ef.Attempt.Spec.Requires(), ef.Worker, s.labels[ef.Worker])
 			}
 			if !s.workers[ef.Worker] {
 				continue // dispatched to a worker that died meanwhile: lost
@@ -251,8 +304,8 @@ func (s *sim) crashLeader() {
 	if got, want := s.standby.Dump(), s.c.Dump(); got != want {
 		s.t.Fatalf("restore differs\nleader:\n%s\nrestore:\n%s", want, got)
 	}
-	for w := range s.workers {
-		fresh.AddWorker(w, 1+s.rng.IntN(3))
+	for _, w := range liveWorkers(s.workers) {
+		fresh.AddWorker(w, 1+s.rng.IntN(3), s.labels[w])
 	}
 	s.c = fresh
 	s.timers = nil
@@ -384,4 +437,13 @@ func TestRandomizedInvariants(t *testing.T) {
 			t.Fatalf("seed %d", seed)
 		}
 	}
+}
+
+func liveWorkers(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }

@@ -18,7 +18,7 @@ import (
 func leaderRig(t *testing.T, workers ...string) *harness {
 	h := newHarness(t, Config{})
 	for _, w := range workers {
-		h.c.AddWorker(w, 1)
+		h.c.AddWorker(w, 1, nil)
 	}
 	h.c.BecomeLeader(h.now)
 	return h
@@ -162,7 +162,7 @@ func TestRegressionSlotAccountingAcrossWorkerRejoin(t *testing.T) {
 	h.commitAll()
 	h.c.Schedule(h.now) // a → w1, busy 1/1
 	h.c.RemoveWorker("w1", h.now)
-	h.c.AddWorker("w1", 1)
+	h.c.AddWorker("w1", 1, nil)
 	h.commitAll() // a's dispatch commits: w1 (the new one) runs a#1
 	h.c.Report(result("d1", "a", 1, "w1", model.Succeeded), h.now)
 	for _, w := range h.c.Workers() {
@@ -231,7 +231,7 @@ func TestRegressionStandbyReadyQueueGrowsForever(t *testing.T) {
 // the DAG in its transaction or DAG id, task index).
 func TestRegressionReadyOrderOfDAGsCommittedTogether(t *testing.T) {
 	h := leaderRig(t, "w1")
-	h.c.AddWorker("w1", 3)
+	h.c.AddWorker("w1", 3, nil)
 	h.submitSpec(spec("d1", tk("a"), tk("b")))
 	h.submitSpec(spec("d2", tk("a"), tk("b")))
 	h.commitAll() // one transaction: both DAGs created at the same revision
@@ -264,12 +264,12 @@ func TestRegressionAdoptWhileRequeueInFlight(t *testing.T) {
 	// New leader; w1 has not reconnected yet.
 	h.c = h.replay()
 	h.shown = 0
-	h.c.AddWorker("w2", 1)
+	h.c.AddWorker("w2", 1, nil)
 	h.c.BecomeLeader(h.now)
 	h.c.TakeEffects()
 	h.now = h.now.Add(2 * time.Second)
 	h.c.Fire(TimerOrphan, model.AttemptID{DAG: "d1", Task: "a", Attempt: 1}, h.now) // re-queue proposed
-	h.c.AddWorker("w1", 1)
+	h.c.AddWorker("w1", 1, nil)
 	adopted := h.c.Adopt("w1", model.AttemptID{DAG: "d1", Task: "a", Attempt: 1})
 	cancelled := false
 	for _, ef := range h.c.TakeEffects() {
@@ -355,7 +355,7 @@ func TestRegressionRemoveWorkerOrderIsRandom(t *testing.T) {
 	seen := map[string]bool{}
 	for i := 0; i < 30; i++ {
 		h := leaderRig(t, "w1")
-		h.c.AddWorker("w1", 4)
+		h.c.AddWorker("w1", 4, nil)
 		h.submitSpec(spec("d1", tk("a"), tk("b"), tk("c"), tk("d")))
 		h.commitAll()
 		h.c.Schedule(h.now)

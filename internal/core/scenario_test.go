@@ -24,18 +24,20 @@ import (
 //
 // The language (arguments in [brackets] are optional):
 //
-//	config [retry-base=1s] [retry-cap=30s] [orphan-grace=2s]
+//	config [retry-base=1s] [retry-cap=30s] [orphan-grace=2s] [pool-limits=(gpu=2,...)]
 //	    start over with an empty core using this policy (first command only)
-//	worker id=w1 [slots=1]          register (or resize) a live worker
+//	worker id=w1 [slots=1] [labels=(pool=gpu,...)]
+//	                                register (or resize, or relabel) a live worker
 //	remove-worker w1                the worker is gone
 //	become-leader                   the core takes over as leader
 //	restart                         the leader dies: its uncommitted proposals
 //	                                and timers are lost; a new core (not yet
 //	                                leader, no workers) is built by applying
 //	                                the committed log
-//	submit id=d1                    propose a DAG; one task per input line:
+//	submit id=d1 [max-active=N]     propose a DAG; one task per input line:
 //	    a                             id
 //	    b deps=a,c prio=1 retries=2   dependencies, priority, max_retries
+//	    c pool=gpu sel=(zone=a,...)   required labels
 //	commit [n=K]                    commit the oldest K proposals (all by
 //	                                default) in one transaction (one
 //	                                revision), JSON round-trip and apply them;
@@ -53,6 +55,8 @@ import (
 //	adopt w1 d1/a#1                 a worker reports an attempt it is running
 //	state                           Dump()
 //	workers                         each worker's slots and busy count
+//	waiting                         each ready task's wait reason on the
+//	                                leader, then on the standby, and the pools
 //	stats                           leader-side counters
 //	replay                          check that applying the committed log to a
 //	                                fresh core, and restoring the latest value
@@ -118,15 +122,31 @@ func (h *harness) run(td *datadriven.TestData) string {
 		cfg.RetryBase = h.durArg(td, "retry-base")
 		cfg.RetryCap = h.durArg(td, "retry-cap")
 		cfg.OrphanGrace = h.durArg(td, "orphan-grace")
+		if td.HasArg("pool-limits") {
+			var pairs []string
+			td.ScanArgs(h.t, "pool-limits", &pairs)
+			cfg.PoolLimits = map[string]int{}
+			for _, p := range pairs {
+				k, v, _ := strings.Cut(p, "=")
+				n, err := strconv.Atoi(v)
+				if err != nil {
+					td.Fatalf(h.t, "pool-limits %s: %v", p, err)
+				}
+				cfg.PoolLimits[k] = n
+			}
+		}
 		*h = *newHarness(h.t, cfg)
 		c := h.c.Config()
 		h.printf("retry-base=%s retry-cap=%s orphan-grace=%s\n", c.RetryBase, c.RetryCap, c.OrphanGrace)
+		if len(c.PoolLimits) > 0 {
+			h.printf("pool-limits=%s\n", model.FormatLabels(limitsText(c.PoolLimits)))
+		}
 	case "worker":
 		var id string
 		slots := 1
 		td.ScanArgs(h.t, "id", &id)
 		td.MaybeScanArgs(h.t, "slots", &slots)
-		h.c.AddWorker(id, slots)
+		h.c.AddWorker(id, slots, h.labelsArg(td, "labels"))
 	case "remove-worker":
 		h.c.RemoveWorker(h.bare(td, 0), h.now)
 	case "become-leader":
@@ -190,8 +210,14 @@ func (h *harness) run(td *datadriven.TestData) string {
 		h.printf("%s", h.c.Dump())
 	case "workers":
 		for _, w := range h.c.Workers() {
-			h.printf("%s slots=%d busy=%d\n", w.ID, w.Slots, w.Busy)
+			h.printf("%s slots=%d busy=%d", w.ID, w.Slots, w.Busy)
+			if len(w.Labels) > 0 {
+				h.printf(" labels=%s", w.Labels)
+			}
+			h.printf("\n")
 		}
+	case "waiting":
+		h.waiting()
 	case "stats":
 		s := h.c.Stats()
 		h.printf("stale_results=%d orphans=%d\n", s.StaleResults, s.Orphans)
@@ -271,6 +297,7 @@ func (h *harness) submit(td *datadriven.TestData) {
 	var id string
 	td.ScanArgs(h.t, "id", &id)
 	spec := &model.DAG{ID: id, Name: id}
+	td.MaybeScanArgs(h.t, "max-active", &spec.MaxActiveTasks)
 	for _, line := range strings.Split(td.Input, "\n") {
 		if strings.TrimSpace(line) == "" {
 			continue
@@ -281,6 +308,10 @@ func (h *harness) submit(td *datadriven.TestData) {
 		}
 		tk := model.Task{ID: tid, Kind: model.KindNoop, Timeout: model.Duration(time.Minute)}
 		for _, a := range args {
+			if a.Key == "sel" {
+				tk.Selector = parseLabelVals(td, h.t, a.Vals)
+				continue
+			}
 			if len(a.Vals) != 1 {
 				td.Fatalf(h.t, "task %s: %s needs one value", tid, a.Key)
 			}
@@ -292,6 +323,8 @@ func (h *harness) submit(td *datadriven.TestData) {
 				tk.Priority, err = strconv.Atoi(v)
 			case "retries":
 				tk.MaxRetries, err = strconv.Atoi(v)
+			case "pool":
+				tk.Pool = v
 			default:
 				td.Fatalf(h.t, "task %s: unknown key %s", tid, a.Key)
 			}
@@ -491,4 +524,57 @@ func fmtEntry(e *Entry) string {
 		fmt.Fprintf(&b, "%s/%s (no record)", e.DAG, e.Task)
 	}
 	return b.String()
+}
+
+func (h *harness) labelsArg(td *datadriven.TestData, key string) model.Labels {
+	if !td.HasArg(key) {
+		return nil
+	}
+	var vals []string
+	td.ScanArgs(h.t, key, &vals)
+	return parseLabelVals(td, h.t, vals)
+}
+
+func parseLabelVals(td *datadriven.TestData, t *testing.T, vals []string) model.Labels {
+	l, err := model.ParseLabels(strings.Join(vals, ","))
+	if err != nil {
+		td.Fatalf(t, "labels: %v", err)
+	}
+	return l
+}
+
+func limitsText(m map[string]int) map[string]string {
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = strconv.Itoa(v)
+	}
+	return out
+}
+
+// waiting prints each ready task's wait reason as the leader and the
+// standby give it, and the pools' running counts on both (which must agree:
+// they are replicated state).
+func (h *harness) waiting() {
+	for _, c := range []struct {
+		name string
+		c    *Core
+	}{{"leader", h.c}, {"standby", h.standby}} {
+		for _, id := range c.c.sortedDAGIDs() {
+			v, _ := c.c.DAG(id)
+			for _, tv := range v.Tasks {
+				if tv.Status == Ready {
+					reason := tv.Waiting
+					if reason == "" {
+						reason = "-"
+					}
+					h.printf("%s: %s/%s: %s\n", c.name, id, tv.ID, reason)
+				}
+			}
+		}
+	}
+	lp, sp := fmt.Sprint(h.c.Pools()), fmt.Sprint(h.standby.Pools())
+	if lp != sp {
+		h.t.Errorf("pools differ: leader %s, standby %s", lp, sp)
+	}
+	h.printf("pools: %s\n", lp)
 }

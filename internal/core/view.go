@@ -82,6 +82,7 @@ func (c *Core) DAG(id string) (*DAGView, bool) {
 	v := &DAGView{DAGSummary: d.summary(), Tasks: make([]TaskView, len(d.tasks))}
 	for i := range d.tasks {
 		v.Tasks[i] = d.tasks[i].view()
+		v.Tasks[i].Waiting = c.waitReason(&d.tasks[i])
 	}
 	return v, true
 }
@@ -102,6 +103,7 @@ func (c *Core) Task(dagID, taskID string) (*TaskView, bool) {
 		return nil, false
 	}
 	v := t.view()
+	v.Waiting = c.waitReason(t)
 	return &v, true
 }
 
@@ -116,7 +118,13 @@ func (c *Core) Counts() map[Status]int {
 
 // QueueLen is the number of entries in the ready queue (including stale ones
 // not yet skipped).
-func (c *Core) QueueLen() int { return c.queue.Len() }
+func (c *Core) QueueLen() int {
+	n := 0
+	for _, cl := range c.classList {
+		n += cl.q.Len()
+	}
+	return n
+}
 
 // DAGCount is the number of DAGs held.
 func (c *Core) DAGCount() int { return len(c.dags) }
@@ -137,6 +145,15 @@ func (c *Core) Dump() string {
 			}
 			b.WriteByte('\n')
 		}
+	}
+	if len(c.poolRunning) > 0 {
+		fmt.Fprintf(&b, "pools running:")
+		for _, p := range c.Pools() {
+			if p.Running > 0 {
+				fmt.Fprintf(&b, " %s=%d", p.Name, p.Running)
+			}
+		}
+		b.WriteByte('\n')
 	}
 	return b.String()
 }

@@ -438,6 +438,13 @@ func TestValidateRules(t *testing.T) {
 		{"fail high", func(d *model.DAG) { d.Tasks[2].Fail = 1.5 }, CodeInvalid, []string{`task "c": fail 1.5`}},
 		{"fail negative", func(d *model.DAG) { d.Tasks[2].Fail = -0.1 }, CodeInvalid, []string{`task "c": fail -0.1`}},
 		{"fail NaN", func(d *model.DAG) { d.Tasks[2].Fail = model.Probability(math.NaN()) }, CodeInvalid, []string{`task "c": fail NaN`}},
+		{"max_active_tasks negative", func(d *model.DAG) { d.MaxActiveTasks = -1 }, CodeInvalid, []string{"max_active_tasks -1 is out of range"}},
+		{"bad pool", func(d *model.DAG) { d.Tasks[0].Pool = "g p u" }, CodeInvalid, []string{`task "a": pool "g p u" is invalid`}},
+		{"bad selector key", func(d *model.DAG) { d.Tasks[0].Selector = map[string]string{"a=b": "x"} }, CodeInvalid, []string{`task "a": selector key "a=b" is invalid`}},
+		{"empty selector value", func(d *model.DAG) { d.Tasks[0].Selector = map[string]string{"zone": ""} }, CodeInvalid, []string{`task "a": selector zone: value "" is invalid`}},
+		{"unsatisfiable selector", func(d *model.DAG) {
+			d.Tasks[0].Pool, d.Tasks[0].Selector = "gpu", map[string]string{"pool": "cpu"}
+		}, CodeInvalid, []string{`task "a": selector is unsatisfiable: pool "gpu" and selector pool "cpu"`}},
 		{"cycle", func(d *model.DAG) { d.Tasks[0].DependsOn = []string{"d"} }, CodeCycle, []string{"cycle: a → d → b → a"}},
 		{"cycle plus other", func(d *model.DAG) { d.Tasks[0].DependsOn = []string{"d"}; d.Tasks[3].Priority = 2e6 }, CodeInvalid, []string{"cycle: a → d", `task "d": priority`}},
 		{"too many", func(d *model.DAG) {
@@ -744,4 +751,51 @@ func FuzzParse(f *testing.F) {
 		}
 		_ = d.Dependents()
 	})
+}
+
+func TestPoolsAndLimitsParse(t *testing.T) {
+	body := `
+name: pools
+max_active_tasks: 2
+tasks:
+  - id: train
+    command: ./train.sh
+    pool: gpu
+  - id: sync
+    command: ./sync.sh
+    selector: {pool: gpu, zone: a}
+  - id: any
+    kind: noop
+`
+	for _, ct := range []string{"application/yaml", "application/json"} {
+		b := body
+		if ct == "application/json" {
+			b = `{"name":"pools","max_active_tasks":2,"tasks":[{"id":"train","command":"./train.sh","pool":"gpu"},` +
+				`{"id":"sync","command":"./sync.sh","selector":{"pool":"gpu","zone":"a"}},{"id":"any","kind":"noop"}]}`
+		}
+		d, err := load(t, b, ct)
+		if err != nil {
+			t.Fatalf("%s: %v", ct, err)
+		}
+		if d.MaxActiveTasks != 2 {
+			t.Errorf("%s: max_active_tasks %d", ct, d.MaxActiveTasks)
+		}
+		if got := model.FormatLabels(d.Tasks[0].Requires()); got != "pool=gpu" || d.Tasks[0].PoolName() != "gpu" {
+			t.Errorf("%s: train requires %q", ct, got)
+		}
+		if got := model.FormatLabels(d.Tasks[1].Requires()); got != "pool=gpu,zone=a" || d.Tasks[1].PoolName() != "gpu" {
+			t.Errorf("%s: sync requires %q", ct, got)
+		}
+		if d.Tasks[2].Requires() != nil || d.Tasks[2].PoolName() != "" {
+			t.Errorf("%s: any requires %v", ct, d.Tasks[2].Requires())
+		}
+	}
+	// A DAG that uses none of this encodes as it always did.
+	d, err := load(t, "name: x\ntasks: [{id: a}]\n", "application/yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := string(d.Canonical()); strings.Contains(c, "pool") || strings.Contains(c, "selector") || strings.Contains(c, "max_active") {
+		t.Errorf("canonical form of a plain DAG mentions pools: %s", c)
+	}
 }

@@ -33,6 +33,8 @@ type rawDAG struct {
 	ID    string    `json:"id" yaml:"id"`
 	Name  string    `json:"name" yaml:"name"`
 	Tasks []rawTask `json:"tasks" yaml:"tasks"`
+
+	MaxActiveTasks int `json:"max_active_tasks" yaml:"max_active_tasks"`
 }
 
 type rawTask struct {
@@ -59,6 +61,9 @@ type rawTask struct {
 	Priority   int            `json:"priority" yaml:"priority"`
 	MaxRetries *int           `json:"max_retries" yaml:"max_retries"`
 	Timeout    model.Duration `json:"timeout" yaml:"timeout"`
+
+	Pool     string            `json:"pool" yaml:"pool"`
+	Selector map[string]string `json:"selector" yaml:"selector"`
 }
 
 // FormatOf maps a Content-Type header to a format. Types that clients send
@@ -273,7 +278,7 @@ var seedTypes = map[string]struct {
 }
 
 func (r *rawDAG) toDAG() (*model.DAG, error) {
-	d := &model.DAG{ID: r.ID, Name: r.Name, Tasks: make([]model.Task, len(r.Tasks))}
+	d := &model.DAG{ID: r.ID, Name: r.Name, Tasks: make([]model.Task, len(r.Tasks)), MaxActiveTasks: r.MaxActiveTasks}
 	var p problems
 	for i := range r.Tasks {
 		rt := &r.Tasks[i]
@@ -284,6 +289,7 @@ func (r *rawDAG) toDAG() (*model.DAG, error) {
 			Duration: rt.Duration, Fail: rt.Fail,
 			DependsOn: rt.DependsOn, Priority: rt.Priority,
 			MaxRetries: model.DefaultMaxRetries, Timeout: rt.Timeout,
+			Pool: rt.Pool, Selector: rt.Selector,
 		}
 		if rt.MaxRetries != nil {
 			t.MaxRetries = *rt.MaxRetries

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"regexp"
+	"sort"
 	"strings"
 	"time"
 
@@ -143,6 +144,9 @@ func Validate(d *model.DAG, limits Limits) error {
 	if len(d.Tasks) == 0 {
 		p.addf("dag has no tasks; want at least one")
 	}
+	if d.MaxActiveTasks < 0 || d.MaxActiveTasks > maxTasks {
+		p.addf("max_active_tasks %d is out of range: want 0 (no limit) to %d", d.MaxActiveTasks, maxTasks)
+	}
 
 	index := make(map[string]int, len(d.Tasks))
 	for i := range d.Tasks {
@@ -240,6 +244,37 @@ func validateTask(p *problems, label string, t *model.Task) {
 	}
 	if t.Timeout <= 0 || t.Timeout.D() > MaxTimeout {
 		p.addf("%s: timeout %s is out of range: want more than 0 and at most %s", label, t.Timeout.D(), MaxTimeout)
+	}
+	validateSelector(p, label, t)
+}
+
+// validateSelector checks a task's label requirements: pool and selector.
+// Matching is by equality only, so a requirement that names two values for
+// one label can never be met and is refused here rather than left to wait.
+func validateSelector(p *problems, label string, t *model.Task) {
+	if t.Pool != "" && !model.ValidLabel(t.Pool) {
+		p.addf("%s: pool %q is invalid: want %s", label, t.Pool, model.LabelRule)
+	}
+	if len(t.Selector) > model.MaxLabels {
+		p.addf("%s: selector has %d labels; at most %d", label, len(t.Selector), model.MaxLabels)
+		return
+	}
+	keys := make([]string, 0, len(t.Selector))
+	for k := range t.Selector {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		v := t.Selector[k]
+		switch {
+		case !model.ValidLabel(k):
+			p.addf("%s: selector key %q is invalid: want %s", label, k, model.LabelRule)
+		case !model.ValidLabel(v):
+			p.addf("%s: selector %s: value %q is invalid: want %s (matching is by equality)", label, k, v, model.LabelRule)
+		}
+	}
+	if sp, ok := t.Selector[model.PoolLabel]; ok && t.Pool != "" && sp != t.Pool {
+		p.addf("%s: selector is unsatisfiable: pool %q and selector pool %q can never both hold (a worker has one value per label)", label, t.Pool, sp)
 	}
 }
 

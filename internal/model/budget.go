@@ -12,8 +12,11 @@ func (d *DAG) DecodedBytes() int64 {
 	for i := range d.Tasks {
 		t := &d.Tasks[i]
 		n += int64(len(t.ID) + len(t.Name) + len(t.Kind) + len(t.Command) + len(t.Interpreter) + len(t.Workdir) +
-			len(t.URL) + len(t.Method))
+			len(t.URL) + len(t.Method) + len(t.Pool))
 		n += int64(t.EnvBytes())
+		for k, v := range t.Selector {
+			n += int64(len(k) + len(v))
+		}
 		for _, dep := range t.DependsOn {
 			n += int64(len(dep))
 		}

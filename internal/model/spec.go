@@ -38,6 +38,9 @@ type DAG struct {
 	ID    string `json:"id,omitempty"`
 	Name  string `json:"name"`
 	Tasks []Task `json:"tasks"`
+	// MaxActiveTasks bounds how many of the DAG's tasks run at once; 0 is
+	// no bound.
+	MaxActiveTasks int `json:"max_active_tasks,omitempty"`
 }
 
 // Task is one node of the graph.
@@ -69,6 +72,41 @@ type Task struct {
 	Priority   int      `json:"priority"`    // lower runs first; 0 is the most urgent
 	MaxRetries int      `json:"max_retries"` // retries after the first attempt
 	Timeout    Duration `json:"timeout"`     // per attempt
+
+	// Pool is shorthand for the label requirement pool=<Pool>.
+	Pool string `json:"pool,omitempty"`
+	// Selector lists labels a worker must have, each with this exact value,
+	// to run the task (equality match only).
+	Selector map[string]string `json:"selector,omitempty"`
+}
+
+// PoolLabel is the label that Task.Pool requires and that pool limits count by.
+const PoolLabel = "pool"
+
+// Requires returns the labels a worker must have to run the task: Selector
+// plus pool=Pool. It is nil when the task runs on any worker. Validate
+// refuses a task whose Pool and Selector's pool disagree.
+func (t *Task) Requires() map[string]string {
+	if t.Pool == "" {
+		return t.Selector
+	}
+	if len(t.Selector) == 0 {
+		return map[string]string{PoolLabel: t.Pool}
+	}
+	out := make(map[string]string, len(t.Selector)+1)
+	for k, v := range t.Selector {
+		out[k] = v
+	}
+	out[PoolLabel] = t.Pool
+	return out
+}
+
+// PoolName is the pool a task runs in (its required pool label), or "".
+func (t *Task) PoolName() string {
+	if t.Pool != "" {
+		return t.Pool
+	}
+	return t.Selector[PoolLabel]
 }
 
 // Duration is a time.Duration that reads "1m30s" (Go syntax) or a number of
@@ -267,6 +305,9 @@ func (d *DAG) Normalize() {
 		}
 		if len(t.DependsOn) == 0 {
 			t.DependsOn = nil
+		}
+		if len(t.Selector) == 0 {
+			t.Selector = nil
 		}
 	}
 }

@@ -438,7 +438,7 @@ func (e *Engine) onWorker(ev WorkerEvent) {
 	switch ev.Kind {
 	case WorkerJoined:
 		e.execs[ev.ID] = ev.Exec
-		e.c.AddWorker(ev.ID, ev.Exec.Slots())
+		e.c.AddWorker(ev.ID, ev.Exec.Slots(), ev.Exec.Labels())
 		for _, id := range ev.InFlight {
 			e.c.Adopt(ev.ID, id)
 		}
@@ -446,10 +446,10 @@ func (e *Engine) onWorker(ev WorkerEvent) {
 			ev.Exec.Ack(id)
 		}
 		delete(e.lateAcks, ev.ID)
-		e.log.Info("worker joined", zap.String("worker", ev.ID), zap.Int("slots", ev.Exec.Slots()), zap.Int("in_flight", len(ev.InFlight)))
+		e.log.Info("worker joined", zap.String("worker", ev.ID), zap.Int("slots", ev.Exec.Slots()), zap.Stringer("labels", ev.Exec.Labels()), zap.Int("in_flight", len(ev.InFlight)))
 	case WorkerDisconnected:
 		// No new work until it reconnects; its attempts stay its own.
-		e.c.AddWorker(ev.ID, 0)
+		e.c.AddWorker(ev.ID, 0, ev.Exec.Labels())
 		e.log.Info("worker disconnected", zap.String("worker", ev.ID))
 	case WorkerLeft:
 		delete(e.execs, ev.ID)

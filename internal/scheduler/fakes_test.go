@@ -425,6 +425,7 @@ var _ Store = (*fakeStore)(nil)
 type fakeWorker struct {
 	id           string
 	slots        int
+	labels       model.Labels
 	mu           sync.Mutex
 	running      []model.AttemptID // started, not finished or cancelled
 	totalStarted int
@@ -464,9 +465,10 @@ func (w *fakeWorker) hello() ([]model.AttemptID, []model.Result) {
 	return ids, append([]model.Result(nil), w.unacked...)
 }
 
-func (w *fakeWorker) ID() string   { return w.id }
-func (w *fakeWorker) Slots() int   { return w.slots }
-func (w *fakeWorker) Close() error { return nil }
+func (w *fakeWorker) ID() string           { return w.id }
+func (w *fakeWorker) Slots() int           { return w.slots }
+func (w *fakeWorker) Labels() model.Labels { return w.labels }
+func (w *fakeWorker) Close() error         { return nil }
 func (w *fakeWorker) Start(a model.Attempt) {
 	w.mu.Lock()
 	defer w.mu.Unlock()

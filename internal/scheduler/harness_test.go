@@ -42,9 +42,10 @@ import (
 //	other-leader                another replica ("x") holds the election
 //	other-leader-gone           it resigned: the election is free
 //	external-submit id=d1       "x" commits a DAG (task ids, one per line)
-//	worker id=w1 [slots=1] [inflight=d1/a#1,...]
+//	worker id=w1 [slots=1] [labels=(pool=gpu,...)] [inflight=d1/a#1,...]
 //	                            a worker connects, reporting attempts it runs
-//	submit id=d1                Submit (async): one task per line, "b deps=a"
+//	submit id=d1                Submit (async): one task per line, "b deps=a",
+//	                            "g pool=gpu"
 //	hook fail-after-apply|fail|fenced|too-large|block
 //	                            the next commit: applied and then an error;
 //	                            not applied, with an error; rejected by the
@@ -175,6 +176,13 @@ func (h *engineHarness) run(td *datadriven.TestData) string {
 				for _, v := range a.Vals {
 					w.running = append(w.running, parseAttempt(h.t, v))
 				}
+			}
+			if a.Key == "labels" {
+				l, err := model.ParseLabels(strings.Join(a.Vals, ","))
+				if err != nil {
+					h.t.Fatal(err)
+				}
+				w.labels = l
 			}
 		}
 		h.mu.Lock()
@@ -556,6 +564,9 @@ func (h *engineHarness) spec(id, input string) *model.DAG {
 			if v, ok := strings.CutPrefix(kv, "deps="); ok {
 				t.DependsOn = strings.Split(v, ",")
 			}
+			if v, ok := strings.CutPrefix(kv, "pool="); ok {
+				t.Pool = v
+			}
 		}
 		d.Tasks = append(d.Tasks, t)
 	}
@@ -578,6 +589,9 @@ func (h *engineHarness) state() string {
 				fmt.Fprintf(&b, " %s=%s", t.ID, t.Status)
 				if t.Attempts > 0 {
 					fmt.Fprintf(&b, "#%d", t.Attempts)
+				}
+				if t.Waiting != "" {
+					fmt.Fprintf(&b, "(%s)", t.Waiting)
 				}
 			}
 			b.WriteByte('\n')

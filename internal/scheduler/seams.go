@@ -41,6 +41,9 @@ var _ Store = (*store.Etcd)(nil)
 // remote workers and a replica's own slots alike.
 type Worker interface {
 	Slots() int
+	// Labels are the worker's labels (its latest hello's); only tasks
+	// whose required labels it has are dispatched to it.
+	Labels() model.Labels
 	// Start dispatches an attempt; it never blocks.
 	Start(a model.Attempt)
 	// Cancel asks the worker to stop an attempt; it never blocks.

@@ -225,7 +225,7 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 		return scheduler.New(scheduler.Config{
 			Node:             cfg.Name,
 			APIURL:           apiURL,
-			Core:             core.Config{RetryBase: cfg.RetryBase, RetryCap: cfg.RetryCap, OrphanGrace: cfg.OrphanGrace},
+			Core:             core.Config{RetryBase: cfg.RetryBase, RetryCap: cfg.RetryCap, OrphanGrace: cfg.OrphanGrace, PoolLimits: cfg.PoolLimits},
 			Limits:           limits,
 			SessionTTL:       cfg.SessionTTL,
 			Retention:        cfg.Retention,
@@ -251,6 +251,7 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 		Exec:         own,
 		Dial:         replicaDialer(view, cfg.Name, s.Hub, cfg.AuthToken),
 		Replica:      cfg.Name,
+		Labels:       cfg.Labels,
 		StaleAfter:   cfg.StreamStaleAfter,
 		OnLeaderLost: func(leader string) { s.ref.Get().SuspectLeader(leader) },
 		MinBackoff:   5 * time.Millisecond,

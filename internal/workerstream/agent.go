@@ -36,6 +36,8 @@ type AgentConfig struct {
 	Dial func(ctx context.Context) (Conn, string, error)
 	// Replica is set when the agent runs a replica's own slots (its name).
 	Replica string
+	// Labels are announced in every hello (--labels).
+	Labels model.Labels
 	// HeartbeatInterval is how often the agent sends a heartbeat
 	// (DefaultHeartbeatInterval; shortened to the leader's if the welcome
 	// asks for more often).
@@ -291,7 +293,7 @@ func (a *Agent) hello(s *session, results <-chan model.Result) {
 		}
 	}
 	s.send(Msg{Type: TypeHello, Hello: &Hello{Worker: a.cfg.Exec.ID(), Slots: a.cfg.Exec.Slots(), InFlight: inflight,
-		Replica: a.cfg.Replica, Version: ProtocolVersion}})
+		Replica: a.cfg.Replica, Version: ProtocolVersion, Labels: a.cfg.Labels}})
 	for i := range a.unacked {
 		r := a.unacked[i]
 		s.send(Msg{Type: TypeResult, Result: &r})

@@ -100,12 +100,13 @@ type Event struct {
 
 // WorkerInfo describes a worker for the cluster endpoint.
 type WorkerInfo struct {
-	ID        string    `json:"id"`
-	Replica   string    `json:"replica,omitempty"`
-	Slots     int       `json:"slots"`
-	Connected bool      `json:"connected"`
-	InFlight  int       `json:"in_flight"`
-	Since     time.Time `json:"since"` // when Connected last changed
+	ID        string       `json:"id"`
+	Replica   string       `json:"replica,omitempty"`
+	Slots     int          `json:"slots"`
+	Labels    model.Labels `json:"labels,omitempty"`
+	Connected bool         `json:"connected"`
+	InFlight  int          `json:"in_flight"`
+	Since     time.Time    `json:"since"` // when Connected last changed
 }
 
 // Hub is the leader's end of the worker streams.
@@ -292,7 +293,7 @@ func (h *Hub) Workers() []WorkerInfo {
 	defer h.mu.Unlock()
 	out := make([]WorkerInfo, 0, len(h.workers))
 	for _, w := range h.workers {
-		out = append(out, WorkerInfo{ID: w.id, Replica: w.replica, Slots: w.slots, Connected: w.conn != nil,
+		out = append(out, WorkerInfo{ID: w.id, Replica: w.replica, Slots: w.slots, Labels: w.labels, Connected: w.conn != nil,
 			InFlight: len(w.inFlightLocked()), Since: w.since})
 	}
 	slices.SortFunc(out, func(a, b WorkerInfo) int { return cmp.Compare(a.ID, b.ID) })
@@ -366,7 +367,7 @@ func (h *Hub) serve(c Conn, remote string) {
 	// the leader die at once; a standalone worker must bring slots.
 	if m.Type != TypeHello || m.Hello == nil || m.Hello.Worker == "" || m.Hello.Slots < 0 ||
 		(m.Hello.Slots == 0 && m.Hello.Replica == "") ||
-		(m.Hello.Version != 0 && m.Hello.Version != ProtocolVersion) {
+		(m.Hello.Version != 0 && m.Hello.Version != ProtocolVersion) || model.CheckLabels(m.Hello.Labels) != nil {
 		h.log.Warn("worker stream refused: bad hello", zap.String("remote", remote), zap.String("type", m.Type),
 			zap.Any("hello", m.Hello))
 		return
@@ -433,7 +434,7 @@ func (h *Hub) join(hc *hubConn, hello *Hello) bool {
 			oldLogs = w.takeLogsLocked(old)
 		}
 	}
-	w.slots, w.replica = hello.Slots, hello.Replica
+	w.slots, w.replica, w.labels = hello.Slots, hello.Replica, hello.Labels
 	w.conn, hc.worker, w.since = hc, w, now
 	w.reported = make(map[model.AttemptID]struct{}, len(hello.InFlight))
 	for _, id := range hello.InFlight {
@@ -471,7 +472,7 @@ func (h *Hub) join(hc *hubConn, hello *Hello) bool {
 		}
 	}
 	h.log.Info("worker joined", zap.String("worker", w.id), zap.String("replica", hello.Replica),
-		zap.Int("slots", hello.Slots), zap.Int("in_flight", len(hello.InFlight)), zap.Bool("reconnect", reconnect),
+		zap.Int("slots", hello.Slots), zap.Stringer("labels", hello.Labels), zap.Int("in_flight", len(hello.InFlight)), zap.Bool("reconnect", reconnect),
 		zap.Int("redispatched", len(redo)), zap.String("remote", hc.remote))
 	return true
 }

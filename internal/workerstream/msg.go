@@ -79,6 +79,11 @@ type Hello struct {
 	// Replica is set when the worker is a replica's own slots (its name).
 	Replica string `json:"replica,omitempty"`
 	Version int    `json:"version"`
+	// Labels are the worker's key=value labels (--labels); the leader
+	// dispatches a task that requires labels only to a worker that has
+	// them. Absent (a worker of an earlier version): no labels. A hub of an
+	// earlier version ignores them, so the field needs no new version.
+	Labels model.Labels `json:"labels,omitempty"`
 }
 
 // Welcome accepts a worker. The worker sends heartbeats at least every

@@ -26,6 +26,7 @@ type RemoteWorker struct {
 	// Guarded by hub.mu.
 	replica     string
 	slots       int
+	labels      model.Labels
 	conn        *hubConn // nil while disconnected
 	left        bool
 	since       time.Time
@@ -53,6 +54,13 @@ func (w *RemoteWorker) Slots() int {
 	w.hub.mu.Lock()
 	defer w.hub.mu.Unlock()
 	return w.slots
+}
+
+// Labels are the labels of the worker's latest hello.
+func (w *RemoteWorker) Labels() model.Labels {
+	w.hub.mu.Lock()
+	defer w.hub.mu.Unlock()
+	return w.labels
 }
 
 // Replica is the replica whose own slots this worker is, or "".

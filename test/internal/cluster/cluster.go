@@ -196,9 +196,10 @@ type Replica struct {
 }
 
 type Worker struct {
-	ID        string `json:"id"`
-	Slots     int    `json:"slots"`
-	Connected bool   `json:"connected"`
+	ID        string            `json:"id"`
+	Slots     int               `json:"slots"`
+	Labels    map[string]string `json:"labels"`
+	Connected bool              `json:"connected"`
 }
 
 // View is GET /api/v1/cluster.

@@ -9,6 +9,12 @@ type TaskState struct {
 	Worker     string `json:"worker"`
 	OutputTail string `json:"output_tail"`
 	Cascade    bool   `json:"cascade"`
+	// Waiting says why a ready task is held back (labels or a limit).
+	Waiting string `json:"waiting"`
+	// History lists the task's earlier attempts.
+	History []struct {
+		Worker string `json:"worker"`
+	} `json:"history"`
 }
 
 // DAGState is GET /api/v1/dags/ID.

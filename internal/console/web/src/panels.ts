@@ -67,7 +67,12 @@ export function renderTask(host: HTMLElement, d: DAGView, t: TaskView, now: numb
     statusBadge(t.status),
     h("span.muted", {}, t.kind),
   );
+  const required: Record<string, string> = { ...(spec.selector ?? {}) };
+  if (spec.pool) required.pool = spec.pool;
+  const requires = Object.keys(required).length ? fmtLabels(required) : undefined;
   const facts = kv([
+    ["waiting", t.waiting ? h("span", { "data-testid": "task-waiting" }, t.waiting) : undefined],
+    ["requires", requires],
     ["attempts", `${t.attempts} (retries used ${t.retries} of ${t.max_retries})`],
     ["worker", t.worker ?? "—"],
     ["priority", String(t.priority)],
@@ -208,6 +213,7 @@ export function renderCluster(host: HTMLElement, c: ClusterResponse | null, err:
         h("span.dot", { class: w.connected ? "on" : "off", title: w.connected ? "connected" : "disconnected" }),
         h("code", {}, w.id),
         w.replica ? h("span.muted", {}, ` (replica ${w.replica})`) : "",
+        w.labels && Object.keys(w.labels).length ? h("span.muted", { "data-testid": "worker-labels" }, ` ${fmtLabels(w.labels)}`) : "",
         bar,
         h("span.muted", {}, ` ${w.busy}/${w.slots}`),
       ),
@@ -231,4 +237,12 @@ export function renderCluster(host: HTMLElement, c: ClusterResponse | null, err:
     members.length ? h("h3", {}, "etcd members") : "",
     members.length ? h("ul.members", {}, ...members) : h("div.muted", {}, "etcd: " + (c.etcd.endpoints ?? []).join(", ")),
   );
+}
+
+/** Labels as k=v,k2=v2, keys sorted: the form of --labels. */
+function fmtLabels(l: Record<string, string>): string {
+  return Object.keys(l)
+    .sort()
+    .map((k) => `${k}=${l[k]}`)
+    .join(",");
 }

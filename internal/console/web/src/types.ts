@@ -58,6 +58,8 @@ export interface TaskSpec {
   priority: number;
   max_retries: number;
   timeout: string;
+  pool?: string;
+  selector?: Record<string, string>;
 }
 
 export interface TaskView {
@@ -80,6 +82,8 @@ export interface TaskView {
   event?: string;
   cascade?: boolean;
   cause?: string;
+  /** Why a ready task is not running yet: a DAG or pool limit, or no worker with its labels. */
+  waiting?: string;
   history?: AttemptSummary[];
   spec: TaskSpec;
   revision?: number;
@@ -116,6 +120,7 @@ export interface WorkerInfo {
   id: string;
   replica?: string;
   slots: number;
+  labels?: Record<string, string>;
   busy: number;
   running: number;
   connected: boolean;
