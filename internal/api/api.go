@@ -96,6 +96,8 @@ type Config struct {
 	// other check (DNS rebinding; see httpguard). The zero value serves IP
 	// literals and localhost only.
 	Hosts httpguard.Hosts
+	// Schedules serves /api/v1/schedules. Nil: no schedule routes.
+	Schedules Schedules
 	// Routes are extra handlers mounted behind the same rate limit and
 	// authentication (the worker stream endpoint).
 	Routes map[string]http.Handler
@@ -150,6 +152,7 @@ func New(cfg Config) http.Handler {
 	s.mux.HandleFunc("GET /api/v1/cluster", s.cluster)
 	s.mux.HandleFunc("GET /api/v1/cluster/self", s.clusterSelf)
 	s.mux.HandleFunc("GET /api/v1/leader", s.leader)
+	s.scheduleRoutes()
 	for pattern, h := range cfg.Routes {
 		s.mux.Handle(pattern, h)
 	}

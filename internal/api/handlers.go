@@ -19,6 +19,7 @@ import (
 	"github.com/orion-sched/orion/internal/dag"
 	"github.com/orion-sched/orion/internal/httpkit"
 	"github.com/orion-sched/orion/internal/model"
+	"github.com/orion-sched/orion/internal/schedule"
 )
 
 // List bounds of GET /api/v1/dags.
@@ -54,6 +55,11 @@ func (s *server) submit(w http.ResponseWriter, r *http.Request) {
 		}
 		d.Normalize()
 		err = dag.Validate(d, s.dagLimits())
+	}
+	if err != nil && schedule.HasSchedule(body, ct) {
+		msg := "this DAG file has a schedule: block: create the schedule with POST /api/v1/schedules (orion submit -f does)"
+		httpkit.WriteError(w, http.StatusBadRequest, apitypes.Code(schedule.CodeInvalid), msg, []string{msg})
+		return
 	}
 	if err != nil {
 		s.fail(w, r, err)

@@ -73,6 +73,7 @@ func AddClientCommands(root *cobra.Command) {
 		newCancelCmd(),
 		newRetryCmd(),
 		newClusterCmd(),
+		newScheduleCmd(),
 	)
 }
 

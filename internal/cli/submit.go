@@ -19,6 +19,7 @@ import (
 	"github.com/orion-sched/orion/internal/client"
 	"github.com/orion-sched/orion/internal/dag"
 	"github.com/orion-sched/orion/internal/model"
+	"github.com/orion-sched/orion/internal/schedule"
 )
 
 func newSubmitCmd() *cobra.Command {
@@ -65,7 +66,18 @@ validation or API error (or when --timeout expires).`,
 			if err != nil {
 				return err
 			}
-			body, contentType, dagID, err := prepareSubmission(cmd.InOrStdin(), file, id)
+			raw, name, err := readFile(cmd.InOrStdin(), file)
+			if err != nil {
+				return err
+			}
+			if schedule.HasSchedule(raw, contentTypeOf(file, raw)) {
+				// A scheduled DAG: the file defines a schedule, not a run.
+				if id != "" || wait {
+					return fmt.Errorf("%s has a schedule: block: it creates or updates a schedule, which takes neither --id nor --wait", name)
+				}
+				return putSchedule(cmd, raw, name, contentTypeOf(file, raw))
+			}
+			body, contentType, dagID, err := prepareSubmission(bytes.NewReader(raw), file, id)
 			if err != nil {
 				return err
 			}

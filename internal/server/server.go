@@ -34,6 +34,7 @@ import (
 	"github.com/orion-sched/orion/internal/httpkit"
 	"github.com/orion-sched/orion/internal/kubelabel"
 	"github.com/orion-sched/orion/internal/metrics"
+	"github.com/orion-sched/orion/internal/schedrun"
 	"github.com/orion-sched/orion/internal/scheduler"
 	"github.com/orion-sched/orion/internal/seedapi"
 	"github.com/orion-sched/orion/internal/store"
@@ -58,6 +59,7 @@ type Server struct {
 	cancel    context.CancelFunc
 	ectx      context.Context
 	ref       demo.EngineRef           // the running engine (a demo crash replaces it)
+	firer     *schedrun.Firer          // fires schedule ticks while this replica leads
 	newEngine func() *scheduler.Engine // builds an engine wired like the first
 	engineCh  chan error
 }
@@ -220,6 +222,15 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 	limits.MaxBytes = min(store.DefaultLimits.MaxBytes, limits.RecordLimit())
 	ectx, cancel := context.WithCancel(context.Background())
 	s.ectx, s.cancel = ectx, cancel
+	etcdStore := store.NewEtcd(s.Client)
+	s.firer = schedrun.NewFirer(schedrun.Config{
+		Engine:    func() schedrun.Engine { return s.ref.Get() },
+		Store:     etcdStore,
+		Metrics:   metrics.NewSchedules(s.Metrics.Registry),
+		BadValues: s.Metrics.BadValues,
+		Logger:    log.Named("schedules"),
+	})
+	schedules := &schedrun.Service{Engine: func() schedrun.Engine { return s.ref.Get() }, Store: etcdStore, Firer: s.firer, Limits: limits}
 	workerEvents := scheduler.HubWorkers(ectx, s.Hub.Events())
 	s.newEngine = func() *scheduler.Engine {
 		return scheduler.New(scheduler.Config{
@@ -239,11 +250,12 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 			LeaderAnswers:    view.leaderAnswers,
 			OnLeading: func(leading bool, previous string) {
 				s.Hub.SetLeading(leading)
+				s.firer.SetLeading(leading)
 				if s.labeler != nil {
 					s.labeler.Leading(leading, previous)
 				}
 			},
-		}, store.NewEtcd(s.Client))
+		}, etcdStore)
 	}
 	s.ref.Set(s.newEngine())
 
@@ -300,6 +312,7 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 		APIURL:        apiURL,
 		PID:           os.Getpid(),
 		Routes:        routes,
+		Schedules:     schedules,
 	})
 	s.http = &http.Server{
 		Handler:           handler,
@@ -404,6 +417,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	_ = s.http.Shutdown(hctx)
 	cancel()
+	s.firer.Stop()
 	s.cancel()
 	select {
 	case <-s.ref.Get().Done():

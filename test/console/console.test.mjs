@@ -261,6 +261,27 @@ describe("console on a single node", { timeout: 480000 }, () => {
     assert.deepEqual(unexpected(b.errors), []);
   });
 
+  test("schedules: the card lists a schedule with its next tick, its runs open their DAG, pause and run now act", async () => {
+    const yaml = "id: tick\nschedule:\n  cron: \"@every 1s\"\ntasks:\n  - {id: a, kind: noop}\n";
+    const r = await fetch(node.pageURL + "/api/v1/schedules", { method: "POST", headers: { "Content-Type": "application/yaml" }, body: yaml });
+    assert.equal(r.status, 201, await r.text());
+    const row = '[data-testid="schedules"] tr[data-schedule="tick"]';
+    await page.waitForSelector(row, { timeout: 15000 });
+    assert.match(await page.textContent(row), /@every 1s/);
+    await page.click(row);
+    await page.waitForSelector('[data-testid="schedules"] a[data-run^="tick-"]', { timeout: 15000 });
+    const run = await page.getAttribute('[data-testid="schedules"] a[data-run^="tick-"]', "data-run");
+    await page.click(`[data-testid="schedules"] a[data-run="${run}"]`);
+    await waitDAG(page, run, "succeeded", 15000);
+    await shot(page, "schedules");
+    await page.click(`${row} button[data-action="pause"]`);
+    await waitFor("paused", async () => (await page.getAttribute(row, "data-state")) === "paused", 15000);
+    await page.click(`${row} button[data-action="trigger"]`);
+    await page.waitForSelector('[data-testid="schedules"] a[data-run$="-m"]', { timeout: 15000 });
+    const del = await fetch(node.pageURL + "/api/v1/schedules/tick", { method: "DELETE" });
+    assert.equal(del.status, 200, await del.text());
+  });
+
   test("hover help explains the algorithms", async () => {
     await page.hover('.algos [data-help="cascade"]');
     const pop = page.locator(".help-pop");

@@ -5,6 +5,8 @@ import type {
   ClusterResponse,
   DAGView,
   ListResponse,
+  ScheduleRun,
+  ScheduleView,
   SubmitResponse,
   TaskView,
 } from "./types";
@@ -112,6 +114,9 @@ export const api = {
   cancel: (id: string) => json<{ id: string; status: string }>("POST", `/api/v1/dags/${enc(id)}/cancel`, undefined, {}, 35000),
   retry: (id: string) => json<{ id: string; status: string }>("POST", `/api/v1/dags/${enc(id)}/retry`, undefined, {}, 35000),
   cluster: () => json<ClusterResponse>("GET", "/api/v1/cluster", undefined, {}, 5000),
+  schedules: () => json<{ schedules: ScheduleView[] }>("GET", "/api/v1/schedules", undefined, {}, 5000),
+  scheduleRuns: (id: string) => json<{ runs: ScheduleRun[] }>("GET", `/api/v1/schedules/${enc(id)}/runs`, undefined, {}, 5000),
+  scheduleAction: (id: string, verb: "pause" | "resume" | "trigger") => json<unknown>("POST", `/api/v1/schedules/${enc(id)}/${verb}`),
   metricsText: async (): Promise<string> => {
     const resp = await request("GET", "/metrics", undefined, {}, 5000);
     if (!resp.ok) throw new APIError(resp.status, "http_" + resp.status, "GET /metrics: " + resp.status);

@@ -8,10 +8,11 @@ import { GraphView, STATUS_COLORS } from "./graph";
 import { installHelp } from "./help";
 import { MetricsModel, parseProm, Snapshot } from "./metrics";
 import { renderCluster, renderMetrics, renderTask, statusBadge } from "./panels";
+import { renderSchedules, scheduleAPI } from "./schedules";
 import { EventStream, type StreamState } from "./stream";
 import { formatDAG, TEMPLATES } from "./templates";
 import { renderTimeline } from "./timeline";
-import { TASK_STATUSES, type ClusterResponse, type DAGSummary, type DAGView, type StreamEvent, type TaskStatus, type TaskView } from "./types";
+import { TASK_STATUSES, type ScheduleRun, type ScheduleView, type ClusterResponse, type DAGSummary, type DAGView, type StreamEvent, type TaskStatus, type TaskView } from "./types";
 
 export type Tone = "info" | "ok" | "warn" | "bad" | "step";
 
@@ -37,6 +38,10 @@ export class App {
   selected: string | null = null;
   cluster: ClusterResponse | null = null;
   clusterErr = "";
+  schedules: ScheduleView[] | null = null;
+  schedulesErr = "";
+  scheduleOpen = "";
+  scheduleRuns: ScheduleRun[] = [];
   node = "";
   tab: "graph" | "timeline" = "graph";
   readonly metrics = new MetricsModel();
@@ -454,6 +459,33 @@ export class App {
     this.renderMetricsPanel(); // its slots tile may come from the cluster
   }
 
+  async loadSchedules(): Promise<void> {
+    try {
+      this.schedules = (await scheduleAPI.list()).schedules;
+      this.schedulesErr = "";
+      if (this.scheduleOpen) this.scheduleRuns = (await scheduleAPI.runs(this.scheduleOpen)).runs;
+    } catch (e) {
+      this.schedulesErr = (e as Error).message;
+    }
+    renderSchedules($("#schedules-body"), this.schedules, this.schedulesErr, this.scheduleOpen, this.scheduleRuns, {
+      open: (id) => void this.select(id),
+      expand: (id) => {
+        this.scheduleOpen = this.scheduleOpen === id ? "" : id;
+        this.scheduleRuns = [];
+        void this.loadSchedules();
+      },
+      act: (id, verb) => {
+        scheduleAPI.act(id, verb).then(
+          () => {
+            this.say(`schedule ${id}: ${verb === "trigger" ? "run started" : verb + "d"}`, "ok");
+            void this.loadSchedules();
+          },
+          (e: Error) => this.say(`schedule ${id}: ${verb} failed: ${e.message}`, "warn"),
+        );
+      },
+    });
+  }
+
   /** /metrics: the fallback when the stream sends no metrics, and the source of leader changes and takeover time. */
   async loadMetrics(): Promise<void> {
     try {
@@ -625,7 +657,9 @@ async function boot(): Promise<void> {
   // the timeline's running bars grow every second.
   void app.loadCluster();
   void app.loadMetrics();
+  void app.loadSchedules();
   setInterval(() => void app.loadCluster(), 1500);
+  setInterval(() => void app.loadSchedules(), 2000);
   setInterval(() => void app.loadMetrics(), 2000);
   setInterval(() => {
     if (app.stream.state !== "live") {

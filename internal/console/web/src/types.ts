@@ -182,3 +182,27 @@ export interface StreamEvent {
   metrics?: Record<string, unknown>;
   [key: string]: unknown;
 }
+
+/** GET /api/v1/schedules (internal/apitypes/schedules.go). */
+export interface ScheduleView {
+  id: string;
+  name: string;
+  cron: string;
+  timezone: string;
+  paused: boolean;
+  catchup: string;
+  overlap: string;
+  max_active_runs: number;
+  last_tick?: string;
+  last_run?: string;
+  next: string[];
+  active_runs: number;
+}
+
+export interface ScheduleRun {
+  id: string;
+  tick: string;
+  manual?: boolean;
+  status: string;
+  submitted_at: string;
+}
