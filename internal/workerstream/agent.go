@@ -74,7 +74,7 @@ type Agent struct {
 
 	mu      sync.Mutex
 	cur     *session // the stream results go to, once it said hello
-	unacked []model.Result
+	unacked resultLog
 }
 
 // NewAgent returns an agent; Run starts it.
@@ -242,7 +242,7 @@ func (a *Agent) resultsLoop(ctx context.Context) {
 		case reply := <-a.syncReqs:
 			a.drainResults(results)
 			a.mu.Lock()
-			reply <- len(a.unacked)
+			reply <- a.unacked.len()
 			a.mu.Unlock()
 		}
 	}
@@ -262,7 +262,7 @@ func (a *Agent) drainResults(results <-chan model.Result) {
 func (a *Agent) addResult(r model.Result) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.unacked = append(a.unacked, r)
+	a.unacked.add(r)
 	if a.cur != nil {
 		a.cur.send(Msg{Type: TypeResult, Result: &r})
 	}
@@ -278,26 +278,25 @@ func (a *Agent) hello(s *session, results <-chan model.Result) {
 	a.drainResults(results)
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	seen := make(map[model.AttemptID]struct{}, len(running)+len(a.unacked))
-	inflight := make([]model.AttemptID, 0, len(running)+len(a.unacked))
+	seen := make(map[model.AttemptID]struct{}, len(running)+a.unacked.len())
+	inflight := make([]model.AttemptID, 0, len(running)+a.unacked.len())
 	for _, id := range running {
 		if _, dup := seen[id]; !dup {
 			seen[id] = struct{}{}
 			inflight = append(inflight, id)
 		}
 	}
-	for _, r := range a.unacked {
+	a.unacked.each(func(r model.Result) {
 		if _, dup := seen[r.AttemptID]; !dup {
 			seen[r.AttemptID] = struct{}{}
 			inflight = append(inflight, r.AttemptID)
 		}
-	}
+	})
 	s.send(Msg{Type: TypeHello, Hello: &Hello{Worker: a.cfg.Exec.ID(), Slots: a.cfg.Exec.Slots(), InFlight: inflight,
 		Replica: a.cfg.Replica, Version: ProtocolVersion, Labels: a.cfg.Labels}})
-	for i := range a.unacked {
-		r := a.unacked[i]
+	a.unacked.each(func(r model.Result) {
 		s.send(Msg{Type: TypeResult, Result: &r})
-	}
+	})
 	a.cur = s
 }
 
@@ -307,16 +306,7 @@ func (a *Agent) hello(s *session, results <-chan model.Result) {
 func (a *Agent) ack(id model.AttemptID) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	for i := range a.unacked {
-		if a.unacked[i].AttemptID != id {
-			continue
-		}
-		a.unacked = append(a.unacked[:i], a.unacked[i+1:]...)
-		if len(a.unacked) == 0 && cap(a.unacked) > 1024 {
-			a.unacked = nil
-		}
-		return
-	}
+	a.unacked.ack(id)
 }
 
 // welcome records the leader that answered the hello.
