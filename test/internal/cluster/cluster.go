@@ -253,6 +253,10 @@ type Cluster struct {
 	// ClientURLs are the etcd members' client URLs (Endpoints, split).
 	ClientURLs []string
 	HTTP       *http.Client
+	// Extra are processes a test added with NewProc: stopped with the
+	// replicas, logged with the others.
+	Extra  []*Proc
+	secure *Secure
 }
 
 const (
@@ -274,6 +278,18 @@ type Options struct {
 	// replica off loopback listens with --insecure-no-auth: the addresses
 	// are the test's own namespaces.
 	Servers []Placement
+	// Secure, when set, runs etcd with TLS on every URL, client
+	// certificates required, and the replicas with its CA, client
+	// certificate and etcd user.
+	Secure *Secure
+}
+
+// Secure is a cluster's etcd TLS and the replicas' etcd credentials.
+type Secure struct {
+	Certs Certs
+	// Username and Password are the replicas' etcd user (none when empty),
+	// given in a config file of each replica, with the TLS files.
+	Username, Password string
 }
 
 // Placement is where a replica runs.
@@ -313,7 +329,13 @@ func Define(t *testing.T, o Options) *Cluster {
 	if o.EtcdHost == "" {
 		o.EtcdHost = "127.0.0.1"
 	}
-	c := &Cluster{t: t, Dir: t.TempDir(), HTTP: &http.Client{Timeout: 3 * time.Second}}
+	c := &Cluster{t: t, Dir: t.TempDir(), HTTP: &http.Client{Timeout: 3 * time.Second}, secure: o.Secure}
+	scheme := "http"
+	if o.Secure != nil {
+		scheme = "https"
+		// The etcd members ask for a client certificate; the API is http.
+		c.HTTP.Transport = &http.Transport{TLSClientConfig: o.Secure.Certs.ClientTLS(t)}
+	}
 	c.Work = filepath.Join(c.Dir, "work")
 	if err := os.MkdirAll(c.Work, 0o755); err != nil {
 		t.Fatal(err)
@@ -328,8 +350,8 @@ func Define(t *testing.T, o Options) *Cluster {
 	var initial, clientURLs []string
 	for i := 1; i <= 3; i++ {
 		name := fmt.Sprintf("e%d", i)
-		client := fmt.Sprintf("http://%s:%d", o.EtcdHost, testkit.FreePort(t))
-		peer := fmt.Sprintf("http://%s:%d", o.EtcdHost, testkit.FreePort(t))
+		client := fmt.Sprintf("%s://%s:%d", scheme, o.EtcdHost, testkit.FreePort(t))
+		peer := fmt.Sprintf("%s://%s:%d", scheme, o.EtcdHost, testkit.FreePort(t))
 		initial = append(initial, name+"="+peer)
 		clientURLs = append(clientURLs, client)
 		c.Etcd = append(c.Etcd, &Proc{t: t, Name: name, Dir: filepath.Join(c.Dir, name),
@@ -341,6 +363,10 @@ func Define(t *testing.T, o Options) *Cluster {
 			"--initial-cluster-token", "e2e-"+filepath.Base(filepath.Dir(c.Dir))+"-"+filepath.Base(c.Dir), "--log-level", "warn")
 		if o.EtcdHost != "127.0.0.1" { // an address of the test's own namespaces
 			e.Args = append(e.Args, "--allow-remote-clients")
+		}
+		if s := o.Secure; s != nil {
+			e.Args = append(e.Args, "--cert-file", s.Certs.Cert, "--key-file", s.Certs.Key, "--trusted-ca-file", s.Certs.CA, "--client-cert-auth",
+				"--peer-cert-file", s.Certs.Cert, "--peer-key-file", s.Certs.Key, "--peer-trusted-ca-file", s.Certs.CA, "--peer-client-cert-auth")
 		}
 	}
 	c.ClientURLs = clientURLs
@@ -364,6 +390,9 @@ func Define(t *testing.T, o Options) *Cluster {
 			// The test, the workers and the other replicas are its
 			// callers there, polling far above a remote client's 5 rps.
 			s.Args = append(s.Args, "--insecure-no-auth", "--rate-limit", "100000")
+		}
+		if o.Secure != nil {
+			s.Args = append(s.Args, "--config", c.WriteEtcdConfig(name, o.Secure.Certs.CA, o.Secure.Username, o.Secure.Password))
 		}
 		c.Servers = append(c.Servers, s)
 		apiURLs = append(apiURLs, s.URL)
@@ -699,7 +728,7 @@ func (c *Cluster) StopAll() {
 	for _, s := range c.Servers {
 		srv = append(srv, s.Proc)
 	}
-	groups = append(groups, srv, c.Etcd)
+	groups = append(groups, append(srv, c.Extra...), c.Etcd)
 	for i, g := range groups {
 		var wg sync.WaitGroup
 		for _, p := range g {
@@ -789,7 +818,33 @@ func (c *Cluster) All() []*Proc {
 	for _, s := range c.Servers {
 		out = append(out, s.Proc)
 	}
+	out = append(out, c.Extra...)
 	return append(out, c.Workers...)
+}
+
+// NewProc lays out one more process of the cluster (its directory and log
+// under the cluster's), to be started by the test and stopped with the
+// replicas.
+func (c *Cluster) NewProc(name string, args ...string) *Proc {
+	p := &Proc{t: c.t, Name: name, Dir: filepath.Join(c.Dir, name), LogPath: filepath.Join(c.Dir, name+".log"), Args: args}
+	c.Extra = append(c.Extra, p)
+	return p
+}
+
+// WriteEtcdConfig writes a replica's config file naming its etcd CA (none
+// when ca is empty), the client certificate of the cluster's Secure and
+// the etcd user, and returns its path. Credentials go in a file (mode
+// 0600), not on a command line that ps shows.
+func (c *Cluster) WriteEtcdConfig(name, ca, user, password string) string {
+	c.t.Helper()
+	s := c.secure
+	path := filepath.Join(c.Dir, name+"-etcd.yaml")
+	body := fmt.Sprintf("etcd_ca: %q\netcd_cert: %q\netcd_key: %q\netcd_username: %q\netcd_password: %q\n",
+		ca, s.Certs.ClientCert, s.Certs.ClientKey, user, password)
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		c.t.Fatal(err)
+	}
+	return path
 }
 
 func (c *Cluster) DumpLogs() {
