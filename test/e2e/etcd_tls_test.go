@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"errors"
-	"net/http"
 	"os"
 	"strings"
 	"testing"
@@ -26,7 +25,7 @@ import (
 func TestEtcdTLSAndAuth(t *testing.T) {
 	const rootPW, orionPW, token = "root-pw-5b1e", "orion-pw-9c3d", "api-token-77f2"
 	certs := cluster.MakeCerts(t)
-	c := cluster.Define(t, cluster.Options{Secure: &cluster.Secure{Certs: certs, Username: "orion", Password: orionPW}})
+	c := cluster.Define(t, cluster.Options{Secure: &cluster.Secure{Certs: certs, Username: "orion", Password: orionPW}, Token: token})
 	c.StartEtcd()
 
 	etcd := func(user, pass string) (*clientv3.Client, error) {
@@ -59,9 +58,9 @@ func TestEtcdTLSAndAuth(t *testing.T) {
 		t.Fatalf("a client with the orion certificate and no password, outside /orion/: %v, want permission denied", err)
 	}
 
-	// The replicas: TLS files and the user in a config file, the token too.
+	// The replicas: TLS files and the user in a config file.
 	for _, s := range c.Servers {
-		s.Args = append(s.Args, "--auth-token", token, "--log-level", "debug")
+		s.Args = append(s.Args, "--log-level", "debug")
 	}
 	for _, s := range c.Servers {
 		s.Start()
@@ -70,11 +69,8 @@ func TestEtcdTLSAndAuth(t *testing.T) {
 		c.WaitReady(s)
 	}
 	for _, w := range c.Workers {
-		w.Args = append(w.Args, "--token", token)
 		w.Start()
 	}
-	bearer := &bearerTransport{base: c.HTTP.Transport, token: token}
-	c.HTTP.Transport = bearer
 	c.WaitWorkers()
 	var load cluster.TaskLoad
 	c.SubmitTaskDAGs(&load, "tls", 3)
@@ -154,16 +150,4 @@ func TestEtcdTLSAndAuth(t *testing.T) {
 			}
 		}
 	}
-}
-
-// bearerTransport adds the API token to every request.
-type bearerTransport struct {
-	base  http.RoundTripper
-	token string
-}
-
-func (b *bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+b.token)
-	return b.base.RoundTrip(r)
 }

@@ -278,6 +278,15 @@ type Options struct {
 	// replica off loopback listens with --insecure-no-auth: the addresses
 	// are the test's own namespaces.
 	Servers []Placement
+	// Token is the API token of every replica (--auth-token), sent by the
+	// workers and by the harness's requests. Replicas off loopback without
+	// it run with --insecure-no-auth. With it, a write a standby forwards
+	// is not limited again by the leader, as in a real deployment.
+	Token string
+	// RateLimit is the --rate-limit of replicas off loopback (loopback
+	// callers are never limited). Zero: 100000, above what the test, the
+	// workers and the other replicas ask from the one address they share.
+	RateLimit float64
 	// Secure, when set, runs etcd with TLS on every URL, client
 	// certificates required, and the replicas with its CA, client
 	// certificate and etcd user.
@@ -331,11 +340,16 @@ func Define(t *testing.T, o Options) *Cluster {
 	}
 	c := &Cluster{t: t, Dir: t.TempDir(), HTTP: &http.Client{Timeout: 3 * time.Second}, secure: o.Secure}
 	scheme := "http"
+	var rt http.RoundTripper = http.DefaultTransport
 	if o.Secure != nil {
 		scheme = "https"
 		// The etcd members ask for a client certificate; the API is http.
-		c.HTTP.Transport = &http.Transport{TLSClientConfig: o.Secure.Certs.ClientTLS(t)}
+		rt = &http.Transport{TLSClientConfig: o.Secure.Certs.ClientTLS(t)}
 	}
+	if o.Token != "" {
+		rt = &bearer{base: rt, token: o.Token}
+	}
+	c.HTTP.Transport = rt
 	c.Work = filepath.Join(c.Dir, "work")
 	if err := os.MkdirAll(c.Work, 0o755); err != nil {
 		t.Fatal(err)
@@ -389,7 +403,17 @@ func Define(t *testing.T, o Options) *Cluster {
 		if host != "127.0.0.1" {
 			// The test, the workers and the other replicas are its
 			// callers there, polling far above a remote client's 5 rps.
-			s.Args = append(s.Args, "--insecure-no-auth", "--rate-limit", "100000")
+			rl := o.RateLimit
+			if rl == 0 {
+				rl = 100000
+			}
+			s.Args = append(s.Args, "--rate-limit", strconv.FormatFloat(rl, 'f', -1, 64))
+			if o.Token == "" {
+				s.Args = append(s.Args, "--insecure-no-auth")
+			}
+		}
+		if o.Token != "" {
+			s.Args = append(s.Args, "--auth-token", o.Token)
 		}
 		if o.Secure != nil {
 			s.Args = append(s.Args, "--config", c.WriteEtcdConfig(name, o.Secure.Certs.CA, o.Secure.Username, o.Secure.Password))
@@ -403,6 +427,9 @@ func Define(t *testing.T, o Options) *Cluster {
 			LogPath: filepath.Join(c.Dir, name+".log"),
 			Args: []string{"worker", "--server", strings.Join(apiURLs, ","), "--slots", "4", "--name", name,
 				"--log-dir", filepath.Join(c.Dir, name, "logs")}})
+		if o.Token != "" {
+			c.Workers[i-1].Args = append(c.Workers[i-1].Args, "--token", o.Token)
+		}
 	}
 
 	return c
@@ -820,6 +847,18 @@ func (c *Cluster) All() []*Proc {
 	}
 	out = append(out, c.Extra...)
 	return append(out, c.Workers...)
+}
+
+// bearer adds the API token to every request.
+type bearer struct {
+	base  http.RoundTripper
+	token string
+}
+
+func (b *bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.base.RoundTrip(r)
 }
 
 // NewProc lays out one more process of the cluster (its directory and log
