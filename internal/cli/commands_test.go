@@ -26,6 +26,8 @@ func TestEveryCommandKeepsItsFlags(t *testing.T) {
 			"client-cert-auth", "peer-cert-file", "peer-key-file", "peer-trusted-ca-file", "peer-client-cert-auth"},
 		"drill kill-leader": {"server", "token", "count", "interval", "tasks", "work-dir", "restart", "cluster-script",
 			"takeover-timeout", "settle-timeout", "restart-timeout", "json"},
+		"drill": {"server", "token", "count", "interval", "tasks", "work-dir", "restart", "cluster-script",
+			"takeover-timeout", "settle-timeout", "restart-timeout", "json", "fault", "stop-for", "member"},
 		"bench": {"tasks", "dag-size", "chain", "rate", "latency-for", "etcd-for", "slots", "data-dir", "etcd-client-url",
 			"etcd-peer-url", "server", "etcd-endpoints", "submitters", "timeout", "json", "token"},
 		"submit": {"server", "token", "output"},
@@ -167,6 +169,12 @@ func TestServerPrintConfigPrecedence(t *testing.T) {
 
 func TestDrillAndBenchRefuseBadUsage(t *testing.T) {
 	cleanEnv(t)
+	r0 := run(t, "", "drill", "--fault", "partition", "--server", "http://127.0.0.1:1")
+	must(t, r0, ExitUsageOrError)
+	contains(t, "stderr", r0.err, "`make drills` runs the partition drill")
+	r0 = run(t, "", "drill", "--fault", "stop", "--stop-for", "500ms", "--server", "http://127.0.0.1:1")
+	must(t, r0, ExitUsageOrError)
+	contains(t, "stderr", r0.err, "--stop-for 500ms: at least 1.5s")
 	r := run(t, "", "drill", "kill-leader")
 	must(t, r, ExitUsageOrError)
 	contains(t, "stderr", r.err, "--server: give the API URL of at least one replica (or set ORION_SERVER)")
