@@ -816,6 +816,8 @@ var closeNoise = map[string]bool{
 	"setting up serving from embedded etcd failed.": true,
 	"stopping insecure grpc server due to error":    true,
 	"stopped insecure grpc server due to error":     true,
+	"stopping secure grpc server due to error":      true, // the same with TLS
+	"stopped secure grpc server due to error":       true,
 }
 
 // dropBenign is a zapcore.Core that drops benignWarnings, and closeNoise
