@@ -3,6 +3,7 @@ package cli
 import (
 	"encoding/json"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -21,9 +22,12 @@ func TestEveryCommandKeepsItsFlags(t *testing.T) {
 		"etcd": {"name", "data-dir", "listen-client-url", "listen-peer-url", "advertise-client-url", "advertise-peer-url",
 			"initial-cluster", "initial-cluster-state", "initial-cluster-token", "heartbeat-ms", "election-ms",
 			"auto-compaction-mode", "auto-compaction-retention", "quota-backend-bytes", "max-txn-ops", "max-request-bytes",
-			"log-level", "allow-remote-clients", "ready-timeout", "config"},
+			"log-level", "allow-remote-clients", "ready-timeout", "config", "cert-file", "key-file", "trusted-ca-file",
+			"client-cert-auth", "peer-cert-file", "peer-key-file", "peer-trusted-ca-file", "peer-client-cert-auth"},
 		"drill kill-leader": {"server", "token", "count", "interval", "tasks", "work-dir", "restart", "cluster-script",
 			"takeover-timeout", "settle-timeout", "restart-timeout", "json"},
+		"drill": {"server", "token", "count", "interval", "tasks", "work-dir", "restart", "cluster-script",
+			"takeover-timeout", "settle-timeout", "restart-timeout", "json", "fault", "stop-for", "member"},
 		"bench": {"tasks", "dag-size", "chain", "rate", "latency-for", "etcd-for", "slots", "data-dir", "etcd-client-url",
 			"etcd-peer-url", "server", "etcd-endpoints", "submitters", "timeout", "json", "token"},
 		"submit": {"server", "token", "output"},
@@ -95,6 +99,30 @@ func TestEtcdRefusesBadSettings(t *testing.T) {
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Fatalf("data dir made for a refused member: %v", err)
 	}
+
+	// TLS: missing files, a certificate without its key, URLs that do
+	// not match, each named.
+	t.Setenv("ORION_ETCD_ELECTION_MS", "250")
+	missing := filepath.Join(t.TempDir(), "nope.pem")
+	r = run(t, "", "etcd", "--data-dir", dir, "--cert-file", missing, "--listen-client-url", "https://127.0.0.1:2379")
+	must(t, r, ExitUsageOrError)
+	contains(t, "stderr", r.err, "--cert-file (env ORION_ETCD_CERT_FILE) \""+missing+"\": cannot be read: no such file or directory")
+	contains(t, "stderr", r.err, "--cert-file (env ORION_ETCD_CERT_FILE) needs --key-file (env ORION_ETCD_KEY_FILE)")
+	r = run(t, "", "etcd", "--data-dir", dir, "--peer-client-cert-auth", "--listen-client-url", "https://127.0.0.1:2379")
+	must(t, r, ExitUsageOrError)
+	contains(t, "stderr", r.err, "--peer-client-cert-auth needs --peer-trusted-ca-file (env ORION_ETCD_PEER_TRUSTED_CA_FILE)")
+	contains(t, "stderr", r.err, `--listen-client-url (env ORION_ETCD_LISTEN_CLIENT_URL) "https://127.0.0.1:2379": https needs --cert-file and --key-file`)
+	notPEM := filepath.Join(t.TempDir(), "c.pem")
+	if err := os.WriteFile(notPEM, []byte("hello"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r = run(t, "", "etcd", "--data-dir", dir, "--cert-file", notPEM, "--key-file", notPEM)
+	must(t, r, ExitUsageOrError)
+	contains(t, "stderr", r.err, "not a PEM file")
+	contains(t, "stderr", r.err, `--listen-client-url (env ORION_ETCD_LISTEN_CLIENT_URL) "http://127.0.0.1:2379": must be https: --cert-file turns TLS on`)
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("data dir made for a refused member: %v", err)
+	}
 }
 
 // orion server --print-config shows the resolved settings: defaults <
@@ -141,6 +169,12 @@ func TestServerPrintConfigPrecedence(t *testing.T) {
 
 func TestDrillAndBenchRefuseBadUsage(t *testing.T) {
 	cleanEnv(t)
+	r0 := run(t, "", "drill", "--fault", "partition", "--server", "http://127.0.0.1:1")
+	must(t, r0, ExitUsageOrError)
+	contains(t, "stderr", r0.err, "`make drills` runs the partition drill")
+	r0 = run(t, "", "drill", "--fault", "stop", "--stop-for", "500ms", "--server", "http://127.0.0.1:1")
+	must(t, r0, ExitUsageOrError)
+	contains(t, "stderr", r0.err, "--stop-for 500ms: at least 1.5s")
 	r := run(t, "", "drill", "kill-leader")
 	must(t, r, ExitUsageOrError)
 	contains(t, "stderr", r.err, "--server: give the API URL of at least one replica (or set ORION_SERVER)")

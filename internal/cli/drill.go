@@ -17,28 +17,51 @@ import (
 )
 
 func newDrillCmd() *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "drill",
-		Short: "Failover drills against a local cluster (kill-leader)",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return cmd.Help()
-		},
-	}
+	cmd := drillCommand("drill", true)
+	cmd.Short = "Fault drills against a local cluster: kill or stop the leader, kill an etcd member"
+	cmd.Long = `drill runs --count drills of one --fault against a cluster whose processes run
+on this host (such as test/cluster.sh's), under a DAG of shell tasks that
+record every run, and checks afterwards that no task was lost or ran twice.
+
+  --fault kill          SIGKILL the scheduler leader, measure the takeover (the
+                        signal to another replica's first committed write),
+                        restart it (--restart). The same as 'orion drill
+                        kill-leader'.
+  --fault stop          SIGSTOP the leader for --stop-for (default 2s, longer
+                        than its 1 s lease; keep it under the replicas' orphan
+                        grace, 5 s by default), measure the takeover, SIGCONT
+                        it and wait until it follows as a standby. Its sockets
+                        stay open: what a hung process or a partition looks
+                        like to the others. Nothing is excused: its attempts
+                        must be adopted, not run again.
+  --fault etcd-member   SIGKILL one 'orion etcd' member (--member leader, the
+                        raft leader; follower; or a name) under a trickle of
+                        one-task DAGs every 20 ms, report the write stall (the
+                        longest gap between acknowledged submissions from the
+                        kill on), restart the member (--restart script runs
+                        test/cluster.sh restart NAME) and wait until it is
+                        healthy. The cluster needs 3 or more members.
+  --fault partition     refused: the processes of a running local cluster
+                        share the host's loopback, so none can be cut off
+                        alone. 'make drills' runs the partition drill on a
+                        cluster it starts in network namespaces it creates.
+
+Every process is proven local before it is signalled: its pid (from the
+cluster endpoint) runs 'orion server' or 'orion etcd' here and owns the socket
+of its API or client URL. Every wait is bounded. The exit code is 0 only when
+no task was lost or duplicated and every drill measured its figure.`
+	cmd.Example = `  test/cluster.sh up
+  orion drill --fault kill --server http://127.0.0.1:24081,http://127.0.0.1:24082,http://127.0.0.1:24083 --count 20
+  orion drill --fault stop --stop-for 2s --server http://127.0.0.1:24081 --count 3
+  orion drill --fault etcd-member --member leader --restart script --server http://127.0.0.1:24081 --count 3 --json`
 	cmd.AddCommand(newDrillKillLeaderCmd())
 	return cmd
 }
 
 func newDrillKillLeaderCmd() *cobra.Command {
-	var (
-		o       drill.Options
-		restart string
-		asJSON  bool
-	)
-	cmd := &cobra.Command{
-		Use:   "kill-leader",
-		Short: "SIGKILL the scheduler leader repeatedly; measure takeover, check no task is lost or run twice",
-		Long: `kill-leader runs --count drills against a cluster whose replicas run on this
+	cmd := drillCommand("kill-leader", false)
+	cmd.Short = "SIGKILL the scheduler leader repeatedly; measure takeover, check no task is lost or run twice (orion drill --fault kill)"
+	cmd.Long = `kill-leader runs --count drills against a cluster whose replicas run on this
 host (such as test/cluster.sh's). Each drill:
 
   1. finds the leader through the cluster endpoint and checks that its pid is
@@ -66,10 +89,24 @@ per-drill lines go to stderr and stdout gets one JSON object.
 
 Workers must run on this host: the tasks write to WORK-DIR. With
 --restart auto, a replica started by test/cluster.sh has its pid file
-updated, so "test/cluster.sh down" still stops it.`,
-		Example: `  test/cluster.sh up
+updated, so "test/cluster.sh down" still stops it.`
+	cmd.Example = `  test/cluster.sh up
   orion drill kill-leader --server http://127.0.0.1:24081,http://127.0.0.1:24082,http://127.0.0.1:24083 --count 20
-  orion drill kill-leader --server http://127.0.0.1:24081 --count 5 --restart script --json`,
+  orion drill kill-leader --server http://127.0.0.1:24081 --count 5 --restart script --json`
+	return cmd
+}
+
+// drillCommand is a drill command: `orion drill` itself (withFault: its
+// --fault, --stop-for and --member) or `orion drill kill-leader` (kill).
+func drillCommand(use string, withFault bool) *cobra.Command {
+	var (
+		o       drill.Options
+		restart string
+		fault   string
+		asJSON  bool
+	)
+	cmd := &cobra.Command{
+		Use:  use,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cmd.SilenceUsage = true
@@ -87,6 +124,11 @@ updated, so "test/cluster.sh down" still stops it.`,
 				return err
 			}
 			o.Restart = m
+			if withFault {
+				if o.Fault, err = drill.ParseFault(fault); err != nil {
+					return err
+				}
+			}
 			o.Out, o.Log = cmd.OutOrStdout(), cmd.ErrOrStderr()
 			if asJSON {
 				o.Out = cmd.ErrOrStderr()
@@ -129,5 +171,10 @@ updated, so "test/cluster.sh down" still stops it.`,
 	f.DurationVar(&o.SettleTimeout, "settle-timeout", 2*time.Minute, "how long a drill DAG may take to finish after the kill")
 	f.DurationVar(&o.RestartTimeout, "restart-timeout", time.Minute, "how long the restarted replica may take to answer")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object on stdout (per-drill lines go to stderr)")
+	if withFault {
+		f.StringVar(&fault, "fault", string(drill.FaultKill), "kill, stop or etcd-member (partition: see above)")
+		f.DurationVar(&o.StopFor, "stop-for", 2*time.Second, "--fault stop: how long the leader stays stopped (at least 1.5s)")
+		f.StringVar(&o.Member, "member", "leader", "--fault etcd-member: leader (etcd's raft leader), follower or a member name")
+	}
 	return cmd
 }

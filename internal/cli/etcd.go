@@ -46,8 +46,14 @@ in upper case with underscores (--data-dir is ORION_ETCD_DATA_DIR), and in a
 --config file (or ORION_ETCD_CONFIG) under the name with underscores
 (data_dir). Flags win over the environment, the environment over the file.
 
-There is no authentication and no TLS: keep the client URL on loopback (the
-default), and peer URLs on a trusted network.`,
+TLS: --cert-file and --key-file serve the client URL over https
+(--client-cert-auth with --trusted-ca-file also requires a client
+certificate); --peer-cert-file, --peer-key-file, --peer-trusted-ca-file and
+--peer-client-cert-auth do the same for raft traffic, and every peer URL
+(--initial-cluster's too) is then https. Authentication (users and roles) is
+etcd's own: enable it with etcdctl once the cluster runs (see the README's
+Security section). Without TLS, keep the client URL on loopback (the default)
+and the peer URLs on a trusted network.`,
 		Example: `  # A single member for one 'orion server --etcd-endpoints http://127.0.0.1:2379'
   orion etcd --data-dir ./etcd-data
 
@@ -100,12 +106,16 @@ func runEtcd(ctx context.Context, cfg config.Etcd) error {
 	c := cfg.Member()
 	c.Logger = log // etcdserver drops the noise of a requested close
 
-	if c.AllowRemoteClients {
-		log.Warn("INSECURE: --allow-remote-clients: this etcd member has NO authentication and NO TLS; anyone who reaches "+
+	if u, err := url.Parse(c.ClientURL); err == nil && !config.IsLoopbackHost(u.Hostname()) && !c.ClientTLS.ClientCertAuth {
+		what := "NO TLS and no client certificates"
+		if c.ClientTLS.Enabled() {
+			what = "no client certificates (--client-cert-auth is off)"
+		}
+		log.Warn("INSECURE: --allow-remote-clients: this etcd member has "+what+"; unless etcd auth is enabled, anyone who reaches "+
 			c.ClientURL+" can read and rewrite every DAG and task, and so run shell commands on every orion worker",
 			zap.String("client_url", c.ClientURL))
 	}
-	if u, err := url.Parse(c.PeerURL); err == nil && !config.IsLoopbackHost(u.Hostname()) {
+	if u, err := url.Parse(c.PeerURL); err == nil && !config.IsLoopbackHost(u.Hostname()) && !c.PeerTLS.ClientCertAuth {
 		log.Warn("peer traffic is unauthenticated and unencrypted: keep the peer URL on a trusted network",
 			zap.String("peer_url", c.PeerURL))
 	}

@@ -35,6 +35,14 @@ type Etcd struct {
 	MaxRequestBytes         int64         `mapstructure:"max_request_bytes" json:"max_request_bytes"`
 	LogLevel                string        `mapstructure:"log_level" json:"log_level"`
 	AllowRemoteClients      bool          `mapstructure:"allow_remote_clients" json:"allow_remote_clients"`
+	CertFile                string        `mapstructure:"cert_file" json:"cert_file,omitempty"`
+	KeyFile                 string        `mapstructure:"key_file" json:"key_file,omitempty"`
+	TrustedCAFile           string        `mapstructure:"trusted_ca_file" json:"trusted_ca_file,omitempty"`
+	ClientCertAuth          bool          `mapstructure:"client_cert_auth" json:"client_cert_auth"`
+	PeerCertFile            string        `mapstructure:"peer_cert_file" json:"peer_cert_file,omitempty"`
+	PeerKeyFile             string        `mapstructure:"peer_key_file" json:"peer_key_file,omitempty"`
+	PeerTrustedCAFile       string        `mapstructure:"peer_trusted_ca_file" json:"peer_trusted_ca_file,omitempty"`
+	PeerClientCertAuth      bool          `mapstructure:"peer_client_cert_auth" json:"peer_client_cert_auth"`
 	ReadyTimeout            time.Duration `mapstructure:"ready_timeout" json:"ready_timeout"`
 }
 
@@ -67,7 +75,16 @@ var etcdSettings = Settings{
 		{Name: "max-txn-ops", Default: int(etcdserver.DefaultMaxTxnOps), Usage: "most operations in one transaction (orion batches up to 128)"},
 		{Name: "max-request-bytes", Default: int64(etcdserver.DefaultMaxRequestBytes), Usage: "largest client request in bytes"},
 		{Name: "log-level", Default: etcdserver.DefaultLogLevel, Usage: "level of etcd's own logs: debug, info, warn, error (orion's start and stop lines are always shown)"},
-		{Name: "allow-remote-clients", Default: false, Usage: "allow a non-loopback --listen-client-url; etcd then serves ANYONE who can reach it, with no auth and no TLS"},
+		{Name: "allow-remote-clients", Default: false, Usage: "allow a non-loopback --listen-client-url without --client-cert-auth; etcd then serves ANYONE who can reach it (unless etcd auth is on)"},
+		// etcd's own flag names, so that an operator's etcd habits carry over.
+		{Name: "cert-file", Default: "", Usage: "TLS certificate (PEM) the client URL presents; the client URLs are then https"},
+		{Name: "key-file", Default: "", Usage: "key (PEM) of --cert-file"},
+		{Name: "trusted-ca-file", Default: "", Usage: "CA (PEM) that signed the clients' certificates, for --client-cert-auth"},
+		{Name: "client-cert-auth", Default: false, Usage: "refuse clients without a certificate signed by --trusted-ca-file (with etcd auth on, a client that sends no password is the user its certificate's CN names)"},
+		{Name: "peer-cert-file", Default: "", Usage: "TLS certificate (PEM) for raft traffic between members, presented both ways; every peer URL (--initial-cluster's too) is then https"},
+		{Name: "peer-key-file", Default: "", Usage: "key (PEM) of --peer-cert-file"},
+		{Name: "peer-trusted-ca-file", Default: "", Usage: "CA (PEM) that signed the other members' peer certificates"},
+		{Name: "peer-client-cert-auth", Default: false, Usage: "refuse peers without a certificate signed by --peer-trusted-ca-file"},
 		{Name: "ready-timeout", Default: 5 * time.Minute, Usage: "how long to wait for the member to join a quorum before giving up"},
 	},
 	EnvPrefix: EtcdEnvPrefix,
@@ -132,9 +149,13 @@ func (e Etcd) Validate() error {
 	if e.HeartbeatMs > 0 && e.ElectionMs < 5*e.HeartbeatMs {
 		errs = append(errs, s.Invalid("election-ms", e.ElectionMs, fmt.Sprintf("must be at least 5x --heartbeat-ms (%d)", 5*e.HeartbeatMs)))
 	}
-	if u, err := url.Parse(e.ListenClientURL); err == nil && u.Hostname() != "" && !IsLoopbackHost(u.Hostname()) && !e.AllowRemoteClients {
-		errs = append(errs, s.Invalid("listen-client-url", e.ListenClientURL, "not a loopback address; etcd has no authentication here, so serving other hosts needs --allow-remote-clients"))
+	if u, err := url.Parse(e.ListenClientURL); err == nil && u.Hostname() != "" && !IsLoopbackHost(u.Hostname()) && !e.AllowRemoteClients && !e.ClientCertAuth {
+		errs = append(errs, s.Invalid("listen-client-url", e.ListenClientURL, "not a loopback address; serving other hosts needs --client-cert-auth (clients must present a certificate) or --allow-remote-clients"))
 	}
+	errs = append(errs, e.checkTLS("", "client", e.CertFile, e.KeyFile, e.TrustedCAFile, e.ClientCertAuth,
+		[]string{"listen-client-url", "advertise-client-url"}, []string{e.ListenClientURL, e.AdvertiseClientURL})...)
+	errs = append(errs, e.checkTLS("peer-", "peer", e.PeerCertFile, e.PeerKeyFile, e.PeerTrustedCAFile, e.PeerClientCertAuth,
+		[]string{"listen-peer-url", "advertise-peer-url"}, []string{e.ListenPeerURL, e.AdvertisePeerURL})...)
 	if _, err := zapcore.ParseLevel(e.LogLevel); err != nil {
 		errs = append(errs, s.Invalid("log-level", e.LogLevel, "must be debug, info, warn or error"))
 	}
@@ -142,6 +163,60 @@ func (e Etcd) Validate() error {
 		errs = append(errs, s.Invalid("ready-timeout", e.ReadyTimeout, "must be positive"))
 	}
 	return errors.Join(errs...)
+}
+
+// checkTLS checks one side's TLS flags (prefix "" or "peer-") against its
+// URLs: the files exist and are PEM, a certificate comes with its key, and
+// the URLs are https exactly when a certificate is given.
+func (e Etcd) checkTLS(prefix, side, cert, key, ca string, clientAuth bool, urlFlags, urls []string) []error {
+	s := etcdSettings
+	var errs []error
+	on := cert != "" || key != ""
+	switch {
+	case cert == "" && key != "":
+		errs = append(errs, fmt.Errorf("--%skey-file (env %s) needs --%scert-file (env %s)", prefix, s.EnvVar(prefix+"key-file"), prefix, s.EnvVar(prefix+"cert-file")))
+	case cert != "" && key == "":
+		errs = append(errs, fmt.Errorf("--%scert-file (env %s) needs --%skey-file (env %s)", prefix, s.EnvVar(prefix+"cert-file"), prefix, s.EnvVar(prefix+"key-file")))
+	}
+	if clientAuth && ca == "" {
+		errs = append(errs, fmt.Errorf("--%sclient-cert-auth needs --%strusted-ca-file (env %s): the CA that signed the %ss' certificates",
+			prefix, prefix, s.EnvVar(prefix+"trusted-ca-file"), side))
+	}
+	if !on && (clientAuth || ca != "") {
+		errs = append(errs, fmt.Errorf("--%strusted-ca-file and --%sclient-cert-auth need TLS: give --%scert-file and --%skey-file", prefix, prefix, prefix, prefix))
+	}
+	for _, f := range []struct{ flag, path string }{{prefix + "cert-file", cert}, {prefix + "key-file", key}, {prefix + "trusted-ca-file", ca}} {
+		if f.path == "" {
+			continue
+		}
+		b, err := os.ReadFile(f.path)
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		switch {
+		case err != nil:
+			errs = append(errs, s.Invalid(f.flag, f.path, "cannot be read: "+err.Error()))
+		case !strings.Contains(string(b), "-----BEGIN "):
+			errs = append(errs, s.Invalid(f.flag, f.path, "not a PEM file"))
+		}
+	}
+	want := "http"
+	if on {
+		want = "https"
+	}
+	for i, raw := range urls {
+		u, err := url.Parse(raw)
+		if raw == "" || err != nil || u.Scheme == want || (u.Scheme != "http" && u.Scheme != "https") {
+			continue // the member's own checks say what is wrong with it
+		}
+		if on {
+			errs = append(errs, s.Invalid(urlFlags[i], raw, "must be https: --"+prefix+"cert-file turns TLS on"))
+		} else {
+			errs = append(errs, s.Invalid(urlFlags[i], raw, "https needs --"+prefix+"cert-file and --"+prefix+"key-file"))
+		}
+	}
+	return errs
 }
 
 // Member is the etcdserver configuration of the member (without a logger).
@@ -166,5 +241,7 @@ func (e Etcd) Member() etcdserver.Config {
 		LogLevel:                e.LogLevel,
 		AllowRemoteClients:      e.AllowRemoteClients,
 		ReadyTimeout:            e.ReadyTimeout,
+		ClientTLS:               etcdserver.TLS{CertFile: e.CertFile, KeyFile: e.KeyFile, TrustedCAFile: e.TrustedCAFile, ClientCertAuth: e.ClientCertAuth},
+		PeerTLS:                 etcdserver.TLS{CertFile: e.PeerCertFile, KeyFile: e.PeerKeyFile, TrustedCAFile: e.PeerTrustedCAFile, ClientCertAuth: e.PeerClientCertAuth},
 	}
 }

@@ -49,10 +49,13 @@ import (
 	"github.com/orion-sched/orion/internal/client"
 )
 
-// Options configures a kill-leader run.
+// Options configures a run.
 type Options struct {
 	Servers       []string // API URLs of (some of) the replicas
 	Token         string
+	Fault         Fault         // default FaultKill
+	StopFor       time.Duration // FaultStop: how long the leader stays stopped (default 2s)
+	Member        string        // FaultEtcdMember: leader, follower or a member name (default leader)
 	Count         int           // drills to run
 	Tasks         int           // tasks per drill DAG
 	Interval      time.Duration // pause between drills
@@ -87,6 +90,21 @@ func (o *Options) defaults() error {
 	if o.Restart == "" {
 		o.Restart = RestartAuto
 	}
+	if o.Fault == "" {
+		o.Fault = FaultKill
+	}
+	if _, err := ParseFault(string(o.Fault)); err != nil {
+		return err
+	}
+	if o.StopFor == 0 {
+		o.StopFor = 2 * time.Second
+	}
+	if o.Fault == FaultStop && o.StopFor < minStop {
+		return fmt.Errorf("--stop-for %v: at least %v, longer than the leader's 1 s lease (a shorter freeze may go unnoticed)", o.StopFor, minStop)
+	}
+	if o.Member == "" {
+		o.Member = "leader"
+	}
 	def := func(d *time.Duration, v time.Duration) {
 		if *d <= 0 {
 			*d = v
@@ -110,12 +128,14 @@ func (o *Options) defaults() error {
 // Result is one drill.
 type Result struct {
 	N            int      `json:"n"`
+	Fault        string   `json:"fault"`
 	DAG          string   `json:"dag"`
 	Killed       string   `json:"killed"`
 	KilledPID    int      `json:"killed_pid"`
 	NewLeader    string   `json:"new_leader"`
 	TakeoverMS   *float64 `json:"takeover_ms"`           // first_commit_at − kill; null if none
 	ObservedMS   *float64 `json:"observed_ms,omitempty"` // when the drill saw it (≥ takeover)
+	StallMS      *float64 `json:"stall_ms,omitempty"`    // etcd-member: the longest gap between acknowledged submissions
 	Lost         int      `json:"lost"`
 	Duplicates   int      `json:"duplicates"`
 	Reruns       int      `json:"reruns_after_killed_worker"`
@@ -139,6 +159,7 @@ type Report struct {
 	TakeoverP50MS *float64  `json:"takeover_p50_ms"`
 	TakeoverP99MS *float64  `json:"takeover_p99_ms"`
 	TakeoverMaxMS *float64  `json:"takeover_max_ms"`
+	StallMaxMS    *float64  `json:"stall_max_ms,omitempty"`
 	Lost          int       `json:"lost"`
 	Duplicates    int       `json:"duplicates"`
 	Reruns        int       `json:"reruns_after_killed_worker"`
@@ -277,6 +298,9 @@ func ms(d time.Duration) *float64 {
 
 // drill runs drill n. A nil result means nothing was killed.
 func (d *driller) drill(ctx context.Context, n int) (*Result, error) {
+	if d.o.Fault == FaultEtcdMember {
+		return d.drillEtcd(ctx, n)
+	}
 	tag := fmt.Sprintf("drill %d/%d", n, d.o.Count)
 	dagID := fmt.Sprintf("drill-%s-%d", d.runID, n)
 
@@ -313,7 +337,10 @@ func (d *driller) drill(ctx context.Context, n int) (*Result, error) {
 		return nil, fmt.Errorf("%s: no reachable standby could take over from %s; not killing it", tag, leader.Name)
 	}
 
-	res := &Result{N: n, DAG: dagID, Killed: leader.Name, KilledPID: leader.PID}
+	res := &Result{N: n, Fault: string(d.o.Fault), DAG: dagID, Killed: leader.Name, KilledPID: leader.PID}
+	if d.o.Fault == FaultStop {
+		return d.stopLeader(ctx, tag, res, leader, proc, standbys)
+	}
 	t0, err := d.kill(proc)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", tag, err)
@@ -345,21 +372,79 @@ func (d *driller) drill(ctx context.Context, n int) (*Result, error) {
 		return res, fmt.Errorf("%s: %w", tag, rerr)
 	}
 
-	// Account this drill's DAG now, so its numbers belong to this kill.
-	if err := d.waitDone(ctx, []string{dagID}); err != nil {
+	d.settle(ctx, tag, res)
+	return res, nil
+}
+
+// settle waits for the drill's DAG and accounts it now, so its numbers
+// belong to this fault.
+func (d *driller) settle(ctx context.Context, tag string, res *Result) {
+	if err := d.waitDone(ctx, []string{res.DAG}); err != nil {
 		d.logf("%s: %v", tag, err)
 	}
 	runs, _, err := d.readRuns()
 	if err != nil {
 		res.fail(err)
-		return res, nil
+		return
 	}
-	t, err := d.account(ctx, dagID, runs)
+	t, err := d.account(ctx, res.DAG, runs)
 	if err != nil {
-		res.fail(fmt.Errorf("accounting %s: %w", dagID, err))
-		return res, nil
+		res.fail(fmt.Errorf("accounting %s: %w", res.DAG, err))
+		return
 	}
 	res.Lost, res.Duplicates, res.Reruns = t.Lost, t.Duplicates, t.Reruns
+}
+
+// stopLeader freezes the leader (SIGSTOP) for StopFor, measures the takeover
+// from the signal to another replica's first committed write, resumes it
+// (SIGCONT) and waits until it follows as a standby. Nothing of the frozen
+// replica is excused: its attempts must be adopted, not run again.
+func (d *driller) stopLeader(ctx context.Context, tag string, res *Result, leader client.Replica, proc *ProcInfo, standbys []client.Replica) (*Result, error) {
+	t0, err := signalProc(proc, syscall.SIGSTOP)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", tag, err)
+	}
+	cont := make(chan error, 1)
+	timer := time.AfterFunc(d.o.StopFor, func() { _, err := signalProc(proc, syscall.SIGCONT); cont <- err })
+	// resume waits for the SIGCONT at StopFor, or sends it now when the
+	// drill is interrupted.
+	resume := func(now bool) error {
+		if now && timer.Stop() {
+			_, err := signalProc(proc, syscall.SIGCONT)
+			return err
+		}
+		return <-cont
+	}
+	winner, first, seen, err := d.awaitTakeover(ctx, standbys, t0)
+	if err != nil {
+		res.fail(err)
+	} else {
+		res.NewLeader = winner
+		for _, s := range standbys {
+			if s.Name == winner {
+				d.leaderURL = s.APIURL
+			}
+		}
+		res.TakeoverMS = ms(first.Sub(t0))
+		res.ObservedMS = ms(seen.Sub(t0))
+	}
+	if ctx.Err() != nil {
+		// Interrupted: never leave a replica stopped.
+		_ = resume(true)
+		return res, ctx.Err()
+	}
+	// The full freeze, even when the takeover came early: the old leader
+	// must come back to a cluster that has moved on.
+	if err := resume(false); err != nil {
+		res.fail(err)
+		return res, fmt.Errorf("%s: %w", tag, err)
+	}
+	d.logf("%s: %s resumed after %v", tag, leader.Name, time.Since(t0).Round(time.Millisecond))
+	if err := d.waitStandby(context.WithoutCancel(ctx), leader, proc.PID); err != nil {
+		res.fail(err)
+		return res, fmt.Errorf("%s: %w", tag, err)
+	}
+	d.settle(ctx, tag, res)
 	return res, nil
 }
 
@@ -809,19 +894,26 @@ func (d *driller) final(ctx context.Context, rep *Report, wait bool) {
 	rep.LostTasks = total.LostTasks[:min(len(total.LostTasks), maxListed)]
 	rep.Findings = total.Findings[:min(len(total.Findings), maxListed)]
 
-	var takeovers []float64
+	var takeovers, stalls []float64
 	ok := 0
 	for _, r := range rep.Drills {
 		if r.TakeoverMS != nil {
 			takeovers = append(takeovers, *r.TakeoverMS)
 		}
-		if r.TakeoverMS != nil && r.Error == "" {
+		if r.StallMS != nil {
+			stalls = append(stalls, *r.StallMS)
+		}
+		if (r.TakeoverMS != nil || r.StallMS != nil) && r.Error == "" {
 			ok++
 		}
 	}
 	if len(takeovers) > 0 {
 		p50, p99, mx := Percentile(takeovers, 50), Percentile(takeovers, 99), Percentile(takeovers, 100)
 		rep.TakeoverP50MS, rep.TakeoverP99MS, rep.TakeoverMaxMS = &p50, &p99, &mx
+	}
+	if len(stalls) > 0 {
+		mx := Percentile(stalls, 100)
+		rep.StallMaxMS = &mx
 	}
 	rep.Failures = rep.Planned - ok
 	if accountFailed {
@@ -833,7 +925,11 @@ func (d *driller) final(ctx context.Context, rep *Report, wait bool) {
 
 func verdict(r *Report) string {
 	if r.OK {
-		return fmt.Sprintf("PASS: %d drills, every takeover committed, no task lost, none run twice on a live worker", len(r.Drills))
+		what := "every takeover committed"
+		if r.StallMaxMS != nil && r.TakeoverMaxMS == nil {
+			what = "writes resumed after every kill"
+		}
+		return fmt.Sprintf("PASS: %d drills, %s, no task lost, none run twice on a live worker", len(r.Drills), what)
 	}
 	var why []string
 	if r.Failures > 0 {
@@ -863,10 +959,19 @@ func fmtMS(v *float64) string {
 
 func (d *driller) printDrill(r *Result) {
 	var b strings.Builder
-	fmt.Fprintf(&b, "drill %d/%d: killed %s (pid %d) → ", r.N, d.o.Count, r.Killed, r.KilledPID)
-	if r.TakeoverMS != nil {
+	verb := map[string]string{string(FaultStop): "stopped " + d.o.StopFor.String()}[r.Fault]
+	if verb == "" {
+		verb = "killed"
+	}
+	fmt.Fprintf(&b, "drill %d/%d: %s %s (pid %d) → ", r.N, d.o.Count, verb, r.Killed, r.KilledPID)
+	switch {
+	case r.Fault == string(FaultEtcdMember) && r.StallMS != nil:
+		fmt.Fprintf(&b, "write stall %s", fmtMS(r.StallMS))
+	case r.Fault == string(FaultEtcdMember):
+		b.WriteString("write stall not measured")
+	case r.TakeoverMS != nil:
 		fmt.Fprintf(&b, "%s leads; takeover %s", r.NewLeader, fmtMS(r.TakeoverMS))
-	} else {
+	default:
 		b.WriteString("no takeover")
 	}
 	fmt.Fprintf(&b, "; lost %d; duplicates %d", r.Lost, r.Duplicates)
@@ -882,8 +987,14 @@ func (d *driller) printDrill(r *Result) {
 // Print writes the summary: takeover percentiles, totals, findings and the
 // verdict line last.
 func (r *Report) Print(w io.Writer) {
-	fmt.Fprintf(w, "takeover (first commit after the kill) over %d drills: p50 %s, p99 %s, max %s\n",
-		countTakeovers(r), fmtMS(r.TakeoverP50MS), fmtMS(r.TakeoverP99MS), fmtMS(r.TakeoverMaxMS))
+	if n := countTakeovers(r); n > 0 || r.StallMaxMS == nil {
+		fmt.Fprintf(w, "takeover (first commit of another replica after the signal) over %d drills: p50 %s, p99 %s, max %s\n",
+			n, fmtMS(r.TakeoverP50MS), fmtMS(r.TakeoverP99MS), fmtMS(r.TakeoverMaxMS))
+	}
+	if r.StallMaxMS != nil {
+		fmt.Fprintf(w, "write stall (longest gap between acknowledged submissions, from the kill) over %d drills: max %s\n",
+			countStalls(r), fmtMS(r.StallMaxMS))
+	}
 	fmt.Fprintf(w, "totals: %d/%d drills, %d failures, %d lost, %d duplicates, %d reruns after a killed worker (allowed)\n",
 		len(r.Drills), r.Planned, r.Failures, r.Lost, r.Duplicates, r.Reruns)
 	if r.Unlogged > 0 {
@@ -913,6 +1024,16 @@ func (r *Report) Print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "runs.log: %s\n", filepath.Join(r.WorkDir, "runs.log"))
 	fmt.Fprintf(w, "verdict: %s\n", r.Verdict)
+}
+
+func countStalls(r *Report) int {
+	n := 0
+	for _, d := range r.Drills {
+		if d.StallMS != nil {
+			n++
+		}
+	}
+	return n
 }
 
 func countTakeovers(r *Report) int {

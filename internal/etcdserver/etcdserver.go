@@ -18,6 +18,7 @@ package etcdserver
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"math"
@@ -31,6 +32,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
 	etcdsrv "go.etcd.io/etcd/server/v3/etcdserver"
 	"go.uber.org/zap"
@@ -92,10 +94,18 @@ type Config struct {
 	// Required when PeerURL's host is a wildcard; it may be a host name
 	// (such as a StatefulSet pod's stable DNS name).
 	AdvertisePeerURL string
-	// AllowRemoteClients permits a non-loopback ClientURL host. Peer traffic
-	// and client traffic are unauthenticated and unencrypted, so only set
-	// this on a trusted network.
+	// AllowRemoteClients permits a non-loopback ClientURL host without
+	// ClientTLS.ClientCertAuth: clients are then not authenticated by the
+	// transport (etcd's own auth still can), so only set it on a trusted
+	// network.
 	AllowRemoteClients bool
+
+	// ClientTLS serves the client URL over TLS (its scheme is then https);
+	// PeerTLS does the same for raft traffic between members (every peer
+	// URL, InitialCluster's included, is then https). The zero TLS is
+	// plain http.
+	ClientTLS TLS
+	PeerTLS   TLS
 
 	// InitialCluster lists all members of a new cluster as
 	// "n1=http://10.0.0.1:2380,n2=http://10.0.0.2:2380,...". It must contain
@@ -168,6 +178,73 @@ type Config struct {
 	// ReadyTimeout bounds how long Start waits for the member to become
 	// ready. Default 30 s.
 	ReadyTimeout time.Duration
+}
+
+// TLS is one listener's TLS: the certificate it presents and, with
+// ClientCertAuth, the CA its clients' certificates must be signed by.
+type TLS struct {
+	CertFile, KeyFile string
+	// TrustedCAFile verifies the other side's certificate: the clients' with
+	// ClientCertAuth; for peers also the certificate a member presents when
+	// it dials another.
+	TrustedCAFile string
+	// ClientCertAuth refuses any connection without a certificate signed by
+	// TrustedCAFile. With etcd auth on, a client that sends no password is
+	// then the user its certificate's common name names.
+	ClientCertAuth bool
+}
+
+// Enabled reports whether t names a certificate (the URL is https).
+func (t TLS) Enabled() bool { return t.CertFile != "" || t.KeyFile != "" }
+
+func (t TLS) scheme() string {
+	if t.Enabled() {
+		return "https"
+	}
+	return "http"
+}
+
+// check names what is missing or unreadable, as "what (file): why".
+func (t TLS) check(side string) error {
+	var errs []error
+	if t.Enabled() && (t.CertFile == "" || t.KeyFile == "") {
+		errs = append(errs, fmt.Errorf("%s TLS needs both a certificate and its key (cert %q, key %q)", side, t.CertFile, t.KeyFile))
+	}
+	if t.ClientCertAuth && t.TrustedCAFile == "" {
+		errs = append(errs, fmt.Errorf("%s TLS: client certificate auth needs the trusted CA file that signed the certificates to accept", side))
+	}
+	if !t.Enabled() && (t.ClientCertAuth || t.TrustedCAFile != "") {
+		errs = append(errs, fmt.Errorf("%s: a trusted CA or client certificate auth needs TLS: give a certificate and its key", side))
+	}
+	for _, f := range []struct{ what, path string }{{"certificate", t.CertFile}, {"key", t.KeyFile}, {"trusted CA", t.TrustedCAFile}} {
+		if f.path == "" {
+			continue
+		}
+		if b, err := os.ReadFile(f.path); err != nil {
+			errs = append(errs, fmt.Errorf("%s TLS %s %s: %w", side, f.what, f.path, unwrapPathError(err)))
+		} else if !strings.Contains(string(b), "-----BEGIN ") {
+			errs = append(errs, fmt.Errorf("%s TLS %s %s: not a PEM file", side, f.what, f.path))
+		}
+	}
+	if len(errs) == 0 && t.Enabled() {
+		if _, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile); err != nil {
+			errs = append(errs, fmt.Errorf("%s TLS certificate %s and key %s: %w", side, t.CertFile, t.KeyFile, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// unwrapPathError drops the path and operation a *PathError repeats.
+func unwrapPathError(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+func (t TLS) info() transport.TLSInfo {
+	return transport.TLSInfo{CertFile: t.CertFile, KeyFile: t.KeyFile, TrustedCAFile: t.TrustedCAFile, ClientCertAuth: t.ClientCertAuth}
 }
 
 // MinLeaseTTL returns the smallest lease TTL, in whole seconds, that a member
@@ -270,6 +347,12 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 	ec.AdvertiseClientUrls = []url.URL{*urls.advClient}
 	ec.ListenPeerUrls = []url.URL{*urls.peer}
 	ec.AdvertisePeerUrls = []url.URL{*urls.advPeer}
+	if c.ClientTLS.Enabled() {
+		ec.ClientTLSInfo = c.ClientTLS.info()
+	}
+	if c.PeerTLS.Enabled() {
+		ec.PeerTLSInfo = c.PeerTLS.info()
+	}
 	// Bind nothing but the two URLs above.
 	ec.ListenClientHttpUrls = nil
 	ec.ListenMetricsUrls = nil
@@ -524,33 +607,37 @@ func (c Config) normalize() (Config, memberURLs, zapcore.Level, error) {
 		c.ReadyTimeout = DefaultReadyTimeout
 	}
 
+	if err := errors.Join(c.ClientTLS.check("client"), c.PeerTLS.check("peer")); err != nil {
+		return c, urls, 0, fmt.Errorf("etcdserver: invalid config: %w", err)
+	}
+	cs, ps := c.ClientTLS.scheme(), c.PeerTLS.scheme()
 	var err error
-	if urls.client, err = parseListenURL("ClientURL", c.ClientURL, c.AdvertiseClientURL != ""); err != nil {
+	if urls.client, err = parseListenURL("ClientURL", c.ClientURL, c.AdvertiseClientURL != "", cs); err != nil {
 		return c, urls, 0, err
 	}
-	if urls.peer, err = parseListenURL("PeerURL", c.PeerURL, c.AdvertisePeerURL != ""); err != nil {
+	if urls.peer, err = parseListenURL("PeerURL", c.PeerURL, c.AdvertisePeerURL != "", ps); err != nil {
 		return c, urls, 0, err
 	}
 	urls.advClient, urls.advPeer = urls.client, urls.peer
 	if c.AdvertiseClientURL != "" {
-		if urls.advClient, err = parseMemberURL("AdvertiseClientURL", c.AdvertiseClientURL); err != nil {
+		if urls.advClient, err = parseMemberURL("AdvertiseClientURL", c.AdvertiseClientURL, cs); err != nil {
 			return c, urls, 0, err
 		}
 	}
 	if c.AdvertisePeerURL != "" {
-		if urls.advPeer, err = parseMemberURL("AdvertisePeerURL", c.AdvertisePeerURL); err != nil {
+		if urls.advPeer, err = parseMemberURL("AdvertisePeerURL", c.AdvertisePeerURL, ps); err != nil {
 			return c, urls, 0, err
 		}
 	}
-	if !c.AllowRemoteClients && !isLoopback(urls.client.Hostname()) {
-		return bad("ClientURL %s is not a loopback address (set AllowRemoteClients to serve other hosts)", c.ClientURL)
+	if !c.AllowRemoteClients && !c.ClientTLS.ClientCertAuth && !isLoopback(urls.client.Hostname()) {
+		return bad("ClientURL %s is not a loopback address (set ClientTLS.ClientCertAuth or AllowRemoteClients to serve other hosts)", c.ClientURL)
 	}
 	if urls.client.Host == urls.peer.Host {
 		return bad("ClientURL %s and PeerURL %s use the same address", c.ClientURL, c.PeerURL)
 	}
 	if c.InitialCluster == "" {
 		c.InitialCluster = c.Name + "=" + urls.advPeer.String()
-	} else if err := checkInitialCluster(c.InitialCluster, c.Name, urls.advPeer); err != nil {
+	} else if err := checkInitialCluster(c.InitialCluster, c.Name, urls.advPeer, ps); err != nil {
 		return c, urls, 0, err
 	}
 
@@ -596,9 +683,9 @@ func (c Config) normalize() (Config, memberURLs, zapcore.Level, error) {
 // parseListenURL parses a URL to listen on: a member URL whose host is an
 // IP address or localhost (etcd binds it), or a wildcard (0.0.0.0, [::])
 // when an advertised URL is given too.
-func parseListenURL(field, raw string, advertised bool) (*url.URL, error) {
+func parseListenURL(field, raw string, advertised bool, scheme string) (*url.URL, error) {
 	u, err := url.Parse(raw)
-	if err == nil && u.Scheme == "http" {
+	if err == nil && u.Scheme == scheme {
 		if ip := net.ParseIP(u.Hostname()); ip != nil && ip.IsUnspecified() {
 			if !advertised {
 				return nil, fmt.Errorf("etcdserver: invalid config: %s %q: a wildcard host needs the matching Advertise URL", field, raw)
@@ -610,7 +697,7 @@ func parseListenURL(field, raw string, advertised bool) (*url.URL, error) {
 			}
 		}
 	}
-	v, err := parseMemberURL(field, raw)
+	v, err := parseMemberURL(field, raw, scheme)
 	if err != nil {
 		return nil, err
 	}
@@ -620,9 +707,10 @@ func parseListenURL(field, raw string, advertised bool) (*url.URL, error) {
 	return v, nil
 }
 
-// parseMemberURL parses a client or peer URL: http://host:port, where host
-// is a name or IP that can be advertised to others (not 0.0.0.0 or ::).
-func parseMemberURL(field, raw string) (*url.URL, error) {
+// parseMemberURL parses a client or peer URL: scheme://host:port (scheme
+// http, or https with TLS), where host is a name or IP that can be
+// advertised to others (not 0.0.0.0 or ::).
+func parseMemberURL(field, raw, scheme string) (*url.URL, error) {
 	bad := func(why string) (*url.URL, error) {
 		return nil, fmt.Errorf("etcdserver: invalid config: %s %q: %s", field, raw, why)
 	}
@@ -630,15 +718,21 @@ func parseMemberURL(field, raw string) (*url.URL, error) {
 	if err != nil {
 		return bad(err.Error())
 	}
-	if u.Scheme != "http" {
-		return bad("scheme must be http (TLS and unix sockets are not supported)")
+	switch {
+	case u.Scheme == scheme:
+	case u.Scheme == "https":
+		return bad("an https URL needs TLS: give its certificate and key")
+	case u.Scheme == "http":
+		return bad("TLS is on (a certificate is given): the URL must be https")
+	default:
+		return bad("scheme must be http, or https with TLS (unix sockets are not supported)")
 	}
 	if u.User != nil || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
-		return bad("must be of the form http://host:port")
+		return bad("must be of the form " + scheme + "://host:port")
 	}
 	host, port, err := net.SplitHostPort(u.Host)
 	if err != nil {
-		return bad("must be of the form http://host:port")
+		return bad("must be of the form " + scheme + "://host:port")
 	}
 	if host == "" {
 		return bad("host is missing")
@@ -662,14 +756,14 @@ func isLoopback(host string) bool {
 
 // checkInitialCluster checks the "name=url,..." syntax and that it lists
 // name=peer. etcd itself checks the rest when bootstrapping.
-func checkInitialCluster(ic, name string, peer *url.URL) error {
+func checkInitialCluster(ic, name string, peer *url.URL, scheme string) error {
 	found := false
 	for entry := range strings.SplitSeq(ic, ",") {
 		n, raw, ok := strings.Cut(strings.TrimSpace(entry), "=")
 		if !ok || n == "" {
 			return fmt.Errorf("etcdserver: invalid config: InitialCluster %q: entry %q is not name=url", ic, entry)
 		}
-		u, err := parseMemberURL("InitialCluster peer URL of "+n, raw)
+		u, err := parseMemberURL("InitialCluster peer URL of "+n, raw, scheme)
 		if err != nil {
 			return err
 		}
@@ -722,6 +816,8 @@ var closeNoise = map[string]bool{
 	"setting up serving from embedded etcd failed.": true,
 	"stopping insecure grpc server due to error":    true,
 	"stopped insecure grpc server due to error":     true,
+	"stopping secure grpc server due to error":      true, // the same with TLS
+	"stopped secure grpc server due to error":       true,
 }
 
 // dropBenign is a zapcore.Core that drops benignWarnings, and closeNoise

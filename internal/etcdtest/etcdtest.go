@@ -58,3 +58,34 @@ func FillToQuota(t testing.TB, cli *clientv3.Client, quota int) {
 	}
 	t.Fatal("etcd never refused a put at its quota")
 }
+
+// EnableAuth turns etcd's authentication on through cli (a client with no
+// credentials, before auth is on) as an operator does with etcdctl: a root
+// user with rootPass and the root role, then a role named user whose only
+// permission is readwrite on prefix, and the user itself with pass and that
+// role, then auth enable. From then on every client needs credentials.
+func EnableAuth(t testing.TB, cli *clientv3.Client, rootPass, user, pass, prefix string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	steps := []struct {
+		what string
+		do   func() error
+	}{
+		{"user add root", func() error { _, err := cli.UserAdd(ctx, "root", rootPass); return err }},
+		{"user grant-role root root", func() error { _, err := cli.UserGrantRole(ctx, "root", "root"); return err }},
+		{"role add " + user, func() error { _, err := cli.RoleAdd(ctx, user); return err }},
+		{"role grant-permission " + user + " --prefix readwrite " + prefix, func() error {
+			_, err := cli.RoleGrantPermission(ctx, user, prefix, clientv3.GetPrefixRangeEnd(prefix), clientv3.PermissionType(clientv3.PermReadWrite))
+			return err
+		}},
+		{"user add " + user, func() error { _, err := cli.UserAdd(ctx, user, pass); return err }},
+		{"user grant-role " + user + " " + user, func() error { _, err := cli.UserGrantRole(ctx, user, user); return err }},
+		{"auth enable", func() error { _, err := cli.AuthEnable(ctx); return err }},
+	}
+	for _, s := range steps {
+		if err := s.do(); err != nil {
+			t.Fatalf("etcd %s: %v", s.what, err)
+		}
+	}
+}

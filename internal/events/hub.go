@@ -15,8 +15,13 @@ import (
 
 // Defaults for zero Config fields.
 const (
-	DefaultRingSize         = 10000
-	DefaultQueueSize        = 1024
+	DefaultRingSize = 10000
+	// DefaultQueueSize bounds what one subscriber holds of its own: an
+	// Event is 352 bytes, so 256 queued cost 90 KiB per stream that does
+	// not read (1024 cost 360 KiB: 300 such streams held 106 MiB of the
+	// leader's heap in the flood drill). A subscriber that falls further
+	// behind goes on from the ring, which all share.
+	DefaultQueueSize        = 256
 	DefaultMetricsInterval  = time.Second
 	DefaultThroughputWindow = 10 * time.Second
 )
@@ -35,7 +40,7 @@ var ErrClosed = errors.New("events: subscription closed")
 // Config configures a Hub; every field is optional.
 type Config struct {
 	RingSize  int // events kept for resuming (default 10000)
-	QueueSize int // live events queued per subscriber (default 1024)
+	QueueSize int // live events queued per subscriber (default 256)
 	// Dropped counts events that could not be queued for a subscriber
 	// (metrics.DroppedEvents).
 	Dropped prometheus.Counter

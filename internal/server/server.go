@@ -4,8 +4,6 @@ package server
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"maps"
@@ -14,13 +12,11 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"syscall"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
-	"google.golang.org/grpc"
 
 	"github.com/orion-sched/orion/internal/api"
 	"github.com/orion-sched/orion/internal/config"
@@ -363,48 +359,6 @@ func listenError(addr string, err error) error {
 // as orphans rather than adopted.
 func WorkerID(node string) string {
 	return fmt.Sprintf("%s/%d-%x", node, os.Getpid(), time.Now().UnixNano()&0xffffff)
-}
-
-// NewEtcdClient connects to etcd with the configured auth and TLS.
-func NewEtcdClient(cfg config.Server, endpoints []string) (*clientv3.Client, error) {
-	cc := clientv3.Config{
-		Endpoints:            endpoints,
-		DialTimeout:          5 * time.Second,
-		DialKeepAliveTime:    2 * time.Second,
-		DialKeepAliveTimeout: 2 * time.Second,
-		Username:             cfg.EtcdUsername,
-		Password:             cfg.EtcdPassword,
-		Logger:               zap.NewNop(),
-		DialOptions:          []grpc.DialOption{},
-		MaxCallSendMsgSize:   4 << 20,
-	}
-	if cfg.EtcdCA != "" || cfg.EtcdCert != "" {
-		tc := &tls.Config{MinVersion: tls.VersionTLS12}
-		if cfg.EtcdCA != "" {
-			pem, err := os.ReadFile(cfg.EtcdCA)
-			if err != nil {
-				return nil, fmt.Errorf("etcd_ca: %w", err)
-			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("etcd_ca %s: no certificate found", cfg.EtcdCA)
-			}
-			tc.RootCAs = pool
-		}
-		if cfg.EtcdCert != "" {
-			cert, err := tls.LoadX509KeyPair(cfg.EtcdCert, cfg.EtcdKey)
-			if err != nil {
-				return nil, fmt.Errorf("etcd_cert/etcd_key: %w", err)
-			}
-			tc.Certificates = []tls.Certificate{cert}
-		}
-		cc.TLS = tc
-	}
-	cli, err := clientv3.New(cc)
-	if err != nil {
-		return nil, fmt.Errorf("etcd client for %s: %w", strings.Join(endpoints, ","), err)
-	}
-	return cli, nil
 }
 
 // Wait returns when the engine stops (it only stops when Shutdown is called

@@ -51,10 +51,13 @@ func TestMain(m *testing.M) { cluster.Main(m) }
 // fault is one kind of drill. inject runs the fault and the recovery from
 // it (restarts included) and returns once the cluster is whole again.
 type fault struct {
-	name   string
-	etcd   bool // a fault of etcd: a trickle of submissions measures the write stall
-	short  bool // also in the short subset (without ORION_DRILLS=1)
-	netns  bool // runs on a cluster whose replicas have network namespaces of their own
+	name  string
+	etcd  bool // a fault of etcd: a trickle of submissions measures the write stall
+	short bool // also in the short subset (without ORION_DRILLS=1)
+	netns bool // runs on a cluster whose replicas have network namespaces of their own
+	// flood: runs on a namespace cluster of its own, whose replicas
+	// rate-limit each client address to floodRateLimit requests/s.
+	flood  bool
 	inject func(d *drill)
 }
 
@@ -71,6 +74,7 @@ func faults() []fault {
 		{name: "SIGSTOP worker 3s", inject: stopWorker},
 		{name: "quorum loss 10s (2 of 3 etcd)", etcd: true, inject: quorumLoss},
 		{name: "network isolation of leader 3s", netns: true, inject: isolateLeader},
+		{name: "flood + 300 streams never read", netns: true, flood: true, inject: flood},
 	}
 }
 
@@ -79,6 +83,7 @@ type result struct {
 	fault                         string
 	tasks, lost, dups, reruns     int
 	takeover, stall, requeueDelay time.Duration
+	notes                         []string // figures beyond the table's columns
 }
 
 func TestDrills(t *testing.T) {
@@ -122,11 +127,14 @@ func TestDrills(t *testing.T) {
 	// drill stopped the test.
 	t.Cleanup(func() { t.Log("\n" + table(plan, results, skipped)) })
 
-	var onLoopback, inNamespaces []fault
+	var onLoopback, inNamespaces, flooded []fault
 	for _, f := range plan {
-		if f.netns {
+		switch {
+		case f.flood:
+			flooded = append(flooded, f)
+		case f.netns:
 			inNamespaces = append(inNamespaces, f)
-		} else {
+		default:
 			onLoopback = append(onLoopback, f)
 		}
 	}
@@ -148,17 +156,26 @@ func TestDrills(t *testing.T) {
 		runAll(newHarness(t, c, nil), onLoopback)
 		c.StopAll() // one cluster at a time: two overload 2 cores
 	}
-	if len(inNamespaces) > 0 {
-		lab, err := newNetLab(t, 3)
-		if err != nil {
-			for _, f := range inNamespaces {
-				skipped = append(skipped, fmt.Sprintf("%s: skipped: %v", f.name, err))
-			}
-			t.Logf("skipping %d drill(s): %v", len(inNamespaces), err)
-			return
+	if len(inNamespaces)+len(flooded) == 0 {
+		return
+	}
+	lab, err := newNetLab(t, 3)
+	if err != nil {
+		for _, f := range append(inNamespaces, flooded...) {
+			skipped = append(skipped, fmt.Sprintf("%s: skipped: %v", f.name, err))
 		}
+		t.Logf("skipping %d drill(s): %v", len(inNamespaces)+len(flooded), err)
+		return
+	}
+	if len(inNamespaces) > 0 {
 		c := cluster.New(t, cluster.Options{OrphanGrace: 5 * time.Second, EtcdHost: lab.etcdHost(), Servers: lab.placements()})
 		runAll(newHarness(t, c, lab), inNamespaces)
+		c.StopAll()
+	}
+	if len(flooded) > 0 {
+		c := cluster.New(t, cluster.Options{OrphanGrace: 5 * time.Second, EtcdHost: lab.etcdHost(), Servers: lab.placements(),
+			RateLimit: floodRateLimit, Token: floodToken})
+		runAll(newHarness(t, c, lab), flooded)
 	}
 }
 
@@ -198,6 +215,7 @@ type harness struct {
 	runs       string
 	workerPIDs map[int]string // pid → worker name, over every incarnation
 	lab        *netLab        // the namespaces of the isolation drill, or nil
+	floodIPs   []string       // the flood's client addresses, once made
 }
 
 func (h *harness) noteWorkers() {
@@ -913,11 +931,15 @@ func (d *drill) waitTerminal(ids []string, bound time.Duration) map[string]*clus
 			if out[id] != nil {
 				continue
 			}
-			if st, err := d.c.DAGAny(id); err == nil && st.Status != "running" {
+			st, err := d.c.DAGAny(id)
+			if err == nil && st.Status != "running" {
 				out[id] = st
 				continue
 			}
 			pending++
+			if err != nil && strings.Contains(err.Error(), "429") {
+				time.Sleep(time.Second) // the rate limit of the flood's cluster: as its Retry-After says
+			}
 		}
 		if pending == 0 || time.Now().After(deadline) {
 			return out
@@ -952,6 +974,11 @@ func table(plan []fault, results []result, skipped []string) string {
 	}
 	for _, s := range skipped {
 		b.WriteString(s + "\n")
+	}
+	for _, r := range results {
+		for _, n := range r.notes {
+			b.WriteString(n + "\n")
+		}
 	}
 	b.WriteString("takeover: fault → first committed write of a new term (quorum loss: from the members' restart); " +
 		"w-stall: longest gap between accepted submissions of a 50 ms trickle (etcd faults); " +

@@ -89,6 +89,26 @@ func (l *netLab) ip(args ...string) error {
 	return nil
 }
 
+// clientAddrs gives the root namespace n more addresses, 10.213.253.1 and
+// on, on its end of the link to the router (routed back by the router), so
+// that the test can be n more clients of the replicas, each with an
+// address of its own: the rate limit and the connection cap are per
+// address. They go with the link when the lab is removed.
+func (l *netLab) clientAddrs(n int) ([]string, error) {
+	if err := l.ip("-n", l.router, "route", "add", labNet+"253.0/24", "via", labNet+"254.1"); err != nil {
+		return nil, err
+	}
+	var out []string
+	for i := 1; i <= n; i++ {
+		a := fmt.Sprintf("%s253.%d", labNet, i)
+		if err := l.ip("addr", "add", a+"/32", "dev", l.tag+"r"); err != nil {
+			return nil, err
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}
+
 // etcdHost is where the root namespace's processes listen.
 func (l *netLab) etcdHost() string { return labNet + "254.1" }
 

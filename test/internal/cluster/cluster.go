@@ -254,6 +254,10 @@ type Cluster struct {
 	// ClientURLs are the etcd members' client URLs (Endpoints, split).
 	ClientURLs []string
 	HTTP       *http.Client
+	// Extra are processes a test added with NewProc: stopped with the
+	// replicas, logged with the others.
+	Extra  []*Proc
+	secure *Secure
 }
 
 const (
@@ -275,6 +279,27 @@ type Options struct {
 	// replica off loopback listens with --insecure-no-auth: the addresses
 	// are the test's own namespaces.
 	Servers []Placement
+	// Token is the API token of every replica (--auth-token), sent by the
+	// workers and by the harness's requests. Replicas off loopback without
+	// it run with --insecure-no-auth. With it, a write a standby forwards
+	// is not limited again by the leader, as in a real deployment.
+	Token string
+	// RateLimit is the --rate-limit of replicas off loopback (loopback
+	// callers are never limited). Zero: 100000, above what the test, the
+	// workers and the other replicas ask from the one address they share.
+	RateLimit float64
+	// Secure, when set, runs etcd with TLS on every URL, client
+	// certificates required, and the replicas with its CA, client
+	// certificate and etcd user.
+	Secure *Secure
+}
+
+// Secure is a cluster's etcd TLS and the replicas' etcd credentials.
+type Secure struct {
+	Certs Certs
+	// Username and Password are the replicas' etcd user (none when empty),
+	// given in a config file of each replica, with the TLS files.
+	Username, Password string
 }
 
 // Placement is where a replica runs.
@@ -314,7 +339,18 @@ func Define(t *testing.T, o Options) *Cluster {
 	if o.EtcdHost == "" {
 		o.EtcdHost = "127.0.0.1"
 	}
-	c := &Cluster{t: t, Dir: t.TempDir(), HTTP: &http.Client{Timeout: 3 * time.Second}}
+	c := &Cluster{t: t, Dir: t.TempDir(), HTTP: &http.Client{Timeout: 3 * time.Second}, secure: o.Secure}
+	scheme := "http"
+	var rt http.RoundTripper = http.DefaultTransport
+	if o.Secure != nil {
+		scheme = "https"
+		// The etcd members ask for a client certificate; the API is http.
+		rt = &http.Transport{TLSClientConfig: o.Secure.Certs.ClientTLS(t)}
+	}
+	if o.Token != "" {
+		rt = &bearer{base: rt, token: o.Token}
+	}
+	c.HTTP.Transport = rt
 	c.Work = filepath.Join(c.Dir, "work")
 	if err := os.MkdirAll(c.Work, 0o755); err != nil {
 		t.Fatal(err)
@@ -329,8 +365,8 @@ func Define(t *testing.T, o Options) *Cluster {
 	var initial, clientURLs []string
 	for i := 1; i <= 3; i++ {
 		name := fmt.Sprintf("e%d", i)
-		client := fmt.Sprintf("http://%s:%d", o.EtcdHost, testkit.FreePort(t))
-		peer := fmt.Sprintf("http://%s:%d", o.EtcdHost, testkit.FreePort(t))
+		client := fmt.Sprintf("%s://%s:%d", scheme, o.EtcdHost, testkit.FreePort(t))
+		peer := fmt.Sprintf("%s://%s:%d", scheme, o.EtcdHost, testkit.FreePort(t))
 		initial = append(initial, name+"="+peer)
 		clientURLs = append(clientURLs, client)
 		c.Etcd = append(c.Etcd, &Proc{t: t, Name: name, Dir: filepath.Join(c.Dir, name),
@@ -342,6 +378,10 @@ func Define(t *testing.T, o Options) *Cluster {
 			"--initial-cluster-token", "e2e-"+filepath.Base(filepath.Dir(c.Dir))+"-"+filepath.Base(c.Dir), "--log-level", "warn")
 		if o.EtcdHost != "127.0.0.1" { // an address of the test's own namespaces
 			e.Args = append(e.Args, "--allow-remote-clients")
+		}
+		if s := o.Secure; s != nil {
+			e.Args = append(e.Args, "--cert-file", s.Certs.Cert, "--key-file", s.Certs.Key, "--trusted-ca-file", s.Certs.CA, "--client-cert-auth",
+				"--peer-cert-file", s.Certs.Cert, "--peer-key-file", s.Certs.Key, "--peer-trusted-ca-file", s.Certs.CA, "--peer-client-cert-auth")
 		}
 	}
 	c.ClientURLs = clientURLs
@@ -364,7 +404,20 @@ func Define(t *testing.T, o Options) *Cluster {
 		if host != "127.0.0.1" {
 			// The test, the workers and the other replicas are its
 			// callers there, polling far above a remote client's 5 rps.
-			s.Args = append(s.Args, "--insecure-no-auth", "--rate-limit", "100000")
+			rl := o.RateLimit
+			if rl == 0 {
+				rl = 100000
+			}
+			s.Args = append(s.Args, "--rate-limit", strconv.FormatFloat(rl, 'f', -1, 64))
+			if o.Token == "" {
+				s.Args = append(s.Args, "--insecure-no-auth")
+			}
+		}
+		if o.Token != "" {
+			s.Args = append(s.Args, "--auth-token", o.Token)
+		}
+		if o.Secure != nil {
+			s.Args = append(s.Args, "--config", c.WriteEtcdConfig(name, o.Secure.Certs.CA, o.Secure.Username, o.Secure.Password))
 		}
 		c.Servers = append(c.Servers, s)
 		apiURLs = append(apiURLs, s.URL)
@@ -375,6 +428,9 @@ func Define(t *testing.T, o Options) *Cluster {
 			LogPath: filepath.Join(c.Dir, name+".log"),
 			Args: []string{"worker", "--server", strings.Join(apiURLs, ","), "--slots", "4", "--name", name,
 				"--log-dir", filepath.Join(c.Dir, name, "logs")}})
+		if o.Token != "" {
+			c.Workers[i-1].Args = append(c.Workers[i-1].Args, "--token", o.Token)
+		}
 	}
 
 	return c
@@ -615,7 +671,7 @@ func (c *Cluster) Submit(base string, dag map[string]any) int {
 		if code == 200 || code == 201 {
 			return true, ""
 		}
-		if code != 0 && code != 503 && code != 502 && code != 504 {
+		if code != 0 && code != 503 && code != 502 && code != 504 && code != 429 { // 429: a rate-limited cluster's, for a moment
 			c.t.Fatalf("submitting %v: %d %s", dag["id"], code, out)
 		}
 		return false, fmt.Sprintf("%d %s %v", code, out, err)
@@ -700,7 +756,7 @@ func (c *Cluster) StopAll() {
 	for _, s := range c.Servers {
 		srv = append(srv, s.Proc)
 	}
-	groups = append(groups, srv, c.Etcd)
+	groups = append(groups, append(srv, c.Extra...), c.Etcd)
 	for i, g := range groups {
 		var wg sync.WaitGroup
 		for _, p := range g {
@@ -790,7 +846,45 @@ func (c *Cluster) All() []*Proc {
 	for _, s := range c.Servers {
 		out = append(out, s.Proc)
 	}
+	out = append(out, c.Extra...)
 	return append(out, c.Workers...)
+}
+
+// bearer adds the API token to every request.
+type bearer struct {
+	base  http.RoundTripper
+	token string
+}
+
+func (b *bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.base.RoundTrip(r)
+}
+
+// NewProc lays out one more process of the cluster (its directory and log
+// under the cluster's), to be started by the test and stopped with the
+// replicas.
+func (c *Cluster) NewProc(name string, args ...string) *Proc {
+	p := &Proc{t: c.t, Name: name, Dir: filepath.Join(c.Dir, name), LogPath: filepath.Join(c.Dir, name+".log"), Args: args}
+	c.Extra = append(c.Extra, p)
+	return p
+}
+
+// WriteEtcdConfig writes a replica's config file naming its etcd CA (none
+// when ca is empty), the client certificate of the cluster's Secure and
+// the etcd user, and returns its path. Credentials go in a file (mode
+// 0600), not on a command line that ps shows.
+func (c *Cluster) WriteEtcdConfig(name, ca, user, password string) string {
+	c.t.Helper()
+	s := c.secure
+	path := filepath.Join(c.Dir, name+"-etcd.yaml")
+	body := fmt.Sprintf("etcd_ca: %q\netcd_cert: %q\netcd_key: %q\netcd_username: %q\netcd_password: %q\n",
+		ca, s.Certs.ClientCert, s.Certs.ClientKey, user, password)
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		c.t.Fatal(err)
+	}
+	return path
 }
 
 func (c *Cluster) DumpLogs() {

@@ -1,0 +1,147 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+
+	"github.com/orion-sched/orion/internal/config"
+)
+
+// tlsProbeTimeout bounds the TLS check of one endpoint at start.
+const tlsProbeTimeout = 3 * time.Second
+
+// NewEtcdClient connects to etcd with the configured auth and TLS. A
+// configuration etcd refuses fails here, with an error that names the
+// setting to fix: a password etcd rejects, a certificate the client does
+// not trust (etcd_ca), a client certificate etcd does not accept
+// (etcd_cert, etcd_key). An endpoint that does not answer yet is not an
+// error: etcd may be starting, and the engine waits for it.
+func NewEtcdClient(cfg config.Server, endpoints []string) (*clientv3.Client, error) {
+	cc := clientv3.Config{
+		Endpoints:            endpoints,
+		DialTimeout:          5 * time.Second,
+		DialKeepAliveTime:    2 * time.Second,
+		DialKeepAliveTimeout: 2 * time.Second,
+		Username:             cfg.EtcdUsername,
+		Password:             cfg.EtcdPassword,
+		Logger:               zap.NewNop(),
+		DialOptions:          []grpc.DialOption{},
+		MaxCallSendMsgSize:   4 << 20,
+	}
+	anyHTTPS := false
+	for _, ep := range endpoints {
+		if strings.HasPrefix(ep, "https://") {
+			anyHTTPS = true
+		}
+	}
+	if cfg.EtcdCA != "" || cfg.EtcdCert != "" || cfg.EtcdKey != "" || anyHTTPS {
+		tc := &tls.Config{MinVersion: tls.VersionTLS12}
+		if cfg.EtcdCA != "" {
+			pem, err := os.ReadFile(cfg.EtcdCA)
+			if err != nil {
+				return nil, fmt.Errorf("etcd_ca: %w", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("etcd_ca %s: no certificate found", cfg.EtcdCA)
+			}
+			tc.RootCAs = pool
+		}
+		if cfg.EtcdCert != "" || cfg.EtcdKey != "" {
+			cert, err := tls.LoadX509KeyPair(cfg.EtcdCert, cfg.EtcdKey)
+			if err != nil {
+				return nil, fmt.Errorf("etcd_cert/etcd_key: %w", err)
+			}
+			tc.Certificates = []tls.Certificate{cert}
+		}
+		cc.TLS = tc
+		if err := probeTLS(endpoints, tc); err != nil {
+			return nil, err
+		}
+	}
+	cli, err := clientv3.New(cc)
+	if err != nil {
+		if errors.Is(err, rpctypes.ErrAuthFailed) || errors.Is(err, rpctypes.ErrGRPCAuthFailed) {
+			return nil, fmt.Errorf("etcd authentication failed for user %q: check etcd_username and etcd_password (env ORION_ETCD_USERNAME, ORION_ETCD_PASSWORD): %w",
+				cfg.EtcdUsername, err)
+		}
+		return nil, fmt.Errorf("etcd client for %s: %w", strings.Join(endpoints, ","), err)
+	}
+	return cli, nil
+}
+
+// probeTLS checks the TLS handshake with every https endpoint at once and
+// returns the first refusal that is a configuration error: etcd's
+// certificate not trusted, or ours refused. Endpoints that do not answer
+// are left to the client.
+func probeTLS(endpoints []string, tc *tls.Config) error {
+	var wg sync.WaitGroup
+	errs := make([]error, len(endpoints))
+	for i, ep := range endpoints {
+		u, err := url.Parse(ep)
+		if err != nil || u.Scheme != "https" {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = probeOne(ep, u.Host, tc)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func probeOne(ep, host string, tc *tls.Config) error {
+	ctx, cancel := context.WithTimeout(context.Background(), tlsProbeTimeout)
+	defer cancel()
+	d := tls.Dialer{NetDialer: &net.Dialer{}, Config: tc.Clone()}
+	conn, err := d.DialContext(ctx, "tcp", host)
+	if err != nil {
+		var uae x509.UnknownAuthorityError
+		var hne x509.HostnameError
+		var cie x509.CertificateInvalidError
+		var ve *tls.CertificateVerificationError
+		switch {
+		case errors.As(err, &uae) || errors.As(err, &ve) && errors.As(ve.Err, &uae):
+			return fmt.Errorf("etcd endpoint %s: its TLS certificate is not signed by a CA this replica trusts: set etcd_ca (env ORION_ETCD_CA) to the CA that signed it: %w", ep, err)
+		case errors.As(err, &hne) || errors.As(err, &cie) || errors.As(err, &ve):
+			return fmt.Errorf("etcd endpoint %s: its TLS certificate does not verify: %w", ep, err)
+		case isTLSAlert(err):
+			return fmt.Errorf("etcd endpoint %s refused this replica's TLS handshake (its client certificate: etcd_cert, etcd_key): %w", ep, err)
+		}
+		return nil // not answering (yet): the client retries
+	}
+	defer conn.Close()
+	// With TLS 1.3 a server refuses a client certificate after the
+	// handshake: the alert is the first thing to read.
+	_ = conn.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	var b [1]byte
+	if _, err := conn.Read(b[:]); err != nil && isTLSAlert(err) {
+		return fmt.Errorf("etcd endpoint %s refused this replica's client certificate: set etcd_cert and etcd_key (env ORION_ETCD_CERT, ORION_ETCD_KEY) to a certificate signed by the CA etcd trusts (its --trusted-ca-file): %w", ep, err)
+	}
+	return nil
+}
+
+func isTLSAlert(err error) bool {
+	var ae tls.AlertError
+	if errors.As(err, &ae) {
+		return true
+	}
+	// A remote alert is not always typed.
+	return strings.Contains(err.Error(), "remote error: tls:")
+}
