@@ -105,7 +105,8 @@ type Engine struct {
 	awaitingAck   []resultRef                  // results reported since the last batch that took every pending entry
 	lateAcks      map[string][]model.AttemptID // durable results of workers whose join the loop has not seen yet
 	pending       []core.Entry                 // proposals waiting for a transaction
-	inflight      bool                         // one transaction at a time: group commit
+	inflight      []*inflightCommit            // transactions in flight, in the order begun (group commit, pipelined)
+	commitSeq     uint64                       // numbers the transactions begun
 	solo          int                          // the next solo pending entries go one per transaction (after a refused batch)
 	full          storageFull                  // etcd refused writes for its quota (storagefull.go)
 	timers        timerQueue
@@ -165,6 +166,7 @@ type resultRef struct {
 }
 
 type commitResult struct {
+	seq     uint64 // the order it was begun in
 	term    store.Term
 	batch   []core.Entry
 	acks    []resultRef // results durable once this transaction (and all before it) committed
@@ -207,7 +209,7 @@ func New(cfg Config, st Store) *Engine {
 		m:             cfg.Metrics,
 		reqs:          make(chan func(), 256),
 		elected:       make(chan store.Term, 1),
-		commitDone:    make(chan commitResult, 1),
+		commitDone:    make(chan commitResult, pipelineDepth),
 		suspects:      make(chan string, 4),
 		loadDone:      make(chan *store.Snapshot),
 		sessionOpened: make(chan store.Session),
@@ -368,7 +370,7 @@ func (e *Engine) afterEvent(ctx context.Context) {
 	e.c.Schedule(e.clock.Now())
 	e.pending = append(e.pending, e.c.TakeProposals(0)...)
 	e.flush(ctx)
-	if !e.inflight && len(e.pending) == 0 {
+	if len(e.inflight) == 0 && len(e.pending) == 0 {
 		// Everything proposed so far is committed: the results reported
 		// since proposed nothing (stale, or moot) and are durable as is.
 		e.ackResults(e.awaitingAck)

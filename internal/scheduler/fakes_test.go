@@ -32,6 +32,7 @@ type fakeStore struct {
 	fenceRev int64 // the live term's fence; 0: nobody leads
 	leader   string
 	holder   *fakeSession // the session the live term's election key is on
+	tail     *fakePending // the commit begun last
 	sessions []*fakeSession
 	loads    int // Load calls, to see reloads
 	// seen holds the DAGs of every Commit call so far, applied or not.
@@ -315,7 +316,63 @@ func (s *fakeStore) Campaign(ctx context.Context, session store.Session, name st
 	}
 }
 
-func (s *fakeStore) Commit(ctx context.Context, fence store.Fence, entries []core.Entry, lim store.Limits, term *store.TermRecord) (store.Committed, error) {
+// Begin chains a commit after the ones begun before, as store.Writer does
+// with its commit markers: it applies only after its predecessor did, and
+// fails, unapplied, when its predecessor failed.
+func (s *fakeStore) Begin(fence store.Fence, entries []core.Entry, lim store.Limits, term *store.TermRecord) store.PendingCommit {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	prev := s.tail
+	if prev != nil && prev.failed() {
+		prev = nil
+	}
+	p := &fakePending{s: s, fence: fence, entries: entries, lim: lim, term: term, prev: prev, done: make(chan struct{})}
+	s.tail = p
+	for _, e := range entries {
+		s.seen[e.DAG] = true // in a commit, or queued behind one
+	}
+	return p
+}
+
+type fakePending struct {
+	s       *fakeStore
+	fence   store.Fence
+	entries []core.Entry
+	lim     store.Limits
+	term    *store.TermRecord
+	prev    *fakePending
+	done    chan struct{}
+	err     error
+}
+
+func (p *fakePending) failed() bool {
+	select {
+	case <-p.done:
+		return p.err != nil
+	default:
+		return false
+	}
+}
+
+func (p *fakePending) Commit(ctx context.Context) (res store.Committed, err error) {
+	defer func() {
+		p.err, p.prev = err, nil
+		close(p.done)
+	}()
+	if prev := p.prev; prev != nil {
+		select {
+		case <-prev.done:
+		case <-ctx.Done():
+			return store.Committed{}, ctx.Err()
+		}
+		if prev.err != nil {
+			return store.Committed{}, &store.PredecessorError{Err: prev.err}
+		}
+	}
+	return p.s.commit(ctx, p.fence, p.entries, p.lim, p.term)
+}
+
+func (s *fakeStore) commit(ctx context.Context, fence store.Fence, entries []core.Entry, lim store.Limits, term *store.TermRecord) (store.Committed, error) {
 	if err := s.unavailable(ctx); err != nil {
 		return store.Committed{}, err
 	}

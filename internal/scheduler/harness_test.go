@@ -165,7 +165,7 @@ func (h *engineHarness) run(td *datadriven.TestData) string {
 		fence := store.Fence{Rev: h.st.fenceRev}
 		h.st.mu.Unlock()
 		en := core.Entry{DAG: d.ID, D: &core.DAGRecord{DAG: *d, Status: core.DAGRunning, Run: 1, SubmittedAt: h.clk.Now()}}
-		if _, err := h.st.Commit(context.Background(), fence, []core.Entry{en}, store.DefaultLimits, nil); err != nil {
+		if _, err := h.st.Begin(fence, []core.Entry{en}, store.DefaultLimits, nil).Commit(context.Background()); err != nil {
 			h.t.Fatalf("external commit: %v", err)
 		}
 	case "worker":
@@ -454,6 +454,16 @@ func (h *engineHarness) hook(kind string) {
 		once(func([]core.Entry) (bool, error) { return false, errors.New("etcdserver: request timed out") })
 	case "too-large":
 		once(func([]core.Entry) (bool, error) { return false, rpctypesTooLarge })
+	case "too-large-batch":
+		// The first transaction of two entries or more is refused.
+		var used sync.Once
+		h.st.setCommitHook(func(entries []core.Entry) (apply bool, err error) {
+			apply = true
+			if len(entries) >= 2 {
+				used.Do(func() { apply, err = false, rpctypesTooLarge })
+			}
+			return apply, err
+		})
 	case "fenced":
 		// Another replica won meanwhile: the fence moved.
 		once(func([]core.Entry) (bool, error) {
@@ -482,6 +492,19 @@ func (h *engineHarness) hook(kind string) {
 		release := make(chan struct{})
 		h.release = release
 		once(func([]core.Entry) (bool, error) { <-release; return true, nil })
+	case "block-fail":
+		// Held until release, then not applied, its outcome unknown.
+		release := make(chan struct{})
+		h.release = release
+		once(func([]core.Entry) (bool, error) { <-release; return false, errors.New("etcdserver: request timed out") })
+	case "block-nospace":
+		// Held until release, then refused for a full etcd.
+		release := make(chan struct{})
+		h.release = release
+		once(func([]core.Entry) (bool, error) {
+			<-release
+			return false, &store.NoSpaceError{Cause: errors.New("etcdserver: mvcc: database space exceeded")}
+		})
 	default:
 		h.t.Fatalf("unknown hook %q", kind)
 	}

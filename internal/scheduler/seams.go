@@ -26,9 +26,12 @@ type Store interface {
 	OpenSession(ctx context.Context, ttl time.Duration, reg store.ReplicaRecord) (store.Session, error)
 	// Campaign blocks until this replica leads on session, or ctx ends.
 	Campaign(ctx context.Context, session store.Session, name string) (store.Term, error)
-	// Commit writes entries fenced on fence; term, when set, is written
-	// first (the term's first write).
-	Commit(ctx context.Context, fence store.Fence, entries []core.Entry, lim store.Limits, term *store.TermRecord) (store.Committed, error)
+	// Begin places a commit of entries, fenced on fence, after every
+	// commit begun before it, without I/O; its Commit may then run while
+	// earlier ones are in flight and still applies after them, or not at
+	// all if one of them failed. term, when set, is written first (the
+	// term's first write).
+	Begin(fence store.Fence, entries []core.Entry, lim store.Limits, term *store.TermRecord) store.PendingCommit
 	// CurrentLeader reads who leads.
 	CurrentLeader(ctx context.Context) (store.Leader, bool, error)
 	// Depose revokes the named leader's lease if it still leads.

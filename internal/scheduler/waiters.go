@@ -140,7 +140,7 @@ func (e *Engine) WaitApplied(ctx context.Context, rev int64) error {
 // only writer of the log and applies each of its commits before anyone learns
 // its revision, so it has applied every write that any revision stands for
 // (a revision outside the log, such as another program's key, included).
-func (e *Engine) leaderCaughtUp() bool { return e.c.IsLeader() && !e.inflight }
+func (e *Engine) leaderCaughtUp() bool { return e.c.IsLeader() && len(e.inflight) == 0 }
 
 // appliedThrough is the revision through which this replica has applied the
 // log: its last entry's, or a later one its watch has shown (events it does

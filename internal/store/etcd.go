@@ -190,9 +190,12 @@ func (s *Etcd) Campaign(ctx context.Context, session Session, name string) (Term
 	return Campaign(ctx, es.Session, name)
 }
 
-// Commit writes entries fenced on fence (Commit). A term record, when given,
-// goes first into the first transaction: the term's first write.
-func (s *Etcd) Commit(ctx context.Context, fence Fence, entries []core.Entry, lim Limits, term *TermRecord) (Committed, error) {
+// Begin takes the place of entries in the leader's chain of transactions,
+// fenced on fence, after every batch begun before (Writer.Begin): the
+// returned commit may be sent while earlier ones are in flight. A term
+// record, when given, goes first into the first transaction: the term's
+// first write.
+func (s *Etcd) Begin(fence Fence, entries []core.Entry, lim Limits, term *TermRecord) PendingCommit {
 	var extra []clientv3.Op
 	if term != nil {
 		rec, _ := json.Marshal(term)
@@ -201,8 +204,24 @@ func (s *Etcd) Commit(ctx context.Context, fence Fence, entries []core.Entry, li
 	if s.w == nil || s.w.Fence() != fence {
 		s.w = NewWriter(s.cli.KV, fence)
 	}
-	res, err := s.w.Commit(ctx, entries, lim, extra...)
-	return res, describeNoSpace(ctx, s.cli, err)
+	return etcdPending{p: s.w.Begin(entries, lim, extra...), cli: s.cli}
+}
+
+// PendingCommit is a batch begun and not yet committed.
+type PendingCommit interface {
+	// Commit sends the batch once its predecessors are sent, and reports
+	// the revision of each entry committed (a prefix, on an error).
+	Commit(ctx context.Context) (Committed, error)
+}
+
+type etcdPending struct {
+	p   *Pending
+	cli *clientv3.Client
+}
+
+func (e etcdPending) Commit(ctx context.Context) (Committed, error) {
+	res, err := e.p.Commit(ctx)
+	return res, describeNoSpace(ctx, e.cli, err)
 }
 
 // Alarms lists etcd's raised alarms (Alarms).

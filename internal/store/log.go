@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -118,24 +119,74 @@ func Commit(ctx context.Context, kv clientv3.KV, fence Fence, entries []core.Ent
 // again: see Writer.
 const CommitKey = Prefix + "commit"
 
-// Writer commits one leader's entries, one transaction after another.
+// Writer commits one leader's entries, in order, with up to several
+// transactions in flight.
 //
 // A transaction whose answer is lost (etcd's leader died with the proposal,
 // a connection broke, a deadline passed) would leave its outcome unknown,
 // and the leader would have to re-read all of etcd to learn it. Instead each
-// transaction also compares CommitKey with the marker the Writer last wrote
-// and sets a new one: sent again, it applies only if no earlier copy did,
-// and when one did, the compare fails and the answer (CommitKey's value)
-// says so, with the revision it committed at. So a transaction is sent
-// again, with a growing deadline, until it is answered or ctx ends: an
-// etcd leader change costs a commit one election, not a re-read.
+// transaction also compares CommitKey with the marker the transaction
+// before it wrote and sets a new one: sent again, it applies only if no
+// earlier copy did, and when one did, the compare fails and the answer
+// (CommitKey's value) says so, with the revision it committed at. So a
+// transaction is sent again, with a growing deadline, until it is answered
+// or ctx ends: an etcd leader change costs a commit one election, not a
+// re-read.
+//
+// The same chain of markers orders transactions sent without waiting for
+// the one before (Begin, then Commit from another goroutine): each can
+// apply only after its predecessor did, whatever order etcd receives them
+// in. One that arrives first is refused with the predecessor's predecessor
+// marker in CommitKey, waits for the predecessor's outcome and is sent
+// again; if the predecessor failed, so does it, unapplied.
 type Writer struct {
 	kv    clientv3.KV
 	fence Fence
-	last  string // CommitKey's value as of our last transaction
-	known bool   // last has been read or written
+
+	mu    sync.Mutex
+	base  string // CommitKey's value before the chain began (when known)
+	known bool
 	seq   uint64
+	tail  *txnSlot // the transaction begun last
 }
+
+// txnSlot is one transaction of the chain.
+type txnSlot struct {
+	ops    []clientv3.Op
+	marker string // the marker it sets; "" when it puts nothing (see send)
+	prev   *txnSlot
+	done   chan struct{} // closed once err, rev and after are set
+	err    error
+	rev    int64
+	after  string // CommitKey's value once it applied
+}
+
+func (t *txnSlot) finish(rev int64, after string, err error) {
+	t.rev, t.after, t.err = rev, after, err
+	t.prev = nil // the chain behind a finished transaction is not needed
+	close(t.done)
+}
+
+// failed reports a finished transaction that did not apply (or whose
+// outcome is unknown).
+func (t *txnSlot) failed() bool {
+	select {
+	case <-t.done:
+		return t.err != nil
+	default:
+		return false
+	}
+}
+
+// PredecessorError fails a transaction because the one before it in the
+// chain failed: it cannot have applied unless that one did. Err is the
+// predecessor's error, so errors.Is sees through to it.
+type PredecessorError struct{ Err error }
+
+func (e *PredecessorError) Error() string {
+	return "store: the transaction before this one failed: " + e.Err.Error()
+}
+func (e *PredecessorError) Unwrap() error { return e.Err }
 
 // NewWriter returns a Writer for the leader holding fence.
 func NewWriter(kv clientv3.KV, fence Fence) *Writer { return &Writer{kv: kv, fence: fence} }
@@ -153,117 +204,235 @@ const firstAttempt = 250 * time.Millisecond
 
 // Commit is the package-level Commit, on this Writer's fence and markers.
 func (w *Writer) Commit(ctx context.Context, entries []core.Entry, lim Limits, extra ...clientv3.Op) (Committed, error) {
-	out := Committed{Revs: make([]int64, 0, len(entries))}
+	return w.Begin(entries, lim, extra...).Commit(ctx)
+}
+
+// Pending is a batch begun and not yet committed: see Writer.Begin.
+type Pending struct {
+	w     *Writer
+	slots []*txnSlot
+	upto  []int // entries carried by slots[:i+1]
+	n     int   // entries in all
+	err   error // the batch could not be encoded: nothing was begun
+}
+
+// Begin takes its place in the chain for entries, split into as few
+// transactions as the limits allow (one, normally: the caller sizes
+// batches), after every transaction begun before. It does no I/O: Commit
+// sends them, and may run while earlier batches are still in flight.
+// extra operations (the leader's term record) go first into the first
+// transaction.
+func (w *Writer) Begin(entries []core.Entry, lim Limits, extra ...clientv3.Op) *Pending {
+	p := &Pending{w: w, n: len(entries)}
+	var groups [][]clientv3.Op
 	ops := append([]clientv3.Op(nil), extra...)
-	bytes, first := 0, 0
-	flush := func(upto int) error {
-		if len(ops) == 0 {
-			return nil
-		}
-		rev, err := w.txn(ctx, ops)
-		if err != nil {
-			// NOSPACE refuses the whole transaction before applying it: a
-			// known outcome, unlike a timeout, so it gets its own type.
-			return mapNoSpace(err)
-		}
-		out.Txns++
-		for i := first; i < upto; i++ {
-			out.Revs = append(out.Revs, rev)
-		}
-		ops, bytes, first = ops[:0], 0, upto
-		return nil
-	}
+	bytes := 0
 	for i := range entries {
 		eops, n, err := Ops(&entries[i])
 		if err != nil {
-			return out, fmt.Errorf("store: encode %s/%s: %w", entries[i].DAG, entries[i].Task, err)
+			p.err = fmt.Errorf("store: encode %s/%s: %w", entries[i].DAG, entries[i].Task, err)
+			return p
 		}
-		if len(ops) > len(extra)*b2i(out.Txns == 0) && (len(ops)+len(eops) > lim.EntryOps() || bytes+n > lim.MaxBytes) {
-			if err := flush(i); err != nil {
-				return out, err
-			}
+		if len(ops) > len(extra)*b2i(len(groups) == 0) && (len(ops)+len(eops) > lim.EntryOps() || bytes+n > lim.MaxBytes) {
+			groups, p.upto = append(groups, ops), append(p.upto, i)
+			ops, bytes = nil, 0
 		}
 		ops = append(ops, eops...)
 		bytes += n
 	}
-	return out, flush(len(entries))
+	if len(ops) > 0 {
+		groups, p.upto = append(groups, ops), append(p.upto, len(entries))
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, g := range groups {
+		prev := w.tail
+		if prev != nil && prev.failed() {
+			// The chain broke: start a new one from CommitKey's value in
+			// etcd, read again.
+			prev, w.known = nil, false
+		}
+		t := &txnSlot{ops: g, prev: prev, done: make(chan struct{})}
+		// A transaction without puts (retention's deletes) carries no
+		// marker: etcd at its quota (NOSPACE) refuses every transaction
+		// that puts anything, a marker too, and accepts deletes, which is
+		// how space comes back. Sent again it is harmless: the copy deletes
+		// nothing, and the compare still holds only while no other leader
+		// wrote.
+		if slices.ContainsFunc(g, func(op clientv3.Op) bool { return op.IsPut() }) {
+			w.seq++
+			// A JSON object like every value under the prefix; encoded by
+			// hand so the bytes, which the next transaction compares, never
+			// vary.
+			t.marker = fmt.Sprintf(`{"fence":%d,"seq":%d}`, w.fence.Rev, w.seq)
+		}
+		p.slots = append(p.slots, t)
+		w.tail = t
+	}
+	return p
 }
 
-// txn commits ops with the next marker, sending the transaction again while
-// its outcome is unknown, and returns the revision it committed at.
-func (w *Writer) txn(ctx context.Context, ops []clientv3.Op) (int64, error) {
-	if !w.known {
-		if err := w.readMarker(ctx); err != nil {
-			return 0, err
+// Commit sends the batch's transactions in order, each after its
+// predecessor in the chain has applied, and reports the revision each entry
+// committed at. On an error a prefix of the entries may have committed:
+// Revs holds the revisions of that prefix. A transaction refused for a full
+// etcd (NOSPACE) returns a *NoSpaceError: it applied nothing, nor did any
+// transaction after it.
+func (p *Pending) Commit(ctx context.Context) (Committed, error) {
+	out := Committed{Revs: make([]int64, 0, p.n)}
+	if p.err != nil {
+		return out, p.err
+	}
+	for i, t := range p.slots {
+		rev, after, err := p.w.send(ctx, t)
+		if err != nil {
+			// NOSPACE refuses the whole transaction before applying it: a
+			// known outcome, unlike a timeout, so it gets its own type.
+			err = mapNoSpace(err)
+			t.finish(0, "", err)
+			for _, rest := range p.slots[i+1:] {
+				rest.finish(0, "", &PredecessorError{Err: err})
+			}
+			p.w.mu.Lock()
+			p.w.known = false
+			p.w.mu.Unlock()
+			return out, err
+		}
+		t.finish(rev, after, nil)
+		out.Txns++
+		from := 0
+		if i > 0 {
+			from = p.upto[i-1]
+		}
+		for j := from; j < p.upto[i]; j++ {
+			out.Revs = append(out.Revs, rev)
 		}
 	}
-	w.seq++
-	// A JSON object like every value under the prefix; encoded by hand
-	// so the bytes, which the next transaction compares, never vary.
-	marker := fmt.Sprintf(`{"fence":%d,"seq":%d}`, w.fence.Rev, w.seq)
-	expect := clientv3.Compare(clientv3.Value(CommitKey), "=", w.last)
-	if w.last == "" {
-		expect = clientv3.Compare(clientv3.CreateRevision(CommitKey), "=", 0)
+	return out, nil
+}
+
+// expect is CommitKey's value that t requires: what its predecessor left,
+// or, at the head of a chain, what etcd holds (read once).
+func (w *Writer) expect(ctx context.Context, t *txnSlot) (string, error) {
+	if t.prev != nil {
+		return t.prev.after, nil
 	}
-	// A transaction without puts (retention's deletes) carries no marker:
-	// etcd at its quota (NOSPACE) refuses every transaction that puts
-	// anything, a marker too, and accepts deletes, which is how space comes
-	// back. Sent again it is harmless: the copy deletes nothing, and the
-	// compare still holds only while no other leader wrote.
-	puts := slices.ContainsFunc(ops, func(op clientv3.Op) bool { return op.IsPut() })
-	then := ops[:len(ops):len(ops)]
-	if puts {
-		then = append(then, clientv3.OpPut(CommitKey, marker))
+	w.mu.Lock()
+	known, base := w.known, w.base
+	w.mu.Unlock()
+	if known {
+		return base, nil
 	}
+	base, err := w.readMarker(ctx)
+	if err != nil {
+		return "", err
+	}
+	w.mu.Lock()
+	w.base, w.known = base, true
+	w.mu.Unlock()
+	return base, nil
+}
+
+// send commits t, sending it again while its outcome is unknown, and
+// returns the revision it committed at and CommitKey's value after it.
+func (w *Writer) send(ctx context.Context, t *txnSlot) (int64, string, error) {
+	prev := t.prev
+	if prev != nil && prev.marker == "" {
+		// A predecessor that sets no marker cannot order what follows it:
+		// wait for it.
+		select {
+		case <-prev.done:
+		case <-ctx.Done():
+			return 0, "", ctx.Err()
+		}
+	}
+	if prev != nil && prev.failed() {
+		return 0, "", &PredecessorError{Err: prev.err}
+	}
+	waited := false
 	for attempt := firstAttempt; ; attempt *= 2 {
+		var expect string
+		if prev != nil {
+			if prev.marker != "" {
+				expect = prev.marker
+			} else {
+				expect = prev.after
+			}
+		} else {
+			var err error
+			if expect, err = w.expect(ctx, t); err != nil {
+				return 0, "", err
+			}
+		}
+		after := t.marker
+		if after == "" {
+			after = expect
+		}
+		cmp := clientv3.Compare(clientv3.Value(CommitKey), "=", expect)
+		if expect == "" {
+			cmp = clientv3.Compare(clientv3.CreateRevision(CommitKey), "=", 0)
+		}
+		then := t.ops[:len(t.ops):len(t.ops)]
+		if t.marker != "" {
+			then = append(then, clientv3.OpPut(CommitKey, t.marker))
+		}
 		actx, cancel := context.WithTimeout(ctx, attempt)
-		resp, err := w.kv.Txn(actx).If(w.fence.cmp(), expect).Then(then...).Else(clientv3.OpGet(CommitKey)).Commit()
+		resp, err := w.kv.Txn(actx).If(w.fence.cmp(), cmp).Then(then...).Else(clientv3.OpGet(CommitKey)).Commit()
 		cancel()
 		if err == nil {
 			if resp.Succeeded {
-				if puts {
-					w.last = marker
-				}
-				return resp.Header.Revision, nil
+				return resp.Header.Revision, after, nil
 			}
 			var cur string
 			var rev int64
 			if rr := resp.Responses[0].GetResponseRange(); rr != nil && len(rr.Kvs) == 1 {
 				cur, rev = string(rr.Kvs[0].Value), rr.Kvs[0].ModRevision
 			}
-			switch cur {
-			case marker: // an earlier attempt committed
-				w.last = marker
-				return rev, nil
-			case w.last: // the marker is ours: the fence failed
-				return 0, ErrFenced
+			switch {
+			case t.marker != "" && cur == t.marker: // an earlier attempt committed
+				return rev, after, nil
+			case cur == expect: // the marker is as expected: the fence failed
+				return 0, "", ErrFenced
+			case prev != nil && !waited:
+				// Sent before its predecessor applied (CommitKey still
+				// held an older value when etcd answered): wait for it,
+				// then go again, at once and with the first bound. After
+				// that a refusal is an answer.
+				select {
+				case <-prev.done:
+				case <-ctx.Done():
+					return 0, "", ctx.Err()
+				}
+				if prev.err != nil {
+					return 0, "", &PredecessorError{Err: prev.err}
+				}
+				waited = true
+				attempt = firstAttempt / 2
+				continue
 			default: // another leader wrote since
-				w.known = false
-				return 0, ErrFenced
+				return 0, "", ErrFenced
 			}
 		}
 		if ctx.Err() != nil || !unknownOutcome(err) {
-			return 0, err
+			return 0, "", err
 		}
 	}
 }
 
-// readMarker learns CommitKey's value, before this Writer's first
-// transaction.
-func (w *Writer) readMarker(ctx context.Context) error {
+// readMarker reads CommitKey's value, at the head of a chain.
+func (w *Writer) readMarker(ctx context.Context) (string, error) {
 	for attempt := firstAttempt; ; attempt *= 2 {
 		actx, cancel := context.WithTimeout(ctx, attempt)
 		resp, err := w.kv.Get(actx, CommitKey)
 		cancel()
 		if err == nil {
-			w.last, w.known = "", true
 			if len(resp.Kvs) == 1 {
-				w.last = string(resp.Kvs[0].Value)
+				return string(resp.Kvs[0].Value), nil
 			}
-			return nil
+			return "", nil
 		}
 		if ctx.Err() != nil || !unknownOutcome(err) {
-			return err
+			return "", err
 		}
 	}
 }

@@ -29,12 +29,12 @@ func TestCommitAtQuota(t *testing.T) {
 		t.Fatal(err)
 	}
 	fence := Fence{Key: fenceKey, Rev: resp.Header.Revision}
-	if _, err := st.Commit(ctx, fence, []core.Entry{dagEntry("old", 2)}, DefaultLimits, nil); err != nil {
+	if _, err := st.Begin(fence, []core.Entry{dagEntry("old", 2)}, DefaultLimits, nil).Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
 	etcdtest.FillToQuota(t, cli, quota)
 
-	_, err = st.Commit(ctx, fence, []core.Entry{dagEntry("new", 1)}, DefaultLimits, nil)
+	_, err = st.Begin(fence, []core.Entry{dagEntry("new", 1)}, DefaultLimits, nil).Commit(ctx)
 	var ns *NoSpaceError
 	if !errors.Is(err, ErrNoSpace) || !errors.As(err, &ns) {
 		t.Fatalf("commit at the quota: %v", err)
@@ -46,7 +46,7 @@ func TestCommitAtQuota(t *testing.T) {
 		t.Fatal("a refused transaction wrote its record")
 	}
 
-	res, err := st.Commit(ctx, fence, []core.Entry{{DAG: "old", Delete: true}}, DefaultLimits, nil)
+	res, err := st.Begin(fence, []core.Entry{{DAG: "old", Delete: true}}, DefaultLimits, nil).Commit(ctx)
 	if err != nil || len(res.Revs) != 1 {
 		t.Fatalf("a delete under NOSPACE: %+v %v", res, err)
 	}

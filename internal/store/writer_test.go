@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"testing"
 
@@ -133,5 +135,71 @@ func TestWriterFenced(t *testing.T) {
 	}
 	if r, _ := cli.Get(ctx, DAGKey("late-a")); len(r.Kvs) != 0 {
 		t.Fatal("a fenced writer wrote")
+	}
+}
+
+// Batches begun in order commit in that order even when the later one is
+// sent first; when the earlier one fails, the later one fails with it,
+// unapplied, and the next batch begins a new chain.
+func TestWriterPipelinesInOrder(t *testing.T) {
+	_, cli := etcdtest.Start(t)
+	ctx := context.Background()
+	el, err := cli.Put(ctx, ElectionPrefix+"/a", "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := NewWriter(cli.KV, Fence{Key: ElectionPrefix + "/a", Rev: el.Header.Revision})
+	first := w.Begin([]core.Entry{dagEntry("first", 1)}, DefaultLimits)
+	second := w.Begin([]core.Entry{dagEntry("second", 1)}, DefaultLimits)
+	done := make(chan error, 1)
+	var secondRes Committed
+	go func() {
+		var err error
+		secondRes, err = second.Commit(ctx) // sent before its predecessor
+		done <- err
+	}()
+	// The second is refused until the first applies: it waits for it.
+	select {
+	case err := <-done:
+		t.Fatalf("the second batch finished before the first was sent: %v", err)
+	default:
+	}
+	firstRes, err := first.Commit(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if secondRes.Revs[0] <= firstRes.Revs[0] {
+		t.Fatalf("second committed at %d, not after the first at %d", secondRes.Revs[0], firstRes.Revs[0])
+	}
+
+	// An earlier batch refused (here: too many operations for etcd) fails
+	// the later one, which writes nothing.
+	big := make([]core.Entry, 0, 200)
+	for i := 0; i < 200; i++ {
+		big = append(big, dagEntry(fmt.Sprintf("big-%03d", i), 1))
+	}
+	refused := w.Begin(big, Limits{MaxOps: 1000, MaxBytes: 1 << 30})
+	after := w.Begin([]core.Entry{dagEntry("after", 1)}, DefaultLimits)
+	go func() {
+		_, err := after.Commit(ctx)
+		done <- err
+	}()
+	if _, err := refused.Commit(ctx); err == nil {
+		t.Fatal("a transaction of 200 puts was accepted; want etcd's too-many-operations refusal")
+	}
+	err = <-done
+	var pe *PredecessorError
+	if !errors.As(err, &pe) {
+		t.Fatalf("the batch after a refused one: %v, want a PredecessorError", err)
+	}
+	if r, _ := cli.Get(ctx, DAGKey("after")); len(r.Kvs) != 0 {
+		t.Fatal("a batch behind a refused one was written")
+	}
+	// The chain starts again from what etcd holds.
+	if _, err := w.Begin([]core.Entry{dagEntry("again", 1)}, DefaultLimits).Commit(ctx); err != nil {
+		t.Fatalf("after the refusal: %v", err)
 	}
 }
