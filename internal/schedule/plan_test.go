@@ -292,6 +292,8 @@ func TestValidateNamesTheField(t *testing.T) {
 		{func(s *Schedule) { s.Cron = "61 * * * *" }, "schedule.cron"},
 		{func(s *Schedule) { s.Cron = "* * *" }, "schedule.cron"},
 		{func(s *Schedule) { s.Cron = "@every 500ms" }, "schedule.cron"},
+		{func(s *Schedule) { s.Cron = "0 0 30 2 *" }, `schedule.cron: "0 0 30 2 *" never fires`},
+		{func(s *Schedule) { s.Cron = "0 0 31 4,6,9,11 *" }, "never fires"},
 		{func(s *Schedule) { s.Timezone = "Mars/Olympus" }, "schedule.timezone: unknown time zone"},
 		{func(s *Schedule) { s.MaxActiveRuns = -1 }, "schedule.max_active_runs: -1 is negative"},
 		{func(s *Schedule) { s.CatchupLimit = -2 }, "schedule.catchup_limit: -2 is negative"},
@@ -310,10 +312,13 @@ func TestValidateNamesTheField(t *testing.T) {
 			t.Errorf("want %q, got %v", tc.want, err)
 		}
 	}
-	s := base()
-	s.Normalize()
-	if err := s.Validate(dag.Limits{}); err != nil {
-		t.Errorf("valid schedule: %v", err)
+	for _, cron := range []string{"@hourly", "0 0 29 2 *", "0 9 31 * 1", "@every 1h"} {
+		s := base()
+		s.Cron = cron
+		s.Normalize()
+		if err := s.Validate(dag.Limits{}); err != nil {
+			t.Errorf("valid schedule %q: %v", cron, err)
+		}
 	}
 }
 
