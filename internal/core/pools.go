@@ -222,14 +222,31 @@ func (c *Core) countRunning(t *task, from, to Status) {
 
 // pickWorker returns the least loaded worker with a free slot whose labels
 // include req (any worker when req is empty); ties go to the worker that
-// registered first.
+// registered first. A task that requires no pool prefers a worker outside
+// every pool (without a pool label): it takes a pool's slot only when no
+// other worker has one free, so that it never leaves a task that needs the
+// pool waiting while a plain slot stays free.
 func (c *Core) pickWorker(req map[string]string) *worker {
+	anyPool := req[model.PoolLabel] == ""
 	var best *worker
 	for _, w := range c.workerList {
 		if w.busy >= w.slots || !w.labels.Matches(req) {
 			continue
 		}
-		if best == nil || w.busy*best.slots < best.busy*w.slots {
+		if best == nil {
+			best = w
+			continue
+		}
+		if anyPool {
+			wp, bp := w.labels[model.PoolLabel] != "", best.labels[model.PoolLabel] != ""
+			if wp != bp {
+				if !wp {
+					best = w
+				}
+				continue
+			}
+		}
+		if w.busy*best.slots < best.busy*w.slots {
 			best = w
 		}
 	}

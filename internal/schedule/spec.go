@@ -131,8 +131,14 @@ func (s *Schedule) Validate(limits dag.Limits) error {
 	case len(s.ID) > MaxIDLen:
 		add("id: %q is longer than %d characters (a run's id adds the tick time to it)", s.ID, MaxIDLen)
 	}
-	if _, err := s.Compile(); err != nil {
+	if c, err := s.Compile(); err != nil {
 		details = append(details, err.(*fieldErrors).list...)
+	} else if c.next(neverRef).IsZero() {
+		// Day and month fields no date has (30 2 *, 31 4 *): cron finds
+		// no tick within five years of any time, since only February 29
+		// depends on the year. Refused, rather than a schedule that
+		// silently never fires.
+		add("schedule.cron: %q never fires: no date matches its day-of-month and month fields", s.Cron)
 	}
 	switch s.Catchup {
 	case CatchupSkip, CatchupLatest, CatchupAll:
@@ -236,6 +242,10 @@ func (s *Spec) Compile() (*Compiled, error) {
 }
 
 const allHours = 1<<24 - 1
+
+// neverRef is where Validate looks for a first tick: a fixed time, so that
+// validation is a function of the schedule alone.
+var neverRef = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // Compiled is a schedule's tick function.
 type Compiled struct {

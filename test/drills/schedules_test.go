@@ -64,7 +64,7 @@ func TestScheduleDrills(t *testing.T) {
 		for time.Since(start) < window {
 			time.Sleep(100 * time.Millisecond)
 		}
-		ticks := sd.finish()
+		ticks := sd.finish(start.Add(window))
 		var missing, doubled []string
 		for _, tk := range ticks {
 			switch {
@@ -98,7 +98,7 @@ func TestScheduleDrills(t *testing.T) {
 		c.Leader()
 		back := time.Now()
 		time.Sleep(5 * time.Second)
-		ticks := sd.finish()
+		ticks := sd.finish(time.Now())
 		var gap []string
 		for _, tk := range ticks {
 			switch {
@@ -175,11 +175,23 @@ type runsView struct {
 	} `json:"runs"`
 }
 
-// finish pauses the schedule, waits for its runs to finish and returns
-// every tick from the first after its creation to its last, with the runs
-// and executions found, and logs them.
-func (sd *schedDrill) finish() []tickRun {
+// finish waits until the leader has handled every tick up to until (its
+// cursor reached it), pauses the schedule, waits for its runs to finish and
+// returns every tick from the first after its creation to its last, with
+// the runs and executions found, and logs them. Without the wait, a firer
+// that stopped firing would leave a short window with nothing missing in
+// it, and the drill would pass.
+func (sd *schedDrill) finish(until time.Time) []tickRun {
 	t, c := sd.t, sd.c
+	until = until.Truncate(time.Second)
+	c.WaitFor("the cursor of "+sd.id+" reaching "+until.Format("15:04:05"), 60*time.Second, func() (bool, string) {
+		var sv scheduleView
+		s, _ := c.Leader()
+		if err := c.GetJSON(s.URL, "/api/v1/schedules/"+sd.id, &sv); err != nil {
+			return false, err.Error()
+		}
+		return sv.LastTick != nil && !sv.LastTick.Before(until), fmt.Sprintf("last tick %v", sv.LastTick)
+	})
 	c.WaitFor("pausing schedule "+sd.id, 30*time.Second, func() (bool, string) {
 		s, _ := c.Leader()
 		code, out, _, err := c.Do("POST", s.URL, "/api/v1/schedules/"+sd.id+"/pause", "", nil)
@@ -228,6 +240,9 @@ func (sd *schedDrill) finish() []tickRun {
 		if r.Tick.After(last) {
 			last = r.Tick
 		}
+	}
+	if last.Before(until) {
+		t.Errorf("the window of %s ends at %s, before %s", sd.id, last.Format("15:04:05"), until.Format("15:04:05"))
 	}
 	var out []tickRun
 	for at := sv.CreatedAt.Truncate(time.Second).Add(time.Second); !at.After(last); at = at.Add(time.Second) {
