@@ -14,12 +14,10 @@ import (
 	"runtime"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
 	"github.com/orion-sched/orion/internal/client"
@@ -36,6 +34,7 @@ type Options struct {
 	Tasks      int           // noop tasks for the throughput phase
 	DAGSize    int           // tasks per DAG in the throughput phase
 	Chain      int           // length of the chain phase
+	ShellChain int           // length of the shell chain phase
 	Submitters int           // concurrent POST /api/v1/dags of the throughput phase
 	Rate       int           // offered load (tasks/s) for the latency phase
 	LatencyFor time.Duration // how long the latency phase offers load
@@ -49,14 +48,12 @@ type Options struct {
 // the cluster run, and the single node's own.
 type Result struct {
 	ClusterResult
-	DispatchP50Ms      float64 `json:"dispatch_p50_ms"`
-	DispatchP99Ms      float64 `json:"dispatch_p99_ms"`
-	OfferedRate        int     `json:"offered_rate"`
-	Slots              int     `json:"slots"`
-	RSSBytesPerTask    float64 `json:"rss_bytes_per_task"`
-	HeapBytesPerTask   float64 `json:"heap_bytes_per_task"`
-	EtcdDBBytesPer1000 float64 `json:"etcd_db_bytes_per_1000_tasks"`
-	GOMAXPROCS         int     `json:"gomaxprocs"`
+	DispatchP50Ms float64 `json:"dispatch_p50_ms"`
+	DispatchP99Ms float64 `json:"dispatch_p99_ms"`
+	OfferedRate   int     `json:"offered_rate"`
+	Slots         int     `json:"slots"`
+	GOMAXPROCS    int     `json:"gomaxprocs"`
+	Memory
 }
 
 // DefaultSlots is the single node's slots unless --slots says otherwise:
@@ -72,6 +69,9 @@ func (o *Options) defaults() {
 	}
 	if o.Chain <= 0 {
 		o.Chain = 1000
+	}
+	if o.ShellChain <= 0 {
+		o.ShellChain = DefaultShellChain
 	}
 	if o.Submitters <= 0 {
 		o.Submitters = 4
@@ -147,7 +147,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 
 	r, err := newClusterRun(ctx, ClusterOptions{Servers: []string{base}, EtcdEndpoints: srv.Member.Endpoints(),
-		Tasks: o.Tasks, DAGSize: o.DAGSize, Chain: o.Chain, Submitters: o.Submitters, EtcdFor: o.EtcdFor,
+		Tasks: o.Tasks, DAGSize: o.DAGSize, Chain: o.Chain, ShellChain: o.ShellChain, Submitters: o.Submitters, EtcdFor: o.EtcdFor,
 		RunID: "bench", Poll: 20 * time.Millisecond, Log: o.Log})
 	if err != nil {
 		return nil, err
@@ -157,19 +157,12 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if err := r.etcdBaseline(ctx); err != nil {
 		return nil, err
 	}
-	rssBase, heapBase := memory()
-	dbBase := dbInUse(ctx, r.cli, srv.Member.Endpoints()[0])
+	mem0 := readMemory()
 	if err := r.orionPhases(ctx); err != nil {
 		return nil, err
 	}
 	res.ClusterResult = *r.res
-	retained := float64(res.Tasks + res.Chain)
-	rss, heap := memory()
-	res.RSSBytesPerTask = float64(int64(rss)-int64(rssBase)) / retained
-	res.HeapBytesPerTask = float64(int64(heap)-int64(heapBase)) / retained
-	if db := dbInUse(ctx, r.cli, srv.Member.Endpoints()[0]); db > 0 && dbBase > 0 {
-		res.EtcdDBBytesPer1000 = float64(db-dbBase) / retained * 1000
-	}
+	res.Memory = memoryFigures(mem0, readMemory(), res.Tasks+res.Chain+res.ShellChain)
 
 	fmt.Fprintf(o.Log, "dispatch latency: %d tasks/s offered for %s...\n", o.Rate, o.LatencyFor)
 	lat.reset()
@@ -247,17 +240,6 @@ func offerLoad(ctx context.Context, c *client.Client, rate int, d time.Duration,
 	return err
 }
 
-// dbInUse is the member's database size in use (0 if unknown). Measured
-// as a difference around the Orion phases: the raw etcd phase's keys are
-// deleted, but their history stays until compaction.
-func dbInUse(ctx context.Context, cli *clientv3.Client, endpoint string) int64 {
-	st, err := cli.Status(ctx, endpoint)
-	if err != nil {
-		return 0
-	}
-	return st.DbSizeInUse
-}
-
 // freeLoopbackURL is an http URL on a port of 127.0.0.1 that was free a
 // moment ago.
 func freeLoopbackURL() (string, error) {
@@ -310,28 +292,6 @@ func (l *latencies) quantile(q float64) float64 {
 	return float64(s[int(q*float64(len(s)-1))].Microseconds()) / 1000
 }
 
-// memory returns the process RSS and live heap after a GC.
-func memory() (rss, heap uint64) {
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	heap = ms.HeapAlloc
-	raw, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0, heap
-	}
-	for _, line := range strings.Split(string(raw), "\n") {
-		if strings.HasPrefix(line, "VmRSS:") {
-			f := strings.Fields(line)
-			if len(f) >= 2 {
-				kb, _ := strconv.ParseUint(f[1], 10, 64)
-				rss = kb * 1024
-			}
-		}
-	}
-	return rss, heap
-}
-
 // Print writes the human table: the run through the API, then the single
 // node's own figures.
 func (r *Result) Print(w io.Writer) {
@@ -339,7 +299,6 @@ func (r *Result) Print(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "dispatch latency p50\t%.3f ms\tready → started at %d tasks/s offered\n", r.DispatchP50Ms, r.OfferedRate)
 	fmt.Fprintf(tw, "dispatch latency p99\t%.3f ms\t\n", r.DispatchP99Ms)
-	fmt.Fprintf(tw, "RSS per retained task\t%.0f bytes\tincludes the in-process etcd member; Go heap: %.0f bytes/task\n", r.RSSBytesPerTask, r.HeapBytesPerTask)
-	fmt.Fprintf(tw, "etcd db per 1000 tasks\t%.0f bytes\tin use, before compaction\n", r.EtcdDBBytesPer1000)
+	r.Memory.print(tw)
 	tw.Flush()
 }

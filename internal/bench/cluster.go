@@ -36,6 +36,7 @@ type ClusterOptions struct {
 	Tasks         int      // noop tasks for the throughput phase
 	DAGSize       int      // tasks per DAG in the throughput phase
 	Chain         int      // length of the chain phase
+	ShellChain    int      // length of the shell chain phase (each step runs `true`)
 	Submitters    int      // concurrent POST /api/v1/dags
 	EtcdFor       time.Duration
 	Timeout       time.Duration // bound of each waiting phase
@@ -67,6 +68,33 @@ type ClusterResult struct {
 	CommitLatencyMeanMs float64  `json:"commit_latency_mean_ms,omitempty"`
 	RunID               string   `json:"run_id"`
 	LeaderChanges       []string `json:"leader_changes,omitempty"`
+
+	// The shell chain: ShellChain steps of `/bin/sh -c true`, against the
+	// floor measured in the same run: the bench process running
+	// `/bin/sh -c true` ShellChain times in a row.
+	ShellChain             int     `json:"shell_chain"`
+	ShellChainMsPerStep    float64 `json:"shell_chain_ms_per_step"`
+	ShellFloorMsPerStep    float64 `json:"shell_floor_ms_per_step"`
+	ShellOverheadMsPerStep float64 `json:"shell_overhead_ms_per_step"`
+	// ShellFloorCPUMsPerStep is the bench process's own CPU per run of the
+	// floor (fork, exec, wait; the shell's own CPU excluded).
+	ShellFloorCPUMsPerStep float64 `json:"shell_floor_cpu_ms_per_step"`
+	// OrionCPUMsPerShellStep is Orion's own CPU (user+system, task processes
+	// excluded) over the shell chain phase divided by its steps: the whole
+	// process in single-node mode (see CPUScope), the leader in cluster
+	// mode. Null when it could not be read.
+	OrionCPUMsPerShellStep    *float64 `json:"orion_cpu_ms_per_shell_step"`
+	StandbysCPUMsPerShellStep *float64 `json:"standbys_cpu_ms_per_shell_step"` // cluster: the other replicas given, summed
+	EtcdCPUMsPerShellStep     *float64 `json:"etcd_cpu_ms_per_shell_step"`     // cluster: the etcd members, summed
+	CPUScope                  string   `json:"cpu_scope"`                      // what the CPU figures include
+	CPUNotes                  []string `json:"cpu_notes,omitempty"`            // what could not be measured, and why
+
+	// EtcdDBBytesPer1000 is the growth of the etcd database in use
+	// (dbSizeInUse) over the Orion phases per 1000 tasks they submitted:
+	// every revision they wrote, before compaction. Null when it fell (a
+	// compaction ran) or could not be read; EtcdDBNote says why.
+	EtcdDBBytesPer1000 *float64 `json:"etcd_db_bytes_per_1000_tasks"`
+	EtcdDBNote         string   `json:"etcd_db_note,omitempty"`
 }
 
 // Bucket is one bucket of a histogram taken over a phase: Count
@@ -88,6 +116,9 @@ func (o *ClusterOptions) defaults() {
 	}
 	if o.Chain <= 0 {
 		o.Chain = 1000
+	}
+	if o.ShellChain <= 0 {
+		o.ShellChain = DefaultShellChain
 	}
 	if o.Submitters <= 0 {
 		o.Submitters = 4
@@ -155,7 +186,7 @@ func newClusterRun(ctx context.Context, o ClusterOptions) (*clusterRun, error) {
 		return nil, fmt.Errorf("run id %q does not make valid DAG ids", o.RunID)
 	}
 	r := &clusterRun{o: o, count: count, res: &ClusterResult{Mode: "cluster", Tasks: count * o.DAGSize, DAGSize: o.DAGSize,
-		Chain: o.Chain, Submitters: o.Submitters, RunID: o.RunID}}
+		Chain: o.Chain, ShellChain: o.ShellChain, Submitters: o.Submitters, RunID: o.RunID}}
 	r.tr = http.DefaultTransport.(*http.Transport).Clone()
 	r.tr.MaxIdleConnsPerHost = 4 * o.Submitters
 	r.tr.ResponseHeaderTimeout = time.Minute
@@ -227,6 +258,7 @@ func (r *clusterRun) orionPhases(ctx context.Context) error {
 			return err
 		}
 	}
+	db0, dbErr0 := r.dbInUse(ctx)
 	leaderURL := r.leaderURL()
 	m0, _ := scrapeMetrics(ctx, r.tr, leaderURL, o.Token)
 	start := time.Now()
@@ -270,6 +302,12 @@ func (r *clusterRun) orionPhases(ctx context.Context) error {
 	if cl, err := c.Cluster(ctx); err == nil {
 		res.noteLeader(o.Log, "chain", res.Leader, cl.Leader)
 	}
+
+	if err := r.shellPhase(ctx); err != nil {
+		return err
+	}
+	db1, dbErr1 := r.dbInUse(ctx)
+	res.EtcdDBBytesPer1000, res.EtcdDBNote = dbPer1000(db0, db1, errors.Join(dbErr0, dbErr1), res.Tasks+res.Chain+res.ShellChain)
 	return nil
 }
 
@@ -715,6 +753,12 @@ func (r *ClusterResult) Print(w io.Writer) {
 		fmt.Fprintf(tw, "entries per commit\t\t%s\n", histogramLine(r.CommitBatchEntries))
 	}
 	fmt.Fprintf(tw, "chain\t%.3f ms/step\t%d tasks in a line\n", r.ChainMsPerStep, r.Chain)
+	r.printShell(tw)
+	db := "-"
+	if r.EtcdDBBytesPer1000 != nil {
+		db = fmt.Sprintf("%.0f bytes", *r.EtcdDBBytesPer1000)
+	}
+	fmt.Fprintf(tw, "etcd db per 1000 tasks\t%s\tgrowth of the db in use (dbSizeInUse, the largest member's) over the Orion phases: every revision written, before compaction%s\n", db, prefixed("; ", r.EtcdDBNote))
 	fmt.Fprintf(tw, "worker slots\t%d\tacross %d workers: they bound the noop attempts in flight\n", r.WorkerSlots, r.Workers)
 	if r.Mode != "single" {
 		fmt.Fprintf(tw, "leader\t%s\tDAG ids %s-*\n", orDash(r.Leader), r.RunID)
@@ -744,4 +788,41 @@ func SplitURLs(s string) []string {
 		}
 	}
 	return out
+}
+
+// printShell writes the shell chain's rows.
+func (r *ClusterResult) printShell(w io.Writer) {
+	if r.ShellChain == 0 {
+		return
+	}
+	fmt.Fprintf(w, "shell chain\t%.3f ms/step\t%d shell tasks running %s in a line\n", r.ShellChainMsPerStep, r.ShellChain, ShellFloorCommand)
+	fmt.Fprintf(w, "shell floor\t%.3f ms/step\t/bin/sh -c %s %d times in a row from the bench process, before and after the chain (%.3f ms of its own CPU each)\n",
+		r.ShellFloorMsPerStep, ShellFloorCommand, r.ShellChain, r.ShellFloorCPUMsPerStep)
+	fmt.Fprintf(w, "shell overhead\t%.3f ms/step\tOrion adds %.3f ms per step over the floor\n", r.ShellOverheadMsPerStep, r.ShellOverheadMsPerStep)
+	who := "Orion's CPU per shell step"
+	if r.Mode != "single" {
+		who = "leader's CPU per shell step"
+	}
+	fmt.Fprintf(w, "%s\t%s\t%s\n", who, msOrDash(r.OrionCPUMsPerShellStep), r.CPUScope)
+	if r.Mode != "single" {
+		fmt.Fprintf(w, "standbys' CPU per shell step\t%s\tthe other replicas given, summed\n", msOrDash(r.StandbysCPUMsPerShellStep))
+		fmt.Fprintf(w, "etcd members' CPU per shell step\t%s\tsummed\n", msOrDash(r.EtcdCPUMsPerShellStep))
+	}
+	for _, n := range r.CPUNotes {
+		fmt.Fprintf(w, "  cpu\t\t%s\n", n)
+	}
+}
+
+func msOrDash(v *float64) string {
+	if v == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.3f ms", *v)
+}
+
+func prefixed(p, s string) string {
+	if s == "" {
+		return ""
+	}
+	return p + s
 }

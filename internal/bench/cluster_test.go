@@ -3,8 +3,10 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -331,5 +333,83 @@ func TestEtcdCeilingsCleanUp(t *testing.T) {
 	}
 	if n, err := cli.Get(ctx, "/", clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil || n.Count != 3 {
 		t.Fatalf("after deleteInChunks: %v, %v", n, err)
+	}
+}
+
+func TestDBPer1000(t *testing.T) {
+	before := map[string]int64{"a": 1000, "b": 1100}
+	v, note := dbPer1000(before, map[string]int64{"a": 3000, "b": 3500}, nil, 4000)
+	if v == nil || *v != 600 || note != "" { // the largest member's growth, 2400 bytes, per 1000 of 4000 tasks
+		t.Fatalf("grown: %v %q", v, note)
+	}
+	if v, note := dbPer1000(before, map[string]int64{"a": 3000, "b": 900}, nil, 4000); v != nil || !strings.Contains(note, "compaction") {
+		t.Fatalf("fell: %v %q", v, note)
+	}
+	if v, note := dbPer1000(before, before, errors.New("member down"), 4000); v != nil || !strings.Contains(note, "member down") {
+		t.Fatalf("error: %v %q", v, note)
+	}
+	if v, _ := dbPer1000(before, before, nil, 4000); v != nil {
+		t.Fatalf("no growth: %v", *v)
+	}
+}
+
+func TestScrapeCPU(t *testing.T) {
+	var calls int
+	ok := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls++
+		if r.URL.Path != "/metrics" || r.Header.Get("Authorization") != "Bearer tok" {
+			http.Error(w, "no", http.StatusUnauthorized)
+			return
+		}
+		fmt.Fprintf(w, "# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total_x 99\nprocess_cpu_seconds_total %.2f\n", 1.5+float64(calls))
+	}))
+	defer ok.Close()
+	none := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "go_goroutines 3") }))
+	defer none.Close()
+	urls := []string{ok.URL, none.URL}
+	s0, errs := scrapeCPU(context.Background(), http.DefaultTransport, urls, "tok")
+	if s0[ok.URL] != 2.5 || len(s0) != 1 || errs[none.URL] == nil {
+		t.Fatalf("first sample %v, errors %v", s0, errs)
+	}
+	s1, _ := scrapeCPU(context.Background(), http.DefaultTransport, urls, "tok")
+	if got, n := cpuDelta(s0, s1, urls); n != 1 || math.Abs(got-1000) > 1e-6 {
+		t.Fatalf("cpuDelta = %v ms over %d, want 1000 over 1", got, n)
+	}
+	// A counter that went backwards (a restart) is left out.
+	if _, n := cpuDelta(s1, s0, urls); n != 0 {
+		t.Fatalf("counted a restarted process")
+	}
+}
+
+func TestClusterJSONKeys(t *testing.T) {
+	raw, err := json.Marshal(&ClusterResult{Mode: "cluster", ShellChain: 200})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"shell_chain", "shell_chain_ms_per_step", "shell_floor_ms_per_step", "shell_overhead_ms_per_step",
+		"shell_floor_cpu_ms_per_step", "orion_cpu_ms_per_shell_step", "standbys_cpu_ms_per_shell_step",
+		"etcd_cpu_ms_per_shell_step", "cpu_scope", "etcd_db_bytes_per_1000_tasks"} {
+		if !strings.Contains(string(raw), `"`+k+`":`) {
+			t.Errorf("cluster --json has no %q: %s", k, raw)
+		}
+	}
+	if !strings.Contains(string(raw), `"orion_cpu_ms_per_shell_step":null`) {
+		t.Errorf("an unmeasured CPU figure is not null: %s", raw)
+	}
+}
+
+func TestShellChainDAG(t *testing.T) {
+	d := shellChainDAG("bench-x-shell", 200)
+	b, err := json.Marshal(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := dag.Load(b, "application/json", dag.Limits{})
+	if err != nil {
+		t.Fatalf("the server would refuse it: %v", err)
+	}
+	last := got.Tasks[199]
+	if last.Kind != model.KindShell || last.Command != "true" || len(last.DependsOn) != 1 || last.DependsOn[0] != "t198" {
+		t.Fatalf("round trip: %+v", last)
 	}
 }

@@ -34,12 +34,19 @@ command wires it (embedded etcd member, its own --slots behind the worker
 hub, the API on a free loopback port), and measures: (a) the raw etcd
 ceiling on that member, one and four transactions in flight, (b) durable
 throughput of independent noop tasks submitted over HTTP by --submitters
-clients, (c) a chain of tasks (ms per step), (d) dispatch latency ready →
-start at a fixed offered load, (e) memory and etcd space per retained task.
+clients, (c) a chain of noop tasks (ms per step), (d) a chain of
+--shell-chain shell tasks running ` + "`true`" + `, next to the floor measured in the
+same run (this process running /bin/sh -c true as many times in a row),
+with Orion's own CPU per step (the process's, the task processes
+excluded), (e) memory and etcd space per retained task, (f) dispatch
+latency ready → start at a fixed offered load.
 
 With --server (and --etcd-endpoints) bench measures a RUNNING cluster
 instead: (a) on the cluster's own members (keys under /orion-bench/,
-deleted after), then (b) and (c). The workers' slots bound how many noop
+deleted after), then (b), (c), (d) (the floor runs here: it means
+something when the workers run on this host; CPU is read from each
+replica's and etcd member's /metrics; workers serve none) and the etcd
+space of (e). The workers' slots bound how many noop
 attempts are in flight; bench prints them. The DAGs it submits stay in the
 cluster (ids bench-<time>-*).
 
@@ -56,7 +63,7 @@ last line of --json output is one JSON object.`,
 			if servers != "" || etcdEndpoints != "" {
 				return runClusterBench(ctx, cmd, bench.ClusterOptions{
 					Servers: bench.SplitURLs(servers), EtcdEndpoints: bench.SplitURLs(etcdEndpoints),
-					Tasks: o.Tasks, DAGSize: o.DAGSize, Chain: o.Chain, Submitters: submitters,
+					Tasks: o.Tasks, DAGSize: o.DAGSize, Chain: o.Chain, ShellChain: o.ShellChain, Submitters: submitters,
 					EtcdFor: o.EtcdFor, Timeout: timeout,
 				}, asJSON)
 			}
@@ -73,6 +80,7 @@ last line of --json output is one JSON object.`,
 	f.IntVar(&o.Tasks, "tasks", 100000, "noop tasks in the throughput phase")
 	f.IntVar(&o.DAGSize, "dag-size", 1000, "tasks per DAG in the throughput phase")
 	f.IntVar(&o.Chain, "chain", 1000, "length of the chain phase")
+	f.IntVar(&o.ShellChain, "shell-chain", bench.DefaultShellChain, "length of the shell chain phase (each step runs `true`; the floor runs /bin/sh -c true as many times)")
 	f.IntVar(&o.Rate, "rate", 2000, "offered load in tasks/s for the dispatch-latency phase")
 	f.DurationVar(&o.LatencyFor, "latency-for", 5e9, "how long the dispatch-latency phase offers load")
 	f.DurationVar(&o.EtcdFor, "etcd-for", 3e9, "how long each raw etcd phase runs")

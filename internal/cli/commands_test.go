@@ -28,7 +28,7 @@ func TestEveryCommandKeepsItsFlags(t *testing.T) {
 			"takeover-timeout", "settle-timeout", "restart-timeout", "json"},
 		"drill": {"server", "token", "count", "interval", "tasks", "work-dir", "restart", "cluster-script",
 			"takeover-timeout", "settle-timeout", "restart-timeout", "json", "fault", "stop-for", "member"},
-		"bench": {"tasks", "dag-size", "chain", "rate", "latency-for", "etcd-for", "slots", "data-dir", "etcd-client-url",
+		"bench": {"tasks", "dag-size", "chain", "shell-chain", "rate", "latency-for", "etcd-for", "slots", "data-dir", "etcd-client-url",
 			"etcd-peer-url", "server", "etcd-endpoints", "submitters", "timeout", "json", "token"},
 		"submit": {"server", "token", "output"},
 	} {
