@@ -81,7 +81,11 @@ func same(a, b *schedule.Schedule) bool {
 
 // Put creates a schedule or replaces the spec and DAG of an existing one
 // (its cursor stays: an update does not fire the ticks it already fired).
-// sc must be normalized and validated.
+// An update keeps the schedule paused or active as it is: pausing is an
+// operator's act (Pause, Resume), and a deploy that submits the schedule's
+// file again must not resume one paused during an incident; the file's
+// `paused` counts when the schedule is created. sc must be normalized and
+// validated.
 func (s *Service) Put(ctx context.Context, sc *schedule.Schedule) (PutResult, error) {
 	f, err := s.fence(ctx)
 	if err != nil {
@@ -99,6 +103,7 @@ func (s *Service) Put(ctx context.Context, sc *schedule.Schedule) (PutResult, er
 		}
 		var modRev int64
 		if ok {
+			sc.Paused = old.Paused
 			if same(&old.Schedule, sc) {
 				return PutResult{Rev: old.ModRev}, nil
 			}

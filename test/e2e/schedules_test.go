@@ -113,6 +113,11 @@ tasks:
 	if err != nil || !strings.Contains(out, "paused") {
 		t.Fatalf("pause: %v\n%s", err, out)
 	}
+	// Submitting the file again (a deploy) updates the schedule but leaves
+	// it paused: the etcdctl check below reads "paused": true.
+	if out, err := n.orion("submit", "-f", file); err != nil {
+		t.Fatalf("orion submit -f again: %v\n%s", err, out)
+	}
 	out, err = n.orion("schedule", "trigger", "tick")
 	if err != nil || !strings.HasSuffix(strings.TrimSpace(out), "-m") {
 		t.Fatalf("trigger: %v\n%s", err, out)
