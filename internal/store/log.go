@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -188,8 +189,12 @@ func (e *PredecessorError) Error() string {
 }
 func (e *PredecessorError) Unwrap() error { return e.Err }
 
-// NewWriter returns a Writer for the leader holding fence.
-func NewWriter(kv clientv3.KV, fence Fence) *Writer { return &Writer{kv: kv, fence: fence} }
+// NewWriter returns a Writer for the leader holding fence. Its markers'
+// sequence starts from the clock, so two Writers of one fence (a one-off
+// Commit beside the leader's) never set the same marker.
+func NewWriter(kv clientv3.KV, fence Fence) *Writer {
+	return &Writer{kv: kv, fence: fence, seq: uint64(time.Now().UnixNano())}
+}
 
 // Fence is the fence the Writer commits under.
 func (w *Writer) Fence() Fence { return w.fence }
@@ -409,6 +414,15 @@ func (w *Writer) send(ctx context.Context, t *txnSlot) (int64, string, error) {
 				waited = true
 				attempt = firstAttempt / 2
 				continue
+			case t.marker != "" && w.later(cur, t.marker):
+				// An earlier attempt committed and so did the transaction
+				// behind it (both answers lost, as when etcd's leader dies
+				// with them): CommitKey's history says at which revision.
+				r, err := w.revisionOf(ctx, t.marker, rev)
+				if err != nil {
+					return 0, "", err
+				}
+				return r, after, nil
 			default: // another leader wrote since
 				return 0, "", ErrFenced
 			}
@@ -417,6 +431,49 @@ func (w *Writer) send(ctx context.Context, t *txnSlot) (int64, string, error) {
 			return 0, "", err
 		}
 	}
+}
+
+// marker is a commit marker's content.
+type marker struct {
+	Fence int64  `json:"fence"`
+	Seq   uint64 `json:"seq"`
+}
+
+func parseMarker(s string) (marker, bool) {
+	var m marker
+	return m, s != "" && json.Unmarshal([]byte(s), &m) == nil
+}
+
+// later reports whether cur is a marker this Writer set after mine.
+func (w *Writer) later(cur, mine string) bool {
+	c, ok1 := parseMarker(cur)
+	m, ok2 := parseMarker(mine)
+	return ok1 && ok2 && c.Fence == w.fence.Rev && m.Fence == w.fence.Rev && c.Seq > m.Seq
+}
+
+// revisionOf finds the revision at which CommitKey took the value mine,
+// walking its history back from the revision at (a later marker of ours:
+// at most the transactions in flight). An unreadable history (compacted)
+// leaves the outcome unknown.
+func (w *Writer) revisionOf(ctx context.Context, mine string, at int64) (int64, error) {
+	for i := 0; i < 16; i++ {
+		resp, err := w.kv.Get(ctx, CommitKey, clientv3.WithRev(at-1))
+		if err != nil {
+			return 0, fmt.Errorf("store: a transaction committed, its revision unknown: %w", err)
+		}
+		if len(resp.Kvs) != 1 {
+			break
+		}
+		kv := resp.Kvs[0]
+		if string(kv.Value) == mine {
+			return kv.ModRevision, nil
+		}
+		if !w.later(string(kv.Value), mine) {
+			break
+		}
+		at = kv.ModRevision
+	}
+	return 0, fmt.Errorf("store: a transaction committed, its revision unknown: %w", context.DeadlineExceeded)
 }
 
 // readMarker reads CommitKey's value, at the head of a chain.

@@ -203,3 +203,95 @@ func TestWriterPipelinesInOrder(t *testing.T) {
 		t.Fatalf("after the refusal: %v", err)
 	}
 }
+
+// twoLostKV applies the first two transactions and loses both answers, the
+// second sent while the first is still waiting for its answer: what an etcd
+// leader that dies with two proposals in flight does.
+type twoLostKV struct {
+	clientv3.KV
+	mu       sync.Mutex
+	n        int
+	second   chan struct{} // closed once the second transaction applied
+	onFirstF func()        // runs once the first applied, before its loss
+}
+
+func (k *twoLostKV) Txn(ctx context.Context) clientv3.Txn {
+	return &twoLostTxn{k: k, inner: k.KV.Txn(context.Background())}
+}
+
+type twoLostTxn struct {
+	k     *twoLostKV
+	inner clientv3.Txn
+}
+
+func (t *twoLostTxn) If(cs ...clientv3.Cmp) clientv3.Txn   { t.inner = t.inner.If(cs...); return t }
+func (t *twoLostTxn) Then(ops ...clientv3.Op) clientv3.Txn { t.inner = t.inner.Then(ops...); return t }
+func (t *twoLostTxn) Else(ops ...clientv3.Op) clientv3.Txn { t.inner = t.inner.Else(ops...); return t }
+
+func (t *twoLostTxn) Commit() (*clientv3.TxnResponse, error) {
+	t.k.mu.Lock()
+	t.k.n++
+	n := t.k.n
+	t.k.mu.Unlock()
+	switch n {
+	case 1:
+		if r, err := t.inner.Commit(); err != nil || !r.Succeeded {
+			return r, err
+		}
+		t.k.onFirstF()
+		<-t.k.second
+		return nil, context.DeadlineExceeded
+	case 2:
+		r, err := t.inner.Commit()
+		if err == nil && r.Succeeded {
+			close(t.k.second)
+			return nil, context.DeadlineExceeded
+		}
+		return r, err
+	}
+	return t.inner.Commit()
+}
+
+// Two transactions in flight both commit and both answers are lost: each,
+// sent again, learns that it committed and at which revision, the first
+// from CommitKey's history since the second moved it on.
+func TestWriterTwoLostAnswersInFlight(t *testing.T) {
+	_, cli := etcdtest.Start(t)
+	ctx := context.Background()
+	el, err := cli.Put(ctx, ElectionPrefix+"/a", "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv := &twoLostKV{KV: cli.KV, second: make(chan struct{})}
+	w := NewWriter(kv, Fence{Key: ElectionPrefix + "/a", Rev: el.Header.Revision})
+	first := w.Begin([]core.Entry{dagEntry("first", 1)}, DefaultLimits)
+	second := w.Begin([]core.Entry{dagEntry("second", 1)}, DefaultLimits)
+	type result struct {
+		res Committed
+		err error
+	}
+	secondDone := make(chan result, 1)
+	kv.onFirstF = func() {
+		go func() {
+			r, err := second.Commit(ctx)
+			secondDone <- result{r, err}
+		}()
+	}
+	r1, err := first.Commit(ctx)
+	if err != nil {
+		t.Fatalf("first: %v", err)
+	}
+	r2 := <-secondDone
+	if r2.err != nil {
+		t.Fatalf("second: %v", r2.err)
+	}
+	for name, r := range map[string]int64{"first": r1.Revs[0], "second": r2.res.Revs[0]} {
+		got, err := cli.Get(ctx, DAGKey(name))
+		if err != nil || len(got.Kvs) != 1 || got.Kvs[0].ModRevision != r {
+			t.Fatalf("%s: reported revision %d, etcd has %+v (%v)", name, r, got.Kvs, err)
+		}
+	}
+	if r1.Revs[0] >= r2.res.Revs[0] {
+		t.Fatalf("first at %d, second at %d", r1.Revs[0], r2.res.Revs[0])
+	}
+}
