@@ -647,7 +647,8 @@ func (e *env) becameLeader(pod string) (time.Time, error) {
 // activeSwitch waits, after a fault at t0, until orion-active selects only
 // the new leader. It returns when the new leader took over (its log), when
 // its pod was labelled leader, when orion-active first included it and when
-// it selected it alone, each as seen by the watches in r.
+// it selected it alone, each as seen by the watches in r. More than 1 s
+// from the takeover to orion-active selecting only the new leader fails.
 func (e *env) activeSwitch(r *roleWatch, old string, t0 time.Time, d time.Duration) (sw activeTimes) {
 	e.t.Helper()
 	for {
@@ -669,6 +670,9 @@ func (e *env) activeSwitch(r *roleWatch, old string, t0 time.Time, d time.Durati
 					e.t.Fatal(err)
 				}
 				sw.tookOver = took.Sub(t0)
+				if lag := sw.only - sw.tookOver; lag > time.Second {
+					e.t.Errorf("orion-active selects only the new leader %v after its takeover (want < 1 s)", lag)
+				}
 				return sw
 			}
 		}
