@@ -4,7 +4,7 @@
 # and the timings, and tear everything down again, whatever happened.
 #
 #   ORION_KUBE_DRILLS=full|ci   full (default): every drill; ci: without the
-#                               etcd pod delete, scale and helm-upgrade drills
+#                               scale and helm-upgrade drills
 #   ORION_KUBE_TIMEOUT=SECONDS  bound on the whole run (default 2400; the
 #                               cold build alone takes about 15 minutes)
 #   ORION_KUBE_SKIP_ON_ENV=1    a machine that cannot run the cluster (not
