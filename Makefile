@@ -156,7 +156,7 @@ chart-manifests: $(HELM)
 # and CoreDNS built from their Go modules at pinned versions, containerd,
 # runc, CNI plugins and etcd from Debian, images written locally. Binaries
 # and images are cached in /var/cache/orion-kube (ORION_KUBE_CACHE), outside
-# the checkout: the first build takes 6-16 minutes on 2 cores (README,
+# the checkout: the first build takes 6-20 minutes on 2 cores (README,
 # Kubernetes), later runs reuse it. kube-test installs the chart, runs
 # `helm test` and the drills (test/kube/kube_test.go), prints the figures
 # and tears down.
