@@ -15,9 +15,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -105,7 +107,9 @@ func (l *Labeler) Leading(leading bool, previous string) {
 }
 
 // Run writes the wanted labels until ctx ends, retrying failures with a
-// backoff; the latest wish for a pod wins.
+// backoff; the latest wish for a pod wins. This pod's own label is written
+// first: a new leader is selected by the -active Service one API round trip
+// after it takes over, and the previous leader is relabelled after that.
 func (l *Labeler) Run(ctx context.Context) {
 	backoff := 200 * time.Millisecond
 	for {
@@ -113,8 +117,13 @@ func (l *Labeler) Run(ctx context.Context) {
 		todo := l.want
 		l.want = map[string]string{}
 		l.mu.Unlock()
+		pods := slices.Sorted(maps.Keys(todo))
+		if i := slices.Index(pods, l.self); i > 0 {
+			pods = slices.Insert(slices.Delete(pods, i, i+1), 0, l.self)
+		}
 		failed := false
-		for pod, value := range todo {
+		for _, pod := range pods {
+			value := todo[pod]
 			if err := l.patch(ctx, pod, value); err != nil {
 				failed = true
 				l.onError()

@@ -18,6 +18,7 @@ type fakeAPI struct {
 	mu     sync.Mutex
 	labels map[string]string // pod → value of the key
 	fail   int               // next N patches fail with 500
+	order  []string          // "pod=value" of each patch applied
 }
 
 func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -53,6 +54,7 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f.labels[pod] = body.Metadata.Labels["orion.io/role"]
+	f.order = append(f.order, pod+"="+f.labels[pod])
 	w.Write([]byte(`{}`))
 }
 
@@ -92,4 +94,25 @@ func TestLabelsFollowLeadership(t *testing.T) {
 	l.Leading(true, "gone") // a previous leader whose pod no longer exists
 	l.Leading(false, "")
 	waitFor(t, "back to standby", func() bool { return api.get("orion-1") == "standby" })
+}
+
+// A new leader's own label is written before the previous leader's, and a
+// stepping-down replica's before anything else it still has to write.
+func TestOwnLabelFirst(t *testing.T) {
+	for i := 0; i < 20; i++ { // map order varies between runs: try it often
+		api := &fakeAPI{labels: map[string]string{}}
+		srv := httptest.NewServer(api)
+		l := New("orion.io/role", "ns", "orion-1", srv.URL, func() (string, error) { return "tok", nil }, srv.Client(), nil, nil)
+		l.Leading(true, "orion-2")
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { l.Run(ctx); close(done) }()
+		waitFor(t, "both labels", func() bool { return api.get("orion-1") == "leader" && api.get("orion-2") == "standby" })
+		cancel()
+		<-done
+		srv.Close()
+		if got := strings.Join(api.order, " "); got != "orion-1=leader orion-2=standby" {
+			t.Fatalf("patches in the order %q, want this pod's own label first", got)
+		}
+	}
 }

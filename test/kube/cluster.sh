@@ -17,7 +17,7 @@
 # orion worker, pause, CoreDNS) are written locally with go-containerregistry
 # (test/kube/imagebuild) and imported with `ctr images import`. Binaries and
 # images are cached by version under $ORION_KUBE_CACHE (/var/cache/orion-kube),
-# outside the checkout, so a warm `up` takes about a minute.
+# outside the checkout, so a warm `up` takes about 20 s.
 #
 # Network: every listener is on 127.0.0.1 or on the cluster's own bridge
 # (okube0, 10.244.0.1/24, the node's address); the Service range
@@ -113,7 +113,7 @@ build_kubernetes() {
   [ $ok = 1 ] && return 0
   local t=$(date +%s) src=$CACHE/kubernetes-$KUBE_VERSION/src minor=${KUBE_VERSION#v1.}
   minor=${minor%%.*}
-  log "building Kubernetes $KUBE_VERSION from its Go module (about 16 minutes on 2 cores, once)"
+  log "building Kubernetes $KUBE_VERSION from its Go module (5-16 minutes on 2 cores, once)"
   local dir
   dir=$(cd /tmp && go mod download -json "k8s.io/kubernetes@$KUBE_VERSION" | sed -n 's/^\s*"Dir": "\(.*\)",$/\1/p')
   [ -d "$dir" ] || die "go mod download k8s.io/kubernetes@$KUBE_VERSION failed"

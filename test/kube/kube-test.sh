@@ -4,9 +4,9 @@
 # and the timings, and tear everything down again, whatever happened.
 #
 #   ORION_KUBE_DRILLS=full|ci   full (default): every drill; ci: without the
-#                               etcd pod delete, scale and helm-upgrade drills
+#                               scale and helm-upgrade drills
 #   ORION_KUBE_TIMEOUT=SECONDS  bound on the whole run (default 2400; the
-#                               cold build alone takes about 15 minutes)
+#                               cold build alone takes 6-20 minutes)
 #   ORION_KUBE_SKIP_ON_ENV=1    a machine that cannot run the cluster (not
 #                               root, no cgroups, a kernel that refuses a
 #                               bridge or a netns, a cluster that does not
