@@ -344,9 +344,10 @@ func checkClusterOutput(t *testing.T, out, leader string) {
 			section = l
 		case section == "Replicas:" && f[0] != "NAME" && len(f) > 1:
 			replicas[f[0]] = f[1]
-		case section == "Workers:" && f[0] != "ID" && len(f) == 5 && f[4] == "-":
-			// A replica's own stream is listed too, with the replica
-			// named in the last column; standalone workers have "-".
+		case section == "Workers:" && f[0] != "ID" && len(f) == 6 && f[4] == "-":
+			// ID SLOTS BUSY CONNECTED REPLICA LABELS: a replica's own
+			// stream is listed too, with the replica named in its column;
+			// standalone workers have "-".
 			workers[f[0]] = true
 		}
 	}
