@@ -30,20 +30,31 @@ const (
 
 func dagPath(id string) string { return "/api/v1/dags/" + url.PathEscape(id) }
 
-func (s *server) submit(w http.ResponseWriter, r *http.Request) {
-	ct := r.Header.Get("Content-Type")
+// readDocument reads a DAG or schedule document: its content type is
+// checked before the body is read, and the body is bounded by
+// max_body_bytes. On false the error has been answered.
+func (s *server) readDocument(w http.ResponseWriter, r *http.Request) (body []byte, ct string, ok bool) {
+	ct = r.Header.Get("Content-Type")
 	if _, err := dag.FormatOf(ct); err != nil { // refuse before reading the body
 		s.fail(w, r, err)
-		return
+		return nil, "", false
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			s.fail(w, r, err)
-			return
+			return nil, "", false
 		}
 		httpkit.WriteError(w, http.StatusBadRequest, apitypes.CodeBadRequest, "could not read the request body", nil)
+		return nil, "", false
+	}
+	return body, ct, true
+}
+
+func (s *server) submit(w http.ResponseWriter, r *http.Request) {
+	body, ct, ok := s.readDocument(w, r)
+	if !ok {
 		return
 	}
 	d, err := dag.Parse(body, ct)

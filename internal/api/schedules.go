@@ -2,8 +2,6 @@ package api
 
 import (
 	"context"
-	"errors"
-	"io"
 	"net/http"
 	"net/url"
 	"sort"
@@ -12,7 +10,6 @@ import (
 
 	"github.com/orion-sched/orion/internal/apitypes"
 	"github.com/orion-sched/orion/internal/core"
-	"github.com/orion-sched/orion/internal/dag"
 	"github.com/orion-sched/orion/internal/httpkit"
 	"github.com/orion-sched/orion/internal/schedrun"
 	"github.com/orion-sched/orion/internal/schedule"
@@ -58,19 +55,8 @@ func markRev(w http.ResponseWriter, rev int64) {
 }
 
 func (s *server) putSchedule(w http.ResponseWriter, r *http.Request) {
-	ct := r.Header.Get("Content-Type")
-	if _, err := dag.FormatOf(ct); err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			s.fail(w, r, err)
-			return
-		}
-		httpkit.WriteError(w, http.StatusBadRequest, apitypes.CodeBadRequest, "could not read the request body", nil)
+	body, ct, ok := s.readDocument(w, r)
+	if !ok {
 		return
 	}
 	sc, err := schedule.Parse(body, ct)
