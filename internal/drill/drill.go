@@ -347,19 +347,7 @@ func (d *driller) drill(ctx context.Context, n int) (*Result, error) {
 	}
 	d.killed = append(d.killed, Killed{Name: leader.Name, PID: leader.PID, At: t0})
 
-	winner, first, seen, err := d.awaitTakeover(ctx, standbys, t0)
-	if err != nil {
-		res.fail(err)
-	} else {
-		res.NewLeader = winner
-		for _, s := range standbys {
-			if s.Name == winner {
-				d.leaderURL = s.APIURL
-			}
-		}
-		res.TakeoverMS = ms(first.Sub(t0))
-		res.ObservedMS = ms(seen.Sub(t0))
-	}
+	d.recordTakeover(ctx, res, standbys, t0)
 
 	// Bring the replica back even if the drill is being interrupted: a
 	// cluster must not be left a replica short by an aborted drill.
@@ -415,19 +403,7 @@ func (d *driller) stopLeader(ctx context.Context, tag string, res *Result, leade
 		}
 		return <-cont
 	}
-	winner, first, seen, err := d.awaitTakeover(ctx, standbys, t0)
-	if err != nil {
-		res.fail(err)
-	} else {
-		res.NewLeader = winner
-		for _, s := range standbys {
-			if s.Name == winner {
-				d.leaderURL = s.APIURL
-			}
-		}
-		res.TakeoverMS = ms(first.Sub(t0))
-		res.ObservedMS = ms(seen.Sub(t0))
-	}
+	d.recordTakeover(ctx, res, standbys, t0)
 	if ctx.Err() != nil {
 		// Interrupted: never leave a replica stopped.
 		_ = resume(true)
@@ -562,6 +538,24 @@ func (d *driller) kill(p *ProcInfo) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("SIGKILL pid %d: %w", p.PID, err)
 	}
 	return t0, nil
+}
+
+// recordTakeover waits for one of standbys to lead in a term begun after
+// t0, the fault's moment, and records who and when in res (or the failure).
+func (d *driller) recordTakeover(ctx context.Context, res *Result, standbys []client.Replica, t0 time.Time) {
+	winner, first, seen, err := d.awaitTakeover(ctx, standbys, t0)
+	if err != nil {
+		res.fail(err)
+		return
+	}
+	res.NewLeader = winner
+	for _, s := range standbys {
+		if s.Name == winner {
+			d.leaderURL = s.APIURL
+		}
+	}
+	res.TakeoverMS = ms(first.Sub(t0))
+	res.ObservedMS = ms(seen.Sub(t0))
 }
 
 // awaitTakeover polls the standbys until one leads with leader_since after
