@@ -41,22 +41,56 @@ func Start(t testing.TB, mods ...func(*etcdserver.Config)) (*etcdserver.Member, 
 }
 
 // FillToQuota puts live data under /fill/ until the member refuses a put at
-// its backend quota (its NOSPACE alarm is then raised), and fails the test
-// if it never does within four times quota bytes.
+// its backend quota (its NOSPACE alarm is then raised) with live data alone
+// above the share of the quota under which a member disarms by itself
+// (etcdserver.NoSpaceDisarmRatio), so that it stays full until the test
+// deletes /fill/. etcd refuses by the database file's size, free pages
+// included: a refusal that came early, with the file padded by free pages,
+// is followed by a compaction, a defragmentation and a disarm, and the
+// filling goes on. The test fails if that never happens within four times
+// quota bytes of puts.
 func FillToQuota(t testing.TB, cli *clientv3.Client, quota int) {
 	t.Helper()
+	ctx := context.Background()
 	blob := strings.Repeat("x", 256<<10)
+	endpoint := cli.Endpoints()[0]
+	early := 0
 	for i := 0; i < 4*quota/len(blob); i++ {
-		_, err := cli.Put(context.Background(), fmt.Sprintf("/fill/%04d", i), blob)
-		if errors.Is(err, rpctypes.ErrGRPCNoSpace) || errors.Is(err, rpctypes.ErrNoSpace) ||
-			(err != nil && strings.Contains(err.Error(), rpctypes.ErrorDesc(rpctypes.ErrGRPCNoSpace))) {
-			return
+		_, err := cli.Put(ctx, fmt.Sprintf("/fill/%04d", i), blob)
+		if err == nil {
+			continue
 		}
-		if err != nil {
+		if !isNoSpace(err) {
 			t.Fatal(err)
 		}
+		st, serr := cli.Status(ctx, endpoint)
+		if serr != nil {
+			t.Fatal(serr)
+		}
+		if float64(st.DbSizeInUse) >= etcdserver.NoSpaceDisarmRatio*float64(quota) {
+			return
+		}
+		// Refused early: free pages, not live data, filled the file.
+		if _, err := cli.Compact(ctx, st.Header.Revision); err != nil && !errors.Is(err, rpctypes.ErrCompacted) {
+			t.Fatal(err)
+		}
+		if _, err := cli.Defragment(ctx, endpoint); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cli.AlarmDisarm(ctx, &clientv3.AlarmMember{}); err != nil { // every alarm
+			t.Fatal(err)
+		}
+		if early++; early > 8 {
+			break
+		}
+		i-- // the refused put again
 	}
-	t.Fatal("etcd never refused a put at its quota")
+	t.Fatal("etcd never refused a put at its quota with live data above the disarm mark")
+}
+
+func isNoSpace(err error) bool {
+	return errors.Is(err, rpctypes.ErrGRPCNoSpace) || errors.Is(err, rpctypes.ErrNoSpace) ||
+		strings.Contains(err.Error(), rpctypes.ErrorDesc(rpctypes.ErrGRPCNoSpace))
 }
 
 // EnableAuth turns etcd's authentication on through cli (a client with no
