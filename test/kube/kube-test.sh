@@ -31,7 +31,23 @@ $HERE/cluster.sh check
 rc=$?
 [ $rc = 0 ] || skip "this machine cannot run the test cluster (see above)"
 
-# A cluster left up (an earlier run that was killed): this run owns it.
+# One run at a time on a machine: a live kube-test.sh whose PID is recorded
+# here owns the cluster, which is not ours to tear down. (A PID file rather
+# than a lock held open: the cluster's daemons would inherit a lock's file
+# descriptor and outlive a killed run.)
+OWNER=/run/orion-kube-owner.pid
+if [ -f "$OWNER" ]; then
+  owner=$(cat "$OWNER" 2>/dev/null)
+  if [ -n "$owner" ] && [ "$owner" != $$ ] && tr '\0' ' ' < "/proc/$owner/cmdline" 2>/dev/null | grep -q kube-test.sh; then
+    say "another make kube-test (pid $owner) is running on this machine: its cluster is not torn down; try again when it ends"
+    if [ "${ORION_KUBE_SKIP_ON_ENV:-0}" = 1 ]; then exit 0; fi
+    exit 1
+  fi
+fi
+echo $$ > "$OWNER"
+
+# A cluster left up (an earlier run that was killed, or make kube-up): this
+# run owns it.
 if [ -d /run/orion-kube/pids ]; then
   say "a test cluster is already up: tearing it down first"
   $HERE/cluster.sh down >/dev/null 2>&1 || true
@@ -45,6 +61,7 @@ cleanup() {
   local t=$(date +%s)
   $HERE/cluster.sh down >/dev/null 2>&1 || say "teardown reported an error (state in /var/lib/orion-kube, /run/orion-kube)"
   say "teardown $(( $(date +%s) - t )) s"
+  [ "$(cat "$OWNER" 2>/dev/null)" = $$ ] && rm -f "$OWNER"
 }
 trap cleanup EXIT
 trap 'exit 1' TERM INT
