@@ -38,7 +38,8 @@ type expect struct {
 	hardAnti      bool
 	workers       int // worker replicas; 0: no workers; -1: HPA
 	workerSlots   int
-	slots         int // config.slots
+	workerLabels  string // --labels of the workers ("": no flag)
+	slots         int    // config.slots
 	authSecret    string
 	authKey       string
 	chartSecret   bool // the chart renders the token Secret
@@ -53,7 +54,7 @@ var matrix = map[string]expect{
 	"external-etcd-tls.yaml": {etcd: 0, etcdTLS: true, etcdAuth: "orion-etcd-auth", scheduler: 3, workers: 2, workerSlots: 4,
 		etcdEndpoints: []string{"https://etcd-a.db.example.internal:2379", "https://etcd-b.db.example.internal:2379", "https://etcd-c.db.example.internal:2379"},
 		authSecret:    "orion-api-token", authKey: "api-token"},
-	"replicas-5.yaml": {etcd: 5, scheduler: 5, advertiseDNS: true, hardAnti: true, workers: 4, workerSlots: 8,
+	"replicas-5.yaml": {etcd: 5, scheduler: 5, advertiseDNS: true, hardAnti: true, workers: 4, workerSlots: 8, workerLabels: "pool=gpu,zone=a",
 		authSecret: "orion-auth", authKey: "token", chartSecret: true},
 	"servicemonitor.yaml": {etcd: 3, scheduler: 3, workers: -1, workerSlots: 4, monitoring: true, active: true,
 		authSecret: "orion-auth", authKey: "token", chartSecret: true},
@@ -755,6 +756,9 @@ func checkWorkers(t *testing.T, r *Rendered, e expect) {
 	}
 	if v, _ := flagValue(c.Args, "slots"); v != fmt.Sprint(e.workerSlots) {
 		t.Errorf("worker --slots %q, want %d", v, e.workerSlots)
+	}
+	if v, _ := flagValue(c.Args, "labels"); v != e.workerLabels {
+		t.Errorf("worker --labels %q, want %q", v, e.workerLabels)
 	}
 	if v, _ := flagValue(c.Args, "name"); v != "$(POD_NAME)" {
 		t.Errorf("worker --name %q, want $(POD_NAME)", v)
