@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -633,24 +634,11 @@ func scrapeMetrics(ctx context.Context, tr http.RoundTripper, base, token string
 	if base == "" {
 		return nil, errors.New("leader unknown")
 	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
+	raw, err := fetchMetrics(ctx, tr, base, token)
 	if err != nil {
 		return nil, err
 	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := (&http.Client{Transport: tr}).Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET /metrics: %s", resp.Status)
-	}
-	return parseMetrics(io.LimitReader(resp.Body, 16<<20))
+	return parseMetrics(bytes.NewReader(raw))
 }
 
 // parseMetrics reads orion_commit_batch_entries and
