@@ -68,6 +68,7 @@ type Server struct {
 	SessionTTL           time.Duration  `mapstructure:"session_ttl" json:"session_ttl"`
 	Retention            time.Duration  `mapstructure:"retention" json:"retention"`
 	MaxTxnOps            int            `mapstructure:"max_txn_ops" json:"max_txn_ops"`
+	CommitPipeline       int            `mapstructure:"commit_pipeline" json:"commit_pipeline"`
 	LogLevel             string         `mapstructure:"log_level" json:"log_level"`
 	LogFormat            string         `mapstructure:"log_format" json:"log_format"`
 	WriteTimeout         time.Duration  `mapstructure:"write_timeout" json:"write_timeout"`
@@ -136,6 +137,7 @@ var serverFlags = []Flag{
 	{"session-ttl", time.Second, "leadership lease TTL"},
 	{"retention", 24 * time.Hour, "finished DAGs are deleted from etcd after this long; 0 keeps them"},
 	{"max-txn-ops", 128, "operations per etcd transaction (etcd's --max-txn-ops)"},
+	{"commit-pipeline", 0, "etcd transactions in flight at once; 0: 2 with the embedded member, 1 with --etcd-endpoints"},
 	{"log-level", "info", "debug, info, warn or error"},
 	{"log-format", "console", "console or json"},
 	{"write-timeout", 30 * time.Second, "how long an API write waits for its commit"},
@@ -296,6 +298,9 @@ func (s Server) Validate() error {
 	}
 	if s.SessionTTL < time.Second {
 		errs = append(errs, fmt.Errorf("session_ttl %s: etcd leases are whole seconds, at least 1s", s.SessionTTL))
+	}
+	if s.CommitPipeline < 0 || s.CommitPipeline > 4 {
+		errs = append(errs, fmt.Errorf("commit_pipeline %d: must be 0 (automatic) to 4", s.CommitPipeline))
 	}
 	if s.MaxTxnOps < 4 {
 		errs = append(errs, fmt.Errorf("max_txn_ops %d: must be ≥ 4", s.MaxTxnOps))

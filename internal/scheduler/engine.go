@@ -26,6 +26,9 @@ type Config struct {
 	APIURL     string        // where this replica's API is reachable (registered in etcd)
 	Core       core.Config   // scheduling policy
 	Limits     store.Limits  // per-transaction limits
+	// CommitPipeline is how many transactions may be in flight at once (see
+	// flush); 0 means 1.
+	CommitPipeline int
 	SessionTTL time.Duration // leadership lease TTL
 	Retention  time.Duration // finished DAGs are deleted after this; 0 keeps them
 	Logger     *zap.Logger
@@ -195,6 +198,9 @@ func New(cfg Config, st Store) *Engine {
 	if cfg.Limits.MaxOps <= 0 {
 		cfg.Limits = store.DefaultLimits
 	}
+	if cfg.CommitPipeline <= 0 {
+		cfg.CommitPipeline = 1
+	}
 	if cfg.SessionTTL <= 0 {
 		cfg.SessionTTL = time.Second
 	}
@@ -209,7 +215,7 @@ func New(cfg Config, st Store) *Engine {
 		m:             cfg.Metrics,
 		reqs:          make(chan func(), 256),
 		elected:       make(chan store.Term, 1),
-		commitDone:    make(chan commitResult, pipelineDepth),
+		commitDone:    make(chan commitResult, cfg.CommitPipeline),
 		suspects:      make(chan string, 4),
 		loadDone:      make(chan *store.Snapshot),
 		sessionOpened: make(chan store.Session),

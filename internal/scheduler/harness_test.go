@@ -354,12 +354,13 @@ func (h *engineHarness) start() {
 	h.workers = make(chan WorkerEvent, 64)
 	h.results = make(chan model.Result, 1024)
 	cfg := Config{
-		Node:    "n1",
-		Clock:   h.clk,
-		Core:    core.Config{RetryBase: 50 * time.Millisecond, RetryCap: 400 * time.Millisecond, OrphanGrace: 2 * time.Second},
-		Logger:  zaptest.NewLogger(h.t, zaptest.Level(zap.ErrorLevel)),
-		Workers: h.workers,
-		Results: h.results,
+		CommitPipeline: 2, // the scenarios cover two transactions in flight
+		Node:           "n1",
+		Clock:          h.clk,
+		Core:           core.Config{RetryBase: 50 * time.Millisecond, RetryCap: 400 * time.Millisecond, OrphanGrace: 2 * time.Second},
+		Logger:         zaptest.NewLogger(h.t, zaptest.Level(zap.ErrorLevel)),
+		Workers:        h.workers,
+		Results:        h.results,
 		LeaderAnswers: func(context.Context, string) bool {
 			h.mu.Lock()
 			defer h.mu.Unlock()

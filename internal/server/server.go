@@ -234,6 +234,7 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 			APIURL:           apiURL,
 			Core:             core.Config{RetryBase: cfg.RetryBase, RetryCap: cfg.RetryCap, OrphanGrace: cfg.OrphanGrace, PoolLimits: cfg.PoolLimits},
 			Limits:           limits,
+			CommitPipeline:   commitPipeline(cfg),
 			SessionTTL:       cfg.SessionTTL,
 			Retention:        cfg.Retention,
 			Logger:           log.Named("scheduler"),
@@ -352,6 +353,20 @@ func listenError(addr string, err error) error {
 		msg += " (another orion server, or another program, has it: stop it or choose --listen)"
 	}
 	return errors.New(msg)
+}
+
+// commitPipeline is commit_pipeline, or when 0 the depth that measured best
+// for the topology: two transactions in flight on the embedded member, one
+// on an etcd cluster reached through several members (scheduler.Config).
+func commitPipeline(cfg config.Server) int {
+	switch {
+	case cfg.CommitPipeline > 0:
+		return cfg.CommitPipeline
+	case len(cfg.EtcdEndpoints) == 0:
+		return 2
+	default:
+		return 1
+	}
 }
 
 // WorkerID names this process's local executor: the replica name plus a
