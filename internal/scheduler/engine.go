@@ -22,17 +22,17 @@ import (
 
 // Config configures an Engine.
 type Config struct {
-	Node       string        // this replica's name: the election value
-	APIURL     string        // where this replica's API is reachable (registered in etcd)
-	Core       core.Config   // scheduling policy
-	Limits     store.Limits  // per-transaction limits
+	Node   string       // this replica's name: the election value
+	APIURL string       // where this replica's API is reachable (registered in etcd)
+	Core   core.Config  // scheduling policy
+	Limits store.Limits // per-transaction limits
 	// CommitPipeline is how many transactions may be in flight at once (see
 	// flush); 0 means 1.
 	CommitPipeline int
-	SessionTTL time.Duration // leadership lease TTL
-	Retention  time.Duration // finished DAGs are deleted after this; 0 keeps them
-	Logger     *zap.Logger
-	Metrics    *metrics.Metrics
+	SessionTTL     time.Duration // leadership lease TTL
+	Retention      time.Duration // finished DAGs are deleted after this; 0 keeps them
+	Logger         *zap.Logger
+	Metrics        *metrics.Metrics
 	// Observer, when set, is called on the loop goroutine for every applied
 	// entry. It must not block (the live event stream buffers and drops).
 	Observer func(e *core.Entry)
