@@ -239,7 +239,9 @@ func TestShellTimeoutKillsGroup(t *testing.T) {
 		if r.Outcome != model.TimedOut || r.ExitCode != -1 || r.Error != "timed out after "+timeout.String() {
 			t.Fatalf("result %+v", r)
 		}
-		if el := time.Since(start); el < timeout || el > timeout+5*time.Second {
+		// Not before the timeout; the upper bound only tells a kill from the
+		// 100 s sleep running out (no speed is asserted on a loaded machine).
+		if el := time.Since(start); el < timeout || el > timeout+60*time.Second {
 			t.Errorf("took %s", el)
 		}
 		b, err := os.ReadFile(pidFile)
@@ -269,7 +271,7 @@ func TestShellBackgroundChildDoesNotHang(t *testing.T) {
 	if r.Outcome != model.Succeeded || r.OutputTail != "done\n" {
 		t.Fatalf("result %+v", r)
 	}
-	if el := time.Since(start); el > 5*time.Second {
+	if el := time.Since(start); el > 60*time.Second { // the child's 100 s sleep held it
 		t.Errorf("took %s", el)
 	}
 	assertGone(t, readPID(t, pidFile))
@@ -339,7 +341,9 @@ func TestCancelEscalatesToKill(t *testing.T) {
 	start := time.Now()
 	h.l.Cancel(id)
 	r := h.wait(id, bound)
-	if el := time.Since(start); el < 200*time.Millisecond || el > 5*time.Second {
+	// Not before the kill grace; the upper bound only tells the kill from
+	// the 100 s sleep running out.
+	if el := time.Since(start); el < 200*time.Millisecond || el > 60*time.Second {
 		t.Errorf("cancel took %s", el)
 	}
 	if r.Outcome != model.Cancelled || r.ExitCode != -1 {
