@@ -294,11 +294,7 @@ func (e *Engine) applyCommitted(cr commitResult) {
 // after it has answered too (they cannot have applied without it), as one
 // failure of all their entries.
 func (e *Engine) onCommitted(ctx context.Context, cr commitResult) {
-	for _, ic := range e.inflight {
-		if ic.seq == cr.seq {
-			ic.done, ic.cr = true, cr
-		}
-	}
+	e.markDone(cr)
 	for len(e.inflight) > 0 && e.inflight[0].done {
 		head := e.inflight[0].cr
 		if head.err != nil {
@@ -324,6 +320,17 @@ func (e *Engine) onCommitted(ctx context.Context, cr commitResult) {
 		e.applyCommitted(head)
 		if head.term == e.term {
 			e.onCommitSucceeded(head)
+		}
+	}
+}
+
+// markDone records a transaction's result with its place among those in
+// flight.
+func (e *Engine) markDone(cr commitResult) {
+	for _, ic := range e.inflight {
+		if ic.seq == cr.seq {
+			ic.done, ic.cr = true, cr
+			return
 		}
 	}
 }
@@ -504,12 +511,7 @@ func (e *Engine) resync(ctx context.Context) {
 func (e *Engine) drainCommit() {
 	for _, ic := range e.inflight {
 		for !ic.done {
-			cr := <-e.commitDone
-			for _, x := range e.inflight {
-				if x.seq == cr.seq {
-					x.done, x.cr = true, cr
-				}
-			}
+			e.markDone(<-e.commitDone)
 		}
 	}
 	for _, ic := range e.inflight {

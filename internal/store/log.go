@@ -316,11 +316,15 @@ func (p *Pending) Commit(ctx context.Context) (Committed, error) {
 	return out, nil
 }
 
-// expect is CommitKey's value that t requires: what its predecessor left,
-// or, at the head of a chain, what etcd holds (read once).
-func (w *Writer) expect(ctx context.Context, t *txnSlot) (string, error) {
-	if t.prev != nil {
-		return t.prev.after, nil
+// expectAfter is CommitKey's value a transaction requires: the marker its
+// predecessor sets (or, for one that sets none, what it left), or at the
+// head of a chain what etcd holds, read once.
+func (w *Writer) expectAfter(ctx context.Context, prev *txnSlot) (string, error) {
+	switch {
+	case prev != nil && prev.marker != "":
+		return prev.marker, nil
+	case prev != nil:
+		return prev.after, nil // finished: send waited for it
 	}
 	w.mu.Lock()
 	known, base := w.known, w.base
@@ -356,18 +360,9 @@ func (w *Writer) send(ctx context.Context, t *txnSlot) (int64, string, error) {
 	}
 	waited := false
 	for attempt := firstAttempt; ; attempt *= 2 {
-		var expect string
-		if prev != nil {
-			if prev.marker != "" {
-				expect = prev.marker
-			} else {
-				expect = prev.after
-			}
-		} else {
-			var err error
-			if expect, err = w.expect(ctx, t); err != nil {
-				return 0, "", err
-			}
+		expect, err := w.expectAfter(ctx, prev)
+		if err != nil {
+			return 0, "", err
 		}
 		after := t.marker
 		if after == "" {

@@ -62,16 +62,7 @@ func TestEtcdTLSAndAuth(t *testing.T) {
 	for _, s := range c.Servers {
 		s.Args = append(s.Args, "--log-level", "debug")
 	}
-	for _, s := range c.Servers {
-		s.Start()
-	}
-	for _, s := range c.Servers {
-		c.WaitReady(s)
-	}
-	for _, w := range c.Workers {
-		w.Start()
-	}
-	c.WaitWorkers()
+	c.StartOrion()
 	var load cluster.TaskLoad
 	c.SubmitTaskDAGs(&load, "tls", 3)
 	c.CheckTaskLoad(&load, 2*time.Minute)

@@ -315,6 +315,15 @@ func New(t *testing.T, o Options) *Cluster {
 	c := Define(t, o)
 	began := time.Now()
 	c.StartEtcd()
+	c.StartOrion()
+	t.Logf("cluster up in %v (dir %s)", time.Since(began).Round(time.Millisecond), c.Dir)
+	return c
+}
+
+// StartOrion starts the replicas, waits for each to be ready, then starts
+// the workers and waits until they are connected to the leader (New, after
+// its etcd; a test that sets up etcd its own way calls it after that).
+func (c *Cluster) StartOrion() {
 	for _, s := range c.Servers {
 		s.Start()
 	}
@@ -325,8 +334,6 @@ func New(t *testing.T, o Options) *Cluster {
 		w.Start()
 	}
 	c.WaitWorkers()
-	t.Logf("cluster up in %v (dir %s)", time.Since(began).Round(time.Millisecond), c.Dir)
-	return c
 }
 
 // Define lays out the processes of New's cluster (with
