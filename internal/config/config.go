@@ -136,7 +136,7 @@ var serverFlags = []Flag{
 	{"orphan-grace", 5 * time.Second, "how long a new leader waits for a worker to report a running attempt before re-queuing it (at least a worker's reconnect bound, 4.5s, or a live worker's task may run twice)"},
 	{"session-ttl", time.Second, "leadership lease TTL"},
 	{"retention", 24 * time.Hour, "finished DAGs are deleted from etcd after this long; 0 keeps them"},
-	{"max-txn-ops", 128, "operations per etcd transaction (etcd's --max-txn-ops)"},
+	{"max-txn-ops", 0, "operations per etcd transaction, at most the members' --max-txn-ops; 0: 128 with the embedded member, 512 with --etcd-endpoints (halved while etcd refuses them)"},
 	{"commit-pipeline", 0, "etcd transactions in flight at once; 0: 2 with the embedded member, 1 with --etcd-endpoints"},
 	{"log-level", "info", "debug, info, warn or error"},
 	{"log-format", "console", "console or json"},
@@ -302,8 +302,8 @@ func (s Server) Validate() error {
 	if s.CommitPipeline < 0 || s.CommitPipeline > 4 {
 		errs = append(errs, fmt.Errorf("commit_pipeline %d: must be 0 (automatic) to 4", s.CommitPipeline))
 	}
-	if s.MaxTxnOps < 4 {
-		errs = append(errs, fmt.Errorf("max_txn_ops %d: must be ≥ 4", s.MaxTxnOps))
+	if s.MaxTxnOps != 0 && s.MaxTxnOps < 4 {
+		errs = append(errs, fmt.Errorf("max_txn_ops %d: must be 0 (automatic) or ≥ 4", s.MaxTxnOps))
 	}
 	if s.HTTPReadTimeout <= 0 || s.HTTPIdleTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("http_read_timeout %s / http_idle_timeout %s: must be > 0", s.HTTPReadTimeout, s.HTTPIdleTimeout))

@@ -16,6 +16,11 @@ import (
 )
 
 // Etcd is the resolved configuration of one `orion etcd` member.
+// DefaultEtcdMaxTxnOps is `orion etcd`'s --max-txn-ops: room for the 512
+// operations a replica batches against external members (etcd's own
+// default, 128, makes the replicas halve their batches to 128).
+const DefaultEtcdMaxTxnOps = 1024
+
 type Etcd struct {
 	Name                    string        `mapstructure:"name" json:"name"`
 	DataDir                 string        `mapstructure:"data_dir" json:"data_dir"`
@@ -72,7 +77,7 @@ var etcdSettings = Settings{
 		// No default here: an unset retention follows the mode.
 		{Name: "auto-compaction-retention", Default: "", Usage: "revisions to keep (revision mode; default " + etcdserver.DefaultAutoCompactionRetention + "), or a duration such as 1h (periodic mode; default " + etcdserver.DefaultPeriodicCompactionRetention + ")"},
 		{Name: "quota-backend-bytes", Default: etcdserver.DefaultQuotaBackendBytes, Usage: "backend size at which etcd raises a NOSPACE alarm and refuses writes"},
-		{Name: "max-txn-ops", Default: int(etcdserver.DefaultMaxTxnOps), Usage: "most operations in one transaction (orion batches up to 128)"},
+		{Name: "max-txn-ops", Default: DefaultEtcdMaxTxnOps, Usage: "most operations in one transaction (orion server batches up to 512 against external members)"},
 		{Name: "max-request-bytes", Default: int64(etcdserver.DefaultMaxRequestBytes), Usage: "largest client request in bytes"},
 		{Name: "log-level", Default: etcdserver.DefaultLogLevel, Usage: "level of etcd's own logs: debug, info, warn, error (orion's start and stop lines are always shown)"},
 		{Name: "allow-remote-clients", Default: false, Usage: "allow a non-loopback --listen-client-url without --client-cert-auth; etcd then serves ANYONE who can reach it (unless etcd auth is on)"},

@@ -41,7 +41,7 @@ func TestEtcdPrecedence(t *testing.T) {
 	if m.ClientURL != etcdserver.DefaultClientURL || m.PeerURL != etcdserver.DefaultPeerURL || m.HeartbeatMs != 50 ||
 		m.ElectionMs != 250 || m.ClusterState != "new" || m.ClusterToken != etcdserver.DefaultClusterToken ||
 		m.AutoCompactionMode != "revision" || m.AutoCompactionRetention != "" || m.QuotaBackendBytes != etcdserver.DefaultQuotaBackendBytes ||
-		m.MaxTxnOps != etcdserver.DefaultMaxTxnOps || m.MaxRequestBytes != etcdserver.DefaultMaxRequestBytes ||
+		m.MaxTxnOps != DefaultEtcdMaxTxnOps || m.MaxRequestBytes != etcdserver.DefaultMaxRequestBytes ||
 		m.LogLevel != "warn" || m.AllowRemoteClients || m.ReadyTimeout != 5*time.Minute || m.DataDir != "/tmp/d" {
 		t.Fatalf("defaults: %+v", m)
 	}

@@ -123,3 +123,47 @@ func EnableAuth(t testing.TB, cli *clientv3.Client, rootPass, user, pass, prefix
 		}
 	}
 }
+
+// StartCluster starts a cluster of n embedded members in this process, on
+// free loopback ports, and a client of all of them; everything is closed
+// when the test ends (a member the test closed itself is closed again
+// harmlessly).
+func StartCluster(t testing.TB, n int) ([]*etcdserver.Member, *clientv3.Client) {
+	t.Helper()
+	cfgs := make([]etcdserver.Config, n)
+	var initial []string
+	for i := range cfgs {
+		cfgs[i] = etcdserver.Config{Name: fmt.Sprintf("m%d", i+1), DataDir: t.TempDir(),
+			ClientURL: testkit.FreeURL(t), PeerURL: testkit.FreeURL(t), Logger: zap.NewNop()}
+		initial = append(initial, cfgs[i].Name+"="+cfgs[i].PeerURL)
+	}
+	// Each member is ready once a quorum is: start them together.
+	members := make([]*etcdserver.Member, n)
+	errs := make([]error, n)
+	done := make(chan int, n)
+	for i := range cfgs {
+		cfgs[i].InitialCluster = strings.Join(initial, ",")
+		go func() {
+			members[i], errs[i] = etcdserver.Start(context.Background(), cfgs[i])
+			done <- i
+		}()
+	}
+	for range cfgs {
+		if i := <-done; members[i] != nil {
+			t.Cleanup(func() { members[i].Close() })
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	var endpoints []string
+	for _, m := range members {
+		endpoints = append(endpoints, m.ClientURL())
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return members, cli
+}

@@ -111,6 +111,7 @@ type Engine struct {
 	inflight      []*inflightCommit            // transactions in flight, in the order begun (group commit, pipelined)
 	commitSeq     uint64                       // numbers the transactions begun
 	solo          int                          // the next solo pending entries go one per transaction (after a refused batch)
+	maxOps        int                          // operations per transaction after etcd refused more (0: Limits.MaxOps)
 	full          storageFull                  // etcd refused writes for its quota (storagefull.go)
 	timers        timerQueue
 	timer         Timer

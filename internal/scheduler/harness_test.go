@@ -110,6 +110,7 @@ type engineHarness struct {
 	answers       map[string]string
 	leaderAnswers bool // what the suspected leader says when asked
 	calls         sync.WaitGroup
+	maxOps        int // the engine's max_txn_ops (start max-ops=N; 0: the default)
 }
 
 const harnessWait = 10 * time.Second
@@ -141,6 +142,7 @@ func (h *engineHarness) run(td *datadriven.TestData) string {
 		if has("standby") {
 			h.st.loser["n1"] = true
 		}
+		h.maxOps, _ = strconv.Atoi(arg("max-ops", "0"))
 		h.start()
 		if has("standby") {
 			h.waitFor("loaded", func() bool { return h.eng.Status().Loaded })
@@ -355,6 +357,7 @@ func (h *engineHarness) start() {
 	h.results = make(chan model.Result, 1024)
 	cfg := Config{
 		CommitPipeline: 2, // the scenarios cover two transactions in flight
+		Limits:         store.Limits{MaxOps: h.maxOps},
 		Node:           "n1",
 		Clock:          h.clk,
 		Core:           core.Config{RetryBase: 50 * time.Millisecond, RetryCap: 400 * time.Millisecond, OrphanGrace: 2 * time.Second},
@@ -464,6 +467,16 @@ func (h *engineHarness) hook(kind string) {
 				used.Do(func() { apply, err = false, rpctypesTooLarge })
 			}
 			return apply, err
+		})
+	case "members-max-ops":
+		// The members' --max-txn-ops is 4, below the engine's: a
+		// transaction of more than 3 entries (and its marker) is refused
+		// whole, from now on.
+		h.st.setCommitHook(func(entries []core.Entry) (bool, error) {
+			if len(entries) > 3 {
+				return false, rpctypes.ErrGRPCTooManyOps
+			}
+			return true, nil
 		})
 	case "fenced":
 		// Another replica won meanwhile: the fence moved.

@@ -175,11 +175,13 @@ func (e *Engine) becomeLeader(term store.Term) {
 // The chain of commit markers (store.Writer) still applies them in order,
 // and fails the later one, unapplied, if the earlier one fails. It pays on
 // one member (the embedded one: the single node's throughput rose 1.1-1.8x
-// with two in flight) and costs on a cluster reached through several
-// members, where the second transaction, sent through another member, is
-// often proposed before the first, refused by the marker's compare and
-// sent again (3 members on one host: 1.3-1.5k tasks/s with two in flight,
-// 2.1-2.3k with one).
+// with two in flight) and costs on a cluster. There the second transaction
+// is often proposed before the first, refused by the marker's compare and
+// sent again, a raft round lost: through two members, and also through one
+// connection to the raft leader (store.Route), since etcd's gRPC server
+// serves each request in a goroutine of its own. With 3 members on one host
+// and 8 slots, half of the second transactions were sent again: 1.9-2.1k
+// tasks/s with two in flight, 2.3-2.5k with one.
 
 // inflightCommit is a transaction begun and not yet handled; its result
 // may arrive before its predecessor's.
@@ -230,7 +232,7 @@ func (e *Engine) startCommit(ctx context.Context) {
 		if e.pending[n].Delete {
 			k = 2
 		}
-		if ops+k > e.cfg.Limits.EntryOps() && n > 0 {
+		if ops+k > e.txnLimits().EntryOps() && n > 0 {
 			break
 		}
 		ops += k
@@ -256,7 +258,7 @@ func (e *Engine) startCommit(ctx context.Context) {
 	seq := e.commitSeq
 	e.commitSeq++
 	e.inflight = append(e.inflight, &inflightCommit{seq: seq})
-	pc := e.st.Begin(term.Fence(), batch, e.cfg.Limits, rec)
+	pc := e.st.Begin(term.Fence(), batch, e.txnLimits(), rec)
 	started := e.clock.Now()
 	go func() {
 		cctx, cancel := context.WithTimeout(ctx, commitTimeout)
@@ -363,6 +365,17 @@ func (e *Engine) onCommitFailed(ctx context.Context, cr commitResult) {
 		e.onNoSpace(ctx, cr)
 		return
 	}
+	if rest := cr.batch[len(cr.res.Revs):]; tooManyOps(cr.err) && len(rest) > 1 && e.txnLimits().MaxOps > minTxnOps {
+		// The members allow fewer operations per transaction than
+		// max_txn_ops: nothing was applied. Halve the batches (512, 256,
+		// then etcd's default 128 against default members) and send the
+		// rest again, in order.
+		e.maxOps = max(minTxnOps, e.txnLimits().MaxOps/2)
+		e.log.Warn("etcd refused a transaction for its number of operations; batching fewer from now on (raise the members' --max-txn-ops to match max_txn_ops)",
+			zap.Int("max_txn_ops", e.cfg.Limits.MaxOps), zap.Int("now", e.maxOps), zap.Error(cr.err))
+		e.pending = append(append(make([]core.Entry, 0, len(rest)+len(e.pending)), rest...), e.pending...)
+		return
+	}
 	if rest := cr.batch[len(cr.res.Revs):]; refusedWhole(cr.err) && len(rest) > 1 {
 		// etcd refused the transaction for its size before applying
 		// anything: a known outcome. Send the rest one entry per
@@ -388,6 +401,26 @@ func (e *Engine) onCommitFailed(ctx context.Context, cr commitResult) {
 	// from etcd rather than guess.
 	e.log.Warn("commit failed; resynchronising from etcd", zap.Error(cr.err))
 	e.resync(ctx)
+}
+
+// minTxnOps is the fewest operations per transaction the engine lowers
+// its batches to after refusals for their number (the store.Limits floor).
+const minTxnOps = 4
+
+// txnLimits are the limits of the next transaction: the configured ones,
+// with fewer operations once etcd refused as many (maxOps; loop-owned).
+func (e *Engine) txnLimits() store.Limits {
+	lim := e.cfg.Limits
+	if e.maxOps > 0 {
+		lim.MaxOps = e.maxOps
+	}
+	return lim
+}
+
+// tooManyOps reports etcd's refusal of a transaction for its number of
+// operations (--max-txn-ops), before applying any of it.
+func tooManyOps(err error) bool {
+	return errors.Is(err, rpctypes.ErrTooManyOps) || errors.Is(err, rpctypes.ErrGRPCTooManyOps)
 }
 
 // refusedWhole reports an error with which etcd (or the gRPC client, before

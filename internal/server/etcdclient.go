@@ -31,6 +31,16 @@ const tlsProbeTimeout = 3 * time.Second
 // (etcd_cert, etcd_key). An endpoint that does not answer yet is not an
 // error: etcd may be starting, and the engine waits for it.
 func NewEtcdClient(cfg config.Server, endpoints []string) (*clientv3.Client, error) {
+	cc, err := etcdClientConfig(cfg, endpoints)
+	if err != nil {
+		return nil, err
+	}
+	return newEtcdClient(cc, cfg.EtcdUsername)
+}
+
+// etcdClientConfig is the client configuration for endpoints: auth, TLS
+// (checked against every https endpoint) and the keep-alives.
+func etcdClientConfig(cfg config.Server, endpoints []string) (clientv3.Config, error) {
 	cc := clientv3.Config{
 		Endpoints:            endpoints,
 		DialTimeout:          5 * time.Second,
@@ -53,35 +63,52 @@ func NewEtcdClient(cfg config.Server, endpoints []string) (*clientv3.Client, err
 		if cfg.EtcdCA != "" {
 			pem, err := os.ReadFile(cfg.EtcdCA)
 			if err != nil {
-				return nil, fmt.Errorf("etcd_ca: %w", err)
+				return cc, fmt.Errorf("etcd_ca: %w", err)
 			}
 			pool := x509.NewCertPool()
 			if !pool.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("etcd_ca %s: no certificate found", cfg.EtcdCA)
+				return cc, fmt.Errorf("etcd_ca %s: no certificate found", cfg.EtcdCA)
 			}
 			tc.RootCAs = pool
 		}
 		if cfg.EtcdCert != "" || cfg.EtcdKey != "" {
 			cert, err := tls.LoadX509KeyPair(cfg.EtcdCert, cfg.EtcdKey)
 			if err != nil {
-				return nil, fmt.Errorf("etcd_cert/etcd_key: %w", err)
+				return cc, fmt.Errorf("etcd_cert/etcd_key: %w", err)
 			}
 			tc.Certificates = []tls.Certificate{cert}
 		}
 		cc.TLS = tc
 		if err := probeTLS(endpoints, tc); err != nil {
-			return nil, err
+			return cc, err
 		}
 	}
+	return cc, nil
+}
+
+func newEtcdClient(cc clientv3.Config, username string) (*clientv3.Client, error) {
 	cli, err := clientv3.New(cc)
 	if err != nil {
 		if errors.Is(err, rpctypes.ErrAuthFailed) || errors.Is(err, rpctypes.ErrGRPCAuthFailed) {
 			return nil, fmt.Errorf("etcd authentication failed for user %q: check etcd_username and etcd_password (env ORION_ETCD_USERNAME, ORION_ETCD_PASSWORD): %w",
-				cfg.EtcdUsername, err)
+				username, err)
 		}
-		return nil, fmt.Errorf("etcd client for %s: %w", strings.Join(endpoints, ","), err)
+		return nil, fmt.Errorf("etcd client for %s: %w", strings.Join(cc.Endpoints, ","), err)
 	}
 	return cli, nil
+}
+
+// memberDialer opens a client to one endpoint with cc's settings: the
+// commit route's connection to etcd's raft leader (store.Route). It gives
+// up sooner than the replica's client: the route falls back to the
+// balanced client meanwhile.
+func memberDialer(cc clientv3.Config) func(endpoint string) (*clientv3.Client, error) {
+	return func(endpoint string) (*clientv3.Client, error) {
+		one := cc
+		one.Endpoints = []string{endpoint}
+		one.DialTimeout = time.Second
+		return newEtcdClient(one, cc.Username)
+	}
 }
 
 // probeTLS checks the TLS handshake with every https endpoint at once and

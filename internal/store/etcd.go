@@ -69,12 +69,17 @@ type WatchEvent struct {
 // Etcd is the store on a real etcd cluster: what the scheduling engine reads
 // and writes, through one client.
 type Etcd struct {
-	cli *clientv3.Client
-	w   *Writer // the current term's; the engine commits one transaction at a time
+	cli    *clientv3.Client
+	commit clientv3.KV // what the leader's transactions go through: cli's, or a Route's
+	w      *Writer     // the current term's
 }
 
 // NewEtcd returns the store on cli. The caller keeps ownership of cli.
-func NewEtcd(cli *clientv3.Client) *Etcd { return &Etcd{cli: cli} }
+func NewEtcd(cli *clientv3.Client) *Etcd { return &Etcd{cli: cli, commit: cli.KV} }
+
+// CommitThrough sends the leader's transactions through kv (a Route's KV)
+// from the next term on. Call it before the engine starts.
+func (s *Etcd) CommitThrough(kv clientv3.KV) { s.commit = kv }
 
 // Client is the underlying etcd client (the HTTP layer reads cluster status
 // with it).
@@ -202,7 +207,7 @@ func (s *Etcd) Begin(fence Fence, entries []core.Entry, lim Limits, term *TermRe
 		extra = append(extra, clientv3.OpPut(LeaderKey, string(rec)))
 	}
 	if s.w == nil || s.w.Fence() != fence {
-		s.w = NewWriter(s.cli.KV, fence)
+		s.w = NewWriter(s.commit, fence)
 	}
 	return etcdPending{p: s.w.Begin(entries, lim, extra...), cli: s.cli}
 }

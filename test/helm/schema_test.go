@@ -46,7 +46,7 @@ func TestSchemaRejects(t *testing.T) {
 		{"long fullname", []string{"--set", "fullnameOverride=" + strings.Repeat("o", 41)}, "fullnameOverride"},
 		// The chart's own checks (templates/_helpers.tpl orion.validate).
 		{"no one runs tasks", []string{"--set", "workers.enabled=false"}, "config.slots"},
-		{"txn larger than etcd allows", []string{"--set", "config.max_txn_ops=256"}, "max_txn_ops"},
+		{"txn larger than etcd allows", []string{"--set", "config.max_txn_ops=2048"}, "max_txn_ops"},
 		{"election below 5 heartbeats", []string{"--set", "etcd.electionMs=100"}, "electionMs"},
 		{"token and existing Secret", []string{"--set", "auth.token=0123456789abcdef0", "--set", "auth.existingSecret=s"}, "not both"},
 		{"TLS on the chart's own etcd", []string{"--set", "etcd.tls.enabled=true", "--set", "etcd.tls.existingSecret=s"}, "etcd.tls"},

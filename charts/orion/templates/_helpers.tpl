@@ -196,7 +196,7 @@ $(POD_IP) are expanded by the kubelet from the env above it.
 
 {{/* Checks that the schema cannot express. */}}
 {{- define "orion.validate" -}}
-{{- if and .Values.etcd.enabled (lt (int .Values.etcd.maxTxnOps) (int .Values.config.max_txn_ops)) }}
+{{- if and .Values.etcd.enabled (gt (int .Values.config.max_txn_ops) 0) (lt (int .Values.etcd.maxTxnOps) (int .Values.config.max_txn_ops)) }}
 {{- fail (printf "config.max_txn_ops (%d) must not exceed etcd.maxTxnOps (%d): every Orion transaction would be refused" (int .Values.config.max_txn_ops) (int .Values.etcd.maxTxnOps)) }}
 {{- end }}
 {{- if and .Values.etcd.enabled (eq (int .Values.etcd.clientPort) (int .Values.etcd.peerPort)) }}

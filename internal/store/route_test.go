@@ -1,0 +1,99 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/orion-sched/orion/internal/core"
+	"github.com/orion-sched/orion/internal/etcdtest"
+	"github.com/orion-sched/orion/internal/testkit"
+)
+
+// raftLeader asks every member which one leads the raft group.
+func raftLeader(t *testing.T, cli *clientv3.Client) string {
+	t.Helper()
+	for _, ep := range cli.Endpoints() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		st, err := cli.Status(ctx, ep)
+		cancel()
+		if err == nil && st.Leader != 0 && st.Leader == st.Header.MemberId {
+			return ep
+		}
+	}
+	return ""
+}
+
+// The leader's transactions go to etcd's raft leader through a connection
+// of their own, and follow it when it changes: the Route finds the new one
+// after the old leader's member stops, and transactions go on meanwhile.
+func TestRouteFollowsTheRaftLeader(t *testing.T) {
+	members, cli := etcdtest.StartCluster(t, 3)
+	byURL := map[string]int{}
+	for i, m := range members {
+		byURL[m.ClientURL()] = i
+	}
+	dial := func(ep string) (*clientv3.Client, error) {
+		return clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: time.Second, Logger: zap.NewNop()})
+	}
+	route := NewRoute(cli, cli.Endpoints(), dial, zap.NewNop())
+	t.Cleanup(route.Close)
+
+	testkit.WaitFor(t, 10*time.Second, "the route pinned to the raft leader", func() bool {
+		p := route.Pinned()
+		return p != "" && p == raftLeader(t, cli)
+	})
+
+	el, err := cli.Put(context.Background(), ElectionPrefix+"/a", "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := NewWriter(route.KV(), Fence{Key: ElectionPrefix + "/a", Rev: el.Header.Revision})
+	commit := func(name string, n int) {
+		t.Helper()
+		// n batches in flight at once, committed in the order begun.
+		var ps []*Pending
+		for i := range n {
+			ps = append(ps, w.Begin([]core.Entry{dagEntry(fmt.Sprintf("%s-%d", name, i), 1)}, DefaultLimits))
+		}
+		errs := make(chan error, n)
+		revs := make([]int64, n)
+		for i, p := range ps {
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				defer cancel()
+				res, err := p.Commit(ctx)
+				if err == nil {
+					revs[i] = res.Revs[0]
+				}
+				errs <- err
+			}()
+		}
+		for range ps {
+			if err := <-errs; err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+		}
+		for i := 1; i < n; i++ {
+			if revs[i] <= revs[i-1] {
+				t.Fatalf("%s: batch %d committed at %d, after batch %d at %d: out of order", name, i, revs[i], i-1, revs[i-1])
+			}
+		}
+	}
+	commit("before", 4)
+
+	old := route.Pinned()
+	if err := members[byURL[old]].Close(); err != nil {
+		t.Logf("closing the raft leader's member: %v", err)
+	}
+	commit("during", 4) // sent while the route still names the stopped member, or looks again
+	testkit.WaitFor(t, 10*time.Second, "the route pinned to the new raft leader", func() bool {
+		p := route.Pinned()
+		return p != "" && p != old && p == raftLeader(t, cli)
+	})
+	commit("after", 4)
+}
