@@ -88,7 +88,15 @@ func (e *Engine) reloadAsync(ctx context.Context, then func(ctx context.Context)
 // onLoaded applies a background reload and runs what waited for it.
 func (e *Engine) onLoaded(ctx context.Context, snap *store.Snapshot) {
 	e.loading = false
-	e.applySnapshot(snap)
+	if e.c.IsLeader() {
+		// Asked for before this replica began to lead: its state, caught
+		// up to the election and applying its own commits since, is the
+		// newer one (the snapshot may lack commits in flight).
+		e.log.Warn("a re-read of etcd finished after this replica began to lead; keeping the leader's state",
+			zap.Int64("revision", snap.Rev), zap.Int64("applied_revision", e.c.Rev()))
+	} else {
+		e.applySnapshot(snap)
+	}
 	then := e.afterLoad
 	e.afterLoad = nil
 	if then != nil {

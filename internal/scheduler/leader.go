@@ -118,6 +118,14 @@ func (e *Engine) stopCampaign() {
 // the oldest, so having applied everything up to etcd's current revision is
 // enough: no full re-read unless the watch cannot catch up.
 func (e *Engine) onElected(ctx context.Context, term store.Term) {
+	if e.term != nil {
+		// Already leading (a drill's quorum loss showed a second election
+		// result reaching a replica that led): catching up again would
+		// stop the leader's state from following and re-read it under it.
+		e.log.Warn("elected while already leading; keeping the current term",
+			zap.Int64("fence_revision", e.term.Fence().Rev), zap.Int64("elected_fence_revision", term.Fence().Rev))
+		return
+	}
 	select {
 	case <-term.Done():
 		e.log.Warn("won an election with a session that is already gone")
@@ -142,6 +150,9 @@ func (e *Engine) onElected(ctx context.Context, term store.Term) {
 // leadIfAlive leads in term after a reload, if the term outlived it;
 // otherwise it follows the log (a new session campaigns again).
 func (e *Engine) leadIfAlive(ctx context.Context, term store.Term) {
+	if e.term != nil {
+		return // leading already, in this term or a later one
+	}
 	select {
 	case <-term.Done():
 		e.log.Warn("the term ended while the state was being re-read")
