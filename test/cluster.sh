@@ -27,7 +27,7 @@
 #
 # Other settings: ORION_BIN (default bin/orion of this repository, built with
 # `go build` when missing), ORION_SERVER_SLOTS (default 0: servers only
-# schedule), ORION_WORKER_SLOTS (default 4).
+# schedule), ORION_WORKER_SLOTS (default 16).
 #
 # Processes run in their own session (Ctrl-C here does not reach them), with
 # every other ORION_* variable removed from their environment. The script only
@@ -42,7 +42,7 @@ BASE=${ORION_CLUSTER_BASE_PORT:-24000}
 BIN=${ORION_BIN:-$REPO/bin/orion}
 [[ $BIN == /* ]] || BIN="$PWD/$BIN"
 SERVER_SLOTS=${ORION_SERVER_SLOTS:-0}
-WORKER_SLOTS=${ORION_WORKER_SLOTS:-4}
+WORKER_SLOTS=${ORION_WORKER_SLOTS:-16}
 HOST=127.0.0.1
 STOP_TIMEOUT=10  # seconds between SIGTERM and SIGKILL
 START_TIMEOUT=60 # seconds to wait for etcd health and server readiness

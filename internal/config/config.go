@@ -24,6 +24,15 @@ import (
 )
 
 // Server is the resolved configuration of one `orion server`.
+// DefaultSlots is how many attempts a worker (or a replica's own executor)
+// runs at once unless told otherwise: Airflow's default worker concurrency.
+// Most tasks of a DAG wait on something else (a database, an API, a
+// cluster), so a slot per core would leave a worker idle; and slots bound
+// the attempts in flight, so with few of them short tasks wait on commits
+// (3 etcd members on one host, 2 workers: 2.3-2.6k noop tasks/s with 4 slots
+// each, 5.7-6.1k with 16).
+const DefaultSlots = 16
+
 type Server struct {
 	Name                 string        `mapstructure:"name" json:"name"`
 	Listen               string        `mapstructure:"listen" json:"listen"`
@@ -126,7 +135,7 @@ var serverFlags = []Flag{
 	{"auth-token", "", "bearer token required on the API (env ORION_AUTH_TOKEN)"},
 	{"insecure-no-auth", false, "allow a non-loopback --listen without a token (logged as a warning: shell tasks mean remote execution)"},
 	{"rate-limit", 5.0, "requests per second per non-loopback client IP"},
-	{"slots", 4, "local executor slots; 0 runs no tasks on this replica"},
+	{"slots", DefaultSlots, "local executor slots; 0 runs no tasks on this replica"},
 	{"labels", "", "labels of this replica's own slots, as pool=gpu,zone=a: tasks that require labels run only on workers that have them"},
 	{"pool-limits", "", "most running tasks per pool, as gpu=2,db=4 (a mapping in the config file); a pool absent or 0 has no limit"},
 	{"max-tasks-per-dag", 1000, "largest DAG accepted"},

@@ -37,7 +37,7 @@ func TestPrecedence(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, err := load(t, "", nil)
-	if err != nil || s.Slots != 4 || s.RetryBase != time.Second || s.Listen != "127.0.0.1:8080" {
+	if err != nil || s.Slots != DefaultSlots || s.RetryBase != time.Second || s.Listen != "127.0.0.1:8080" {
 		t.Fatalf("defaults: %+v %v", s, err)
 	}
 	s, err = load(t, file, nil)

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"net/url"
 	"os"
-	"runtime"
 	"strings"
 
 	"github.com/spf13/pflag"
@@ -57,7 +56,7 @@ var workerSettings = Settings{
 		// error rather than the default.
 		{Name: "server", Default: "", Usage: "comma-separated API URLs of the replicas (env " + EnvServer + "; default " + DefaultServer + "); the worker learns the others from the one it reaches"},
 		{Name: "token", Default: "", Usage: "bearer token of the API (env " + EnvToken + ")"},
-		{Name: "slots", Default: runtime.NumCPU(), Usage: "attempts run at once"},
+		{Name: "slots", Default: DefaultSlots, Usage: "attempts run at once"},
 		{Name: "labels", Default: "", Usage: "the worker's labels, as pool=gpu,zone=a: tasks that require labels (pool: gpu, selector: {...}) run only on workers that have them"},
 		{Name: "name", Default: "", Usage: "worker name; its id is NAME/PID-RANDOM, new at each start (default: host name)"},
 		{Name: "log-dir", Default: "", Usage: "where attempt logs are kept (default <tmp>/orion-logs)"},

@@ -5,7 +5,6 @@ import (
 
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -61,7 +60,7 @@ func TestWorkerPrecedence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(w.Servers) != 1 || w.Servers[0] != DefaultServer || w.Token != "" || w.Slots != runtime.NumCPU() ||
+	if len(w.Servers) != 1 || w.Servers[0] != DefaultServer || w.Token != "" || w.Slots != DefaultSlots ||
 		w.Name != host || w.LogLevel != "info" || w.LogFormat != "console" || w.LogDir != "" {
 		t.Fatalf("defaults: %+v", w)
 	}

@@ -49,14 +49,14 @@ type expect struct {
 
 // matrix: every file in test/helm/values and what it must give.
 var matrix = map[string]expect{
-	"defaults.yaml": {etcd: 3, scheduler: 3, workers: 2, workerSlots: 4,
+	"defaults.yaml": {etcd: 3, scheduler: 3, workers: 2, workerSlots: 16,
 		authSecret: "orion-auth", authKey: "token", chartSecret: true},
-	"external-etcd-tls.yaml": {etcd: 0, etcdTLS: true, etcdAuth: "orion-etcd-auth", scheduler: 3, workers: 2, workerSlots: 4,
+	"external-etcd-tls.yaml": {etcd: 0, etcdTLS: true, etcdAuth: "orion-etcd-auth", scheduler: 3, workers: 2, workerSlots: 16,
 		etcdEndpoints: []string{"https://etcd-a.db.example.internal:2379", "https://etcd-b.db.example.internal:2379", "https://etcd-c.db.example.internal:2379"},
 		authSecret:    "orion-api-token", authKey: "api-token"},
 	"replicas-5.yaml": {etcd: 5, scheduler: 5, advertiseDNS: true, hardAnti: true, workers: 4, workerSlots: 8, workerLabels: "pool=gpu,zone=a",
 		authSecret: "orion-auth", authKey: "token", chartSecret: true},
-	"servicemonitor.yaml": {etcd: 3, scheduler: 3, workers: -1, workerSlots: 4, monitoring: true, active: true,
+	"servicemonitor.yaml": {etcd: 3, scheduler: 3, workers: -1, workerSlots: 16, monitoring: true, active: true,
 		authSecret: "orion-auth", authKey: "token", chartSecret: true},
 	"workers-off.yaml": {etcd: 3, scheduler: 3, workers: 0, slots: 4,
 		authSecret: "orion-auth", authKey: "token", chartSecret: true},
