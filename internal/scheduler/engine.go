@@ -103,7 +103,8 @@ type Engine struct {
 	c             *core.Core
 	session       store.Session
 	term          store.Term
-	campaignStop  context.CancelFunc
+	campaignStop  context.CancelFunc // a campaign runs (nil once the loop took its win)
+	won           store.Term         // a term won and not led yet: it waits for a re-read (onElected)
 	execs         map[string]Worker
 	awaitingAck   []resultRef                  // results reported since the last batch that took every pending entry
 	lateAcks      map[string][]model.AttemptID // durable results of workers whose join the loop has not seen yet
