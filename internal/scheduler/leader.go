@@ -84,13 +84,14 @@ func (e *Engine) startCampaign(ctx context.Context) {
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	e.campaignStop = cancel
-	session := e.session
+	e.campaigns++
+	session, campaign := e.session, e.campaigns
 	go func() {
 		for cctx.Err() == nil {
 			term, err := e.st.Campaign(cctx, session, e.cfg.Node)
 			if err == nil {
 				select {
-				case e.elected <- term:
+				case e.elected <- campaignWin{term: term, campaign: campaign}:
 				case <-cctx.Done():
 					rctx, rcancel := context.WithTimeout(context.Background(), time.Second)
 					_ = term.Resign(rctx)
@@ -126,6 +127,12 @@ func (e *Engine) wonPending() bool {
 	default:
 		return true
 	}
+}
+
+// campaignWin is a campaign's result: the term and which campaign won it.
+type campaignWin struct {
+	term     store.Term
+	campaign uint64
 }
 
 func (e *Engine) stopCampaign() {
