@@ -93,7 +93,7 @@ type Engine struct {
 	m     *metrics.Metrics
 
 	reqs          chan func()
-	elected       chan store.Term
+	elected       chan campaignWin
 	commitDone    chan commitResult
 	suspects      chan string
 	loadDone      chan *store.Snapshot
@@ -103,7 +103,9 @@ type Engine struct {
 	c             *core.Core
 	session       store.Session
 	term          store.Term
-	campaignStop  context.CancelFunc
+	campaignStop  context.CancelFunc // a campaign runs (nil once the loop took its win)
+	campaigns     uint64             // numbers the campaigns started (campaignWin.campaign)
+	won           store.Term         // a term won and not led yet: it waits for a re-read (onElected)
 	execs         map[string]Worker
 	awaitingAck   []resultRef                  // results reported since the last batch that took every pending entry
 	lateAcks      map[string][]model.AttemptID // durable results of workers whose join the loop has not seen yet
@@ -215,7 +217,7 @@ func New(cfg Config, st Store) *Engine {
 		log:           cfg.Logger,
 		m:             cfg.Metrics,
 		reqs:          make(chan func(), 256),
-		elected:       make(chan store.Term, 1),
+		elected:       make(chan campaignWin, 1),
 		commitDone:    make(chan commitResult, cfg.CommitPipeline),
 		suspects:      make(chan string, 4),
 		loadDone:      make(chan *store.Snapshot),
@@ -319,9 +321,14 @@ func (e *Engine) Run(ctx context.Context) error {
 			}
 		case <-e.timer.C():
 			e.fireTimers()
-		case term := <-e.elected:
-			e.campaignStop = nil
-			e.onElected(ctx, term)
+		case w := <-e.elected:
+			if w.campaign == e.campaigns {
+				// The campaign running is over. A win of one stopped
+				// before (its session lost) must not make the loop
+				// forget the one that replaced it.
+				e.campaignStop = nil
+			}
+			e.onElected(ctx, w.term)
 		case <-e.sessionDone():
 			e.onSessionLost(ctx)
 		case name := <-e.suspects:

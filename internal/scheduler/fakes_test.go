@@ -48,6 +48,12 @@ type fakeStore struct {
 	// Load, OpenSession, Commit, TermRecord and Campaign wait for it or
 	// for their context, as requests to an etcd without quorum do.
 	up chan struct{}
+	// loadGate, when set, holds every Load until it is closed (`loads
+	// hold|release`): a re-read that is slow, or waits for quorum, while
+	// the rest of etcd answers.
+	loadGate chan struct{}
+	// wins records every Campaign that returned a term, as name@fence.
+	wins []string
 }
 
 // unavailable waits while etcd is down: nil once it is up, ctx's error if
@@ -61,6 +67,19 @@ func (s *fakeStore) unavailable(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("etcdserver: request timed out (no quorum): %w", ctx.Err())
+	}
+}
+
+// holdLoads makes every Load wait (hold) until the loads are released.
+func (s *fakeStore) holdLoads(hold bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case hold && s.loadGate == nil:
+		s.loadGate = make(chan struct{})
+	case !hold && s.loadGate != nil:
+		close(s.loadGate)
+		s.loadGate = nil
 	}
 }
 
@@ -95,6 +114,16 @@ type fakeWatch struct {
 func (s *fakeStore) Load(ctx context.Context) (*store.Snapshot, error) {
 	if err := s.unavailable(ctx); err != nil {
 		return nil, err
+	}
+	s.mu.Lock()
+	gate := s.loadGate
+	s.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -281,7 +310,11 @@ func (t *fakeTerm) Resign(ctx context.Context) error {
 }
 
 // Campaign wins at once when nobody leads (unless the replica is a loser),
-// otherwise waits for ctx, as a candidate behind a live leader does.
+// otherwise waits for ctx, as a candidate behind a live leader does. A
+// campaign on a session whose election key already leads wins again at
+// once, with the same fence: etcd's election key is the lease's
+// (concurrency.Election.Campaign finds it, keeps its create revision and
+// has no older key to wait for).
 func (s *fakeStore) Campaign(ctx context.Context, session store.Session, name string) (store.Term, error) {
 	fs := session.(*fakeSession)
 	for {
@@ -298,10 +331,17 @@ func (s *fakeStore) Campaign(ctx context.Context, session store.Session, name st
 			up = true
 		default:
 		}
+		if up && s.fenceRev != 0 && s.holder == fs && s.leader == name {
+			t := &fakeTerm{fence: store.Fence{Key: "/orion/v1/election/" + name, Rev: s.fenceRev}, won: time.Now(), session: fs, s: s}
+			s.wins = append(s.wins, fmt.Sprintf("%s@%d", name, s.fenceRev))
+			s.mu.Unlock()
+			return t, nil
+		}
 		if up && s.fenceRev == 0 && !s.loser[name] {
 			s.rev++
 			s.fenceRev, s.leader, s.holder = s.rev, name, fs
 			t := &fakeTerm{fence: store.Fence{Key: "/orion/v1/election/" + name, Rev: s.rev}, won: time.Now(), session: fs, s: s}
+			s.wins = append(s.wins, fmt.Sprintf("%s@%d", name, s.rev))
 			s.mu.Unlock()
 			return t, nil
 		}

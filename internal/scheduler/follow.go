@@ -89,8 +89,11 @@ func (e *Engine) reloadAsync(ctx context.Context, then func(ctx context.Context)
 func (e *Engine) onLoaded(ctx context.Context, snap *store.Snapshot) {
 	e.loading = false
 	if e.c.IsLeader() {
-		// Asked for before this replica began to lead: its state, caught
-		// up to the election and applying its own commits since, is the
+		// Belt-and-braces: a replica begins to lead only from a reload's
+		// continuation or with no reload under way, and no longer takes
+		// a second election result (startCampaign). Were a reload asked
+		// for before it began to lead to land now, its state, caught up
+		// to the election and applying its own commits since, is the
 		// newer one (the snapshot may lack commits in flight).
 		e.log.Warn("a re-read of etcd finished after this replica began to lead; keeping the leader's state",
 			zap.Int64("revision", snap.Rev), zap.Int64("applied_revision", e.c.Rev()))

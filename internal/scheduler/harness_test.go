@@ -58,10 +58,13 @@ import (
 //	lose-lease                  the engine's lease ends (expired or revoked)
 //	etcd down|up                quorum lost (every request waits for it or
 //	                            its deadline) or back
+//	loads hold|release          every read of the whole state (Load) waits
+//	                            until released; the rest of etcd answers
 //	leader-answers yes|no       whether a suspected leader answers when asked
 //	suspect x                   the stream to leader x dropped (SuspectLeader);
 //	                            waits until the depose attempt has ended
 //	election                    who holds the election
+//	campaigns                   every campaign that won, as name@fence
 //	problem                     the problem the replica reports (readyz)
 //	compact                     compact the store's history through its head
 //	close-watch                 every watch channel closes without a word
@@ -70,8 +73,10 @@ import (
 //	finish w1 [outcome=failed]  w1 reports every attempt it runs (and keeps
 //	                            each result until acknowledged; it sends them
 //	                            again when it rejoins a new leader)
-//	wait leader|standby|answer NAME|dag D STATUS|started W N|acked W N|loads N|dags N
-//	                            wait (bounded) until it holds
+//	wait leader|standby|answer NAME|dag D STATUS|started W N|acked W N|loads N|dags N|elected
+//	                            wait (bounded) until it holds (elected: the
+//	                            loop took its campaign's win, and may still
+//	                            wait for a re-read before it leads)
 //	answers                     the answers of the async calls so far
 //	state                       the engine's DAGs and tasks
 //	store                       the store's records
@@ -232,6 +237,8 @@ func (h *engineHarness) run(td *datadriven.TestData) string {
 	case "etcd":
 		// down: quorum lost (requests wait); up: it is back.
 		h.st.setUp(td.CmdArgs[0].Key == "up")
+	case "loads":
+		h.st.holdLoads(td.CmdArgs[0].Key == "hold")
 	case "leader-answers":
 		h.mu.Lock()
 		h.leaderAnswers = td.CmdArgs[0].Key == "yes"
@@ -262,6 +269,11 @@ func (h *engineHarness) run(td *datadriven.TestData) string {
 			return "nobody leads\n"
 		}
 		return "leader=" + h.st.leader + "\n"
+	case "campaigns":
+		h.barrier()
+		h.st.mu.Lock()
+		defer h.st.mu.Unlock()
+		return "won: " + strings.Join(h.st.wins, " ") + "\n"
 	case "compact":
 		h.st.mu.Lock()
 		head := h.st.rev
@@ -570,6 +582,23 @@ func (h *engineHarness) wait(td *datadriven.TestData) {
 	case "loads":
 		n, _ := strconv.Atoi(args[1])
 		h.waitFor(what, func() bool { return h.st.loadCount() >= n })
+	case "elected":
+		// The store's election is n1's, and the loop took the result: no
+		// campaign runs (the loop clears campaignStop when it takes a
+		// win) and none waits in the channel.
+		h.waitFor(what, func() bool {
+			h.st.mu.Lock()
+			won := h.st.leader == "n1"
+			h.st.mu.Unlock()
+			if !won {
+				return false
+			}
+			taken := false
+			_ = h.eng.Query(context.Background(), func(*core.Core) {
+				taken = h.eng.session != nil && h.eng.campaignStop == nil && len(h.eng.elected) == 0
+			})
+			return taken
+		})
 	case "dags":
 		n, _ := strconv.Atoi(args[1])
 		h.waitFor(what, func() bool {

@@ -70,19 +70,28 @@ func (e *Engine) onSessionOpened(ctx context.Context, s store.Session) {
 	e.publishStatus()
 }
 
+// startCampaign campaigns on the current session, unless a campaign runs,
+// this replica leads, or it won a term that waits for a re-read before it
+// leads. The last matters: etcd's election key is the lease's, so a second
+// campaign on the session that won wins again at once, with the same fence,
+// and its result would reach the loop after the replica began to lead on
+// the first (the quorum-loss drill: a resync's continuation, finding its
+// own term over, campaigned again while the new term's win waited behind
+// it for the same re-read).
 func (e *Engine) startCampaign(ctx context.Context) {
-	if e.campaignStop != nil || e.session == nil {
+	if e.campaignStop != nil || e.session == nil || e.term != nil || e.wonPending() {
 		return
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	e.campaignStop = cancel
-	session := e.session
+	e.campaigns++
+	session, campaign := e.session, e.campaigns
 	go func() {
 		for cctx.Err() == nil {
 			term, err := e.st.Campaign(cctx, session, e.cfg.Node)
 			if err == nil {
 				select {
-				case e.elected <- term:
+				case e.elected <- campaignWin{term: term, campaign: campaign}:
 				case <-cctx.Done():
 					rctx, rcancel := context.WithTimeout(context.Background(), time.Second)
 					_ = term.Resign(rctx)
@@ -106,6 +115,26 @@ func (e *Engine) startCampaign(ctx context.Context) {
 	}()
 }
 
+// wonPending reports a term won on a live session and not led yet.
+func (e *Engine) wonPending() bool {
+	if e.won == nil {
+		return false
+	}
+	select {
+	case <-e.won.Done():
+		e.won = nil // its session ended: a new one campaigns afresh
+		return false
+	default:
+		return true
+	}
+}
+
+// campaignWin is a campaign's result: the term and which campaign won it.
+type campaignWin struct {
+	term     store.Term
+	campaign uint64
+}
+
 func (e *Engine) stopCampaign() {
 	if e.campaignStop != nil {
 		e.campaignStop()
@@ -117,30 +146,41 @@ func (e *Engine) stopCampaign() {
 // previous leader's writes all precede the revision at which our key became
 // the oldest, so having applied everything up to etcd's current revision is
 // enough: no full re-read unless the watch cannot catch up.
+//
+// While it waits for a re-read, the won term is e.won, so that nothing
+// campaigns again on its session meanwhile (see startCampaign).
 func (e *Engine) onElected(ctx context.Context, term store.Term) {
 	if e.term != nil {
-		// Already leading (a drill's quorum loss showed a second election
-		// result reaching a replica that led): catching up again would
-		// stop the leader's state from following and re-read it under it.
+		// Belt-and-braces: startCampaign no longer campaigns while a won
+		// term waits or while leading, which is how a second result
+		// reached a leader in the quorum-loss drill. Were one to arrive,
+		// catching up again would stop the leader's state from following
+		// and re-read it under it.
 		e.log.Warn("elected while already leading; keeping the current term",
 			zap.Int64("fence_revision", e.term.Fence().Rev), zap.Int64("elected_fence_revision", term.Fence().Rev))
 		return
 	}
 	select {
 	case <-term.Done():
+		if e.won == term {
+			e.won = nil
+		}
 		e.log.Warn("won an election with a session that is already gone")
 		return
 	default:
 	}
 	if e.loading {
-		// A reload is under way (the watch fell behind compaction): lead
-		// once it is applied.
+		// A reload is under way (a resync's, or the watch fell behind
+		// compaction): lead once it is applied, after what already waits
+		// for it.
+		e.won = term
 		e.reloadAsync(ctx, func(ctx context.Context) { e.onElected(ctx, term) })
 		return
 	}
 	if err := e.catchUp(ctx); err != nil {
 		e.log.Warn("could not catch up through the watch; re-reading etcd", zap.Error(err))
 		e.stopWatch()
+		e.won = term
 		e.reloadAsync(ctx, func(ctx context.Context) { e.leadIfAlive(ctx, term) })
 		return
 	}
@@ -148,10 +188,16 @@ func (e *Engine) onElected(ctx context.Context, term store.Term) {
 }
 
 // leadIfAlive leads in term after a reload, if the term outlived it;
-// otherwise it follows the log (a new session campaigns again).
+// otherwise it follows the log and campaigns again, unless a later term
+// was won meanwhile and waits for the same reload (a resync's term ended
+// with its session, and the new session won): that one leads next, from
+// its own continuation.
 func (e *Engine) leadIfAlive(ctx context.Context, term store.Term) {
 	if e.term != nil {
-		return // leading already, in this term or a later one
+		return // belt-and-braces: nothing leads while a reload's continuations wait
+	}
+	if e.won == term {
+		e.won = nil
 	}
 	select {
 	case <-term.Done():
@@ -166,6 +212,7 @@ func (e *Engine) leadIfAlive(ctx context.Context, term store.Term) {
 func (e *Engine) becomeLeader(term store.Term) {
 	e.stopWatch()
 	e.term = term
+	e.won = nil
 	e.termRecordDue = true
 	e.firstCommitAt = time.Time{}
 	e.execs = make(map[string]Worker)
