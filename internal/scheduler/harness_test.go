@@ -116,6 +116,9 @@ type engineHarness struct {
 	leaderAnswers bool // what the suspected leader says when asked
 	calls         sync.WaitGroup
 	maxOps        int // the engine's max_txn_ops (start max-ops=N; 0: the default)
+	opsMu         sync.Mutex
+	opsRefused    int // transactions refused by hook members-max-ops
+	opsLargest    int // the most entries of one it accepted
 }
 
 const harnessWait = 10 * time.Second
@@ -337,6 +340,10 @@ func (h *engineHarness) run(td *datadriven.TestData) string {
 		h.barrier()
 	case "wait":
 		h.wait(td)
+	case "ops-refusals":
+		h.opsMu.Lock()
+		defer h.opsMu.Unlock()
+		return fmt.Sprintf("refused=%d largest_accepted=%d", h.opsRefused, h.opsLargest)
 	case "answers":
 		h.calls.Wait()
 		h.mu.Lock()
@@ -485,9 +492,13 @@ func (h *engineHarness) hook(kind string) {
 		// transaction of more than 3 entries (and its marker) is refused
 		// whole, from now on.
 		h.st.setCommitHook(func(entries []core.Entry) (bool, error) {
+			h.opsMu.Lock()
+			defer h.opsMu.Unlock()
 			if len(entries) > 3 {
+				h.opsRefused++
 				return false, rpctypes.ErrGRPCTooManyOps
 			}
+			h.opsLargest = max(h.opsLargest, len(entries))
 			return true, nil
 		})
 	case "fenced":
@@ -578,6 +589,15 @@ func (h *engineHarness) wait(td *datadriven.TestData) {
 			w.mu.Lock()
 			defer w.mu.Unlock()
 			return w.acks >= n
+		})
+	case "pending":
+		// At least N proposals wait for a transaction (the submissions
+		// before it reached the loop).
+		n, _ := strconv.Atoi(args[1])
+		h.waitFor(what, func() bool {
+			got := 0
+			_ = h.eng.Query(context.Background(), func(*core.Core) { got = len(h.eng.pending) })
+			return got >= n
 		})
 	case "loads":
 		n, _ := strconv.Atoi(args[1])
