@@ -133,6 +133,8 @@ type Engine struct {
 	afterLoad     func(ctx context.Context) // what waits for it
 	opening       bool                      // a background session open runs (openSessionAsync)
 	resyncTerm    store.Term                // the term a resync will lead on, if it lives
+	retiring      bool                      // Retire was called: never campaign again
+	retireReq     chan chan struct{}        // Retire's requests
 	prevLeader    string                    // leader of the term before ours, from its term record
 
 	status  atomic.Pointer[Status]
@@ -218,6 +220,7 @@ func New(cfg Config, st Store) *Engine {
 		m:             cfg.Metrics,
 		reqs:          make(chan func(), 256),
 		elected:       make(chan campaignWin, 1),
+		retireReq:     make(chan chan struct{}),
 		commitDone:    make(chan commitResult, cfg.CommitPipeline),
 		suspects:      make(chan string, 4),
 		loadDone:      make(chan *store.Snapshot),
@@ -278,6 +281,9 @@ func (e *Engine) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			e.shutdown()
 			return nil
+		case ack := <-e.retireReq:
+			e.retire(ctx)
+			close(ack)
 		case <-e.crash:
 			// As kill -9 would: no commit drained, no resign; the lease is
 			// left to expire and the state in memory is dropped with us.

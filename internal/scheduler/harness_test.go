@@ -340,6 +340,10 @@ func (h *engineHarness) run(td *datadriven.TestData) string {
 		h.barrier()
 	case "wait":
 		h.wait(td)
+	case "retire":
+		if err := h.eng.Retire(context.Background()); err != nil {
+			return "error: " + err.Error()
+		}
 	case "ops-refusals":
 		h.opsMu.Lock()
 		defer h.opsMu.Unlock()

@@ -79,7 +79,7 @@ func (e *Engine) onSessionOpened(ctx context.Context, s store.Session) {
 // own term over, campaigned again while the new term's win waited behind
 // it for the same re-read).
 func (e *Engine) startCampaign(ctx context.Context) {
-	if e.campaignStop != nil || e.session == nil || e.term != nil || e.wonPending() {
+	if e.campaignStop != nil || e.session == nil || e.term != nil || e.wonPending() || e.retiring {
 		return
 	}
 	cctx, cancel := context.WithCancel(ctx)
@@ -693,6 +693,53 @@ func (e *Engine) depose(ctx context.Context, name string) {
 		}
 		_ = e.do(ctx, func() { e.deposing = false })
 	}()
+}
+
+// Retire hands leadership over ahead of a shutdown: the replica finishes
+// its commits in flight, resigns (a standby's campaign wins at once) and
+// never campaigns again, but goes on following the log. Its API then goes
+// on serving while it drains, forwarding writes to the new leader, instead
+// of refusing them until the process exits. Retire returns once the term
+// is resigned (or was not held).
+func (e *Engine) Retire(ctx context.Context) error {
+	ack := make(chan struct{})
+	select {
+	case e.retireReq <- ack:
+	case <-e.done:
+		return ErrStopped
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case <-ack:
+		return nil
+	case <-e.done:
+		return ErrStopped
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (e *Engine) retire(ctx context.Context) {
+	e.retiring = true
+	e.stopCampaign()
+	e.won = nil
+	term := e.term
+	if term == nil {
+		return
+	}
+	e.log.Info("handing leadership over before shutting down")
+	e.drainCommit()
+	e.leaveLeadership(ErrNotLeader)
+	e.startWatch(ctx)
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	if err := term.Resign(rctx); err != nil {
+		e.log.Warn("resign failed; the lease will expire", zap.Error(err))
+	} else {
+		e.log.Info("resigned leadership")
+	}
+	cancel()
+	e.publishStatus()
 }
 
 // shutdown finishes the commit in flight and resigns, so a standby can take

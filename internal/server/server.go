@@ -50,6 +50,7 @@ type Server struct {
 
 	log       *zap.Logger
 	route     *store.Route // the leader's transactions to etcd's raft leader
+	view      *leaderView  // who leads, which replicas are registered
 	agent     *workerstream.Agent
 	labeler   *kubelabel.Labeler
 	http      *http.Server
@@ -198,6 +199,7 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 			zap.Duration("orphan_grace", cfg.OrphanGrace), zap.Duration("reconnect_bound", workerstream.ReconnectBound))
 	}
 	view := newLeaderView(s.Client, log.Named("view"))
+	s.view = view
 	info := &clusterInfo{cli: s.Client, view: view}
 	s.Hub = workerstream.NewHub(workerstream.HubConfig{
 		Leader:         cfg.Name,
@@ -404,8 +406,18 @@ func WorkerID(node string) string {
 func (s *Server) Wait() <-chan error { return s.engineCh }
 
 // Shutdown stops accepting requests, lets the engine finish its commit in
-// flight and resign leadership, stops the executor and etcd.
+// flight and resign leadership, stops the executor and etcd. A leader with
+// other replicas registered hands leadership over first (Engine.Retire),
+// so that while its API drains (up to 5 s, event streams included) the
+// writes that reach it are forwarded to the new leader instead of refused.
 func (s *Server) Shutdown(ctx context.Context) error {
+	if v, known := s.view.snapshot(); known && len(v.Replicas) > 1 {
+		rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		if err := s.ref.Get().Retire(rctx); err != nil {
+			s.log.Warn("could not hand leadership over before shutting down", zap.Error(err))
+		}
+		cancel()
+	}
 	hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	_ = s.http.Shutdown(hctx)
 	cancel()

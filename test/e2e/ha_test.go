@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -578,4 +579,56 @@ func TestStandbyPausesDeposeNobody(t *testing.T) {
 		t.Errorf("%s never suspected the leader across 3 pauses (no \"the leader answers\" in %s): the test proves nothing", standby.Name, standby.LogPath)
 	}
 	c.CheckTaskLoad(&load, 2*time.Minute)
+}
+
+// SIGTERM to a leader hands leadership over before its API drains: with an
+// event stream open on it, its HTTP server waits up to 5 s for that stream
+// while shutting down, and all that time the cluster must take writes.
+// Before the leader resigned first, writes through the other replicas were
+// refused until the old process had drained and exited.
+func TestGracefulLeaderHandsOverBeforeDraining(t *testing.T) {
+	c := cluster.New(t, cluster.Options{})
+	old, _ := c.Leader()
+
+	// An event stream on the leader: its server's Shutdown waits for it.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, "GET", old.URL+"/api/v1/events", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("event stream: %d", resp.StatusCode)
+	}
+	if _, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil {
+		t.Fatalf("event stream: %v", err)
+	}
+
+	t0 := time.Now()
+	old.Signal(syscall.SIGTERM)
+	var other *cluster.Server
+	for _, s := range c.Servers {
+		if s != old {
+			other = s
+			break
+		}
+	}
+	c.Submit(other.URL, map[string]any{"id": "handover", "tasks": []map[string]any{{"id": "a", "type": "noop"}}})
+	accepted := time.Since(t0)
+	if !old.Running() {
+		t.Fatalf("a write was accepted only %v after SIGTERM, once the old leader %s had exited: it did not hand leadership over before draining", accepted, old.Name)
+	}
+	nl, me := c.AwaitNewLeader(old.Name, t0, 30*time.Second)
+	t.Logf("SIGTERM to leader %s: %s leads (first commit %v after the signal); a write through %s accepted %v after it, while %s drained",
+		old.Name, nl.Name, me.FirstCommitAt.Sub(t0).Round(time.Millisecond), other.Name, accepted.Round(time.Millisecond), old.Name)
+	c.WaitDAGs([]string{"handover"}, 30*time.Second)
+	cancel()
+	if !old.Wait(30 * time.Second) {
+		t.Fatalf("%s still running 30 s after SIGTERM", old.Name)
+	}
 }
