@@ -104,6 +104,8 @@ func (o *Options) defaults() {
 func Run(ctx context.Context, o Options) (*Result, error) {
 	o.defaults()
 	res := &Result{OfferedRate: o.Rate, Slots: o.Slots, GOMAXPROCS: runtime.GOMAXPROCS(0)}
+	var load MachineLoad
+	load.start()
 	if o.DataDir == "" {
 		dir, err := os.MkdirTemp("", "orion-bench-")
 		if err != nil {
@@ -170,6 +172,8 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return nil, err
 	}
 	res.DispatchP50Ms, res.DispatchP99Ms = lat.quantile(0.50), lat.quantile(0.99)
+	load.end()
+	res.MachineLoad = load
 	return res, nil
 }
 
