@@ -48,12 +48,12 @@ type ClusterOptions struct {
 
 // ClusterResult is what `orion bench --server ... --json` prints.
 type ClusterResult struct {
-	Mode                string   `json:"mode"`
-	EtcdPutsPerSec      float64  `json:"etcd_puts_per_sec"`
-	EtcdPutsPerSec4     float64  `json:"etcd_puts_per_sec_4_in_flight"`
-	TasksPerSec         float64  `json:"tasks_per_sec"`
-	RatioToEtcd         float64  `json:"ratio_to_etcd"`
-	RatioToEtcd4        float64  `json:"ratio_to_etcd_4_in_flight"` // tasks/s over raw puts/s with 4 transactions in flight
+	Mode            string  `json:"mode"`
+	EtcdPutsPerSec  float64 `json:"etcd_puts_per_sec"`
+	EtcdPutsPerSec4 float64 `json:"etcd_puts_per_sec_4_in_flight"`
+	TasksPerSec     float64 `json:"tasks_per_sec"`
+	RatioToEtcd     float64 `json:"ratio_to_etcd"`
+	RatioToEtcd4    float64 `json:"ratio_to_etcd_4_in_flight"` // tasks/s over raw puts/s with 4 transactions in flight
 	MachineLoad
 	ChainMsPerStep      float64  `json:"chain_ms_per_step"`
 	Tasks               int      `json:"tasks"`
