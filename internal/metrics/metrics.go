@@ -27,6 +27,7 @@ type Metrics struct {
 	DispatchLatency  prometheus.Histogram
 	CommitLatency    prometheus.Histogram
 	BatchSize        prometheus.Histogram
+	CommitResends    prometheus.Counter
 	IsLeader         prometheus.Gauge
 	LeaderChanges    prometheus.Counter
 	TakeoverSeconds  prometheus.Gauge
@@ -76,6 +77,7 @@ func New() *Metrics {
 	r.MustRegister(m.TasksByStatus)
 	m.DispatchLatency = f.histogram("orion_dispatch_latency_seconds", "Time from a task becoming ready to its attempt being started.", prometheus.ExponentialBuckets(0.0001, 2, 18))
 	m.CommitLatency = f.histogram("orion_commit_latency_seconds", "Time to commit one batch of log entries to etcd.", prometheus.ExponentialBuckets(0.0001, 2, 18))
+	m.CommitResends = f.counter("orion_commit_resends_total", "Transactions etcd applied after their successor in the chain, which it then refused and which were sent again (commit_pipeline above 1): a raft round each.")
 	m.BatchSize = f.histogram("orion_commit_batch_entries", "Log entries per commit.", prometheus.ExponentialBuckets(1, 2, 11))
 	m.IsLeader = f.gauge("orion_is_leader", "1 while this replica is the leader.")
 	m.LeaderChanges = f.counter("orion_leader_changes_total", "Times this replica became leader.")

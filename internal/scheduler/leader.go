@@ -339,6 +339,7 @@ const commitTimeout = 1500 * time.Millisecond
 func (e *Engine) applyCommitted(cr commitResult) {
 	e.m.CommitLatency.Observe(e.clock.Now().Sub(cr.started).Seconds())
 	e.m.BatchSize.Observe(float64(len(cr.batch)))
+	e.m.CommitResends.Add(float64(cr.res.Resent))
 	e.commits.Add(int64(cr.res.Txns))
 	e.entries.Add(int64(len(cr.res.Revs)))
 	for i, rev := range cr.res.Revs {

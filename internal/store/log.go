@@ -95,8 +95,9 @@ func (l Limits) EntryOps() int { return max(1, l.MaxOps-1) }
 
 // Committed reports the revision at which each entry was committed.
 type Committed struct {
-	Revs []int64 // parallel to the entries given to Commit
-	Txns int     // transactions used
+	Revs   []int64 // parallel to the entries given to Commit
+	Txns   int     // transactions used
+	Resent int     // transactions refused because they reached etcd before their predecessor, and sent again
 }
 
 // Commit writes entries in order, in as few fenced transactions as the limits
@@ -289,7 +290,8 @@ func (p *Pending) Commit(ctx context.Context) (Committed, error) {
 		return out, p.err
 	}
 	for i, t := range p.slots {
-		rev, after, err := p.w.send(ctx, t)
+		rev, after, resent, err := p.w.send(ctx, t)
+		out.Resent += resent
 		if err != nil {
 			// NOSPACE refuses the whole transaction before applying it: a
 			// known outcome, unlike a timeout, so it gets its own type.
@@ -343,8 +345,14 @@ func (w *Writer) expectAfter(ctx context.Context, prev *txnSlot) (string, error)
 }
 
 // send commits t, sending it again while its outcome is unknown, and
-// returns the revision it committed at and CommitKey's value after it.
-func (w *Writer) send(ctx context.Context, t *txnSlot) (int64, string, error) {
+// returns the revision it committed at, CommitKey's value after it, and
+// whether it was sent again for arriving before its predecessor.
+func (w *Writer) send(ctx context.Context, t *txnSlot) (rev int64, after string, resent int, err error) {
+	rev, after, err = w.sendOnce(ctx, t, &resent)
+	return rev, after, resent, err
+}
+
+func (w *Writer) sendOnce(ctx context.Context, t *txnSlot, resent *int) (int64, string, error) {
 	prev := t.prev
 	if prev != nil && prev.marker == "" {
 		// A predecessor that sets no marker cannot order what follows it:
@@ -407,6 +415,7 @@ func (w *Writer) send(ctx context.Context, t *txnSlot) (int64, string, error) {
 					return 0, "", &PredecessorError{Err: prev.err}
 				}
 				waited = true
+				*resent = 1
 				attempt = firstAttempt / 2
 				continue
 			case t.marker != "" && w.later(cur, t.marker):

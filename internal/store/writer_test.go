@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/orion-sched/orion/internal/core"
 	"github.com/orion-sched/orion/internal/etcdtest"
+	"github.com/orion-sched/orion/internal/testkit"
 )
 
 // lossyKV loses the answer of the first transaction, as an etcd leader that
@@ -56,6 +59,33 @@ func (t *lossyTxn) Commit() (*clientv3.TxnResponse, error) {
 		t.k.late = t.inner.Commit
 	}
 	return nil, context.DeadlineExceeded
+}
+
+// refusalKV counts the transactions etcd refused (a compare failed).
+type refusalKV struct {
+	clientv3.KV
+	refused atomic.Int64
+}
+
+func (k *refusalKV) Txn(ctx context.Context) clientv3.Txn {
+	return &refusalTxn{k: k, inner: k.KV.Txn(ctx)}
+}
+
+type refusalTxn struct {
+	k     *refusalKV
+	inner clientv3.Txn
+}
+
+func (t *refusalTxn) If(cs ...clientv3.Cmp) clientv3.Txn   { t.inner = t.inner.If(cs...); return t }
+func (t *refusalTxn) Then(ops ...clientv3.Op) clientv3.Txn { t.inner = t.inner.Then(ops...); return t }
+func (t *refusalTxn) Else(ops ...clientv3.Op) clientv3.Txn { t.inner = t.inner.Else(ops...); return t }
+
+func (t *refusalTxn) Commit() (*clientv3.TxnResponse, error) {
+	resp, err := t.inner.Commit()
+	if err == nil && !resp.Succeeded {
+		t.k.refused.Add(1)
+	}
+	return resp, err
 }
 
 // A transaction whose answer is lost is sent again and commits exactly once,
@@ -148,7 +178,8 @@ func TestWriterPipelinesInOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := NewWriter(cli.KV, Fence{Key: ElectionPrefix + "/a", Rev: el.Header.Revision})
+	kv := &refusalKV{KV: cli.KV}
+	w := NewWriter(kv, Fence{Key: ElectionPrefix + "/a", Rev: el.Header.Revision})
 	first := w.Begin([]core.Entry{dagEntry("first", 1)}, DefaultLimits)
 	second := w.Begin([]core.Entry{dagEntry("second", 1)}, DefaultLimits)
 	done := make(chan error, 1)
@@ -159,6 +190,7 @@ func TestWriterPipelinesInOrder(t *testing.T) {
 		done <- err
 	}()
 	// The second is refused until the first applies: it waits for it.
+	testkit.WaitFor(t, 10*time.Second, "etcd refusing the second batch", func() bool { return kv.refused.Load() >= 1 })
 	select {
 	case err := <-done:
 		t.Fatalf("the second batch finished before the first was sent: %v", err)
@@ -173,6 +205,9 @@ func TestWriterPipelinesInOrder(t *testing.T) {
 	}
 	if secondRes.Revs[0] <= firstRes.Revs[0] {
 		t.Fatalf("second committed at %d, not after the first at %d", secondRes.Revs[0], firstRes.Revs[0])
+	}
+	if firstRes.Resent != 0 || secondRes.Resent != 1 {
+		t.Fatalf("sent again: first %d, second %d; want 0 and 1", firstRes.Resent, secondRes.Resent)
 	}
 
 	// An earlier batch refused (here: too many operations for etcd) fails
