@@ -28,26 +28,50 @@ const outputDrain = time.Second
 
 // createLog creates (truncating) the log file of an attempt and its dirs.
 func (l *Local) createLog(id model.AttemptID) (*os.File, error) {
-	p := l.LogPath(id)
+	return createLog(l.LogPath(id))
+}
+
+func createLog(p string) (*os.File, error) {
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		return nil, err
 	}
 	return os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
 }
 
-// outputWriter tees an attempt's output to its log file and tail. A failing
-// log write (disk full) does not stop the tail nor the process.
+// outputWriter tees an attempt's output to its log file and tail. The log
+// file (and its directory) is created at the first byte of output, from the
+// goroutine that copies it, so that it overlaps the running process rather
+// than delaying its fork, and an attempt that prints nothing creates no file
+// at all. A new file is the most expensive thing an attempt did besides the
+// fork: an inode and, for a task's first attempt, a directory, 0.2-0.7 ms
+// each on the ext4 without journal of our hosts (the kernel skips every inode
+// freed in the last minute, so the cost grows with the files the machine has
+// recently removed), against ~0.6 ms for the whole `sh -c true`. OpenLog
+// reports a missing log as "no output", which is what it then is. A log that
+// cannot be created or written (disk full) does not stop the tail nor the
+// process.
 type outputWriter struct {
-	f      *os.File
+	path   string
+	f      *os.File // nil until the first output
 	logErr error
 	tail   tailBuffer
 }
 
 func (w *outputWriter) Write(p []byte) (int, error) {
-	if w.logErr == nil {
+	if w.f == nil && w.logErr == nil && len(p) > 0 {
+		w.f, w.logErr = createLog(w.path)
+	}
+	if w.logErr == nil && w.f != nil {
 		_, w.logErr = w.f.Write(p)
 	}
 	return w.tail.Write(p)
+}
+
+// close closes the log file, if there is one.
+func (w *outputWriter) close() {
+	if w.f != nil {
+		w.f.Close()
+	}
 }
 
 // env is the server environment, then the task's Env (sorted, so repeated
@@ -77,13 +101,17 @@ func (l *Local) env(a model.Attempt) []string {
 // reaped we can kill what is left of its group (background children holding
 // the pipe) and never wait on their output.
 func (l *Local) runShell(ctx context.Context, a model.Attempt, r *model.Result) {
-	f, err := l.createLog(a.AttemptID)
-	if err != nil {
-		r.Outcome, r.Error = model.Failed, "open log: "+err.Error()
+	// The log is created at the first output (outputWriter). A log left at
+	// this path by an earlier run of the same attempt id goes now, so that
+	// it is never taken for this attempt's; ENOENT, the usual case, costs a
+	// path lookup.
+	logPath := l.LogPath(a.AttemptID)
+	if err := syscall.Unlink(logPath); err != nil && err != syscall.ENOENT {
+		r.Outcome, r.Error = model.Failed, "open log: remove "+logPath+": "+err.Error()
 		return
 	}
-	defer f.Close()
-	out := &outputWriter{f: f}
+	out := &outputWriter{path: logPath}
+	defer out.close()
 	defer func() { r.OutputTail = out.tail.String() }()
 	startFailed := func(err error) {
 		r.Outcome, r.Error = model.Failed, "start: "+err.Error()
@@ -116,7 +144,7 @@ func (l *Local) runShell(ctx context.Context, a model.Attempt, r *model.Result) 
 	// that is logged.
 	var rec *reap.Pending
 	if l.journal != nil {
-		if rec, err = l.journal.Begin(a.AttemptID.String(), f.Name()); err == nil {
+		if rec, err = l.journal.Begin(a.AttemptID.String(), logPath); err == nil {
 			defer rec.Done()
 			cmd.Env = append(cmd.Env, reap.MarkEnv+"="+rec.Mark)
 		} else {

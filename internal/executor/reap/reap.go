@@ -493,12 +493,15 @@ func (k Killed) what() string {
 }
 
 // NoteInLog appends a line to an attempt's log, so that whoever reads it
-// learns why its output stops.
+// learns why its output stops. It creates the log (and its dir) when the
+// attempt had written nothing, for the executor creates a log at the
+// attempt's first output.
 func NoteInLog(path, line string) {
 	if path == "" {
 		return
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	os.MkdirAll(filepath.Dir(path), 0o755)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 	if err != nil {
 		return
 	}
