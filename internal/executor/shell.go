@@ -126,9 +126,9 @@ func (l *Local) runShell(ctx context.Context, a model.Attempt, r *model.Result) 
 	cmd.Env = l.env(a)
 	cmd.Dir = a.Spec.Workdir
 	// Pdeathsig: the shell dies with this process even when the reaper
-	// cannot kill its group (see package reap); spawnShell forks it from a
-	// thread that lives as long as the process, for the signal fires when
-	// the forking thread exits.
+	// cannot kill its group (see package reap). It fires when the forking
+	// thread exits, so startPinned keeps this goroutine on that thread until
+	// the shell is reaped.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	pr, pw, err := os.Pipe()
 	if err != nil {
@@ -152,7 +152,7 @@ func (l *Local) runShell(ctx context.Context, a model.Attempt, r *model.Result) 
 				zap.Stringer("attempt", a.AttemptID), zap.Error(err))
 		}
 	}
-	err = spawnShell(cmd)
+	err = startPinned(cmd)
 	pw.Close() // the children hold it now
 	if err != nil {
 		pr.Close()
@@ -172,23 +172,9 @@ func (l *Local) runShell(ctx context.Context, a model.Attempt, r *model.Result) 
 		defer close(copied)
 		io.Copy(out, pr)
 	}()
-	waited := make(chan error, 1)
-	go func() { waited <- cmd.Wait() }()
+	werr := l.waitShell(ctx, cmd, pgid)
+	runtime.UnlockOSThread() // startPinned's: the shell is reaped
 
-	var werr error
-	select {
-	case werr = <-waited:
-	case <-ctx.Done():
-		syscall.Kill(-pgid, syscall.SIGTERM)
-		grace := time.NewTimer(l.killGrace)
-		select {
-		case werr = <-waited:
-			grace.Stop()
-		case <-grace.C:
-			syscall.Kill(-pgid, syscall.SIGKILL)
-			werr = <-waited
-		}
-	}
 	// The leader is gone; whatever is left of its group goes too. (ESRCH
 	// when the group is empty.)
 	syscall.Kill(-pgid, syscall.SIGKILL)
@@ -223,35 +209,65 @@ func (l *Local) runShell(ctx context.Context, a model.Attempt, r *model.Result) 
 	}
 }
 
-// spawns carries shell starts to the spawner goroutine.
-var (
-	spawns     = make(chan spawnRequest)
-	spawnerRun sync.Once
-)
-
-type spawnRequest struct {
-	cmd  *exec.Cmd
-	done chan error
+// startPinned starts cmd from the calling goroutine's OS thread and, if it
+// started, leaves the goroutine locked to that thread: the caller unlocks it
+// (runtime.UnlockOSThread) once cmd has been reaped, and not before.
+//
+// A parent-death signal (Pdeathsig) fires when the thread that forked the
+// child exits, not the process (golang/go#27505), and the Go runtime ends a
+// thread whose locked goroutine exits, which any library may cause: a child
+// forked by a goroutine free to move on dies whenever the thread it was
+// forked from is later used that way. Locked from the fork until the child
+// is reaped, the forking goroutine is the only one its thread runs, so
+// nothing ends the thread while the child lives. (A goroutine locked for the
+// life of the process, forking every shell for the others, does the same at
+// the cost of two thread hand-offs per attempt: ~45 µs of CPU here.) Until
+// it unlocks, the caller should block only in system calls (waitid), not on
+// channels: a locked goroutine that parks costs a thread switch each way.
+func startPinned(cmd *exec.Cmd) error {
+	runtime.LockOSThread()
+	if err := cmd.Start(); err != nil {
+		runtime.UnlockOSThread()
+		return err
+	}
+	return nil
 }
 
-// spawnShell starts cmd from one goroutine locked to its OS thread for the
-// life of the process. A parent-death signal (Pdeathsig) is delivered when
-// the thread that forked the child exits, not the process (golang/go#27505):
-// forked from an ordinary goroutine, a task could be killed whenever the Go
-// runtime retires the thread it happened to run on (it does so for a thread
-// whose locked goroutine exits, which any library may cause). This thread
-// never exits. The cost is a hand-over between two goroutines per start;
-// forks are serialised anyway (syscall.ForkLock).
-func spawnShell(cmd *exec.Cmd) error {
-	spawnerRun.Do(func() {
-		go func() {
-			runtime.LockOSThread() // never unlocked: the thread lives while the process does
-			for r := range spawns {
-				r.done <- r.cmd.Start()
+// waitShell reaps the shell, the leader of process group pgid; if ctx ends
+// first, the group gets SIGTERM, and SIGKILL after killGrace. It waits on the
+// calling goroutine, which runShell needs (that goroutine keeps its thread
+// until the shell is reaped), and reacts to ctx in a callback, which costs
+// nothing unless ctx ends, where a goroutine selecting on ctx and on the
+// wait would cost a goroutine and a wake-up per attempt. No signal goes to
+// pgid from here once the shell has been reaped.
+func (l *Local) waitShell(ctx context.Context, cmd *exec.Cmd, pgid int) error {
+	var (
+		mu     sync.Mutex
+		reaped bool
+		grace  *time.Timer
+	)
+	stop := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if reaped {
+			return
+		}
+		syscall.Kill(-pgid, syscall.SIGTERM)
+		grace = time.AfterFunc(l.killGrace, func() {
+			mu.Lock()
+			defer mu.Unlock()
+			if !reaped {
+				syscall.Kill(-pgid, syscall.SIGKILL)
 			}
-		}()
+		})
 	})
-	r := spawnRequest{cmd: cmd, done: make(chan error, 1)}
-	spawns <- r
-	return <-r.done
+	err := cmd.Wait()
+	stop()
+	mu.Lock()
+	reaped = true
+	if grace != nil {
+		grace.Stop()
+	}
+	mu.Unlock()
+	return err
 }

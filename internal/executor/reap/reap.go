@@ -42,7 +42,7 @@
 //     idle reaper then holds ~1.6 MB of anonymous memory; the rest of its
 //     ~15 MB RSS is the binary's pages, shared with the worker.
 //
-//  3. A parent-death signal on the shell itself (executor's spawnShell):
+//  3. A parent-death signal on the shell itself (executor's startPinned):
 //     SIGKILL when the worker dies, in case the reaper is not there (killed
 //     along with the worker, or failing to start).
 //
