@@ -447,10 +447,10 @@ func (l *Local) drainOverflow() {
 }
 
 // OpenLog opens the full output of an attempt. When this executor has no log
-// for it (a noop task, an attempt that ran elsewhere, or a log removed since)
-// the error wraps os.ErrNotExist; callers should present that as "no output"
-// rather than as a failure. The log of a running attempt can be read while it
-// grows.
+// for it (a noop task, a shell attempt that has printed nothing, an attempt
+// that ran elsewhere, or a log removed since) the error wraps
+// os.ErrNotExist; callers should present that as "no output" rather than as
+// a failure. The log of a running attempt can be read while it grows.
 func (l *Local) OpenLog(id model.AttemptID) (io.ReadCloser, error) {
 	f, err := os.Open(l.LogPath(id))
 	if err != nil {

@@ -645,6 +645,58 @@ func TestOpenLogMissing(t *testing.T) {
 	}
 }
 
+// A shell attempt's log is created at its first output: one that prints
+// nothing has none (OpenLog: "no output"), and a log left at its path by an
+// earlier run of the same attempt id is not taken for its own.
+func TestShellLogCreatedAtFirstOutput(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, 1)
+	silent := h.start(shell("sleep 0.2"))
+	if r := h.wait(silent, bound); r.Outcome != model.Succeeded || r.OutputTail != "" {
+		t.Fatalf("result %+v", r)
+	}
+	if _, err := h.l.OpenLog(silent); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("log of a silent attempt: %v", err)
+	}
+	if _, err := os.Stat(filepath.Dir(h.l.LogPath(silent))); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("dir of a silent attempt's log: %v", err)
+	}
+
+	// Late output still lands in a log, in a dir created for it.
+	late := h.start(shell("sleep 0.2; echo late"))
+	if r := h.wait(late, bound); r.Outcome != model.Succeeded {
+		t.Fatalf("result %+v", r)
+	}
+	if got := h.logOf(late); got != "late\n" {
+		t.Errorf("log %q", got)
+	}
+
+	// The same attempt ids again: the earlier logs go, silent or not.
+	stale := h.l.LogPath(silent)
+	if err := os.MkdirAll(filepath.Dir(stale), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(stale, []byte("stale\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		id        model.AttemptID
+		cmd, want string
+	}{{silent, "true", ""}, {late, "echo again", "again\n"}} {
+		h.l.Start(model.Attempt{AttemptID: c.id, Spec: model.Task{ID: c.id.Task, Kind: model.KindShell, Command: c.cmd}})
+		delete(h.seen, c.id)
+		if r := h.wait(c.id, bound); r.Outcome != model.Succeeded {
+			t.Fatalf("result %+v", r)
+		}
+		b, err := os.ReadFile(h.l.LogPath(c.id))
+		if c.want == "" && !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s: log %q, %v; want none", c.cmd, b, err)
+		} else if c.want != "" && string(b) != c.want {
+			t.Errorf("%s: log %q, %v; want %q", c.cmd, b, err, c.want)
+		}
+	}
+}
+
 func TestLogPathUnsafeNames(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, 1)

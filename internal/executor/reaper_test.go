@@ -2,13 +2,13 @@ package executor
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -265,53 +265,88 @@ func TestStartKillsWhatADeadWorkerLeft(t *testing.T) {
 	}
 }
 
-// golang/go#27505: a parent-death signal fires when the forking thread
-// exits. A goroutine that ends while locked to its thread ends the thread;
-// a child it forked itself dies then (the control), the shell it had
-// spawnShell fork must not.
-func TestShellSurvivesTheThreadThatAskedForIt(t *testing.T) {
+// golang/go#27505: a parent-death signal fires when the thread that forked
+// the child exits, and the Go runtime ends a thread whose locked goroutine
+// exits (the control shows both). startPinned keeps the forking goroutine on
+// the thread it forked from, so no other goroutine can end that thread while
+// the child lives: here the goroutine parks again and again while threads
+// end around it, and stays on its thread, and its child lives.
+func TestShellSurvivesThreadsEnding(t *testing.T) {
 	t.Parallel()
-	start := func(fork func(*exec.Cmd) error) (*exec.Cmd, error) {
+	sleeper := func() *exec.Cmd {
 		cmd := exec.Command("sleep", "300")
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-		err := fork(cmd)
-		if err == nil {
-			// Reaped at once, so that processGone sees a killed one go.
-			waited := make(chan struct{})
-			go func() { cmd.Wait(); close(waited) }()
-			t.Cleanup(func() { cmd.Process.Kill(); <-waited })
-		}
-		return cmd, err
+		return cmd
 	}
-	var control, task *exec.Cmd
+	// The control: forked by a goroutine that ends locked to its thread.
 	for try := 0; ; try++ {
+		if try == 100 {
+			t.Fatal("every goroutine ran on the main thread")
+		}
+		cmd := sleeper()
 		errs := make(chan error, 1)
-		mainThread := false
+		onMain := false
 		go func() {
 			runtime.LockOSThread() // never unlocked: the runtime ends this thread with the goroutine
 			// ... unless it is the main thread, which the runtime keeps
 			// (wedged) instead: then nothing would fire; try again.
-			if mainThread = syscall.Gettid() == os.Getpid(); mainThread {
+			if onMain = syscall.Gettid() == os.Getpid(); onMain {
 				errs <- nil
 				return
 			}
-			var err1, err2 error
-			control, err1 = start((*exec.Cmd).Start)
-			task, err2 = start(spawnShell)
-			errs <- errors.Join(err1, err2)
+			errs <- cmd.Start()
 		}()
 		if err := <-errs; err != nil {
 			t.Fatal(err)
 		}
-		if !mainThread {
-			break
+		if onMain {
+			continue
 		}
-		if try == 100 {
-			t.Fatal("every goroutine ran on the main thread")
+		waited := make(chan struct{})
+		go func() { cmd.Wait(); close(waited) }()
+		t.Cleanup(func() { cmd.Process.Kill(); <-waited })
+		assertGone(t, cmd.Process.Pid)
+		break
+	}
+
+	task := sleeper()
+	ping, pong := make(chan struct{}), make(chan int)
+	go func() {
+		defer close(pong)
+		if err := startPinned(task); err != nil {
+			t.Error(err)
+			return
+		}
+		defer runtime.UnlockOSThread()
+		tid := syscall.Gettid()
+		for range ping {
+			pong <- syscall.Gettid() - tid
+		}
+		task.Process.Kill()
+		task.Wait()
+	}()
+	for range 200 {
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+			}()
+		}
+		wg.Wait()
+		ping <- struct{}{}
+		moved, ok := <-pong
+		if !ok {
+			return
+		}
+		if moved != 0 {
+			t.Fatal("a goroutine left the thread startPinned forked from")
 		}
 	}
-	assertGone(t, control.Process.Pid)
 	if processGone(task.Process.Pid) {
-		t.Fatal("the shell died with the thread of the goroutine that started it")
+		t.Error("a child forked by startPinned died with a thread")
 	}
+	close(ping)
+	<-pong
 }

@@ -42,7 +42,7 @@
 //     idle reaper then holds ~1.6 MB of anonymous memory; the rest of its
 //     ~15 MB RSS is the binary's pages, shared with the worker.
 //
-//  3. A parent-death signal on the shell itself (executor's spawnShell):
+//  3. A parent-death signal on the shell itself (executor's startPinned):
 //     SIGKILL when the worker dies, in case the reaper is not there (killed
 //     along with the worker, or failing to start).
 //
@@ -493,12 +493,15 @@ func (k Killed) what() string {
 }
 
 // NoteInLog appends a line to an attempt's log, so that whoever reads it
-// learns why its output stops.
+// learns why its output stops. It creates the log (and its dir) when the
+// attempt had written nothing, for the executor creates a log at the
+// attempt's first output.
 func NoteInLog(path, line string) {
 	if path == "" {
 		return
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	os.MkdirAll(filepath.Dir(path), 0o755)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 	if err != nil {
 		return
 	}

@@ -98,3 +98,23 @@ func BenchmarkJournalAttempt(b *testing.B) {
 		p.Done()
 	}
 }
+
+// The note goes after the output when there is a log, and makes one (and
+// its dir) for an attempt that had written nothing.
+func TestNoteInLog(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	some := filepath.Join(dir, "some.log")
+	if err := os.WriteFile(some, []byte("output\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	none := filepath.Join(dir, "d", "t", "1.log")
+	for _, p := range []string{some, none} {
+		NoteInLog(p, "orion: note")
+	}
+	for p, want := range map[string]string{some: "output\norion: note\n", none: "orion: note\n"} {
+		if b, err := os.ReadFile(p); string(b) != want {
+			t.Errorf("%s: %q %v, want %q", p, b, err, want)
+		}
+	}
+}
