@@ -262,7 +262,7 @@ func (s *server) taskLog(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		httpkit.WriteError(w, http.StatusNotFound, apitypes.CodeNotFound, fmt.Sprintf(
-			"attempt %d of task %s has no log on worker %s: it wrote no output (noop and http tasks do not) or the log was removed",
+			"attempt %d of task %s has no log on worker %s: noop tasks write none, and a log is gone once it was removed",
 			attempt, taskID, worker), nil)
 
 		return

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 
@@ -86,11 +88,13 @@ type Local struct {
 	pumpWG  sync.WaitGroup
 
 	mu        sync.Mutex
-	closing   bool                       // Close called: no new attempts
-	pumpDone  bool                       // pump exited: emit is best-effort
-	active    int                        // attempt goroutines holding a slot
-	runs      map[model.AttemptID]*entry // queued and running attempts
-	queue     []*entry                   // started beyond Slots (caller bug); FIFO
+	shells    map[model.AttemptID]struct{} // shell attempts run here: a missing log is an empty one
+	shellIDs  []model.AttemptID            // the same in order, to forget the oldest
+	closing   bool                         // Close called: no new attempts
+	pumpDone  bool                         // pump exited: emit is best-effort
+	active    int                          // attempt goroutines holding a slot
+	runs      map[model.AttemptID]*entry   // queued and running attempts
+	queue     []*entry                     // started beyond Slots (caller bug); FIFO
 	queueHead int
 	overflow  []model.Result // results waiting for room in the channel; FIFO
 	ovHead    int
@@ -446,17 +450,56 @@ func (l *Local) drainOverflow() {
 	l.overflow, l.ovHead, l.inFlight, l.pumpDone = nil, 0, false, true
 }
 
-// OpenLog opens the full output of an attempt. When this executor has no log
-// for it (a noop task, a shell attempt that has printed nothing, an attempt
-// that ran elsewhere, or a log removed since) the error wraps
-// os.ErrNotExist; callers should present that as "no output" rather than as
-// a failure. The log of a running attempt can be read while it grows.
+// OpenLog opens the full output of an attempt. A shell attempt that has
+// printed nothing has no file, and reads as an empty log (noteShell). When
+// this executor has no log for it (a noop task, an attempt that ran
+// elsewhere, a silent attempt of an earlier process, or a log removed since)
+// the error wraps os.ErrNotExist; callers should present that as "no
+// output" rather than as a failure. The log of a running attempt can be
+// read while it grows.
 func (l *Local) OpenLog(id model.AttemptID) (io.ReadCloser, error) {
 	f, err := os.Open(l.LogPath(id))
+	if errors.Is(err, fs.ErrNotExist) && l.ranShell(id) {
+		return io.NopCloser(strings.NewReader("")), nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("executor %s: log of %s: %w", l.id, id, err)
 	}
 	return f, nil
+}
+
+// shellMemory is how many shell attempts an executor remembers, so that the
+// log of one that printed nothing reads as empty rather than missing (about
+// a megabyte).
+const shellMemory = 10000
+
+// noteShell remembers a shell attempt run here: its log file is created at
+// its first output (outputWriter), so until then, or if it prints nothing,
+// its log is empty, not missing. The oldest is forgotten past shellMemory,
+// and all with the process: a log without a file is then reported missing,
+// as a removed one is.
+func (l *Local) noteShell(id model.AttemptID) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.shells == nil {
+		l.shells = make(map[model.AttemptID]struct{})
+	}
+	if _, ok := l.shells[id]; ok {
+		return
+	}
+	if len(l.shellIDs) >= shellMemory {
+		delete(l.shells, l.shellIDs[0])
+		l.shellIDs = l.shellIDs[1:]
+	}
+	l.shells[id] = struct{}{}
+	l.shellIDs = append(l.shellIDs, id)
+}
+
+func (l *Local) ranShell(id model.AttemptID) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, ok := l.shells[id]
+	return ok
 }
 
 // Close cancels every queued and running attempt (each reports Cancelled),

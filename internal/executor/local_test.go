@@ -646,8 +646,9 @@ func TestOpenLogMissing(t *testing.T) {
 }
 
 // A shell attempt's log is created at its first output: one that prints
-// nothing has none (OpenLog: "no output"), and a log left at its path by an
-// earlier run of the same attempt id is not taken for its own.
+// nothing has no file, and OpenLog gives it an empty log (not a missing
+// one); a log left at its path by an earlier run of the same attempt id is
+// not taken for its own.
 func TestShellLogCreatedAtFirstOutput(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, 1)
@@ -655,8 +656,11 @@ func TestShellLogCreatedAtFirstOutput(t *testing.T) {
 	if r := h.wait(silent, bound); r.Outcome != model.Succeeded || r.OutputTail != "" {
 		t.Fatalf("result %+v", r)
 	}
-	if _, err := h.l.OpenLog(silent); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("log of a silent attempt: %v", err)
+	if _, err := os.Stat(h.l.LogPath(silent)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("log file of a silent attempt: %v", err)
+	}
+	if got := h.logOf(silent); got != "" {
+		t.Fatalf("log of a silent attempt: %q, want empty", got)
 	}
 	if _, err := os.Stat(filepath.Dir(h.l.LogPath(silent))); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("dir of a silent attempt's log: %v", err)

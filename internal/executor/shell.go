@@ -47,7 +47,7 @@ func createLog(p string) (*os.File, error) {
 // each on the ext4 without journal of our hosts (the kernel skips every inode
 // freed in the last minute, so the cost grows with the files the machine has
 // recently removed), against ~0.6 ms for the whole `sh -c true`. OpenLog
-// reports a missing log as "no output", which is what it then is. A log that
+// gives such an attempt an empty log (Local.noteShell). A log that
 // cannot be created or written (disk full) does not stop the tail nor the
 // process.
 type outputWriter struct {
@@ -110,6 +110,8 @@ func (l *Local) runShell(ctx context.Context, a model.Attempt, r *model.Result) 
 		r.Outcome, r.Error = model.Failed, "open log: remove "+logPath+": "+err.Error()
 		return
 	}
+	// Until it prints, its log reads as empty, not missing.
+	l.noteShell(a.AttemptID)
 	out := &outputWriter{path: logPath}
 	defer out.close()
 	defer func() { r.OutputTail = out.tail.String() }()
