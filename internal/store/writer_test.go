@@ -16,12 +16,35 @@ import (
 	"github.com/orion-sched/orion/internal/testkit"
 )
 
+// hookKV passes every transaction's Commit through commit, which decides
+// what the Writer sees: etcd's answer, a loss, a delay. Transactions are
+// sent with a context of their own, as a proposal already on its way is
+// not withdrawn when its caller gives up.
+type hookKV struct {
+	clientv3.KV
+	commit func(send func() (*clientv3.TxnResponse, error)) (*clientv3.TxnResponse, error)
+}
+
+func (k *hookKV) Txn(context.Context) clientv3.Txn {
+	return &hookTxn{k: k, inner: k.KV.Txn(context.Background())}
+}
+
+type hookTxn struct {
+	k     *hookKV
+	inner clientv3.Txn
+}
+
+func (t *hookTxn) If(cs ...clientv3.Cmp) clientv3.Txn     { t.inner = t.inner.If(cs...); return t }
+func (t *hookTxn) Then(ops ...clientv3.Op) clientv3.Txn   { t.inner = t.inner.Then(ops...); return t }
+func (t *hookTxn) Else(ops ...clientv3.Op) clientv3.Txn   { t.inner = t.inner.Else(ops...); return t }
+func (t *hookTxn) Commit() (*clientv3.TxnResponse, error) { return t.k.commit(t.inner.Commit) }
+
 // lossyKV loses the answer of the first transaction, as an etcd leader that
 // dies with the proposal (or a broken connection, or a deadline) loses it:
 // "applied" commits it and then reports a deadline, "lost" drops it, "late"
 // holds it back and commits it only when the test calls late.
 type lossyKV struct {
-	clientv3.KV
+	hookKV
 	mode string
 
 	mu   sync.Mutex
@@ -29,63 +52,47 @@ type lossyKV struct {
 	late func() (*clientv3.TxnResponse, error)
 }
 
-func (k *lossyKV) Txn(ctx context.Context) clientv3.Txn {
-	return &lossyTxn{k: k, inner: k.KV.Txn(context.Background())}
+func newLossyKV(kv clientv3.KV, mode string) *lossyKV {
+	k := &lossyKV{mode: mode}
+	k.hookKV = hookKV{KV: kv, commit: k.send}
+	return k
 }
 
-type lossyTxn struct {
-	k     *lossyKV
-	inner clientv3.Txn
-}
-
-func (t *lossyTxn) If(cs ...clientv3.Cmp) clientv3.Txn   { t.inner = t.inner.If(cs...); return t }
-func (t *lossyTxn) Then(ops ...clientv3.Op) clientv3.Txn { t.inner = t.inner.Then(ops...); return t }
-func (t *lossyTxn) Else(ops ...clientv3.Op) clientv3.Txn { t.inner = t.inner.Else(ops...); return t }
-
-func (t *lossyTxn) Commit() (*clientv3.TxnResponse, error) {
-	t.k.mu.Lock()
-	t.k.txns++
-	first := t.k.txns == 1
-	t.k.mu.Unlock()
+func (k *lossyKV) send(send func() (*clientv3.TxnResponse, error)) (*clientv3.TxnResponse, error) {
+	k.mu.Lock()
+	k.txns++
+	first := k.txns == 1
+	k.mu.Unlock()
 	if !first {
-		return t.inner.Commit()
+		return send()
 	}
-	switch t.k.mode {
+	switch k.mode {
 	case "applied":
-		if _, err := t.inner.Commit(); err != nil {
+		if _, err := send(); err != nil {
 			return nil, err
 		}
 	case "late":
-		t.k.late = t.inner.Commit
+		k.late = send
 	}
 	return nil, context.DeadlineExceeded
 }
 
 // refusalKV counts the transactions etcd refused (a compare failed).
 type refusalKV struct {
-	clientv3.KV
+	hookKV
 	refused atomic.Int64
 }
 
-func (k *refusalKV) Txn(ctx context.Context) clientv3.Txn {
-	return &refusalTxn{k: k, inner: k.KV.Txn(ctx)}
-}
-
-type refusalTxn struct {
-	k     *refusalKV
-	inner clientv3.Txn
-}
-
-func (t *refusalTxn) If(cs ...clientv3.Cmp) clientv3.Txn   { t.inner = t.inner.If(cs...); return t }
-func (t *refusalTxn) Then(ops ...clientv3.Op) clientv3.Txn { t.inner = t.inner.Then(ops...); return t }
-func (t *refusalTxn) Else(ops ...clientv3.Op) clientv3.Txn { t.inner = t.inner.Else(ops...); return t }
-
-func (t *refusalTxn) Commit() (*clientv3.TxnResponse, error) {
-	resp, err := t.inner.Commit()
-	if err == nil && !resp.Succeeded {
-		t.k.refused.Add(1)
-	}
-	return resp, err
+func newRefusalKV(kv clientv3.KV) *refusalKV {
+	k := &refusalKV{}
+	k.hookKV = hookKV{KV: kv, commit: func(send func() (*clientv3.TxnResponse, error)) (*clientv3.TxnResponse, error) {
+		resp, err := send()
+		if err == nil && !resp.Succeeded {
+			k.refused.Add(1)
+		}
+		return resp, err
+	}}
+	return k
 }
 
 // A transaction whose answer is lost is sent again and commits exactly once,
@@ -101,7 +108,7 @@ func TestWriterSendsAgainExactlyOnce(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			kv := &lossyKV{KV: cli.KV, mode: mode}
+			kv := newLossyKV(cli.KV, mode)
 			w := NewWriter(kv, Fence{Key: fenceKey, Rev: resp.Header.Revision})
 			id := "once-" + mode
 			got, err := w.Commit(ctx, []core.Entry{dagEntry(id, 2)}, DefaultLimits)
@@ -178,7 +185,7 @@ func TestWriterPipelinesInOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kv := &refusalKV{KV: cli.KV}
+	kv := newRefusalKV(cli.KV)
 	w := NewWriter(kv, Fence{Key: ElectionPrefix + "/a", Rev: el.Header.Revision})
 	first := w.Begin([]core.Entry{dagEntry("first", 1)}, DefaultLimits)
 	second := w.Begin([]core.Entry{dagEntry("second", 1)}, DefaultLimits)
@@ -243,48 +250,41 @@ func TestWriterPipelinesInOrder(t *testing.T) {
 // second sent while the first is still waiting for its answer: what an etcd
 // leader that dies with two proposals in flight does.
 type twoLostKV struct {
-	clientv3.KV
+	hookKV
 	mu       sync.Mutex
 	n        int
 	second   chan struct{} // closed once the second transaction applied
 	onFirstF func()        // runs once the first applied, before its loss
 }
 
-func (k *twoLostKV) Txn(ctx context.Context) clientv3.Txn {
-	return &twoLostTxn{k: k, inner: k.KV.Txn(context.Background())}
+func newTwoLostKV(kv clientv3.KV) *twoLostKV {
+	k := &twoLostKV{second: make(chan struct{})}
+	k.hookKV = hookKV{KV: kv, commit: k.send}
+	return k
 }
 
-type twoLostTxn struct {
-	k     *twoLostKV
-	inner clientv3.Txn
-}
-
-func (t *twoLostTxn) If(cs ...clientv3.Cmp) clientv3.Txn   { t.inner = t.inner.If(cs...); return t }
-func (t *twoLostTxn) Then(ops ...clientv3.Op) clientv3.Txn { t.inner = t.inner.Then(ops...); return t }
-func (t *twoLostTxn) Else(ops ...clientv3.Op) clientv3.Txn { t.inner = t.inner.Else(ops...); return t }
-
-func (t *twoLostTxn) Commit() (*clientv3.TxnResponse, error) {
-	t.k.mu.Lock()
-	t.k.n++
-	n := t.k.n
-	t.k.mu.Unlock()
+func (k *twoLostKV) send(send func() (*clientv3.TxnResponse, error)) (*clientv3.TxnResponse, error) {
+	k.mu.Lock()
+	k.n++
+	n := k.n
+	k.mu.Unlock()
 	switch n {
 	case 1:
-		if r, err := t.inner.Commit(); err != nil || !r.Succeeded {
+		if r, err := send(); err != nil || !r.Succeeded {
 			return r, err
 		}
-		t.k.onFirstF()
-		<-t.k.second
+		k.onFirstF()
+		<-k.second
 		return nil, context.DeadlineExceeded
 	case 2:
-		r, err := t.inner.Commit()
+		r, err := send()
 		if err == nil && r.Succeeded {
-			close(t.k.second)
+			close(k.second)
 			return nil, context.DeadlineExceeded
 		}
 		return r, err
 	}
-	return t.inner.Commit()
+	return send()
 }
 
 // Two transactions in flight both commit and both answers are lost: each,
@@ -297,7 +297,7 @@ func TestWriterTwoLostAnswersInFlight(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kv := &twoLostKV{KV: cli.KV, second: make(chan struct{})}
+	kv := newTwoLostKV(cli.KV)
 	w := NewWriter(kv, Fence{Key: ElectionPrefix + "/a", Rev: el.Header.Revision})
 	first := w.Begin([]core.Entry{dagEntry("first", 1)}, DefaultLimits)
 	second := w.Begin([]core.Entry{dagEntry("second", 1)}, DefaultLimits)
