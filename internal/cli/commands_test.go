@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/orion-sched/orion/internal/config"
 	"github.com/spf13/cobra"
 )
 
@@ -141,7 +142,7 @@ func TestServerPrintConfigPrecedence(t *testing.T) {
 		}
 		return m
 	}
-	if m := printed(); m["slots"] != 4.0 || m["listen"] != "127.0.0.1:8080" {
+	if m := printed(); m["slots"] != float64(config.DefaultSlots) || m["listen"] != "127.0.0.1:8080" {
 		t.Fatalf("defaults: %v", m)
 	}
 	if m := printed("--config", file); m["slots"] != 7.0 || m["name"] != "from-file" {
