@@ -382,6 +382,9 @@ type redirectConn struct {
 	d *HTTPDialer
 }
 
+// SendBatch keeps the wrapped connection's batching (sendAll).
+func (c *redirectConn) SendBatch(ms []Msg) error { return sendAll(c.Conn, ms) }
+
 func (c *redirectConn) Recv() (Msg, error) {
 	m, err := c.Conn.Recv()
 	if err == nil && m.Type == TypeNotLeader && m.Redirect != nil {

@@ -306,7 +306,7 @@ func (h *Hub) Workers() []WorkerInfo {
 // send none.
 func (h *Hub) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ws, err := h.upgrader.Upgrade(hijack.Writer(w), r, nil)
+		ws, err := h.upgrader.Upgrade(corkable(hijack.Writer(w)), r, nil)
 		if err != nil {
 			h.log.Debug("worker stream upgrade failed", zap.String("remote", r.RemoteAddr), zap.Error(err))
 			return // the upgrader has answered

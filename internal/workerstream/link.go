@@ -96,12 +96,10 @@ func (l *link) writeLoop() {
 			l.q.put(Msg{Type: TypeHeartbeat})
 		}
 		buf = l.q.take(buf)
-		for i := range buf {
-			if err := l.c.Send(buf[i]); err != nil {
-				l.writeErr.Store(err)
-				l.close()
-				return
-			}
+		if err := sendAll(l.c, buf); err != nil {
+			l.writeErr.Store(err)
+			l.close()
+			return
 		}
 		clear(buf)
 	}
@@ -121,3 +119,22 @@ func (l *link) endReason(err error) error {
 type errStale time.Duration
 
 func (e errStale) Error() string { return "no message for " + time.Duration(e).String() }
+
+// batchSender is a Conn that sends several messages in fewer writes
+// (wsConn.SendBatch).
+type batchSender interface {
+	SendBatch([]Msg) error
+}
+
+// sendAll sends ms in order, as one batch when c can.
+func sendAll(c Conn, ms []Msg) error {
+	if b, ok := c.(batchSender); ok {
+		return b.SendBatch(ms)
+	}
+	for i := range ms {
+		if err := c.Send(ms[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -62,6 +62,43 @@ func (a activityReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// SendBatch sends ms in order, one frame each, gathered into as few write
+// system calls as corkConn allows; without one (wss://, whose frames go
+// through TLS first) it is Send for each.
+func (c *wsConn) SendBatch(ms []Msg) error {
+	cork, _ := c.ws.NetConn().(*corkConn)
+	if cork == nil || len(ms) < 2 {
+		for _, m := range ms {
+			if err := c.Send(m); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	cork.hold()
+	for _, m := range ms {
+		b, err := json.Marshal(m)
+		if err != nil {
+			_ = cork.flush()
+			return fmt.Errorf("workerstream: encode %s: %w", m.Type, err)
+		}
+		_ = c.ws.SetWriteDeadline(time.Now().Add(c.writeTimeout))
+		if err := c.ws.WriteMessage(websocket.TextMessage, b); err != nil {
+			_ = cork.flush()
+			return err
+		}
+		if cork.buffered() >= corkFlushAt {
+			if err := cork.flush(); err != nil {
+				return err
+			}
+			cork.hold()
+		}
+	}
+	return cork.flush()
+}
+
 func (c *wsConn) Send(m Msg) error {
 	b, err := json.Marshal(m)
 	if err != nil {
@@ -133,6 +170,9 @@ func DialWebsocket(ctx context.Context, url, token string, dialer *websocket.Dia
 	if dialer == nil {
 		dialer = &websocket.Dialer{Proxy: http.ProxyFromEnvironment, HandshakeTimeout: 5 * time.Second}
 	}
+	corked := *dialer // a plain ws:// stream gathers its frames (corkConn)
+	corked.NetDialContext = corkDial(dialer.NetDialContext)
+	dialer = &corked
 	h := http.Header{}
 	if token != "" {
 		h.Set("Authorization", "Bearer "+token)
