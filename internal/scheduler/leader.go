@@ -285,12 +285,13 @@ func (e *Engine) startCommit(ctx context.Context) {
 	if e.termRecordDue {
 		ops = 1
 	}
+	lim := e.txnLimits()
 	for n < len(e.pending) && (e.solo == 0 || n == 0) {
 		k := 1
 		if e.pending[n].Delete {
 			k = 2
 		}
-		if ops+k > e.txnLimits().EntryOps() && n > 0 {
+		if ops+k > lim.EntryOps() && n > 0 {
 			break
 		}
 		ops += k
@@ -316,7 +317,7 @@ func (e *Engine) startCommit(ctx context.Context) {
 	seq := e.commitSeq
 	e.commitSeq++
 	e.inflight = append(e.inflight, &inflightCommit{seq: seq})
-	pc := e.st.Begin(term.Fence(), batch, e.txnLimits(), rec)
+	pc := e.st.Begin(term.Fence(), batch, lim, rec)
 	started := e.clock.Now()
 	go func() {
 		cctx, cancel := context.WithTimeout(ctx, commitTimeout)
