@@ -594,6 +594,14 @@ func (h *engineHarness) wait(td *datadriven.TestData) {
 			defer w.mu.Unlock()
 			return w.acks >= n
 		})
+	case "inflight":
+		// At least N transactions are in flight.
+		n, _ := strconv.Atoi(args[1])
+		h.waitFor(what, func() bool {
+			got := 0
+			_ = h.eng.Query(context.Background(), func(*core.Core) { got = len(h.eng.inflight) })
+			return got >= n
+		})
 	case "pending":
 		// At least N proposals wait for a transaction (the submissions
 		// before it reached the loop).
