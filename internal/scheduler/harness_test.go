@@ -594,21 +594,19 @@ func (h *engineHarness) wait(td *datadriven.TestData) {
 			defer w.mu.Unlock()
 			return w.acks >= n
 		})
-	case "inflight":
-		// At least N transactions are in flight.
+	case "inflight", "pending":
+		// At least N transactions in flight, or N proposals waiting for a
+		// transaction (the submissions before it reached the loop).
 		n, _ := strconv.Atoi(args[1])
 		h.waitFor(what, func() bool {
 			got := 0
-			_ = h.eng.Query(context.Background(), func(*core.Core) { got = len(h.eng.inflight) })
-			return got >= n
-		})
-	case "pending":
-		// At least N proposals wait for a transaction (the submissions
-		// before it reached the loop).
-		n, _ := strconv.Atoi(args[1])
-		h.waitFor(what, func() bool {
-			got := 0
-			_ = h.eng.Query(context.Background(), func(*core.Core) { got = len(h.eng.pending) })
+			_ = h.eng.Query(context.Background(), func(*core.Core) {
+				if args[0] == "inflight" {
+					got = len(h.eng.inflight)
+				} else {
+					got = len(h.eng.pending)
+				}
+			})
 			return got >= n
 		})
 	case "loads":

@@ -712,14 +712,7 @@ func (e *Engine) Retire(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	select {
-	case <-ack:
-		return nil
-	case <-e.done:
-		return ErrStopped
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return e.await(ctx, ack)
 }
 
 func (e *Engine) retire(ctx context.Context) {
@@ -734,14 +727,20 @@ func (e *Engine) retire(ctx context.Context) {
 	e.drainCommit()
 	e.leaveLeadership(ErrNotLeader)
 	e.startWatch(ctx)
-	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	if err := term.Resign(rctx); err != nil {
-		e.log.Warn("resign failed; the lease will expire", zap.Error(err))
-	} else {
-		e.log.Info("resigned leadership")
-	}
-	cancel()
+	resign(ctx, term, e.log)
 	e.publishStatus()
+}
+
+// resign gives term up so that a standby's campaign wins at once instead of
+// waiting for the lease to expire; a failure leaves it to the lease.
+func resign(ctx context.Context, term store.Term, log *zap.Logger) {
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := term.Resign(rctx); err != nil {
+		log.Warn("resign failed; the lease will expire", zap.Error(err))
+		return
+	}
+	log.Info("resigned leadership")
 }
 
 // shutdown finishes the commit in flight and resigns, so a standby can take
@@ -753,13 +752,7 @@ func (e *Engine) shutdown() {
 	term := e.term
 	e.leaveLeadership(ErrStopped)
 	if term != nil {
-		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		if err := term.Resign(rctx); err != nil {
-			e.log.Warn("resign failed; the lease will expire", zap.Error(err))
-		} else {
-			e.log.Info("resigned leadership")
-		}
-		cancel()
+		resign(context.Background(), term, e.log) // the loop's context has ended
 	}
 	if e.session != nil {
 		_ = e.session.Close() // revokes the lease: registration gone at once

@@ -30,8 +30,13 @@ func (e *Engine) Query(ctx context.Context, fn func(c *core.Core)) error {
 	if err := e.do(ctx, func() { fn(e.c); close(ran) }); err != nil {
 		return err
 	}
+	return e.await(ctx, ran)
+}
+
+// await waits until ch is closed, the engine stops or ctx ends.
+func (e *Engine) await(ctx context.Context, ch <-chan struct{}) error {
 	select {
-	case <-ran:
+	case <-ch:
 		return nil
 	case <-e.done:
 		return ErrStopped

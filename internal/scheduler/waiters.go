@@ -126,14 +126,7 @@ func (e *Engine) WaitApplied(ctx context.Context, rev int64) error {
 	if err != nil {
 		return err
 	}
-	select {
-	case <-w.done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-e.done:
-		return ErrStopped
-	}
+	return e.await(ctx, w.done)
 }
 
 // leaderCaughtUp reports a leader with no transaction in flight: it is the

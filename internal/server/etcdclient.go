@@ -24,22 +24,13 @@ import (
 // tlsProbeTimeout bounds the TLS check of one endpoint at start.
 const tlsProbeTimeout = 3 * time.Second
 
-// NewEtcdClient connects to etcd with the configured auth and TLS. A
-// configuration etcd refuses fails here, with an error that names the
-// setting to fix: a password etcd rejects, a certificate the client does
-// not trust (etcd_ca), a client certificate etcd does not accept
-// (etcd_cert, etcd_key). An endpoint that does not answer yet is not an
-// error: etcd may be starting, and the engine waits for it.
-func NewEtcdClient(cfg config.Server, endpoints []string) (*clientv3.Client, error) {
-	cc, err := etcdClientConfig(cfg, endpoints)
-	if err != nil {
-		return nil, err
-	}
-	return newEtcdClient(cc, cfg.EtcdUsername)
-}
-
 // etcdClientConfig is the client configuration for endpoints: auth, TLS
-// (checked against every https endpoint) and the keep-alives.
+// and the keep-alives. With newEtcdClient, a configuration etcd refuses
+// fails at start with an error that names the setting to fix: a password
+// etcd rejects, a certificate the client does not trust (etcd_ca), a client
+// certificate etcd does not accept (etcd_cert, etcd_key; checked here
+// against every https endpoint). An endpoint that does not answer yet is
+// not an error: etcd may be starting, and the engine waits for it.
 func etcdClientConfig(cfg config.Server, endpoints []string) (clientv3.Config, error) {
 	cc := clientv3.Config{
 		Endpoints:            endpoints,

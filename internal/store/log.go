@@ -161,6 +161,7 @@ type txnSlot struct {
 	err    error
 	rev    int64
 	after  string // CommitKey's value once it applied
+	resent bool   // refused for arriving before its predecessor applied, and sent again
 }
 
 func (t *txnSlot) finish(rev int64, after string, err error) {
@@ -290,8 +291,10 @@ func (p *Pending) Commit(ctx context.Context) (Committed, error) {
 		return out, p.err
 	}
 	for i, t := range p.slots {
-		rev, after, resent, err := p.w.send(ctx, t)
-		out.Resent += resent
+		rev, after, err := p.w.send(ctx, t)
+		if t.resent {
+			out.Resent++
+		}
 		if err != nil {
 			// NOSPACE refuses the whole transaction before applying it: a
 			// known outcome, unlike a timeout, so it gets its own type.
@@ -345,14 +348,8 @@ func (w *Writer) expectAfter(ctx context.Context, prev *txnSlot) (string, error)
 }
 
 // send commits t, sending it again while its outcome is unknown, and
-// returns the revision it committed at, CommitKey's value after it, and
-// whether it was sent again for arriving before its predecessor.
-func (w *Writer) send(ctx context.Context, t *txnSlot) (rev int64, after string, resent int, err error) {
-	rev, after, err = w.sendOnce(ctx, t, &resent)
-	return rev, after, resent, err
-}
-
-func (w *Writer) sendOnce(ctx context.Context, t *txnSlot, resent *int) (int64, string, error) {
+// returns the revision it committed at and CommitKey's value after it.
+func (w *Writer) send(ctx context.Context, t *txnSlot) (int64, string, error) {
 	prev := t.prev
 	if prev != nil && prev.marker == "" {
 		// A predecessor that sets no marker cannot order what follows it:
@@ -366,7 +363,6 @@ func (w *Writer) sendOnce(ctx context.Context, t *txnSlot, resent *int) (int64, 
 	if prev != nil && prev.failed() {
 		return 0, "", &PredecessorError{Err: prev.err}
 	}
-	waited := false
 	for attempt := firstAttempt; ; attempt *= 2 {
 		expect, err := w.expectAfter(ctx, prev)
 		if err != nil {
@@ -401,7 +397,7 @@ func (w *Writer) sendOnce(ctx context.Context, t *txnSlot, resent *int) (int64, 
 				return rev, after, nil
 			case cur == expect: // the marker is as expected: the fence failed
 				return 0, "", ErrFenced
-			case prev != nil && !waited:
+			case prev != nil && !t.resent:
 				// Sent before its predecessor applied (CommitKey still
 				// held an older value when etcd answered): wait for it,
 				// then go again, at once and with the first bound. After
@@ -414,8 +410,7 @@ func (w *Writer) sendOnce(ctx context.Context, t *txnSlot, resent *int) (int64, 
 				if prev.err != nil {
 					return 0, "", &PredecessorError{Err: prev.err}
 				}
-				waited = true
-				*resent = 1
+				t.resent = true
 				attempt = firstAttempt / 2
 				continue
 			case t.marker != "" && w.later(cur, t.marker):

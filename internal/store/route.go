@@ -56,15 +56,20 @@ const routeLookupTimeout = 500 * time.Millisecond
 func NewRoute(all *clientv3.Client, endpoints []string, dial func(string) (*clientv3.Client, error), log *zap.Logger) *Route {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &Route{all: all, endpoints: endpoints, dial: dial, log: log, conns: map[string]*clientv3.Client{}, ctx: ctx, cancel: cancel}
-	if len(endpoints) > 1 {
-		r.lookupLocked()
-	}
+	r.lookupLocked()
 	return r
 }
 
 // KV is what the leader's Writer commits through: Txn goes to the raft
-// leader when known; Get, Put, Delete and Do take the balanced client.
-func (r *Route) KV() clientv3.KV { return routedKV{KV: r.all.KV, r: r} }
+// leader when known; Get, Put, Delete and Do take the balanced client. With
+// one endpoint (the embedded member) it is the client's own KV: every
+// transaction takes that one connection already.
+func (r *Route) KV() clientv3.KV {
+	if len(r.endpoints) < 2 {
+		return r.all.KV
+	}
+	return routedKV{KV: r.all.KV, r: r}
+}
 
 // Pinned names the endpoint transactions go to, "" when they take the
 // balanced client.

@@ -48,11 +48,7 @@ func TestRouteFollowsTheRaftLeader(t *testing.T) {
 		return p != "" && p == raftLeader(t, cli)
 	})
 
-	el, err := cli.Put(context.Background(), ElectionPrefix+"/a", "a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := NewWriter(route.KV(), Fence{Key: ElectionPrefix + "/a", Rev: el.Header.Revision})
+	w := electedWriter(t, cli, route.KV())
 	commit := func(name string, n int) {
 		t.Helper()
 		// n batches in flight at once, committed in the order begun.

@@ -16,6 +16,17 @@ import (
 	"github.com/orion-sched/orion/internal/testkit"
 )
 
+// electedWriter puts an election key, as a campaign that won would, and
+// returns a Writer fenced on it that sends its transactions through kv.
+func electedWriter(t *testing.T, cli *clientv3.Client, kv clientv3.KV) *Writer {
+	t.Helper()
+	el, err := cli.Put(context.Background(), ElectionPrefix+"/a", "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return NewWriter(kv, Fence{Key: ElectionPrefix + "/a", Rev: el.Header.Revision})
+}
+
 // hookKV passes every transaction's Commit through commit, which decides
 // what the Writer sees: etcd's answer, a loss, a delay. Transactions are
 // sent with a context of their own, as a proposal already on its way is
@@ -181,12 +192,8 @@ func TestWriterFenced(t *testing.T) {
 func TestWriterPipelinesInOrder(t *testing.T) {
 	_, cli := etcdtest.Start(t)
 	ctx := context.Background()
-	el, err := cli.Put(ctx, ElectionPrefix+"/a", "a")
-	if err != nil {
-		t.Fatal(err)
-	}
 	kv := newRefusalKV(cli.KV)
-	w := NewWriter(kv, Fence{Key: ElectionPrefix + "/a", Rev: el.Header.Revision})
+	w := electedWriter(t, cli, kv)
 	first := w.Begin([]core.Entry{dagEntry("first", 1)}, DefaultLimits)
 	second := w.Begin([]core.Entry{dagEntry("second", 1)}, DefaultLimits)
 	done := make(chan error, 1)
@@ -293,12 +300,8 @@ func (k *twoLostKV) send(send func() (*clientv3.TxnResponse, error)) (*clientv3.
 func TestWriterTwoLostAnswersInFlight(t *testing.T) {
 	_, cli := etcdtest.Start(t)
 	ctx := context.Background()
-	el, err := cli.Put(ctx, ElectionPrefix+"/a", "a")
-	if err != nil {
-		t.Fatal(err)
-	}
 	kv := newTwoLostKV(cli.KV)
-	w := NewWriter(kv, Fence{Key: ElectionPrefix + "/a", Rev: el.Header.Revision})
+	w := electedWriter(t, cli, kv)
 	first := w.Begin([]core.Entry{dagEntry("first", 1)}, DefaultLimits)
 	second := w.Begin([]core.Entry{dagEntry("second", 1)}, DefaultLimits)
 	type result struct {

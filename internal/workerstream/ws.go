@@ -64,51 +64,45 @@ func (a activityReader) Read(p []byte) (int, error) {
 
 // SendBatch sends ms in order, one frame each, gathered into as few write
 // system calls as corkConn allows; without one (wss://, whose frames go
-// through TLS first) it is Send for each.
+// through TLS first) each frame is a write.
 func (c *wsConn) SendBatch(ms []Msg) error {
-	cork, _ := c.ws.NetConn().(*corkConn)
-	if cork == nil || len(ms) < 2 {
-		for _, m := range ms {
-			if err := c.Send(m); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	cork.hold()
+	cork, _ := c.ws.NetConn().(*corkConn)
+	if len(ms) < 2 {
+		cork = nil // one frame is one write anyway
+	}
+	if cork != nil {
+		cork.hold()
+	}
 	for _, m := range ms {
 		b, err := json.Marshal(m)
-		if err != nil {
-			_ = cork.flush()
-			return fmt.Errorf("workerstream: encode %s: %w", m.Type, err)
+		if err == nil {
+			_ = c.ws.SetWriteDeadline(time.Now().Add(c.writeTimeout))
+			err = c.ws.WriteMessage(websocket.TextMessage, b)
+		} else {
+			err = fmt.Errorf("workerstream: encode %s: %w", m.Type, err)
 		}
-		_ = c.ws.SetWriteDeadline(time.Now().Add(c.writeTimeout))
-		if err := c.ws.WriteMessage(websocket.TextMessage, b); err != nil {
-			_ = cork.flush()
+		if err != nil {
+			if cork != nil {
+				_ = cork.flush() // the frames before it still go
+			}
 			return err
 		}
-		if cork.buffered() >= corkFlushAt {
+		if cork != nil && cork.buffered() >= corkFlushAt {
 			if err := cork.flush(); err != nil {
 				return err
 			}
 			cork.hold()
 		}
 	}
-	return cork.flush()
+	if cork != nil {
+		return cork.flush()
+	}
+	return nil
 }
 
-func (c *wsConn) Send(m Msg) error {
-	b, err := json.Marshal(m)
-	if err != nil {
-		return fmt.Errorf("workerstream: encode %s: %w", m.Type, err)
-	}
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	_ = c.ws.SetWriteDeadline(time.Now().Add(c.writeTimeout))
-	return c.ws.WriteMessage(websocket.TextMessage, b)
-}
+func (c *wsConn) Send(m Msg) error { return c.SendBatch([]Msg{m}) }
 
 func (c *wsConn) Recv() (Msg, error) {
 	for {

@@ -464,33 +464,43 @@ func (s *submitter) firstAcceptedAfter(t0 time.Time) time.Duration {
 
 // --- Kubernetes views -------------------------------------------------------
 
+// endpointSlice is what the tests read of an EndpointSlice.
+type endpointSlice struct {
+	Endpoints []struct {
+		Conditions struct {
+			Ready *bool `json:"ready"`
+		} `json:"conditions"`
+		TargetRef struct {
+			Name string `json:"name"`
+		} `json:"targetRef"`
+	} `json:"endpoints"`
+}
+
+// readyPods appends the pods of the slice's ready endpoints (an absent
+// condition means ready).
+func (s endpointSlice) readyPods(to []string) []string {
+	for _, ep := range s.Endpoints {
+		if ep.Conditions.Ready == nil || *ep.Conditions.Ready {
+			to = append(to, ep.TargetRef.Name)
+		}
+	}
+	return to
+}
+
 func (e *env) activeEndpoints() []string {
 	out, err := e.run(e.kubectl, "-n", namespace, "get", "endpointslices", "-l", "kubernetes.io/service-name="+activeSvc, "-o", "json")
 	if err != nil {
 		return nil
 	}
 	var l struct {
-		Items []struct {
-			Endpoints []struct {
-				Conditions struct {
-					Ready *bool `json:"ready"`
-				} `json:"conditions"`
-				TargetRef struct {
-					Name string `json:"name"`
-				} `json:"targetRef"`
-			} `json:"endpoints"`
-		} `json:"items"`
+		Items []endpointSlice `json:"items"`
 	}
 	if json.Unmarshal([]byte(out), &l) != nil {
 		return nil
 	}
 	var names []string
 	for _, it := range l.Items {
-		for _, ep := range it.Endpoints {
-			if ep.Conditions.Ready == nil || *ep.Conditions.Ready {
-				names = append(names, ep.TargetRef.Name)
-			}
-		}
+		names = it.readyPods(names)
 	}
 	sort.Strings(names)
 	return names
@@ -594,23 +604,9 @@ func (e *env) watchRoles() *roleWatch {
 		return p.Metadata.Name + "=" + p.Metadata.Labels["orion.io/role"]
 	}
 	ready := func(raw json.RawMessage) string {
-		var s struct {
-			Endpoints []struct {
-				Conditions struct {
-					Ready *bool `json:"ready"`
-				} `json:"conditions"`
-				TargetRef struct {
-					Name string `json:"name"`
-				} `json:"targetRef"`
-			} `json:"endpoints"`
-		}
+		var s endpointSlice
 		_ = json.Unmarshal(raw, &s)
-		var pods []string
-		for _, ep := range s.Endpoints {
-			if ep.Conditions.Ready == nil || *ep.Conditions.Ready { // absent means ready
-				pods = append(pods, ep.TargetRef.Name)
-			}
-		}
+		pods := s.readyPods(nil)
 		sort.Strings(pods)
 		return strings.Join(pods, " ")
 	}
