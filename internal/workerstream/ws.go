@@ -2,7 +2,6 @@ package workerstream
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+	"github.com/segmentio/encoding/json"
 )
 
 // Defaults of the websocket transport.
@@ -75,8 +75,13 @@ func (c *wsConn) SendBatch(ms []Msg) error {
 	if cork != nil {
 		cork.hold()
 	}
+	// Frames are encoded with segmentio/encoding/json (as the store's
+	// records are: see store.marshal) into one buffer that WriteMessage
+	// copies from.
+	var b []byte
 	for _, m := range ms {
-		b, err := json.Marshal(m)
+		var err error
+		b, err = json.Append(b[:0], m, json.SortMapKeys)
 		if err == nil {
 			_ = c.ws.SetWriteDeadline(time.Now().Add(c.writeTimeout))
 			err = c.ws.WriteMessage(websocket.TextMessage, b)
