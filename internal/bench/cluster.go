@@ -72,6 +72,11 @@ type ClusterResult struct {
 	RunID               string   `json:"run_id"`
 	LeaderChanges       []string `json:"leader_changes,omitempty"`
 
+	// CPU is what the throughput phase cost in CPU per task, against what a
+	// raw put cost etcd in the 4-in-flight baseline: the budget that bounds
+	// the ratio when the machine's cores are full.
+	CPU CPUBudget `json:"cpu_per_task"`
+
 	// The shell chain: ShellChain steps of `/bin/sh -c true`, against the
 	// floor measured in the same run: the bench process running
 	// `/bin/sh -c true` ShellChain times in a row.
@@ -98,6 +103,104 @@ type ClusterResult struct {
 	// compaction ran) or could not be read; EtcdDBNote says why.
 	EtcdDBBytesPer1000 *float64 `json:"etcd_db_bytes_per_1000_tasks"`
 	EtcdDBNote         string   `json:"etcd_db_note,omitempty"`
+}
+
+// CPUBudget is CPU time (user+system, µs) per noop task of the throughput
+// phase and per put of the raw 4-in-flight phase. Cluster mode reads each
+// process's process_cpu_seconds_total (10 ms resolution): etcd members
+// summed, the leader, the other replicas given summed (workers serve no
+// /metrics). Single-node mode reads the bench process itself, which holds
+// the server, its etcd member and the HTTP client: the same scope in both
+// phases. A figure that could not be read is null, and Notes say why.
+type CPUBudget struct {
+	// RawPut: etcd (cluster) or the whole process (single) per raw put.
+	RawPut   *float64 `json:"raw_put_us"`
+	Etcd     *float64 `json:"etcd_us"`     // cluster: the members, summed
+	Leader   *float64 `json:"leader_us"`   // cluster
+	Standbys *float64 `json:"standbys_us"` // cluster: the other replicas, summed
+	Process  *float64 `json:"process_us"`  // single node: the whole process
+	// RawPutsPerTask is what a task costs in raw puts' worth of CPU: etcd's
+	// CPU per task over its CPU per raw put (cluster), or the process's
+	// (single node). When the cores are full, tasks/s cannot exceed the
+	// baseline's puts/s divided by it, and less when Orion's own processes
+	// share etcd's cores.
+	RawPutsPerTask *float64 `json:"raw_puts_per_task"`
+	Notes          []string `json:"notes,omitempty"`
+}
+
+// cpuProbe reads the CPU counters a CPUBudget is made of.
+type cpuProbe struct {
+	self          time.Duration
+	replicas, etc cpuSample
+}
+
+func (r *clusterRun) probeCPU(ctx context.Context) cpuProbe {
+	if r.res.Mode == "single" {
+		return cpuProbe{self: selfCPU()}
+	}
+	rep, _ := scrapeCPU(ctx, r.tr, r.c.BaseURLs(), r.o.Token)
+	etc, _ := scrapeCPU(ctx, r.tr, r.o.EtcdEndpoints, "")
+	return cpuProbe{replicas: rep, etc: etc}
+}
+
+// rawPutCPU sets the CPU per raw put from probes around n puts.
+func (b *CPUBudget) rawPutCPU(single bool, p0, p1 cpuProbe, members []string, n int) {
+	if n <= 0 {
+		return
+	}
+	if single {
+		b.RawPut = ptr(float64((p1.self - p0.self).Microseconds()) / float64(n))
+		return
+	}
+	if v, k := cpuDelta(p0.etc, p1.etc, members); k == len(members) {
+		b.RawPut = ptr(v * 1000 / float64(n))
+	} else {
+		b.Notes = append(b.Notes, fmt.Sprintf("raw put: %s read from %d of %d etcd members", processCPUMetric, k, len(members)))
+	}
+}
+
+// taskCPU sets the CPU per task from probes around n tasks.
+func (b *CPUBudget) taskCPU(single bool, p0, p1 cpuProbe, members []string, leader string, replicas []string, n int) {
+	if n <= 0 {
+		return
+	}
+	per := func(v float64) *float64 { return ptr(v * 1000 / float64(n)) }
+	if single {
+		b.Process = ptr(float64((p1.self - p0.self).Microseconds()) / float64(n))
+		if b.RawPut != nil && *b.RawPut > 0 {
+			b.RawPutsPerTask = ptr(*b.Process / *b.RawPut)
+		}
+		return
+	}
+	if v, k := cpuDelta(p0.etc, p1.etc, members); k == len(members) {
+		b.Etcd = per(v)
+		if b.RawPut != nil && *b.RawPut > 0 {
+			b.RawPutsPerTask = ptr(*b.Etcd / *b.RawPut)
+		}
+	} else {
+		b.Notes = append(b.Notes, fmt.Sprintf("etcd per task: %s read from %d of %d members", processCPUMetric, k, len(members)))
+	}
+	if leader == "" {
+		b.Notes = append(b.Notes, "leader: not among the --server URLs given")
+	} else if v, k := cpuDelta(p0.replicas, p1.replicas, []string{leader}); k == 1 {
+		b.Leader = per(v)
+	} else {
+		b.Notes = append(b.Notes, "leader: "+processCPUMetric+" unreadable")
+	}
+	var standbys []string
+	for _, u := range replicas {
+		if u != leader {
+			standbys = append(standbys, u)
+		}
+	}
+	if len(standbys) > 0 {
+		if v, k := cpuDelta(p0.replicas, p1.replicas, standbys); k == len(standbys) {
+			b.Standbys = per(v)
+		} else {
+			b.Notes = append(b.Notes, fmt.Sprintf("standbys: %s read from %d of %d", processCPUMetric, k, len(standbys)))
+		}
+	}
+	b.Notes = append(b.Notes, "workers: not measured (orion worker serves no /metrics)")
 }
 
 // Bucket is one bucket of a histogram taken over a phase: Count
@@ -227,11 +330,18 @@ func (r *clusterRun) etcdBaseline(ctx context.Context) error {
 	o, res := r.o, r.res
 	fmt.Fprintf(o.Log, "raw etcd: batched puts (%d per txn) on %s for %s, 1 then 4 in flight...\n",
 		store.DefaultLimits.MaxOps, strings.Join(o.EtcdEndpoints, ","), o.EtcdFor)
-	var err error
-	res.EtcdPutsPerSec, res.EtcdPutsPerSec4, err = etcdCeilings(ctx, r.cli, o.EtcdFor)
+	var p0, p1 cpuProbe
+	puts4, err := etcdCeilings(ctx, r.cli, o.EtcdFor, &res.EtcdPutsPerSec, &res.EtcdPutsPerSec4, func(before bool) {
+		if before {
+			p0 = r.probeCPU(ctx)
+		} else {
+			p1 = r.probeCPU(ctx)
+		}
+	})
 	if err != nil {
 		return fmt.Errorf("raw etcd: %w", err)
 	}
+	res.CPU.rawPutCPU(res.Mode == "single", p0, p1, o.EtcdEndpoints, puts4)
 	leader := r.cl.Leader
 	if r.cl, err = waitLeader(ctx, r.c, time.Minute, o.Poll); err != nil {
 		return fmt.Errorf("after the raw etcd phase: %w", err)
@@ -266,6 +376,7 @@ func (r *clusterRun) orionPhases(ctx context.Context) error {
 	db0, dbErr0 := r.dbInUse(ctx)
 	leaderURL := r.leaderURL()
 	m0, _ := scrapeMetrics(ctx, r.tr, leaderURL, o.Token)
+	cpu0 := r.probeCPU(ctx)
 	start := time.Now()
 	if err := submitAll(ctx, c, bodies, o.Submitters); err != nil {
 		return fmt.Errorf("throughput: %w", err)
@@ -276,7 +387,9 @@ func (r *clusterRun) orionPhases(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("throughput: %w", err)
 	}
+	cpu1 := r.probeCPU(ctx)
 	el := end.Sub(start)
+	res.CPU.taskCPU(res.Mode == "single", cpu0, cpu1, o.EtcdEndpoints, leaderURL, c.BaseURLs(), t.Tasks)
 	res.TasksPerSec = float64(t.Succeeded) / el.Seconds()
 	res.TasksFailed = t.Tasks - t.Succeeded
 	if res.EtcdPutsPerSec > 0 {
@@ -416,8 +529,10 @@ func leaderFirst(urls []string, leader string) []string {
 }
 
 // etcdCeilings measures sequential transactions of MaxOps puts, then the
-// same with 4 transactions in flight, and deletes the keys.
-func etcdCeilings(ctx context.Context, cli *clientv3.Client, d time.Duration) (seq, par float64, err error) {
+// same with 4 transactions in flight (calling probe just before and just
+// after it, for its CPU), and deletes the keys. It sets the puts/s of each
+// and returns how many puts the 4-in-flight phase made.
+func etcdCeilings(ctx context.Context, cli *clientv3.Client, d time.Duration, seq, par *float64, probe func(before bool)) (puts4 int, err error) {
 	defer func() {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 		defer cancel()
@@ -425,11 +540,17 @@ func etcdCeilings(ctx context.Context, cli *clientv3.Client, d time.Duration) (s
 			err = fmt.Errorf("deleting /orion-bench/: %w", derr)
 		}
 	}()
-	if seq, err = etcdPuts(ctx, cli, d, 1); err != nil {
-		return 0, 0, err
+	if *seq, _, err = etcdPuts(ctx, cli, d, 1); err != nil {
+		return 0, err
 	}
-	par, err = etcdPuts(ctx, cli, d, 4)
-	return seq, par, err
+	if probe != nil {
+		probe(true)
+	}
+	*par, puts4, err = etcdPuts(ctx, cli, d, 4)
+	if probe != nil {
+		probe(false)
+	}
+	return puts4, err
 }
 
 // deleteChunk is how many keys one delete removes. Deleting a few hundred
@@ -461,8 +582,9 @@ func deleteInChunks(ctx context.Context, cli *clientv3.Client, prefix string) er
 
 // etcdPuts runs inFlight writers, each committing transactions of MaxOps
 // puts of task-record-sized values one after the other for d, and returns
-// the puts per second of them all. The keys stay under /orion-bench/.
-func etcdPuts(ctx context.Context, cli *clientv3.Client, d time.Duration, inFlight int) (float64, error) {
+// the puts per second of them all, and how many. The keys stay under
+// /orion-bench/.
+func etcdPuts(ctx context.Context, cli *clientv3.Client, d time.Duration, inFlight int) (float64, int, error) {
 	val := strings.Repeat("x", 180)
 	var (
 		wg    sync.WaitGroup
@@ -504,9 +626,9 @@ func etcdPuts(ctx context.Context, cli *clientv3.Client, d time.Duration, inFlig
 	}
 	wg.Wait()
 	if first != nil {
-		return 0, first
+		return 0, 0, first
 	}
-	return float64(total) / time.Since(start).Seconds(), nil
+	return float64(total) / time.Since(start).Seconds(), total, nil
 }
 
 // submitAll posts every body from `parallel` goroutines. Each body carries
@@ -717,6 +839,28 @@ func (r *ClusterResult) commitStats(m0, m1 *metricSample, el time.Duration) {
 	}
 }
 
+func (b *CPUBudget) print(w io.Writer, single bool) {
+	us := func(v *float64) string {
+		if v == nil {
+			return "-"
+		}
+		return fmt.Sprintf("%.1f µs", *v)
+	}
+	if single {
+		fmt.Fprintf(w, "CPU per raw put\t%s\tthe bench process (server, its etcd member, the client), 4 in flight\n", us(b.RawPut))
+		fmt.Fprintf(w, "CPU per noop task\t%s\tthe same process, throughput phase\n", us(b.Process))
+	} else {
+		fmt.Fprintf(w, "etcd CPU per raw put\t%s\tthe members summed, 4 in flight\n", us(b.RawPut))
+		fmt.Fprintf(w, "CPU per noop task\t%s etcd\tthe members summed; leader %s, standbys %s (summed)\n", us(b.Etcd), us(b.Leader), us(b.Standbys))
+	}
+	if b.RawPutsPerTask != nil {
+		fmt.Fprintf(w, "CPU of a task in raw puts\t%.2f\twith full cores, tasks/s stay under the 4-in-flight baseline ÷ this\n", *b.RawPutsPerTask)
+	}
+	for _, n := range b.Notes {
+		fmt.Fprintf(w, "  cpu\t\t%s\n", n)
+	}
+}
+
 // histogramLine renders the non-empty buckets: "≤1:40 ≤2:3 ≤128:12".
 func histogramLine(bs []Bucket) string {
 	var parts []string
@@ -747,6 +891,7 @@ func (r *ClusterResult) Print(w io.Writer) {
 		fmt.Fprintf(tw, "commits\t%.0f/s\t%.1f entries per commit, %.2f ms mean commit (leader's /metrics)\n", r.CommitsPerSec, r.EntriesPerCommit, r.CommitLatencyMeanMs)
 		fmt.Fprintf(tw, "entries per commit\t\t%s\n", histogramLine(r.CommitBatchEntries))
 	}
+	r.CPU.print(tw, r.Mode == "single")
 	fmt.Fprintf(tw, "chain\t%.3f ms/step\t%d tasks in a line\n", r.ChainMsPerStep, r.Chain)
 	r.printShell(tw)
 	db := "-"

@@ -308,9 +308,14 @@ func TestEtcdCeilingsCleanUp(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	seq, par, err := etcdCeilings(ctx, cli, 200*time.Millisecond)
-	if err != nil || seq <= 0 || par <= 0 {
-		t.Fatalf("etcdCeilings = %v, %v, %v", seq, par, err)
+	var seq, par float64
+	var probes []bool
+	puts4, err := etcdCeilings(ctx, cli, 200*time.Millisecond, &seq, &par, func(before bool) { probes = append(probes, before) })
+	if err != nil || seq <= 0 || par <= 0 || puts4 <= 0 {
+		t.Fatalf("etcdCeilings = %v, %v, %v, %v", seq, par, puts4, err)
+	}
+	if len(probes) != 2 || !probes[0] || probes[1] {
+		t.Fatalf("probes around the 4-in-flight phase: %v, want [true false]", probes)
 	}
 	if n, err := cli.Get(ctx, "/orion-bench/", clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil || n.Count != 0 {
 		t.Fatalf("bench keys left: %v, %v", n, err)
