@@ -371,3 +371,26 @@ func TestRegressionRemoveWorkerOrderIsRandom(t *testing.T) {
 		t.Errorf("RemoveWorker proposed the same re-queues in %d different orders", len(seen))
 	}
 }
+
+// sameSpec compares what two specs encode to: equal values without
+// encoding them, and specs that differ only in how an empty field is
+// spelled (nil or empty) as the same DAG.
+func TestSameSpec(t *testing.T) {
+	mk := func() *model.DAG {
+		d := &model.DAG{ID: "d", Name: "d", Tasks: []model.Task{{ID: "a", Kind: model.KindNoop}, {ID: "b", Kind: model.KindShell, Command: "true", DependsOn: []string{"a"}}}}
+		d.Normalize()
+		return d
+	}
+	a, b := mk(), mk()
+	if !sameSpec(a, b) {
+		t.Fatal("two equal specs differ")
+	}
+	b.Tasks[0].Env, b.Tasks[0].DependsOn = map[string]string{}, []string{}
+	if !sameSpec(a, b) {
+		t.Fatal("empty and nil env and dependencies must be the same spec")
+	}
+	b.Tasks[1].Command = "false"
+	if sameSpec(a, b) {
+		t.Fatal("specs with different commands are the same")
+	}
+}
