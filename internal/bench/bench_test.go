@@ -43,6 +43,12 @@ func TestSmallRun(t *testing.T) {
 	if res.OrionCPUMsPerShellStep == nil || *res.OrionCPUMsPerShellStep <= 0 || !strings.Contains(res.CPUScope, "RUSAGE_SELF") {
 		t.Fatalf("single node: Orion's CPU per shell step not measured: %v %q", res.OrionCPUMsPerShellStep, res.CPUScope)
 	}
+	// The CPU budget: the whole process per raw put and per task, and
+	// none of the cluster's per-process figures.
+	if c := res.CPU; c.RawPut == nil || *c.RawPut <= 0 || c.Process == nil || *c.Process <= 0 || c.RawPutsPerTask == nil ||
+		c.Etcd != nil || c.Leader != nil || c.Standbys != nil {
+		t.Fatalf("single node CPU budget: %+v", c)
+	}
 	if res.EtcdDBBytesPer1000 == nil || *res.EtcdDBBytesPer1000 <= 0 {
 		t.Fatalf("etcd db per 1000 tasks: %v (%s)", res.EtcdDBBytesPer1000, res.EtcdDBNote)
 	}

@@ -1,0 +1,77 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/orion-sched/orion/test/internal/cluster"
+)
+
+// orion bench --server --etcd-endpoints against a cluster of processes, on a
+// small load: every phase runs and reports its figures, with the CPU budget
+// read from each process's /metrics. The figures themselves are not
+// asserted (the machine is shared): that they were measured is.
+func TestClusterBench(t *testing.T) {
+	c := cluster.New(t, cluster.Options{})
+	var urls []string
+	for _, s := range c.Servers {
+		urls = append(urls, s.URL)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, cluster.Bin, "bench", "--server", strings.Join(urls, ","), "--etcd-endpoints", c.Endpoints,
+		"--tasks", "2000", "--dag-size", "500", "--chain", "20", "--shell-chain", "5", "--etcd-for", "300ms", "--timeout", "2m", "--json")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("orion bench: %v\n%s\n%s", err, out, stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	var res struct {
+		Mode        string  `json:"mode"`
+		Tasks       int     `json:"tasks"`
+		TasksFailed int     `json:"tasks_failed"`
+		TasksPerSec float64 `json:"tasks_per_sec"`
+		Ratio4      float64 `json:"ratio_to_etcd_4_in_flight"`
+		Chain       float64 `json:"chain_ms_per_step"`
+		Shell       float64 `json:"shell_chain_ms_per_step"`
+		CPU         struct {
+			RawPut         *float64 `json:"raw_put_us"`
+			Etcd           *float64 `json:"etcd_us"`
+			Leader         *float64 `json:"leader_us"`
+			Standbys       *float64 `json:"standbys_us"`
+			Process        *float64 `json:"process_us"`
+			RawPutsPerTask *float64 `json:"raw_puts_per_task"`
+			Notes          []string `json:"notes"`
+		} `json:"cpu_per_task"`
+	}
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &res); err != nil {
+		t.Fatalf("last line is not the JSON result: %v\n%s", err, out)
+	}
+	if res.Mode != "cluster" || res.Tasks != 2000 || res.TasksFailed != 0 || res.TasksPerSec <= 0 || res.Ratio4 <= 0 || res.Chain <= 0 || res.Shell <= 0 {
+		t.Fatalf("implausible result: %+v\n%s", res, stderr.String())
+	}
+	cpu := res.CPU
+	for name, v := range map[string]*float64{"raw_put_us": cpu.RawPut, "etcd_us": cpu.Etcd, "leader_us": cpu.Leader,
+		"standbys_us": cpu.Standbys, "raw_puts_per_task": cpu.RawPutsPerTask} {
+		if v == nil || *v < 0 {
+			t.Errorf("cpu_per_task.%s = %v, want measured (notes: %v)", name, v, cpu.Notes)
+		}
+	}
+	// 2000 tasks cost the etcd members tens of ms of CPU, above the
+	// counters' 10 ms resolution, as do the puts of the baseline.
+	if cpu.Etcd != nil && cpu.RawPut != nil && (*cpu.Etcd <= 0 || *cpu.RawPut <= 0) {
+		t.Errorf("etcd's CPU per task %v µs and per raw put %v µs: want both above zero", *cpu.Etcd, *cpu.RawPut)
+	}
+	if cpu.Process != nil {
+		t.Errorf("cpu_per_task.process_us = %v on a cluster: it is the single node's figure", *cpu.Process)
+	}
+	if len(cpu.Notes) != 1 || !strings.Contains(cpu.Notes[0], "workers") {
+		t.Errorf("notes %q: want only the workers' (not measured)", cpu.Notes)
+	}
+}
