@@ -536,7 +536,11 @@ func etcdCeilings(ctx context.Context, cli *clientv3.Client, d time.Duration, se
 	defer func() {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 		defer cancel()
-		if derr := deleteInChunks(dctx, cli, "/orion-bench/"); derr != nil && err == nil {
+		derr := deleteWritten(dctx, cli, 1, 4)
+		if derr == nil {
+			derr = deleteInChunks(dctx, cli, "/orion-bench/") // anything else under the prefix
+		}
+		if derr != nil && err == nil {
 			err = fmt.Errorf("deleting /orion-bench/: %w", derr)
 		}
 	}()
@@ -558,6 +562,35 @@ func etcdCeilings(ctx context.Context, cli *clientv3.Client, d time.Duration, se
 // long enough to expire the leader's session lease (1s by default) and
 // depose it; chunks keep every request as short as a batch of puts.
 const deleteChunk = 1024
+
+// writerPrefix is where writer w of the raw phase with inFlight writers
+// puts its keys: writerPrefix + %09d, numbered from 0.
+func writerPrefix(inFlight, w int) string { return fmt.Sprintf("/orion-bench/%d/%d/k", inFlight, w) }
+
+// deleteWritten deletes the raw phases' keys by their numbers, deleteChunk
+// keys a request, for each writer of phases with these numbers of writers,
+// until a chunk deletes none. Unlike deleteInChunks it reads nothing: a
+// range read with a limit still makes etcd count every key left in the
+// range, so reading chunk by chunk costs the square of the keys.
+func deleteWritten(ctx context.Context, cli *clientv3.Client, phases ...int) error {
+	for _, inFlight := range phases {
+		for w := 0; w < inFlight; w++ {
+			p := writerPrefix(inFlight, w)
+			for i := 0; ; i += deleteChunk {
+				resp, err := cli.Delete(ctx, numbered(p, i), clientv3.WithRange(numbered(p, i+deleteChunk)))
+				if err != nil {
+					return err
+				}
+				if resp.Deleted == 0 {
+					break
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func numbered(prefix string, i int) string { return fmt.Sprintf("%s%09d", prefix, i) }
 
 // deleteInChunks deletes every key under prefix, deleteChunk keys a request.
 func deleteInChunks(ctx context.Context, cli *clientv3.Client, prefix string) error {
@@ -597,13 +630,13 @@ func etcdPuts(ctx context.Context, cli *clientv3.Client, d time.Duration, inFlig
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			prefix := fmt.Sprintf("/orion-bench/%d/%d/k", inFlight, w)
+			prefix := writerPrefix(inFlight, w)
 			ops := make([]clientv3.Op, store.DefaultLimits.MaxOps)
 			n := 0
 			var err error
 			for time.Since(start) < d && ctx.Err() == nil {
 				for i := range ops {
-					ops[i] = clientv3.OpPut(prefix+strconv.Itoa(n+i), val)
+					ops[i] = clientv3.OpPut(numbered(prefix, n+i), val)
 				}
 				tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 				_, err = cli.Txn(tctx).Then(ops...).Commit()
