@@ -67,6 +67,10 @@ type Worker struct {
 	Running   int               `json:"running"` // attempts the worker reports in flight
 	Connected bool              `json:"connected"`
 	Since     time.Time         `json:"since"`
+	// Host and PID are where the worker runs (its hostname and process id),
+	// as it said when it connected; absent for a worker of an earlier version.
+	Host string `json:"host,omitempty"`
+	PID  int    `json:"pid,omitempty"`
 }
 
 // EtcdInfo is the etcd cluster a replica talks to.

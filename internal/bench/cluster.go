@@ -108,8 +108,9 @@ type ClusterResult struct {
 // CPUBudget is CPU time (user+system, µs) per noop task of the throughput
 // phase and per put of the raw 4-in-flight phase. Cluster mode reads each
 // process's process_cpu_seconds_total (10 ms resolution): etcd members
-// summed, the leader, the other replicas given summed (workers serve no
-// /metrics). Single-node mode reads the bench process itself, which holds
+// summed, the leader, the other replicas given summed; and /proc/PID/stat
+// of the workers that run on the bench's host (they serve no /metrics).
+// Single-node mode reads the bench process itself, which holds
 // the server, its etcd member and the HTTP client: the same scope in both
 // phases. A figure that could not be read is null, and Notes say why.
 type CPUBudget struct {
@@ -118,7 +119,10 @@ type CPUBudget struct {
 	Etcd     *float64 `json:"etcd_us"`     // cluster: the members, summed
 	Leader   *float64 `json:"leader_us"`   // cluster
 	Standbys *float64 `json:"standbys_us"` // cluster: the other replicas, summed
-	Process  *float64 `json:"process_us"`  // single node: the whole process
+	// Workers: cluster, the standalone workers on the bench's host, summed
+	// (/proc/PID/stat of the pid each reports), null unless all of them are.
+	Workers *float64 `json:"workers_us"`
+	Process *float64 `json:"process_us"` // single node: the whole process
 	// RawPutsPerTask is what a task costs in raw puts' worth of CPU: etcd's
 	// CPU per task over its CPU per raw put (cluster), or the process's
 	// (single node). When the cores are full, tasks/s cannot exceed the
@@ -132,6 +136,7 @@ type CPUBudget struct {
 type cpuProbe struct {
 	self          time.Duration
 	replicas, etc cpuSample
+	workers       workerSample
 }
 
 func (r *clusterRun) probeCPU(ctx context.Context) cpuProbe {
@@ -140,7 +145,13 @@ func (r *clusterRun) probeCPU(ctx context.Context) cpuProbe {
 	}
 	rep, _ := scrapeCPU(ctx, r.tr, r.c.BaseURLs(), r.o.Token)
 	etc, _ := scrapeCPU(ctx, r.tr, r.o.EtcdEndpoints, "")
-	return cpuProbe{replicas: rep, etc: etc}
+	p := cpuProbe{replicas: rep, etc: etc}
+	if cl, err := r.c.Cluster(ctx); err == nil {
+		p.workers = sampleWorkers(cl)
+	} else {
+		p.workers.notes = []string{"workers: GET /api/v1/cluster: " + err.Error()}
+	}
+	return p
 }
 
 // rawPutCPU sets the CPU per raw put from probes around n puts.
@@ -200,7 +211,17 @@ func (b *CPUBudget) taskCPU(single bool, p0, p1 cpuProbe, members []string, lead
 			b.Notes = append(b.Notes, fmt.Sprintf("standbys: %s read from %d of %d", processCPUMetric, k, len(standbys)))
 		}
 	}
-	b.Notes = append(b.Notes, "workers: not measured (orion worker serves no /metrics)")
+	b.Notes = append(b.Notes, p0.workers.notes...)
+	v, k := workersCPUDelta(p0.workers, p1.workers)
+	switch {
+	case len(p0.workers.notes) > 0:
+	case len(p0.workers.cpu) == 0:
+		b.Notes = append(b.Notes, "workers: none standalone (a replica's own slots are in its CPU)")
+	case k == len(p0.workers.cpu):
+		b.Workers = per(v * 1000)
+	default:
+		b.Notes = append(b.Notes, fmt.Sprintf("workers: %d of %d read at both ends of the phase", k, len(p0.workers.cpu)))
+	}
 }
 
 // Bucket is one bucket of a histogram taken over a phase: Count
@@ -884,7 +905,8 @@ func (b *CPUBudget) print(w io.Writer, single bool) {
 		fmt.Fprintf(w, "CPU per noop task\t%s\tthe same process, throughput phase\n", us(b.Process))
 	} else {
 		fmt.Fprintf(w, "etcd CPU per raw put\t%s\tthe members summed, 4 in flight\n", us(b.RawPut))
-		fmt.Fprintf(w, "CPU per noop task\t%s etcd\tthe members summed; leader %s, standbys %s (summed)\n", us(b.Etcd), us(b.Leader), us(b.Standbys))
+		fmt.Fprintf(w, "CPU per noop task\t%s etcd\tthe members summed; leader %s, standbys %s (summed), workers %s (summed, this host's)\n",
+			us(b.Etcd), us(b.Leader), us(b.Standbys), us(b.Workers))
 	}
 	if b.RawPutsPerTask != nil {
 		fmt.Fprintf(w, "CPU of a task in raw puts\t%.2f\twith full cores, tasks/s stay under the 4-in-flight baseline ÷ this\n", *b.RawPutsPerTask)

@@ -443,9 +443,9 @@ n1    follower  41           0    -    -
 n2    leader    42           0    -    -
 
 Workers:
-ID  SLOTS  BUSY  CONNECTED  REPLICA  LABELS
-w1  4      1     false      -        -
-w2  2      0     false      -        pool=gpu,zone=a
+ID  SLOTS  BUSY  CONNECTED  REPLICA  HOST        LABELS
+w1  4      1     false      -        -           -
+w2  2      0     false      -        gpu-node-1  pool=gpu,zone=a
 
 etcd endpoints: http://10.0.0.1:2379, http://10.0.0.2:2379
 `

@@ -65,9 +65,9 @@ endpoints.`,
 				fmt.Fprintln(out, "  (none)")
 			} else {
 				tw = newTable(out)
-				row(tw, "ID", "SLOTS", "BUSY", "CONNECTED", "REPLICA", "LABELS")
+				row(tw, "ID", "SLOTS", "BUSY", "CONNECTED", "REPLICA", "HOST", "LABELS")
 				for _, w := range cl.Workers {
-					row(tw, w.ID, fmt.Sprint(w.Slots), fmt.Sprint(w.Busy), fmt.Sprint(w.Connected), cell(w.Replica), cell(model.FormatLabels(w.Labels)))
+					row(tw, w.ID, fmt.Sprint(w.Slots), fmt.Sprint(w.Busy), fmt.Sprint(w.Connected), cell(w.Replica), cell(w.Host), cell(model.FormatLabels(w.Labels)))
 				}
 				if err := tw.Flush(); err != nil {
 					return err

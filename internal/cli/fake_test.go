@@ -355,7 +355,7 @@ func isTerminal(s string) bool {
 func (f *fakeServer) cluster(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.WriteString(w, `{"node":"n1","leader":"n2","applied_revision":42,"term":7,
 		"replicas":[{"name":"n1","role":"follower","applied_revision":41},{"name":"n2","role":"leader","applied_revision":42}],
-		"workers":[{"id":"w1","slots":4,"busy":1},{"id":"w2","slots":2,"busy":0,"labels":{"pool":"gpu","zone":"a"}}],
+		"workers":[{"id":"w1","slots":4,"busy":1},{"id":"w2","slots":2,"busy":0,"labels":{"pool":"gpu","zone":"a"},"host":"gpu-node-1","pid":4242}],
 		"etcd":{"endpoints":["http://10.0.0.1:2379","http://10.0.0.2:2379"]}}`)
 }
 

@@ -45,7 +45,7 @@ func hubWorkers(hub *workerstream.Hub) func() []apitypes.Worker {
 		out := make([]apitypes.Worker, 0, len(ws))
 		for _, w := range ws {
 			out = append(out, apitypes.Worker{ID: w.ID, Replica: w.Replica, Slots: w.Slots, Labels: w.Labels, Running: w.InFlight,
-				Connected: w.Connected, Since: w.Since})
+				Connected: w.Connected, Since: w.Since, Host: w.Host, PID: w.PID})
 		}
 		return out
 	}

@@ -17,6 +17,10 @@ import (
 	"github.com/orion-sched/orion/internal/model"
 )
 
+// hostname is this host's name as a hello reports it ("" if the kernel
+// gives none).
+var hostname, _ = os.Hostname()
+
 // Agent defaults.
 const (
 	DefaultMinBackoff = 20 * time.Millisecond
@@ -293,7 +297,7 @@ func (a *Agent) hello(s *session, results <-chan model.Result) {
 		}
 	})
 	s.send(Msg{Type: TypeHello, Hello: &Hello{Worker: a.cfg.Exec.ID(), Slots: a.cfg.Exec.Slots(), InFlight: inflight,
-		Replica: a.cfg.Replica, Version: ProtocolVersion, Labels: a.cfg.Labels}})
+		Replica: a.cfg.Replica, Version: ProtocolVersion, Labels: a.cfg.Labels, Host: hostname, PID: os.Getpid()}})
 	a.unacked.each(func(r model.Result) {
 		s.send(Msg{Type: TypeResult, Result: &r})
 	})

@@ -106,7 +106,9 @@ type WorkerInfo struct {
 	Labels    model.Labels `json:"labels,omitempty"`
 	Connected bool         `json:"connected"`
 	InFlight  int          `json:"in_flight"`
-	Since     time.Time    `json:"since"` // when Connected last changed
+	Since     time.Time    `json:"since"`          // when Connected last changed
+	Host      string       `json:"host,omitempty"` // as the worker's hello said
+	PID       int          `json:"pid,omitempty"`
 }
 
 // Hub is the leader's end of the worker streams.
@@ -294,7 +296,7 @@ func (h *Hub) Workers() []WorkerInfo {
 	out := make([]WorkerInfo, 0, len(h.workers))
 	for _, w := range h.workers {
 		out = append(out, WorkerInfo{ID: w.id, Replica: w.replica, Slots: w.slots, Labels: w.labels, Connected: w.conn != nil,
-			InFlight: len(w.inFlightLocked()), Since: w.since})
+			InFlight: len(w.inFlightLocked()), Since: w.since, Host: w.host, PID: w.pid})
 	}
 	slices.SortFunc(out, func(a, b WorkerInfo) int { return cmp.Compare(a.ID, b.ID) })
 	return out
@@ -434,7 +436,7 @@ func (h *Hub) join(hc *hubConn, hello *Hello) bool {
 			oldLogs = w.takeLogsLocked(old)
 		}
 	}
-	w.slots, w.replica, w.labels = hello.Slots, hello.Replica, hello.Labels
+	w.slots, w.replica, w.labels, w.host, w.pid = hello.Slots, hello.Replica, hello.Labels, hello.Host, hello.PID
 	w.conn, hc.worker, w.since = hc, w, now
 	w.reported = make(map[model.AttemptID]struct{}, len(hello.InFlight))
 	for _, id := range hello.InFlight {

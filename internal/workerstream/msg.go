@@ -84,6 +84,12 @@ type Hello struct {
 	// them. Absent (a worker of an earlier version): no labels. A hub of an
 	// earlier version ignores them, so the field needs no new version.
 	Labels model.Labels `json:"labels,omitempty"`
+	// Host and PID say where the worker runs (its hostname, its process),
+	// for operators reading the cluster endpoint and for a benchmark
+	// reading the CPU of the workers on its own host. A worker of an
+	// earlier version sends neither.
+	Host string `json:"host,omitempty"`
+	PID  int    `json:"pid,omitempty"`
 }
 
 // Welcome accepts a worker. The worker sends heartbeats at least every

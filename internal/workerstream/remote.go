@@ -27,6 +27,8 @@ type RemoteWorker struct {
 	replica     string
 	slots       int
 	labels      model.Labels
+	host        string
+	pid         int
 	conn        *hubConn // nil while disconnected
 	left        bool
 	since       time.Time

@@ -75,6 +75,10 @@ func TestDispatch(t *testing.T) {
 			if ws := h.Workers(); len(ws) != 1 || ws[0].ID != "w1/1-aa" || !ws[0].Connected || ws[0].Slots != 4 {
 				t.Fatalf("workers = %+v", ws)
 			}
+			// The hello says where the worker runs: this host, this process.
+			if host, _ := os.Hostname(); h.Workers()[0].Host != host || h.Workers()[0].PID != os.Getpid() {
+				t.Fatalf("worker host %q pid %d, want %q %d", h.Workers()[0].Host, h.Workers()[0].PID, host, os.Getpid())
+			}
 			if w.Results() != h.Results() {
 				t.Fatal("RemoteWorker.Results is not the hub's")
 			}
