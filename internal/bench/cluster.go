@@ -93,6 +93,7 @@ type ClusterResult struct {
 	// mode. Null when it could not be read.
 	OrionCPUMsPerShellStep    *float64 `json:"orion_cpu_ms_per_shell_step"`
 	StandbysCPUMsPerShellStep *float64 `json:"standbys_cpu_ms_per_shell_step"` // cluster: the other replicas given, summed
+	WorkersCPUMsPerShellStep  *float64 `json:"workers_cpu_ms_per_shell_step"`  // cluster: the standalone workers on this host, summed (task processes excluded)
 	EtcdCPUMsPerShellStep     *float64 `json:"etcd_cpu_ms_per_shell_step"`     // cluster: the etcd members, summed
 	CPUScope                  string   `json:"cpu_scope"`                      // what the CPU figures include
 	CPUNotes                  []string `json:"cpu_notes,omitempty"`            // what could not be measured, and why
@@ -145,13 +146,7 @@ func (r *clusterRun) probeCPU(ctx context.Context) cpuProbe {
 	}
 	rep, _ := scrapeCPU(ctx, r.tr, r.c.BaseURLs(), r.o.Token)
 	etc, _ := scrapeCPU(ctx, r.tr, r.o.EtcdEndpoints, "")
-	p := cpuProbe{replicas: rep, etc: etc}
-	if cl, err := r.c.Cluster(ctx); err == nil {
-		p.workers = sampleWorkers(cl)
-	} else {
-		p.workers.notes = []string{"workers: GET /api/v1/cluster: " + err.Error()}
-	}
-	return p
+	return cpuProbe{replicas: rep, etc: etc, workers: r.sampleWorkers(ctx)}
 }
 
 // rawPutCPU sets the CPU per raw put from probes around n puts.
@@ -211,16 +206,10 @@ func (b *CPUBudget) taskCPU(single bool, p0, p1 cpuProbe, members []string, lead
 			b.Notes = append(b.Notes, fmt.Sprintf("standbys: %s read from %d of %d", processCPUMetric, k, len(standbys)))
 		}
 	}
-	b.Notes = append(b.Notes, p0.workers.notes...)
-	v, k := workersCPUDelta(p0.workers, p1.workers)
-	switch {
-	case len(p0.workers.notes) > 0:
-	case len(p0.workers.cpu) == 0:
-		b.Notes = append(b.Notes, "workers: none standalone (a replica's own slots are in its CPU)")
-	case k == len(p0.workers.cpu):
+	if v, ok, notes := workersCPU(p0.workers, p1.workers); ok {
 		b.Workers = per(v * 1000)
-	default:
-		b.Notes = append(b.Notes, fmt.Sprintf("workers: %d of %d read at both ends of the phase", k, len(p0.workers.cpu)))
+	} else {
+		b.Notes = append(b.Notes, notes...)
 	}
 }
 
@@ -1002,6 +991,7 @@ func (r *ClusterResult) printShell(w io.Writer) {
 	fmt.Fprintf(w, "%s\t%s\t%s\n", who, msOrDash(r.OrionCPUMsPerShellStep), r.CPUScope)
 	if r.Mode != "single" {
 		fmt.Fprintf(w, "standbys' CPU per shell step\t%s\tthe other replicas given, summed\n", msOrDash(r.StandbysCPUMsPerShellStep))
+		fmt.Fprintf(w, "workers' CPU per shell step\t%s\tthe standalone workers on this host, summed; the shells they run excluded\n", msOrDash(r.WorkersCPUMsPerShellStep))
 		fmt.Fprintf(w, "etcd members' CPU per shell step\t%s\tsummed\n", msOrDash(r.EtcdCPUMsPerShellStep))
 	}
 	for _, n := range r.CPUNotes {

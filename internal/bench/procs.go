@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -69,14 +70,19 @@ type workerSample struct {
 	notes []string
 }
 
-// sampleWorkers reads the CPU of cl's connected standalone workers (a
-// replica's own slots are in the replica's CPU) that report this host's
+// sampleWorkers reads the CPU of the cluster's connected standalone workers
+// (a replica's own slots are in the replica's CPU) that report this host's
 // name and a pid.
+func (r *clusterRun) sampleWorkers(ctx context.Context) workerSample {
+	cl, err := r.c.Cluster(ctx)
+	if err != nil {
+		return workerSample{notes: []string{"workers: GET /api/v1/cluster: " + err.Error()}}
+	}
+	return sampleWorkers(cl)
+}
+
 func sampleWorkers(cl *client.Cluster) workerSample {
 	s := workerSample{cpu: map[string]procCPU{}}
-	if cl == nil {
-		return s
-	}
 	host, _ := os.Hostname()
 	for _, w := range cl.Workers {
 		if !w.Connected || w.Replica != "" || w.Slots == 0 {
@@ -97,6 +103,22 @@ func sampleWorkers(cl *client.Cluster) workerSample {
 		}
 	}
 	return s
+}
+
+// workersCPU is the CPU seconds the workers used between two samples, or a
+// note saying why it cannot be told.
+func workersCPU(before, after workerSample) (seconds float64, ok bool, notes []string) {
+	v, k := workersCPUDelta(before, after)
+	switch {
+	case len(before.notes) > 0:
+		return 0, false, before.notes
+	case len(before.cpu) == 0:
+		return 0, false, []string{"workers: none standalone (a replica's own slots are in its CPU)"}
+	case k == len(before.cpu):
+		return v, true, nil
+	default:
+		return 0, false, []string{fmt.Sprintf("workers: %d of %d read at both ends of the phase", k, len(before.cpu))}
+	}
 }
 
 // workersCPUDelta sums the CPU seconds the workers of both samples used

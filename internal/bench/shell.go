@@ -174,11 +174,13 @@ func (r *clusterRun) shellPhase(ctx context.Context) error {
 	replicas, leader := c.BaseURLs(), r.leaderURL()
 	var self0 time.Duration
 	var rep0, etcd0 cpuSample
+	var work0 workerSample
 	if single {
 		self0 = selfCPU()
 	} else {
 		rep0, _ = scrapeCPU(ctx, r.tr, replicas, o.Token)
 		etcd0, _ = scrapeCPU(ctx, r.tr, o.EtcdEndpoints, "")
+		work0 = r.sampleWorkers(ctx)
 	}
 	start := time.Now()
 	if err := submitAll(ctx, c, [][]byte{body}, 1); err != nil {
@@ -191,11 +193,13 @@ func (r *clusterRun) shellPhase(ctx context.Context) error {
 	var self1 time.Duration
 	var rep1, etcd1 cpuSample
 	var repErrs, etcdErrs map[string]error
+	var work1 workerSample
 	if single {
 		self1 = selfCPU()
 	} else {
 		rep1, repErrs = scrapeCPU(ctx, r.tr, replicas, o.Token)
 		etcd1, etcdErrs = scrapeCPU(ctx, r.tr, o.EtcdEndpoints, "")
+		work1 = r.sampleWorkers(ctx)
 	}
 	if t.Succeeded != n {
 		return fmt.Errorf("shell chain: %d of %d tasks succeeded (can the workers run /bin/sh -c %s?)", t.Succeeded, n, ShellFloorCommand)
@@ -217,8 +221,12 @@ func (r *clusterRun) shellPhase(ctx context.Context) error {
 		res.OrionCPUMsPerShellStep = ptr(ms(self1-self0) / float64(n))
 		return nil
 	}
-	res.CPUScope = "cluster: process_cpu_seconds_total from each process's /metrics (its own CPU, task processes excluded, 10 ms resolution); the leader also answers the bench's polling"
-	res.CPUNotes = append(res.CPUNotes, "workers: not measured (orion worker serves no /metrics)")
+	res.CPUScope = "cluster: process_cpu_seconds_total from each process's /metrics (its own CPU, task processes excluded, 10 ms resolution), and /proc/PID/stat of the standalone workers on this host (the same, by the pid each reports); the leader also answers the bench's polling"
+	if v, ok, notes := workersCPU(work0, work1); ok {
+		res.WorkersCPUMsPerShellStep = ptr(v * 1000 / float64(n))
+	} else {
+		res.CPUNotes = append(res.CPUNotes, notes...)
+	}
 	var standbys []string
 	for _, u := range replicas {
 		if u != leader {

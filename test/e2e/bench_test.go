@@ -34,13 +34,15 @@ func TestClusterBench(t *testing.T) {
 	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	var res struct {
-		Mode        string  `json:"mode"`
-		Tasks       int     `json:"tasks"`
-		TasksFailed int     `json:"tasks_failed"`
-		TasksPerSec float64 `json:"tasks_per_sec"`
-		Ratio4      float64 `json:"ratio_to_etcd_4_in_flight"`
-		Chain       float64 `json:"chain_ms_per_step"`
-		Shell       float64 `json:"shell_chain_ms_per_step"`
+		Mode        string   `json:"mode"`
+		Tasks       int      `json:"tasks"`
+		TasksFailed int      `json:"tasks_failed"`
+		TasksPerSec float64  `json:"tasks_per_sec"`
+		Ratio4      float64  `json:"ratio_to_etcd_4_in_flight"`
+		Chain       float64  `json:"chain_ms_per_step"`
+		Shell       float64  `json:"shell_chain_ms_per_step"`
+		WorkersCPU  *float64 `json:"workers_cpu_ms_per_shell_step"`
+		CPUNotes    []string `json:"cpu_notes"`
 		CPU         struct {
 			RawPut         *float64 `json:"raw_put_us"`
 			Etcd           *float64 `json:"etcd_us"`
@@ -57,6 +59,9 @@ func TestClusterBench(t *testing.T) {
 	}
 	if res.Mode != "cluster" || res.Tasks != 2000 || res.TasksFailed != 0 || res.TasksPerSec <= 0 || res.Ratio4 <= 0 || res.Chain <= 0 || res.Shell <= 0 {
 		t.Fatalf("implausible result: %+v\n%s", res, stderr.String())
+	}
+	if res.WorkersCPU == nil || len(res.CPUNotes) != 0 {
+		t.Errorf("shell chain: workers' CPU %v, notes %q: want measured, no notes", res.WorkersCPU, res.CPUNotes)
 	}
 	cpu := res.CPU
 	for name, v := range map[string]*float64{"raw_put_us": cpu.RawPut, "etcd_us": cpu.Etcd, "leader_us": cpu.Leader,
