@@ -133,86 +133,6 @@ type CPUBudget struct {
 	Notes          []string `json:"notes,omitempty"`
 }
 
-// cpuProbe reads the CPU counters a CPUBudget is made of.
-type cpuProbe struct {
-	self          time.Duration
-	replicas, etc cpuSample
-	workers       workerSample
-}
-
-func (r *clusterRun) probeCPU(ctx context.Context) cpuProbe {
-	if r.res.Mode == "single" {
-		return cpuProbe{self: selfCPU()}
-	}
-	rep, _ := scrapeCPU(ctx, r.tr, r.c.BaseURLs(), r.o.Token)
-	etc, _ := scrapeCPU(ctx, r.tr, r.o.EtcdEndpoints, "")
-	return cpuProbe{replicas: rep, etc: etc, workers: r.sampleWorkers(ctx)}
-}
-
-// rawPutCPU sets the CPU per raw put from probes around n puts.
-func (b *CPUBudget) rawPutCPU(single bool, p0, p1 cpuProbe, members []string, n int) {
-	if n <= 0 {
-		return
-	}
-	if single {
-		b.RawPut = ptr(float64((p1.self - p0.self).Microseconds()) / float64(n))
-		return
-	}
-	if v, k := cpuDelta(p0.etc, p1.etc, members); k == len(members) {
-		b.RawPut = ptr(v * 1000 / float64(n))
-	} else {
-		b.Notes = append(b.Notes, fmt.Sprintf("raw put: %s read from %d of %d etcd members", processCPUMetric, k, len(members)))
-	}
-}
-
-// taskCPU sets the CPU per task from probes around n tasks.
-func (b *CPUBudget) taskCPU(single bool, p0, p1 cpuProbe, members []string, leader string, replicas []string, n int) {
-	if n <= 0 {
-		return
-	}
-	per := func(v float64) *float64 { return ptr(v * 1000 / float64(n)) }
-	if single {
-		b.Process = ptr(float64((p1.self - p0.self).Microseconds()) / float64(n))
-		if b.RawPut != nil && *b.RawPut > 0 {
-			b.RawPutsPerTask = ptr(*b.Process / *b.RawPut)
-		}
-		return
-	}
-	if v, k := cpuDelta(p0.etc, p1.etc, members); k == len(members) {
-		b.Etcd = per(v)
-		if b.RawPut != nil && *b.RawPut > 0 {
-			b.RawPutsPerTask = ptr(*b.Etcd / *b.RawPut)
-		}
-	} else {
-		b.Notes = append(b.Notes, fmt.Sprintf("etcd per task: %s read from %d of %d members", processCPUMetric, k, len(members)))
-	}
-	if leader == "" {
-		b.Notes = append(b.Notes, "leader: not among the --server URLs given")
-	} else if v, k := cpuDelta(p0.replicas, p1.replicas, []string{leader}); k == 1 {
-		b.Leader = per(v)
-	} else {
-		b.Notes = append(b.Notes, "leader: "+processCPUMetric+" unreadable")
-	}
-	var standbys []string
-	for _, u := range replicas {
-		if u != leader {
-			standbys = append(standbys, u)
-		}
-	}
-	if len(standbys) > 0 {
-		if v, k := cpuDelta(p0.replicas, p1.replicas, standbys); k == len(standbys) {
-			b.Standbys = per(v)
-		} else {
-			b.Notes = append(b.Notes, fmt.Sprintf("standbys: %s read from %d of %d", processCPUMetric, k, len(standbys)))
-		}
-	}
-	if v, ok, notes := workersCPU(p0.workers, p1.workers); ok {
-		b.Workers = per(v * 1000)
-	} else {
-		b.Notes = append(b.Notes, notes...)
-	}
-}
-
 // Bucket is one bucket of a histogram taken over a phase: Count
 // observations were at most LE (and above the previous bucket's LE).
 type Bucket struct {
@@ -546,10 +466,9 @@ func etcdCeilings(ctx context.Context, cli *clientv3.Client, d time.Duration, se
 	defer func() {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 		defer cancel()
-		derr := deleteWritten(dctx, cli, 1, 4)
-		if derr == nil {
-			derr = deleteInChunks(dctx, cli, "/orion-bench/") // anything else under the prefix
-		}
+		// The sweep catches what deleteWritten could not: keys of an
+		// earlier, interrupted run, or all of them if it failed.
+		derr := errors.Join(deleteWritten(dctx, cli, 1, 4), deleteInChunks(dctx, cli, "/orion-bench/"))
 		if derr != nil && err == nil {
 			err = fmt.Errorf("deleting /orion-bench/: %w", derr)
 		}

@@ -340,6 +340,32 @@ func TestEtcdCeilingsCleanUp(t *testing.T) {
 	if n, err := cli.Get(ctx, "/", clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil || n.Count != 3 {
 		t.Fatalf("after deleteInChunks: %v, %v", n, err)
 	}
+
+	// deleteWritten alone, without the sweep: a writer's numbered keys,
+	// more than a chunk and not a multiple of it, and another's fewer than a
+	// chunk, all deleted; a key beside them that is not numbered stays.
+	counts := map[string]int{writerPrefix(4, 0): 2*deleteChunk + 77, writerPrefix(4, 3): 5}
+	for p, n := range counts {
+		for i := 0; i < n; i += 128 {
+			ops := []clientv3.Op{}
+			for j := i; j < min(i+128, n); j++ {
+				ops = append(ops, clientv3.OpPut(numbered(p, j), "v"))
+			}
+			if _, err := cli.Txn(ctx).Then(ops...).Commit(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := cli.Put(ctx, writerPrefix(4, 0)+"other", "v"); err != nil {
+		t.Fatal(err)
+	}
+	if err := deleteWritten(ctx, cli, 1, 4); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := cli.Get(ctx, "/orion-bench/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Key) != writerPrefix(4, 0)+"other" {
+		t.Fatalf("after deleteWritten: %v, %v; want only %sother", resp.Kvs, err, writerPrefix(4, 0))
+	}
 }
 
 func TestDBPer1000(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -24,7 +25,11 @@ type procCPU struct {
 }
 
 // readProcCPU reads utime+stime of pid, if pid is an `orion worker` process
-// (its first argument is worker).
+// (its first argument is worker). The pid is the one the worker reported
+// with this host's name: a worker in a container that shares the host's
+// name but not its pid namespace would name some other process, which this
+// check refuses only if that process is no orion worker; the bench is meant
+// for clusters like make cluster's, all processes of one host.
 func readProcCPU(pid int) (procCPU, error) {
 	argv, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 	if err != nil {
@@ -85,12 +90,16 @@ func sampleWorkers(cl *client.Cluster) workerSample {
 	s := workerSample{cpu: map[string]procCPU{}}
 	host, _ := os.Hostname()
 	for _, w := range cl.Workers {
-		if !w.Connected || w.Replica != "" || w.Slots == 0 {
+		if w.Replica != "" || w.Slots == 0 {
+			continue // a replica's own slots are in the replica's CPU
+		}
+		if !w.Connected {
+			s.notes = append(s.notes, "worker "+w.ID+": not connected")
 			continue
 		}
 		switch {
 		case w.PID == 0:
-			s.notes = append(s.notes, "worker "+w.ID+": reports no pid (an earlier version)")
+			s.notes = append(s.notes, "worker "+w.ID+": no host or pid known (a worker of an earlier version, or one the hub has not heard from)")
 		case w.Host != host:
 			s.notes = append(s.notes, fmt.Sprintf("worker %s: on host %q, not this one", w.ID, w.Host))
 		default:
@@ -105,20 +114,20 @@ func sampleWorkers(cl *client.Cluster) workerSample {
 	return s
 }
 
-// workersCPU is the CPU seconds the workers used between two samples, or a
-// note saying why it cannot be told.
-func workersCPU(before, after workerSample) (seconds float64, ok bool, notes []string) {
-	v, k := workersCPUDelta(before, after)
-	switch {
-	case len(before.notes) > 0:
-		return 0, false, before.notes
-	case len(before.cpu) == 0:
-		return 0, false, []string{"workers: none standalone (a replica's own slots are in its CPU)"}
-	case k == len(before.cpu):
-		return v, true, nil
-	default:
-		return 0, false, []string{fmt.Sprintf("workers: %d of %d read at both ends of the phase", k, len(before.cpu))}
+// workersCPU is the CPU, in ms, that the workers of two samples used
+// between them, or notes saying why it cannot be told (nil when it can).
+func workersCPU(before, after workerSample) (msTotal float64, notes []string) {
+	if len(before.notes)+len(after.notes) > 0 {
+		return 0, append(slices.Clone(before.notes), after.notes...)
 	}
+	if len(before.cpu) == 0 {
+		return 0, []string{"workers: none standalone (a replica's own slots are in its CPU)"}
+	}
+	v, k := workersCPUDelta(before, after)
+	if k != len(before.cpu) || len(after.cpu) != len(before.cpu) {
+		return 0, []string{fmt.Sprintf("workers: %d at the start of the phase, %d at its end, %d the same process at both", len(before.cpu), len(after.cpu), k)}
+	}
+	return v * 1000, nil
 }
 
 // workersCPUDelta sums the CPU seconds the workers of both samples used

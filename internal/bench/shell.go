@@ -171,17 +171,8 @@ func (r *clusterRun) shellPhase(ctx context.Context) error {
 		return err
 	}
 	single := res.Mode == "single"
-	replicas, leader := c.BaseURLs(), r.leaderURL()
-	var self0 time.Duration
-	var rep0, etcd0 cpuSample
-	var work0 workerSample
-	if single {
-		self0 = selfCPU()
-	} else {
-		rep0, _ = scrapeCPU(ctx, r.tr, replicas, o.Token)
-		etcd0, _ = scrapeCPU(ctx, r.tr, o.EtcdEndpoints, "")
-		work0 = r.sampleWorkers(ctx)
-	}
+	leader := r.leaderURL()
+	cpu0 := r.probeCPU(ctx)
 	start := time.Now()
 	if err := submitAll(ctx, c, [][]byte{body}, 1); err != nil {
 		return fmt.Errorf("shell chain: %w", err)
@@ -190,17 +181,7 @@ func (r *clusterRun) shellPhase(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("shell chain: %w", err)
 	}
-	var self1 time.Duration
-	var rep1, etcd1 cpuSample
-	var repErrs, etcdErrs map[string]error
-	var work1 workerSample
-	if single {
-		self1 = selfCPU()
-	} else {
-		rep1, repErrs = scrapeCPU(ctx, r.tr, replicas, o.Token)
-		etcd1, etcdErrs = scrapeCPU(ctx, r.tr, o.EtcdEndpoints, "")
-		work1 = r.sampleWorkers(ctx)
-	}
+	cpu1 := r.probeCPU(ctx)
 	if t.Succeeded != n {
 		return fmt.Errorf("shell chain: %d of %d tasks succeeded (can the workers run /bin/sh -c %s?)", t.Succeeded, n, ShellFloorCommand)
 	}
@@ -216,42 +197,16 @@ func (r *clusterRun) shellPhase(ctx context.Context) error {
 	res.ShellFloorMsPerStep = (f0 + f1) / 2
 	res.ShellOverheadMsPerStep = res.ShellChainMsPerStep - res.ShellFloorMsPerStep
 	res.ShellFloorCPUMsPerStep = (fc0 + fc1) / 2
+	spent := spentBetween(single, cpu0, cpu1, o.EtcdEndpoints, leader, c.BaseURLs()).per(n, 1) // ms per step
 	if single {
 		res.CPUScope = "single node: the bench process's own CPU (RUSAGE_SELF): the orion server, its embedded etcd member and the bench's HTTP client; the task processes (children) are excluded"
-		res.OrionCPUMsPerShellStep = ptr(ms(self1-self0) / float64(n))
+		res.OrionCPUMsPerShellStep = spent.Self
 		return nil
 	}
 	res.CPUScope = "cluster: process_cpu_seconds_total from each process's /metrics (its own CPU, task processes excluded, 10 ms resolution), and /proc/PID/stat of the standalone workers on this host (the same, by the pid each reports); the leader also answers the bench's polling"
-	if v, ok, notes := workersCPU(work0, work1); ok {
-		res.WorkersCPUMsPerShellStep = ptr(v * 1000 / float64(n))
-	} else {
-		res.CPUNotes = append(res.CPUNotes, notes...)
-	}
-	var standbys []string
-	for _, u := range replicas {
-		if u != leader {
-			standbys = append(standbys, u)
-		}
-	}
-	if leader == "" {
-		res.CPUNotes = append(res.CPUNotes, "leader: not among the --server URLs given, its CPU not read")
-	} else if v, k := cpuDelta(rep0, rep1, []string{leader}); k == 1 {
-		res.OrionCPUMsPerShellStep = ptr(v / float64(n))
-	} else {
-		res.CPUNotes = append(res.CPUNotes, fmt.Sprintf("leader: %s unreadable (%v)", processCPUMetric, repErrs[leader]))
-	}
-	if len(standbys) > 0 {
-		if v, k := cpuDelta(rep0, rep1, standbys); k == len(standbys) {
-			res.StandbysCPUMsPerShellStep = ptr(v / float64(n))
-		} else {
-			res.CPUNotes = append(res.CPUNotes, fmt.Sprintf("standbys: %s read from %d of %d (%s)", processCPUMetric, k, len(standbys), joinErrs(repErrs)))
-		}
-	}
-	if v, k := cpuDelta(etcd0, etcd1, o.EtcdEndpoints); k == len(o.EtcdEndpoints) {
-		res.EtcdCPUMsPerShellStep = ptr(v / float64(n))
-	} else {
-		res.CPUNotes = append(res.CPUNotes, fmt.Sprintf("etcd members: %s read from %d of %d (%s)", processCPUMetric, k, len(o.EtcdEndpoints), joinErrs(etcdErrs)))
-	}
+	res.OrionCPUMsPerShellStep, res.StandbysCPUMsPerShellStep = spent.Leader, spent.Standbys
+	res.WorkersCPUMsPerShellStep, res.EtcdCPUMsPerShellStep = spent.Workers, spent.Etcd
+	res.CPUNotes = append(res.CPUNotes, spent.Notes...)
 	return nil
 }
 

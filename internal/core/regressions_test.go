@@ -1,7 +1,10 @@
 package core
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"math/rand"
 	"strings"
 	"testing"
 	"time"
@@ -373,8 +376,10 @@ func TestRegressionRemoveWorkerOrderIsRandom(t *testing.T) {
 }
 
 // sameSpec compares what two specs encode to: equal values without
-// encoding them, and specs that differ only in how an empty field is
-// spelled (nil or empty) as the same DAG.
+// encoding them, specs that differ only in how an empty field is spelled
+// (nil or empty) as the same DAG, and anything that encodes differently as
+// different. The random part pins the rule the fast path must keep: over
+// specs mutated field by field, sameSpec agrees with comparing encodings.
 func TestSameSpec(t *testing.T) {
 	mk := func() *model.DAG {
 		d := &model.DAG{ID: "d", Name: "d", Tasks: []model.Task{{ID: "a", Kind: model.KindNoop}, {ID: "b", Kind: model.KindShell, Command: "true", DependsOn: []string{"a"}}}}
@@ -392,5 +397,36 @@ func TestSameSpec(t *testing.T) {
 	b.Tasks[1].Command = "false"
 	if sameSpec(a, b) {
 		t.Fatal("specs with different commands are the same")
+	}
+
+	mutations := []func(d *model.DAG, r *rand.Rand){
+		func(d *model.DAG, r *rand.Rand) { d.Name += "x" },
+		func(d *model.DAG, r *rand.Rand) { d.MaxActiveTasks = r.Intn(2) },
+		func(d *model.DAG, r *rand.Rand) { d.Tasks[r.Intn(2)].Env = map[string]string{} },
+		func(d *model.DAG, r *rand.Rand) { d.Tasks[r.Intn(2)].Env = map[string]string{"K": "v"} },
+		func(d *model.DAG, r *rand.Rand) { d.Tasks[r.Intn(2)].Selector = nil },
+		func(d *model.DAG, r *rand.Rand) { d.Tasks[r.Intn(2)].Selector = map[string]string{} },
+		func(d *model.DAG, r *rand.Rand) { d.Tasks[0].DependsOn = []string{} },
+		func(d *model.DAG, r *rand.Rand) { d.Tasks[1].DependsOn = nil },
+		func(d *model.DAG, r *rand.Rand) { d.Tasks[r.Intn(2)].Priority = r.Intn(2) },
+		func(d *model.DAG, r *rand.Rand) { d.Tasks[r.Intn(2)].Fail = model.Probability(r.Intn(2)) / 2 },
+		func(d *model.DAG, r *rand.Rand) { d.Tasks[r.Intn(2)].Duration = model.Duration(r.Intn(2)) },
+		func(d *model.DAG, r *rand.Rand) { d.Tasks[r.Intn(2)].Timeout += model.Duration(r.Intn(2)) },
+		func(d *model.DAG, r *rand.Rand) { d.Tasks[r.Intn(2)].Pool = []string{"", "gpu"}[r.Intn(2)] },
+	}
+	r := rand.New(rand.NewSource(1))
+	for i := 0; i < 3000; i++ {
+		a, b := mk(), mk()
+		for k := r.Intn(4); k > 0; k-- {
+			mutations[r.Intn(len(mutations))](a, r)
+		}
+		for k := r.Intn(4); k > 0; k-- {
+			mutations[r.Intn(len(mutations))](b, r)
+		}
+		ja, _ := json.Marshal(a)
+		jb, _ := json.Marshal(b)
+		if got, want := sameSpec(a, b), bytes.Equal(ja, jb); got != want {
+			t.Fatalf("sameSpec = %v, encodings equal = %v:\n%s\n%s", got, want, ja, jb)
+		}
 	}
 }

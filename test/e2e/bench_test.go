@@ -66,14 +66,17 @@ func TestClusterBench(t *testing.T) {
 	cpu := res.CPU
 	for name, v := range map[string]*float64{"raw_put_us": cpu.RawPut, "etcd_us": cpu.Etcd, "leader_us": cpu.Leader,
 		"standbys_us": cpu.Standbys, "workers_us": cpu.Workers, "raw_puts_per_task": cpu.RawPutsPerTask} {
-		if v == nil || *v < 0 {
-			t.Errorf("cpu_per_task.%s = %v, want measured (notes: %v)", name, v, cpu.Notes)
+		if v == nil {
+			t.Errorf("cpu_per_task.%s not measured (notes: %v)", name, cpu.Notes)
 		}
 	}
-	// 2000 tasks cost the etcd members tens of ms of CPU, above the
-	// counters' 10 ms resolution, as do the puts of the baseline.
-	if cpu.Etcd != nil && cpu.RawPut != nil && (*cpu.Etcd <= 0 || *cpu.RawPut <= 0) {
-		t.Errorf("etcd's CPU per task %v µs and per raw put %v µs: want both above zero", *cpu.Etcd, *cpu.RawPut)
+	// 2000 tasks cost the etcd members and the leader tens of ms of CPU,
+	// above the counters' 10 ms resolution, as do the baseline's puts; the
+	// standbys' and workers' share may round to nothing.
+	for name, v := range map[string]*float64{"raw_put_us": cpu.RawPut, "etcd_us": cpu.Etcd, "leader_us": cpu.Leader} {
+		if v != nil && *v <= 0 {
+			t.Errorf("cpu_per_task.%s = %v: want above zero", name, *v)
+		}
 	}
 	if cpu.Process != nil {
 		t.Errorf("cpu_per_task.process_us = %v on a cluster: it is the single node's figure", *cpu.Process)
