@@ -430,3 +430,23 @@ func TestSameSpec(t *testing.T) {
 		}
 	}
 }
+
+// A worker whose clock is far off reports a finish in year 10000, which no
+// record can hold (the store refuses a time RFC 3339 cannot write, as
+// encoding/json did). Expected: the result is recorded with the leader's
+// time instead, so the task still finishes (leader.go decide).
+func TestResultFromAWorkerClockBeyondYear9999(t *testing.T) {
+	h := leaderRig(t, "w1")
+	h.submitSpec(spec("d1", tk("a")))
+	h.commitAll()
+	h.c.Schedule(h.now)
+	h.commitAll()
+	r := result("d1", "a", 1, "w1", model.Succeeded)
+	r.FinishedAt = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)
+	h.c.Report(r, h.now)
+	h.commitAll()
+	a := h.taskOf("d1", "a")
+	if a.status != Succeeded || a.rec.FinishedAt == nil || !a.rec.FinishedAt.Equal(h.now) {
+		t.Fatalf("task a: %s, finished at %v; want succeeded at the leader's time %v", a.status, a.rec.FinishedAt, h.now)
+	}
+}
