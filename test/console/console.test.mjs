@@ -8,6 +8,7 @@ import { after, afterEach, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
+import os from "node:os";
 import { Orion, REPO, browser, hasFlag, shot, sleep, waitFor } from "./harness.mjs";
 
 // ---- page helpers -----------------------------------------------------------
@@ -397,6 +398,9 @@ describe("console on a cluster", { timeout: 480000 }, () => {
     }, 20000);
     assert.equal(await page.locator('#cluster-body tr[data-role="leader"]').count(), 1);
     assert.equal(await page.textContent('[data-testid="leader"]'), c.leader);
+    // Each standalone worker says which host it runs on (this one).
+    const hosts = await page.locator('#cluster-body [data-testid="worker-host"]').allTextContents();
+    assert.ok(hosts.length >= 2 && hosts.every((s) => s === ` on ${os.hostname()}`), `worker hosts: ${JSON.stringify(hosts)}`);
     const id = await submitTemplate(page, "fanout");
     await waitAllNodes(page, "succeeded", 15, 60000);
     await waitDAG(page, id, "succeeded", 10000);

@@ -345,11 +345,14 @@ func checkClusterOutput(t *testing.T, out, leader string) {
 			section = l
 		case section == "Replicas:" && f[0] != "NAME" && len(f) > 1:
 			replicas[f[0]] = f[1]
-		case section == "Workers:" && f[0] != "ID" && len(f) == 6 && f[4] == "-":
-			// ID SLOTS BUSY CONNECTED REPLICA LABELS: a replica's own
+		case section == "Workers:" && f[0] != "ID" && len(f) == 7 && f[4] == "-":
+			// ID SLOTS BUSY CONNECTED REPLICA HOST LABELS: a replica's own
 			// stream is listed too, with the replica named in its column;
-			// standalone workers have "-".
+			// standalone workers have "-", and run on this host.
 			workers[f[0]] = true
+			if host, _ := os.Hostname(); f[5] != host {
+				t.Errorf("orion cluster: worker %s on host %q, want %q\n%s", f[0], f[5], host, out)
+			}
 		}
 	}
 	if f := strings.Fields(leaderLine); len(f) < 2 || f[1] != leader {

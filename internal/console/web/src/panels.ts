@@ -213,6 +213,7 @@ export function renderCluster(host: HTMLElement, c: ClusterResponse | null, err:
         h("span.dot", { class: w.connected ? "on" : "off", title: w.connected ? "connected" : "disconnected" }),
         h("code", {}, w.id),
         w.replica ? h("span.muted", {}, ` (replica ${w.replica})`) : "",
+        w.host && !w.replica ? h("span.muted", { "data-testid": "worker-host", title: w.pid ? `pid ${w.pid}` : "" }, ` on ${w.host}`) : "",
         w.labels && Object.keys(w.labels).length ? h("span.muted", { "data-testid": "worker-labels" }, ` ${fmtLabels(w.labels)}`) : "",
         bar,
         h("span.muted", {}, ` ${w.busy}/${w.slots}`),

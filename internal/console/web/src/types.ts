@@ -125,6 +125,9 @@ export interface WorkerInfo {
   running: number;
   connected: boolean;
   since: string;
+  /** where the worker runs, as its hello said; absent for an earlier version */
+  host?: string;
+  pid?: number;
 }
 
 export interface EtcdMember {
