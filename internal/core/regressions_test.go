@@ -34,6 +34,16 @@ func (h *harness) submitSpec(d model.DAG) {
 	}
 }
 
+// dispatchAll submits d, commits it, schedules its ready tasks and commits
+// their dispatches: they are then running.
+func (h *harness) dispatchAll(d model.DAG) {
+	h.t.Helper()
+	h.submitSpec(d)
+	h.commitAll()
+	h.c.Schedule(h.now)
+	h.commitAll()
+}
+
 func (h *harness) commitAll() string {
 	h.out.Reset()
 	h.commit(0)
@@ -201,10 +211,7 @@ func TestRegressionStandbyReadyQueueGrowsForever(t *testing.T) {
 	const n = 50
 	for i := 0; i < n; i++ {
 		id := fmt.Sprintf("d%02d", i)
-		h.submitSpec(spec(id, tk("a")))
-		h.commitAll()
-		h.c.Schedule(h.now)
-		h.commitAll()
+		h.dispatchAll(spec(id, tk("a")))
 		h.c.Report(result(id, "a", 1, "w1", model.Succeeded), h.now)
 		h.commitAll() // a succeeded
 		h.commitAll() // DAG succeeded
@@ -260,10 +267,7 @@ func TestRegressionReadyOrderOfDAGsCommittedTogether(t *testing.T) {
 // (leader.go Adopt; afterTaskApplied for running → ready).
 func TestRegressionAdoptWhileRequeueInFlight(t *testing.T) {
 	h := leaderRig(t, "w1", "w2")
-	h.submitSpec(spec("d1", tk("a")))
-	h.commitAll()
-	h.c.Schedule(h.now) // a#1 → w1
-	h.commitAll()
+	h.dispatchAll(spec("d1", tk("a"))) // a#1 → w1
 	// New leader; w1 has not reconnected yet.
 	h.c = h.replay()
 	h.shown = 0
@@ -300,10 +304,7 @@ func TestRegressionHistoryOutcomeOfRetriedAttempt(t *testing.T) {
 	h := leaderRig(t, "w1")
 	a := tk("a")
 	a.MaxRetries = 1
-	h.submitSpec(spec("d1", a))
-	h.commitAll()
-	h.c.Schedule(h.now)
-	h.commitAll()
+	h.dispatchAll(spec("d1", a))
 	h.c.Report(result("d1", "a", 1, "w1", model.TimedOut), h.now)
 	h.commitAll()
 	h.now = h.now.Add(2 * time.Second)
@@ -330,10 +331,7 @@ func TestRegressionHistoryOutcomeOfRetriedAttempt(t *testing.T) {
 // reconcileDAG: clear wantCancel when the DAG reaches a final status).
 func TestRegressionStaleCancelKillsRetriedRun(t *testing.T) {
 	h := leaderRig(t, "w1")
-	h.submitSpec(spec("d1", tk("a")))
-	h.commitAll()
-	h.c.Schedule(h.now)
-	h.commitAll()
+	h.dispatchAll(spec("d1", tk("a")))
 	h.c.Report(result("d1", "a", 1, "w1", model.Failed), h.now)
 	h.commitAll() // a failed; DAG failed proposed
 	if err := h.c.CancelDAG("d1", h.now); err != nil {
@@ -359,10 +357,7 @@ func TestRegressionRemoveWorkerOrderIsRandom(t *testing.T) {
 	for i := 0; i < 30; i++ {
 		h := leaderRig(t, "w1")
 		h.c.AddWorker("w1", 4, nil)
-		h.submitSpec(spec("d1", tk("a"), tk("b"), tk("c"), tk("d")))
-		h.commitAll()
-		h.c.Schedule(h.now)
-		h.commitAll()
+		h.dispatchAll(spec("d1", tk("a"), tk("b"), tk("c"), tk("d")))
 		h.c.RemoveWorker("w1", h.now)
 		var order []string
 		for _, e := range h.c.outbox {
@@ -437,10 +432,7 @@ func TestSameSpec(t *testing.T) {
 // time instead, so the task still finishes (leader.go decide).
 func TestResultFromAWorkerClockBeyondYear9999(t *testing.T) {
 	h := leaderRig(t, "w1")
-	h.submitSpec(spec("d1", tk("a")))
-	h.commitAll()
-	h.c.Schedule(h.now)
-	h.commitAll()
+	h.dispatchAll(spec("d1", tk("a")))
 	r := result("d1", "a", 1, "w1", model.Succeeded)
 	r.FinishedAt = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)
 	h.c.Report(r, h.now)
