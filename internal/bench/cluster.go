@@ -260,18 +260,12 @@ func (r *clusterRun) etcdBaseline(ctx context.Context) error {
 	o, res := r.o, r.res
 	fmt.Fprintf(o.Log, "raw etcd: batched puts (%d per txn) on %s for %s, 1 then 4 in flight...\n",
 		store.DefaultLimits.MaxOps, strings.Join(o.EtcdEndpoints, ","), o.EtcdFor)
-	var p0, p1 cpuProbe
-	puts4, err := etcdCeilings(ctx, r.cli, o.EtcdFor, &res.EtcdPutsPerSec, &res.EtcdPutsPerSec4, func(before bool) {
-		if before {
-			p0 = r.probeCPU(ctx)
-		} else {
-			p1 = r.probeCPU(ctx)
-		}
-	})
+	ce, err := etcdCeilings(ctx, r.cli, o.EtcdFor, func() cpuProbe { return r.probeCPU(ctx) })
 	if err != nil {
 		return fmt.Errorf("raw etcd: %w", err)
 	}
-	res.CPU.rawPutCPU(res.Mode == "single", p0, p1, o.EtcdEndpoints, puts4)
+	res.EtcdPutsPerSec, res.EtcdPutsPerSec4 = ce.seq, ce.par
+	res.CPU.rawPutCPU(res.Mode == "single", ce.before, ce.after, o.EtcdEndpoints, ce.puts4)
 	leader := r.cl.Leader
 	if r.cl, err = waitLeader(ctx, r.c, time.Minute, o.Poll); err != nil {
 		return fmt.Errorf("after the raw etcd phase: %w", err)
@@ -332,8 +326,12 @@ func (r *clusterRun) orionPhases(ctx context.Context) error {
 	if r.cl, err = waitLeader(ctx, c, time.Minute, o.Poll); err != nil {
 		return fmt.Errorf("after the throughput phase: %w", err)
 	}
-	if res.noteLeader(o.Log, "throughput", res.Leader, r.cl.Leader) && merr == nil && m0 != nil {
-		res.commitStats(m0, m1, el) // only when one leader committed it all
+	if res.noteLeader(o.Log, "throughput", res.Leader, r.cl.Leader) {
+		if merr == nil && m0 != nil {
+			res.commitStats(m0, m1, el) // only when one leader committed it all
+		}
+	} else {
+		res.CPU.Notes = append(res.CPU.Notes, "the leader changed during the throughput phase: the leader's and the standbys' CPU each mix both roles")
 	}
 
 	fmt.Fprintf(o.Log, "chain: %d tasks, each waiting on the previous...\n", o.Chain)
@@ -458,11 +456,17 @@ func leaderFirst(urls []string, leader string) []string {
 	return out
 }
 
+// ceilings is what the raw etcd phases measured.
+type ceilings struct {
+	seq, par      float64  // puts/s with 1 and with 4 transactions in flight
+	puts4         int      // puts of the 4-in-flight phase
+	before, after cpuProbe // read just before and just after it
+}
+
 // etcdCeilings measures sequential transactions of MaxOps puts, then the
-// same with 4 transactions in flight (calling probe just before and just
-// after it, for its CPU), and deletes the keys. It sets the puts/s of each
-// and returns how many puts the 4-in-flight phase made.
-func etcdCeilings(ctx context.Context, cli *clientv3.Client, d time.Duration, seq, par *float64, probe func(before bool)) (puts4 int, err error) {
+// same with 4 transactions in flight (reading probe, if any, just before
+// and just after it, for its CPU), and deletes the keys.
+func etcdCeilings(ctx context.Context, cli *clientv3.Client, d time.Duration, probe func() cpuProbe) (c ceilings, err error) {
 	defer func() {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 		defer cancel()
@@ -473,17 +477,17 @@ func etcdCeilings(ctx context.Context, cli *clientv3.Client, d time.Duration, se
 			err = fmt.Errorf("deleting /orion-bench/: %w", derr)
 		}
 	}()
-	if *seq, _, err = etcdPuts(ctx, cli, d, 1); err != nil {
-		return 0, err
+	if c.seq, _, err = etcdPuts(ctx, cli, d, 1); err != nil {
+		return c, err
 	}
 	if probe != nil {
-		probe(true)
+		c.before = probe()
 	}
-	*par, puts4, err = etcdPuts(ctx, cli, d, 4)
+	c.par, c.puts4, err = etcdPuts(ctx, cli, d, 4)
 	if probe != nil {
-		probe(false)
+		c.after = probe()
 	}
-	return puts4, err
+	return c, err
 }
 
 // deleteChunk is how many keys one delete removes. Deleting a few hundred

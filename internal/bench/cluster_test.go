@@ -309,14 +309,16 @@ func TestEtcdCeilingsCleanUp(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var seq, par float64
-	var probes []bool
-	puts4, err := etcdCeilings(ctx, cli, 200*time.Millisecond, &seq, &par, func(before bool) { probes = append(probes, before) })
-	if err != nil || seq <= 0 || par <= 0 || puts4 <= 0 {
-		t.Fatalf("etcdCeilings = %v, %v, %v, %v", seq, par, puts4, err)
+	probes := 0
+	ce, err := etcdCeilings(ctx, cli, 200*time.Millisecond, func() cpuProbe {
+		probes++
+		return cpuProbe{self: time.Duration(probes)}
+	})
+	if err != nil || ce.seq <= 0 || ce.par <= 0 || ce.puts4 <= 0 {
+		t.Fatalf("etcdCeilings = %+v, %v", ce, err)
 	}
-	if len(probes) != 2 || !probes[0] || probes[1] {
-		t.Fatalf("probes around the 4-in-flight phase: %v, want [true false]", probes)
+	if probes != 2 || ce.before.self != 1 || ce.after.self != 2 {
+		t.Fatalf("probes around the 4-in-flight phase: %d, before %v, after %v; want 2, the first before", probes, ce.before.self, ce.after.self)
 	}
 	if n, err := cli.Get(ctx, "/orion-bench/", clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil || n.Count != 0 {
 		t.Fatalf("bench keys left: %v, %v", n, err)
