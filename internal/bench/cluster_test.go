@@ -448,17 +448,9 @@ func TestShellChainDAG(t *testing.T) {
 	}
 }
 
-// /proc/PID/stat's CPU times and start time, counted from the last ')' so
-// that a command name with spaces and parentheses does not shift them.
-func TestParseProcCPU(t *testing.T) {
-	line := "4242 (orion (w) 1) S 1 4242 4242 0 -1 4194560 900 0 0 0 250 75 0 0 20 0 12 0 987654 1000000 500 18446744073709551615"
-	c, err := parseProcCPU(line)
-	if err != nil || c.seconds != 3.25 || c.start != 987654 {
-		t.Fatalf("parseProcCPU = %+v, %v; want 3.25 s (250+75 ticks), start 987654", c, err)
-	}
-	if _, err := parseProcCPU("4242 (orion) S 1 2"); err == nil {
-		t.Fatal("a short stat line parsed")
-	}
+// A pid that is not an orion worker is refused: the bench reads the CPU
+// only of the process the worker's hello named.
+func TestReadProcCPURefusesOtherProcesses(t *testing.T) {
 	// A pid that is not an orion worker (this test process) is refused.
 	if _, err := readProcCPU(os.Getpid()); err == nil || !strings.Contains(err.Error(), "not an orion worker") {
 		t.Fatalf("readProcCPU(self) = %v, want refused", err)

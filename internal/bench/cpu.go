@@ -45,10 +45,8 @@ func spentBetween(single bool, p0, p1 cpuProbe, members []string, leader string,
 		s.Self = ptr(ms(p1.self - p0.self))
 		return s
 	}
-	if v, k := cpuDelta(p0.etcd, p1.etcd, members); k == len(members) {
-		s.Etcd = ptr(v)
-	} else {
-		s.Notes = append(s.Notes, fmt.Sprintf("etcd members: %s read from %d of %d (%s)", processCPUMetric, k, len(members), joinErrs(p1.etcdErrs)))
+	if s.Etcd = etcdSpent(p0, p1, members); s.Etcd == nil {
+		s.Notes = append(s.Notes, etcdUnread(p0, p1, members))
 	}
 	if leader == "" {
 		s.Notes = append(s.Notes, "leader: not among the --server URLs given, its CPU not read")
@@ -78,6 +76,20 @@ func spentBetween(single bool, p0, p1 cpuProbe, members []string, leader string,
 	return s
 }
 
+// etcdSpent is the CPU, in ms, the etcd members used between two probes,
+// nil unless every member's could be read (etcdUnread says why).
+func etcdSpent(p0, p1 cpuProbe, members []string) *float64 {
+	if v, k := cpuDelta(p0.etcd, p1.etcd, members); k == len(members) {
+		return ptr(v)
+	}
+	return nil
+}
+
+func etcdUnread(p0, p1 cpuProbe, members []string) string {
+	_, k := cpuDelta(p0.etcd, p1.etcd, members)
+	return fmt.Sprintf("etcd members: %s read from %d of %d (%s)", processCPUMetric, k, len(members), joinErrs(p1.etcdErrs))
+}
+
 // per divides each measured figure by n, scaled: the CPU per unit.
 func (s cpuSpent) per(n int, scale float64) cpuSpent {
 	div := func(v *float64) *float64 {
@@ -96,15 +108,14 @@ func (b *CPUBudget) rawPutCPU(single bool, p0, p1 cpuProbe, members []string, n 
 	if n <= 0 {
 		return
 	}
-	if single {
-		b.RawPut = ptr(ms(p1.self-p0.self) * 1000 / float64(n))
-		return
+	spent := ptr(ms(p1.self - p0.self))
+	if !single {
+		if spent = etcdSpent(p0, p1, members); spent == nil {
+			b.Notes = append(b.Notes, "raw put: "+etcdUnread(p0, p1, members))
+			return
+		}
 	}
-	if v, k := cpuDelta(p0.etcd, p1.etcd, members); k == len(members) {
-		b.RawPut = ptr(v * 1000 / float64(n))
-	} else {
-		b.Notes = append(b.Notes, fmt.Sprintf("raw put: %s read from %d of %d etcd members (%s)", processCPUMetric, k, len(members), joinErrs(p1.etcdErrs)))
-	}
+	b.RawPut = ptr(*spent * 1000 / float64(n))
 }
 
 // taskCPU sets the CPU per task from probes around n tasks.

@@ -2,69 +2,40 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"slices"
-	"strconv"
-	"strings"
 
 	"github.com/orion-sched/orion/internal/client"
+	"github.com/orion-sched/orion/internal/procfs"
 )
 
-// userHZ is the unit of the CPU times in /proc/PID/stat (USER_HZ, 100 on
-// every Linux architecture Go supports; the Prometheus process collector
-// assumes the same).
-const userHZ = 100
-
-// procCPU is one process's CPU time as /proc/PID/stat gives it, with its
-// start time, which tells it from a later process that reuses the pid.
+// procCPU is one process's CPU time, with its start time, which tells it
+// from a later process that reuses the pid.
 type procCPU struct {
 	seconds float64
 	start   uint64
 }
 
-// readProcCPU reads utime+stime of pid, if pid is an `orion worker` process
-// (its first argument is worker). The pid is the one the worker reported
-// with this host's name: a worker in a container that shares the host's
-// name but not its pid namespace would name some other process, which this
-// check refuses only if that process is no orion worker; the bench is meant
-// for clusters like make cluster's, all processes of one host.
+// readProcCPU reads the CPU time of pid, if pid is an `orion worker`
+// process. The pid is the one the worker reported with this host's name: a
+// worker in a container that shares the host's name but not its pid
+// namespace would name some other process, which this check refuses only if
+// that process is no orion worker; the bench is meant for clusters like
+// make cluster's, all processes of one host.
 func readProcCPU(pid int) (procCPU, error) {
-	argv, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	argv, err := procfs.Argv(pid)
 	if err != nil {
 		return procCPU{}, err
 	}
-	if args := strings.Split(string(argv), "\x00"); len(args) < 2 || args[1] != "worker" {
+	if !procfs.IsOrionCommand(argv, "worker") {
 		return procCPU{}, fmt.Errorf("pid %d is not an orion worker", pid)
 	}
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	st, err := procfs.ReadStat(pid)
 	if err != nil {
 		return procCPU{}, err
 	}
-	return parseProcCPU(string(stat))
-}
-
-// parseProcCPU reads "pid (comm) state … utime stime … starttime …"; comm may
-// hold spaces and parentheses, so fields are counted from the last ')'.
-func parseProcCPU(s string) (procCPU, error) {
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return procCPU{}, errors.New("malformed /proc stat line")
-	}
-	f := strings.Fields(s[i+1:]) // f[0] is field 3; utime is 14, stime 15, starttime 22
-	if len(f) < 20 {
-		return procCPU{}, errors.New("malformed /proc stat line")
-	}
-	var n [3]uint64
-	for k, j := range []int{11, 12, 19} {
-		v, err := strconv.ParseUint(f[j], 10, 64)
-		if err != nil {
-			return procCPU{}, fmt.Errorf("malformed /proc stat field %d: %q", j+3, f[j])
-		}
-		n[k] = v
-	}
-	return procCPU{seconds: float64(n[0]+n[1]) / userHZ, start: n[2]}, nil
+	return procCPU{seconds: st.CPUSeconds(), start: st.StartTime}, nil
 }
 
 // workerSample is the CPU of the standalone workers a cluster lists, keyed

@@ -370,13 +370,14 @@ func (c *Core) decide(t *task, r model.Result) {
 		return // the DAG is being cancelled; its cancellation record wins
 	}
 	rec := c.nextRecord(t)
-	rec.FinishedAt = timePtr(r.FinishedAt)
-	if y := r.FinishedAt.Year(); y < 0 || y > 9999 {
+	finished := r.FinishedAt
+	if y := finished.Year(); y < 0 || y > 9999 {
 		// The worker's clock is wrong: RFC 3339, the records' time
 		// format, cannot hold the year, and the store would refuse the
 		// record. The leader's own time stands in.
-		rec.FinishedAt = timePtr(c.now)
+		finished = c.now
 	}
+	rec.FinishedAt = timePtr(finished)
 	rec.OutputTail = r.OutputTail
 	rec.Error = r.Error
 	if r.ExitCode >= 0 {

@@ -520,25 +520,8 @@ func checkLocal(r client.Replica) (*ProcInfo, error) {
 	return p, nil
 }
 
-// kill SIGKILLs the saved process and returns when it did. The pidfd is
-// opened first and the start time checked after, so the signal can only
-// reach the very process that was checked.
-func (d *driller) kill(p *ProcInfo) (time.Time, error) {
-	h, err := os.FindProcess(p.PID)
-	if err != nil {
-		return time.Time{}, fmt.Errorf("opening pid %d: %w", p.PID, err)
-	}
-	defer h.Release()
-	state, start, err := readStat(p.PID)
-	if err != nil || start != p.StartTime || state == 'Z' {
-		return time.Time{}, fmt.Errorf("pid %d changed before the kill (exited or reused); not signalling it", p.PID)
-	}
-	t0 := time.Now()
-	if err := h.Signal(syscall.SIGKILL); err != nil {
-		return time.Time{}, fmt.Errorf("SIGKILL pid %d: %w", p.PID, err)
-	}
-	return t0, nil
-}
+// kill SIGKILLs the saved process and returns when it did (signalProc).
+func (d *driller) kill(p *ProcInfo) (time.Time, error) { return signalProc(p, syscall.SIGKILL) }
 
 // recordTakeover waits for one of standbys to lead in a term begun after
 // t0, the fault's moment, and records who and when in res (or the failure).

@@ -210,17 +210,6 @@ func TestDAGSpec(t *testing.T) {
 	}
 }
 
-func TestParseStat(t *testing.T) {
-	line := "4242 (orion (a) b) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 12 0 987654 100000 200 18446744073709551615\n"
-	st, start, err := parseStat(line)
-	if err != nil || st != 'S' || start != 987654 {
-		t.Fatalf("parseStat = %c %d %v", st, start, err)
-	}
-	if _, _, err := parseStat("4242 (x) S 1"); err == nil {
-		t.Error("a short line parsed")
-	}
-}
-
 func TestReadProcSelf(t *testing.T) {
 	t.Setenv("ORION_DRILL_TEST", "yes=really")
 	p, err := ReadProc(os.Getpid())

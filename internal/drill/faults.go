@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/orion-sched/orion/internal/client"
+	"github.com/orion-sched/orion/internal/procfs"
 )
 
 // Fault is what a drill does to the running cluster.
@@ -63,8 +64,8 @@ func signalProc(p *ProcInfo, sig syscall.Signal) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("opening pid %d: %w", p.PID, err)
 	}
 	defer h.Release()
-	state, start, err := readStat(p.PID)
-	if err != nil || start != p.StartTime || state == 'Z' {
+	st, err := procfs.ReadStat(p.PID)
+	if err != nil || st.StartTime != p.StartTime || st.State == 'Z' {
 		return time.Time{}, fmt.Errorf("pid %d changed before %v (exited or reused); not signalling it", p.PID, sig)
 	}
 	t0 := time.Now()
@@ -221,7 +222,7 @@ func localMember(m client.EtcdMember) (*ProcInfo, string, error) {
 	if err != nil {
 		return nil, "", fmt.Errorf("etcd member %s: client URL %s has no port", m.Name, raw)
 	}
-	ents, err := os.ReadDir(procRoot)
+	ents, err := os.ReadDir(procfs.Root)
 	if err != nil {
 		return nil, "", err
 	}

@@ -2,8 +2,6 @@ package drill
 
 import (
 	"bufio"
-	"bytes"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -11,11 +9,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-)
 
-// procRoot is where the proc filesystem is mounted; tests never change it,
-// but keeping it in one place documents every path the drill reads.
-const procRoot = "/proc"
+	"github.com/orion-sched/orion/internal/procfs"
+)
 
 // deletedSuffix is what the kernel appends to a /proc/PID/{exe,cwd,fd/N}
 // link whose target was removed.
@@ -44,9 +40,7 @@ type ProcInfo struct {
 	StartTime uint64
 }
 
-func procPath(pid int, parts ...string) string {
-	return filepath.Join(append([]string{procRoot, strconv.Itoa(pid)}, parts...)...)
-}
+func procPath(pid int, parts ...string) string { return procfs.Path(pid, parts...) }
 
 // ReadProc reads a process's command line, working directory, environment,
 // executable, stdout target and start time from /proc. The command line and
@@ -58,16 +52,14 @@ func ReadProc(pid int) (*ProcInfo, error) {
 		return nil, fmt.Errorf("pid %d is not a process id", pid)
 	}
 	p := &ProcInfo{PID: pid}
-	state, start, err := readStat(pid)
+	st, err := procfs.ReadStat(pid)
 	if err != nil {
 		return nil, err
 	}
-	p.State, p.StartTime = state, start
-	raw, err := os.ReadFile(procPath(pid, "cmdline"))
-	if err != nil {
-		return nil, fmt.Errorf("reading the command line of pid %d: %w", pid, err)
+	p.State, p.StartTime = st.State, st.StartTime
+	if p.Argv, err = procfs.Argv(pid); err != nil {
+		return nil, err
 	}
-	p.Argv = splitNUL(raw)
 	if p.Cwd, err = os.Readlink(procPath(pid, "cwd")); err != nil {
 		return nil, fmt.Errorf("reading the working directory of pid %d: %w", pid, err)
 	}
@@ -75,7 +67,7 @@ func ReadProc(pid int) (*ProcInfo, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading the environment of pid %d: %w", pid, err)
 	}
-	p.Env = splitNUL(env)
+	p.Env = procfs.SplitNUL(env)
 	if p.Env == nil {
 		p.Env = []string{}
 	}
@@ -89,79 +81,19 @@ func ReadProc(pid int) (*ProcInfo, error) {
 	return p, nil
 }
 
-// splitNUL splits a NUL-separated /proc list; a trailing NUL ends the last
-// element rather than starting an empty one.
-func splitNUL(b []byte) []string {
-	b = bytes.TrimSuffix(b, []byte{0})
-	if len(b) == 0 {
-		return nil
-	}
-	parts := bytes.Split(b, []byte{0})
-	out := make([]string, len(parts))
-	for i, p := range parts {
-		out[i] = string(p)
-	}
-	return out
-}
-
-// readStat returns the state and start time from /proc/PID/stat.
-func readStat(pid int) (byte, uint64, error) {
-	b, err := os.ReadFile(procPath(pid, "stat"))
-	if err != nil {
-		return 0, 0, err
-	}
-	return parseStat(string(b))
-}
-
-// parseStat reads "pid (comm) state ppid … starttime …". comm may hold
-// spaces and parentheses, so the fields are counted from the last ')'.
-func parseStat(s string) (byte, uint64, error) {
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, 0, errors.New("malformed /proc stat line")
-	}
-	f := strings.Fields(s[i+1:])
-	// f[0] is field 3 (state); starttime is field 22, so f[19].
-	if len(f) < 20 || len(f[0]) != 1 {
-		return 0, 0, errors.New("malformed /proc stat line")
-	}
-	start, err := strconv.ParseUint(f[19], 10, 64)
-	if err != nil {
-		return 0, 0, fmt.Errorf("malformed /proc stat start time %q", f[19])
-	}
-	return f[0][0], start, nil
-}
-
 // gone reports whether the process that had pid and start time is no longer
 // running: /proc/PID is absent, is a zombie, or belongs to a newer process.
 func gone(pid int, startTime uint64) bool {
-	state, start, err := readStat(pid)
+	st, err := procfs.ReadStat(pid)
 	if err != nil {
 		return true
 	}
-	return state == 'Z' || state == 'X' || start != startTime
+	return st.State == 'Z' || st.State == 'X' || st.StartTime != startTime
 }
 
 // IsOrionServer reports whether argv looks like `orion … server …`: some
 // argument names orion and a later one is the word server.
-func IsOrionServer(argv []string) bool {
-	orion := -1
-	for i, a := range argv {
-		if strings.Contains(filepath.Base(a), "orion") {
-			orion = i
-			break
-		}
-	}
-	if orion < 0 {
-		return false
-	}
-	for _, a := range argv[orion+1:] {
-		if a == "server" {
-			return true
-		}
-	}
-	return false
-}
+func IsOrionServer(argv []string) bool { return procfs.IsOrionCommand(argv, "server") }
 
 // listenInodes parses a /proc/net/tcp or tcp6 table and adds the socket
 // inodes listening on port.
@@ -202,7 +134,7 @@ func listenInodes(r io.Reader, port int, into map[uint64]bool) error {
 func OwnsListener(pid, port int) (bool, error) {
 	inodes := map[uint64]bool{}
 	for _, name := range []string{"tcp", "tcp6"} {
-		f, err := os.Open(filepath.Join(procRoot, "net", name))
+		f, err := os.Open(filepath.Join(procfs.Root, "net", name))
 		if err != nil {
 			continue // no IPv6, say
 		}
