@@ -62,9 +62,14 @@ type Config struct {
 
 	// OnLeading is called on the loop goroutine when this replica starts or
 	// stops leading, so the worker hub accepts or closes connections (and the
-	// pod label follows); previous names the leader of the term before, when
-	// known.
-	OnLeading func(leading bool, previous string)
+	// pod label follows); term says which term it leads (zero when not).
+	OnLeading func(leading bool, term Leading)
+}
+
+// Leading describes the term a replica began to lead.
+type Leading struct {
+	Previous string      // the leader of the term before, when known
+	Fence    store.Fence // the term's fence (its etcd cluster, its revision)
 }
 
 // WorkerEventKind says what happened to a remote worker.
@@ -74,6 +79,7 @@ const (
 	WorkerJoined       WorkerEventKind = iota + 1 // connected (or reconnected) with its in-flight attempts
 	WorkerDisconnected                            // stream dropped: no new dispatches until it is back
 	WorkerLeft                                    // did not come back in time: its attempts are orphans
+	WorkerConfirmed                               // joined this term: it refuses older leaders from now on
 )
 
 // WorkerEvent is a remote worker's arrival or departure.
@@ -82,6 +88,12 @@ type WorkerEvent struct {
 	ID       string
 	Exec     Worker // WorkerJoined
 	InFlight []model.AttemptID
+	// Standalone (WorkerJoined): a worker process of its own, not a
+	// replica's slots, which die with the replica. Only a standalone worker
+	// gets attempts before their dispatch records commit (early.go): a
+	// replica's slots would come back under a new id after a restart, and
+	// every new leader would wait the orphan grace for the old one.
+	Standalone bool
 }
 
 // Engine is one replica's scheduler.
@@ -120,6 +132,14 @@ type Engine struct {
 	waiters       map[string][]*waiter
 	revWaiters    []revWaiter // WaitApplied calls, until the replica has applied their revision
 	termRecordDue bool
+	recordWritten bool                // the term's first record has committed
+	recordVer     uint64              // bumps when admitted changes (early.go)
+	admitted      map[string]bool     // the workers the next term record lists
+	early         map[string]bool     // workers allowed early attempts in this term
+	joinSeq       map[string]uint64   // joined, early once a record begun at or after this seq commits
+	awaiting      map[string]bool     // the barrier: workers of the term before not joined yet
+	barrierSince  time.Time           // when the barrier began
+	prevWorkers   []string            // the term before's record's Workers
 	watchCh       <-chan store.WatchEvent
 	watchRetry    <-chan time.Time // a watch restart pending after the last one ended
 	watchFailures int              // watches ended in a row (logged sparingly)
@@ -182,6 +202,10 @@ type commitResult struct {
 	err     error
 	started time.Time
 	record  bool // carried the term record
+	// recordVer and recordWorkers: the version of the list the record
+	// carried, and the list.
+	recordVer     uint64
+	recordWorkers []string
 }
 
 // Errors the API maps to status codes.
@@ -227,6 +251,9 @@ func New(cfg Config, st Store) *Engine {
 		sessionOpened: make(chan store.Session),
 		c:             core.New(cfg.Core),
 		execs:         make(map[string]Worker),
+		admitted:      make(map[string]bool),
+		early:         make(map[string]bool),
+		joinSeq:       make(map[string]uint64),
 		waiters:       make(map[string][]*waiter),
 		crash:         make(chan struct{}),
 		done:          make(chan struct{}),
@@ -295,7 +322,7 @@ func (e *Engine) Run(ctx context.Context) error {
 			// The process lives on (a demo crash): what follows leadership
 			// (worker streams, the pod label) must learn it is gone.
 			if e.term != nil && e.cfg.OnLeading != nil {
-				e.cfg.OnLeading(false, "")
+				e.cfg.OnLeading(false, Leading{})
 			}
 			e.status.Store(&Status{Node: e.cfg.Node})
 			return ErrCrashed
@@ -387,7 +414,9 @@ func (e *Engine) afterEvent(ctx context.Context) {
 	if !e.c.IsLeader() {
 		return
 	}
-	e.c.Schedule(e.clock.Now())
+	if len(e.awaiting) == 0 {
+		e.c.Schedule(e.clock.Now()) // not during the barrier (early.go)
+	}
 	e.pending = append(e.pending, e.c.TakeProposals(0)...)
 	e.flush(ctx)
 	if len(e.inflight) == 0 && len(e.pending) == 0 {
@@ -464,6 +493,9 @@ func (e *Engine) onWorker(ev WorkerEvent) {
 		for _, id := range ev.InFlight {
 			e.c.Adopt(ev.ID, id)
 		}
+		if ev.Standalone && ev.Exec.Slots() > 0 {
+			e.onEarlyJoin(ev.ID)
+		}
 		for _, id := range e.lateAcks[ev.ID] {
 			ev.Exec.Ack(id)
 		}
@@ -473,9 +505,13 @@ func (e *Engine) onWorker(ev WorkerEvent) {
 		// No new work until it reconnects; its attempts stay its own.
 		e.c.AddWorker(ev.ID, 0, ev.Exec.Labels())
 		e.log.Info("worker disconnected", zap.String("worker", ev.ID))
+	case WorkerConfirmed:
+		e.onConfirmed(ev.ID)
 	case WorkerLeft:
 		delete(e.execs, ev.ID)
 		delete(e.lateAcks, ev.ID)
+		delete(e.early, ev.ID)
+		delete(e.joinSeq, ev.ID)
 		e.c.RemoveWorker(ev.ID, e.clock.Now())
 		e.m.WorkerSlots.DeleteLabelValues(ev.ID)
 		e.m.WorkerBusy.DeleteLabelValues(ev.ID)
@@ -519,6 +555,10 @@ func (e *Engine) fireTimers() {
 	now := e.clock.Now()
 	for e.timers.Len() > 0 && !e.timers.peek().at.After(now) {
 		t := e.timers.pop()
+		if t.kind == barrierTimer {
+			e.endBarrier()
+			continue
+		}
 		e.c.Fire(t.kind, t.id, now)
 	}
 	e.resetTimer()
@@ -554,6 +594,8 @@ func (e *Engine) publishStatus() {
 		s.Problem = "no etcd session: etcd is unreachable or has no quorum; reopening it"
 	case e.loading:
 		s.Problem = "re-reading the state from etcd"
+	case len(e.awaiting) > 0:
+		s.Problem = e.barrierProblem()
 	}
 	if !s.Leader && e.etcdRev > s.AppliedRev {
 		s.Lag = e.etcdRev - max(s.AppliedRev, e.seenRev)

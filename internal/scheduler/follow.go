@@ -47,6 +47,11 @@ func (e *Engine) applySnapshot(snap *store.Snapshot) {
 		e.log.Warn("skipping a record that does not fit", zap.Error(err))
 	}
 	e.seenRev = max(e.seenRev, snap.Rev)
+	if snap.Term != nil {
+		// Leading from this snapshot (after a re-read), the barrier waits
+		// for the workers its term record lists (early.go).
+		e.prevLeader, e.prevWorkers = snap.Term.Name, snap.Term.Workers
+	}
 	if e.cfg.OnReload != nil {
 		e.cfg.OnReload(snap.Rev)
 	}
@@ -210,9 +215,9 @@ func (e *Engine) catchUp(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	e.prevLeader = ""
+	e.prevLeader, e.prevWorkers = "", nil
 	if ok {
-		e.prevLeader = rec.Name
+		e.prevLeader, e.prevWorkers = rec.Name, rec.Workers
 	}
 	for e.seenRev < target {
 		if err := e.st.RequestProgress(rctx); err != nil {

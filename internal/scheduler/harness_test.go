@@ -395,7 +395,7 @@ func (h *engineHarness) start() {
 		// A worker reconnects to a new leader, reports what it runs and
 		// sends the results it has not had acknowledged, as the hub lets
 		// it once this replica leads.
-		OnLeading: func(leading bool, _ string) {
+		OnLeading: func(leading bool, _ Leading) {
 			if !leading {
 				return
 			}

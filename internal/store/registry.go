@@ -12,10 +12,17 @@ type ReplicaRecord struct {
 	StartedAt time.Time `json:"started_at"`
 }
 
-// TermRecord is the value of /orion/v1/leader, the first write of a term.
+// TermRecord is the value of /orion/v1/leader, the first write of a term,
+// written again when Workers changes.
 type TermRecord struct {
 	Name   string    `json:"name"`
 	APIURL string    `json:"api_url"`
 	Fence  int64     `json:"fence_revision"`
 	Since  time.Time `json:"since"`
+	// Workers are the workers this term may send attempts to before their
+	// dispatch records commit (core.AllowEarly), and those of the term
+	// before that have not said hello yet. The next leader dispatches
+	// nothing until each has said hello, listing what it runs, or the
+	// orphan grace has passed.
+	Workers []string `json:"workers,omitempty"`
 }
