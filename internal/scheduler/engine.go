@@ -132,14 +132,14 @@ type Engine struct {
 	waiters       map[string][]*waiter
 	revWaiters    []revWaiter // WaitApplied calls, until the replica has applied their revision
 	termRecordDue bool
-	recordWritten bool                // the term's first record has committed
-	recordVer     uint64              // bumps when admitted changes (early.go)
-	admitted      map[string]bool     // the workers the next term record lists
-	early         map[string]bool     // workers allowed early attempts in this term
-	joinSeq       map[string]uint64   // joined, early once a record begun at or after this seq commits
-	awaiting      map[string]bool     // the barrier: workers of the term before not joined yet
-	barrierSince  time.Time           // when the barrier began
-	prevWorkers   []string            // the term before's record's Workers
+	recordWritten bool              // the term's first record has committed
+	recordVer     uint64            // bumps when admitted changes (early.go)
+	admitted      map[string]bool   // the workers the next term record lists
+	early         map[string]bool   // workers allowed early attempts in this term
+	joinSeq       map[string]uint64 // joined, early once a record begun at or after this seq commits
+	awaiting      map[string]bool   // the barrier: workers of the term before not joined yet
+	barrierSince  time.Time         // when the barrier began
+	prevWorkers   []string          // the term before's record's Workers
 	watchCh       <-chan store.WatchEvent
 	watchRetry    <-chan time.Time // a watch restart pending after the last one ended
 	watchFailures int              // watches ended in a row (logged sparingly)
