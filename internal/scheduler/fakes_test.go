@@ -129,6 +129,10 @@ func (s *fakeStore) Load(ctx context.Context) (*store.Snapshot, error) {
 	defer s.mu.Unlock()
 	s.loads++
 	snap := &store.Snapshot{Rev: s.rev}
+	if s.term != nil {
+		t := *s.term
+		snap.Term = &t
+	}
 	for _, e := range s.dags {
 		snap.DAGs = append(snap.DAGs, e)
 	}
@@ -523,6 +527,8 @@ type fakeWorker struct {
 	id           string
 	slots        int
 	labels       model.Labels
+	standalone   bool // a worker process of its own (early attempts)
+	silent       bool // never joins a new leader (it died, or hangs)
 	mu           sync.Mutex
 	running      []model.AttemptID // started, not finished or cancelled
 	totalStarted int

@@ -42,8 +42,13 @@ import (
 //	other-leader                another replica ("x") holds the election
 //	other-leader-gone           it resigned: the election is free
 //	external-submit id=d1       "x" commits a DAG (task ids, one per line)
-//	worker id=w1 [slots=1] [labels=(pool=gpu,...)] [inflight=d1/a#1,...]
-//	                            a worker connects, reporting attempts it runs
+//	worker id=w1 [slots=1] [labels=(pool=gpu,...)] [inflight=d1/a#1,...] [standalone]
+//	                            a worker connects, reporting attempts it runs;
+//	                            standalone: a worker process (it may get early
+//	                            attempts), which confirms the leader's term
+//	worker-silent w1            w1 joins no later leader (dead, or hung)
+//	term-record                 the term record in the store: who leads, and
+//	                            the workers it lists
 //	submit id=d1                Submit (async): one task per line, "b deps=a",
 //	                            "g pool=gpu"
 //	hook fail-after-apply|fail|fenced|too-large|block
@@ -73,7 +78,7 @@ import (
 //	finish w1 [outcome=failed]  w1 reports every attempt it runs (and keeps
 //	                            each result until acknowledged; it sends them
 //	                            again when it rejoins a new leader)
-//	wait leader|standby|answer NAME|dag D STATUS|started W N|acked W N|loads N|dags N|elected
+//	wait leader|standby|answer NAME|dag D STATUS|started W N|acked W N|committing D|loads N|dags N|elected
 //	                            wait (bounded) until it holds (elected: the
 //	                            loop took its campaign's win, and may still
 //	                            wait for a re-read before it leads)
@@ -180,7 +185,7 @@ func (h *engineHarness) run(td *datadriven.TestData) string {
 		}
 	case "worker":
 		slots, _ := strconv.Atoi(arg("slots", "1"))
-		w := &fakeWorker{id: arg("id", "w1"), slots: slots}
+		w := &fakeWorker{id: arg("id", "w1"), slots: slots, standalone: has("standalone")}
 		for _, a := range td.CmdArgs {
 			if a.Key == "inflight" {
 				for _, v := range a.Vals {
@@ -198,8 +203,20 @@ func (h *engineHarness) run(td *datadriven.TestData) string {
 		h.mu.Lock()
 		h.ws[w.id] = w
 		h.mu.Unlock()
-		h.workers <- WorkerEvent{Kind: WorkerJoined, ID: w.id, Exec: w, InFlight: w.runningIDs()}
+		h.join(w, w.runningIDs())
 		h.barrier()
+	case "worker-silent":
+		h.mu.Lock()
+		h.ws[td.CmdArgs[0].Key].silent = true
+		h.mu.Unlock()
+	case "term-record":
+		h.barrier()
+		h.st.mu.Lock()
+		defer h.st.mu.Unlock()
+		if h.st.term == nil {
+			return "none\n"
+		}
+		return fmt.Sprintf("leader=%s fence=%d workers=[%s]\n", h.st.term.Name, h.st.term.Fence, strings.Join(h.st.term.Workers, " "))
 	case "submit":
 		d := h.spec(arg("id", ""), td.Input)
 		name := "submit " + d.ID
@@ -401,9 +418,13 @@ func (h *engineHarness) start() {
 			}
 			h.mu.Lock()
 			defer h.mu.Unlock()
-			for _, w := range h.ws {
+			for _, id := range sortedWorkerIDs(h.ws) {
+				w := h.ws[id]
+				if w.silent {
+					continue
+				}
 				inflight, results := w.hello()
-				h.workers <- WorkerEvent{Kind: WorkerJoined, ID: w.id, Exec: w, InFlight: inflight}
+				h.join(w, inflight)
 				for _, r := range results {
 					h.results <- r
 				}
@@ -414,6 +435,24 @@ func (h *engineHarness) start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
 	go func() { _ = h.eng.Run(ctx) }()
+}
+
+// join sends a worker's hello and, for a standalone worker, its
+// confirmation of the term (joined), as the hub reports them.
+func (h *engineHarness) join(w *fakeWorker, inflight []model.AttemptID) {
+	h.workers <- WorkerEvent{Kind: WorkerJoined, ID: w.id, Exec: w, InFlight: inflight, Standalone: w.standalone}
+	if w.standalone {
+		h.workers <- WorkerEvent{Kind: WorkerConfirmed, ID: w.id}
+	}
+}
+
+func sortedWorkerIDs(ws map[string]*fakeWorker) []string {
+	ids := make([]string, 0, len(ws))
+	for id := range ws {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
 }
 
 // barrier lets the loop take what was sent to it: select picks among ready
@@ -609,6 +648,9 @@ func (h *engineHarness) wait(td *datadriven.TestData) {
 			})
 			return got >= n
 		})
+	case "committing":
+		// A commit call with an entry of DAG D has taken the store's hook.
+		h.waitFor(what, func() bool { return h.st.sawCommitOf(args[1]) })
 	case "loads":
 		n, _ := strconv.Atoi(args[1])
 		h.waitFor(what, func() bool { return h.st.loadCount() >= n })
