@@ -3,7 +3,6 @@ package scheduler
 import (
 	"slices"
 	"sort"
-	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -60,6 +59,7 @@ func (e *Engine) onConfirmed(id string) {
 		return
 	}
 	delete(e.awaiting, id)
+	e.m.AwaitedWorkers.Set(float64(len(e.awaiting)))
 	if len(e.awaiting) == 0 {
 		e.log.Info("every worker of the term before has joined; dispatching",
 			zap.Duration("waited", e.clock.Now().Sub(e.barrierSince)))
@@ -88,6 +88,7 @@ func (e *Engine) startBarrier(now time.Time) {
 		return
 	}
 	e.barrierSince = now
+	e.m.AwaitedWorkers.Set(float64(len(e.awaiting)))
 	e.timers.push(timerItem{at: now.Add(e.c.Config().OrphanGrace), kind: barrierTimer})
 	e.resetTimer()
 	e.log.Info("dispatching nothing until the workers of the term before join", zap.Strings("workers", e.awaitingList()))
@@ -102,6 +103,7 @@ func (e *Engine) endBarrier() {
 	e.log.Warn("workers of the term before did not join within the orphan grace; presumed dead, dispatching",
 		zap.Strings("workers", e.awaitingList()), zap.Duration("waited", e.clock.Now().Sub(e.barrierSince)))
 	e.awaiting = nil
+	e.m.AwaitedWorkers.Set(0)
 }
 
 func (e *Engine) awaitingList() []string {
@@ -111,15 +113,6 @@ func (e *Engine) awaitingList() []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-// barrierProblem says what the barrier waits for, for the status.
-func (e *Engine) barrierProblem() string {
-	if len(e.awaiting) == 0 {
-		return ""
-	}
-	return "dispatching nothing until the workers of the term before join (at most the orphan grace): " +
-		strings.Join(e.awaitingList(), ", ")
 }
 
 // shrinkAdmitted drops from the list the workers that have left, and those

@@ -594,8 +594,6 @@ func (e *Engine) publishStatus() {
 		s.Problem = "no etcd session: etcd is unreachable or has no quorum; reopening it"
 	case e.loading:
 		s.Problem = "re-reading the state from etcd"
-	case len(e.awaiting) > 0:
-		s.Problem = e.barrierProblem()
 	}
 	if !s.Leader && e.etcdRev > s.AppliedRev {
 		s.Lag = e.etcdRev - max(s.AppliedRev, e.seenRev)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -14,7 +15,7 @@ import (
 	"github.com/cockroachdb/datadriven"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/orion-sched/orion/internal/core"
@@ -78,14 +79,18 @@ import (
 //	finish w1 [outcome=failed]  w1 reports every attempt it runs (and keeps
 //	                            each result until acknowledged; it sends them
 //	                            again when it rejoins a new leader)
-//	wait leader|standby|answer NAME|dag D STATUS|started W N|acked W N|committing D|loads N|dags N|elected
+//	wait leader|standby|answer NAME|dag D STATUS|started W N|acked W N|early W|committing D|loads N|dags N|elected
 //	                            wait (bounded) until it holds (elected: the
 //	                            loop took its campaign's win, and may still
 //	                            wait for a re-read before it leads)
 //	answers                     the answers of the async calls so far
 //	state                       the engine's DAGs and tasks
+//	dag d1                      one DAG's line of state
 //	store                       the store's records
+//	records                     the same, without the store's revision
 //	stats                       loads, fenced writes, starts and cancels
+//	workers                     each worker's starts, cancels and acks
+//	commits first=N             the entries of the first N commit calls
 func TestEngineScenarios(t *testing.T) {
 	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
 		if !strings.HasSuffix(path, ".txt") {
@@ -127,6 +132,17 @@ type engineHarness struct {
 }
 
 const harnessWait = 10 * time.Second
+
+// harnessLogLevel is the engine's log level in scenarios: errors only,
+// unless ORION_HARNESS_LOG names another (debug, info, warn) to read a
+// failing scenario's story.
+func harnessLogLevel() zapcore.Level {
+	l, err := zapcore.ParseLevel(os.Getenv("ORION_HARNESS_LOG"))
+	if err != nil || os.Getenv("ORION_HARNESS_LOG") == "" {
+		return zapcore.ErrorLevel
+	}
+	return l
+}
 
 func (h *engineHarness) stop() {
 	if h.cancel != nil {
@@ -216,7 +232,7 @@ func (h *engineHarness) run(td *datadriven.TestData) string {
 		if h.st.term == nil {
 			return "none\n"
 		}
-		return fmt.Sprintf("leader=%s fence=%d workers=[%s]\n", h.st.term.Name, h.st.term.Fence, strings.Join(h.st.term.Workers, " "))
+		return fmt.Sprintf("leader=%s workers=[%s]\n", h.st.term.Name, strings.Join(h.st.term.Workers, " "))
 	case "submit":
 		d := h.spec(arg("id", ""), td.Input)
 		name := "submit " + d.ID
@@ -382,10 +398,34 @@ func (h *engineHarness) run(td *datadriven.TestData) string {
 		return b.String()
 	case "state":
 		return h.state()
+	case "dag":
+		// One DAG's line of state.
+		for _, line := range strings.Split(h.state(), "\n") {
+			if strings.HasPrefix(line, "dag "+td.CmdArgs[0].Key+" ") {
+				return line + "\n"
+			}
+		}
+		return "no DAG " + td.CmdArgs[0].Key + "\n"
 	case "store":
 		return h.storeState()
+	case "records":
+		// The store's records without its revision, which batching
+		// decides.
+		s := h.storeState()
+		return s[strings.IndexByte(s, '\n')+1:]
 	case "stats":
 		return h.stats()
+	case "workers":
+		h.barrier()
+		return h.workerStats()
+	case "commits":
+		// The first N commit calls' entry counts: what a scenario claims
+		// about batching, without the later batches that timing decides.
+		n, _ := strconv.Atoi(arg("first", "0"))
+		h.barrier()
+		h.st.mu.Lock()
+		defer h.st.mu.Unlock()
+		return fmt.Sprintf("commit calls (entries each), the first %d: %v\n", n, h.st.batches[:min(n, len(h.st.batches))])
 	default:
 		h.t.Fatalf("unknown command %q", td.Cmd)
 	}
@@ -401,7 +441,7 @@ func (h *engineHarness) start() {
 		Node:           "n1",
 		Clock:          h.clk,
 		Core:           core.Config{RetryBase: 50 * time.Millisecond, RetryCap: 400 * time.Millisecond, OrphanGrace: 2 * time.Second},
-		Logger:         zaptest.NewLogger(h.t, zaptest.Level(zap.ErrorLevel)),
+		Logger:         zaptest.NewLogger(h.t, zaptest.Level(harnessLogLevel())),
 		Workers:        h.workers,
 		Results:        h.results,
 		LeaderAnswers: func(context.Context, string) bool {
@@ -648,9 +688,18 @@ func (h *engineHarness) wait(td *datadriven.TestData) {
 			})
 			return got >= n
 		})
+	case "early":
+		// The worker gets attempts before their dispatch commits: a term
+		// record listing it has committed.
+		h.waitFor(what, func() bool {
+			early := false
+			_ = h.eng.Query(context.Background(), func(*core.Core) { early = h.eng.early[args[1]] })
+			return early
+		})
 	case "committing":
-		// A commit call with an entry of DAG D has taken the store's hook.
-		h.waitFor(what, func() bool { return h.st.sawCommitOf(args[1]) })
+		// A commit call with an entry of DAG D has taken the store's hook
+		// (a hook set next applies to the commits after it).
+		h.waitFor(what, func() bool { return h.st.hookedCommitOf(args[1]) })
 	case "loads":
 		n, _ := strconv.Atoi(args[1])
 		h.waitFor(what, func() bool { return h.st.loadCount() >= n })
@@ -756,13 +805,6 @@ func (h *engineHarness) storeState() string {
 }
 
 func (h *engineHarness) stats() string {
-	h.mu.Lock()
-	var names []string
-	for n := range h.ws {
-		names = append(names, n)
-	}
-	h.mu.Unlock()
-	sort.Strings(names)
 	var b strings.Builder
 	h.st.mu.Lock()
 	fmt.Fprintf(&b, "commit calls (entries each): %v\n", h.st.batches)
@@ -770,6 +812,17 @@ func (h *engineHarness) stats() string {
 	txns, entries := h.eng.CommitStats()
 	fmt.Fprintf(&b, "loads=%d fenced_writes=%.0f leader=%v commits=%d entries=%d\n", h.st.loadCount(),
 		testutil.ToFloat64(h.eng.m.FencedWrites), h.eng.Status().Leader, txns, entries)
+	b.WriteString(h.workerStats())
+	return b.String()
+}
+
+// workerStats is what each worker started, was told to cancel, and has
+// had acknowledged.
+func (h *engineHarness) workerStats() string {
+	h.mu.Lock()
+	names := sortedWorkerIDs(h.ws)
+	h.mu.Unlock()
+	var b strings.Builder
 	for _, n := range names {
 		h.mu.Lock()
 		w := h.ws[n]

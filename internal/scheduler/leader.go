@@ -595,6 +595,8 @@ func (e *Engine) leaveLeadership(waitErr error) {
 	e.timers = nil
 	e.execs = make(map[string]Worker)
 	e.full = storageFull{} // the next term learns afresh whether etcd is full
+	e.awaiting = nil
+	e.m.AwaitedWorkers.Set(0)
 	e.m.StorageFull.Set(0)
 	e.m.IsLeader.Set(0)
 	e.failWaiters(waitErr)
@@ -629,6 +631,11 @@ func (e *Engine) drainCommit() {
 	for _, ic := range e.inflight {
 		e.applyCommitted(ic.cr)
 		if ic.cr.err != nil {
+			if errors.Is(ic.cr.err, store.ErrFenced) {
+				// Counted whichever the loop saw first, the lease's end
+				// or this refusal.
+				e.m.FencedWrites.Inc()
+			}
 			break
 		}
 	}
