@@ -78,6 +78,7 @@ type Core struct {
 	classes       map[string]*class // ready queues by constraints (pools.go)
 	classList     []*class          // the same, in creation order
 	poolReserved  map[string]int    // dispatches in flight per pool
+	earlyOff      bool              // no early attempts at all (SuspendEarly)
 }
 
 type dagRun struct {

@@ -146,6 +146,11 @@ func (c *Core) AddWorker(id string, slots int, labels model.Labels) {
 	c.workerList = append(c.workerList, w)
 }
 
+// SuspendEarly stops (or resumes) early attempts to every worker: while
+// etcd is full nothing can be recorded, and no attempt should run before
+// its record can be written.
+func (c *Core) SuspendEarly(off bool) { c.earlyOff = off }
+
 // AllowEarly lets the leader send a registered worker its attempts when it
 // proposes their dispatch, rather than once the dispatch record is
 // committed; a success reported before that record goes into a transaction
@@ -414,6 +419,15 @@ func (c *Core) Report(r model.Result, now time.Time) {
 	c.decide(t, r)
 }
 
+// Holds reports whether a result for attempt id waits for its task's
+// record in flight to be applied (it is decided then). Such a result is
+// not durable yet, even once everything proposed so far has committed: its
+// acknowledgement must wait for the record it becomes.
+func (c *Core) Holds(id model.AttemptID) bool {
+	t := c.lookup(id.DAG, id.Task)
+	return t != nil && t.stash != nil && t.stash.AttemptID == id
+}
+
 // decide turns the result of the current attempt into the task's next record.
 func (c *Core) decide(t *task, r model.Result) {
 	if t.dag.rec.Status != DAGRunning {
@@ -620,7 +634,7 @@ func (c *Core) Schedule(now time.Time) int {
 			}
 		}
 		cl.q.pop()
-		c.proposeDispatch(t, w, w.early)
+		c.proposeDispatch(t, w, w.early && !c.earlyOff)
 		n++
 		if cl.head() != nil {
 			round.push(cl)

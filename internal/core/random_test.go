@@ -30,6 +30,7 @@ type sim struct {
 	unacked  map[model.AttemptID]model.Result // results reported, sent again to a new leader
 	nextW    int
 	dags     int
+	inTxn    []Entry // a transaction begun (sealed), not yet committed
 }
 
 type attempt struct {
@@ -110,11 +111,19 @@ func (s *sim) randomDAG() *model.DAG {
 // commit takes a batch of proposals, gives it a revision, round-trips it
 // through JSON as etcd would, and applies it.
 func (s *sim) commit() {
-	batch := s.c.TakeProposals(1 + s.rng.IntN(8))
-	if len(batch) == 0 {
-		return
+	batch := s.inTxn
+	if batch == nil {
+		batch = s.c.TakeProposals(1 + s.rng.IntN(8))
+		if len(batch) == 0 {
+			return
+		}
+		s.c.Seal(batch) // encoded, as the engine does when it begins the transaction
+		if s.rng.IntN(2) == 0 {
+			s.inTxn = batch // in flight: results may come before it commits
+			return
+		}
 	}
-	s.c.Seal(batch) // encoded, as the engine does when it begins the transaction
+	s.inTxn = nil
 	s.rev++
 	for i := range batch {
 		e := roundTrip(s.t, batch[i])
@@ -305,6 +314,7 @@ func (s *sim) crashLeader() {
 		s.t.Fatalf("standby differs\nleader:\n%s\nstandby:\n%s", want, got)
 	}
 	fresh := s.standby
+	s.inTxn = nil
 	s.standby = s.restore()
 	if got, want := s.standby.Dump(), s.c.Dump(); got != want {
 		s.t.Fatalf("restore differs\nleader:\n%s\nrestore:\n%s", want, got)
@@ -395,7 +405,7 @@ func (s *sim) step() {
 // drain runs the system without new work or faults until nothing is left.
 func (s *sim) drain() {
 	for i := 0; i < 100000; i++ {
-		if s.c.PendingProposals() > 0 {
+		if s.c.PendingProposals() > 0 || s.inTxn != nil {
 			s.commit()
 			continue
 		}

@@ -498,3 +498,22 @@ func TestEarlyDispatchOfADeletedDAGIsCancelled(t *testing.T) {
 		t.Errorf("w1 busy=%d", w.Busy)
 	}
 }
+
+// While etcd is full nothing can be recorded; an attempt sent early would
+// run with no record ever to say so. Expected: with early attempts
+// suspended, a dispatch to a worker allowed them goes out only once its
+// record is committed.
+func TestSuspendedEarlyAttemptsWaitForTheirRecord(t *testing.T) {
+	h := leaderRig(t, "w1")
+	h.c.AllowEarly("w1", true)
+	h.c.SuspendEarly(true)
+	h.submitSpec(model.DAG{ID: "d", Name: "d", Tasks: []model.Task{{ID: "a", Kind: model.KindNoop}}})
+	h.commitAll()
+	h.c.Schedule(h.now)
+	if effects := h.c.TakeEffects(); len(effects) != 0 {
+		t.Fatalf("sent before its record: %v", effects)
+	}
+	if out := h.commitAll(); !strings.Contains(out, "effect: dispatch d/a#1 to w1") {
+		t.Fatalf("not sent once recorded:\n%s", out)
+	}
+}

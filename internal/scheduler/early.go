@@ -1,6 +1,8 @@
 package scheduler
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"slices"
 	"sort"
 	"time"
@@ -17,7 +19,9 @@ import (
 //
 //  1. Admission. A worker gets early attempts only once a term record that
 //     lists it (store.TermRecord.Workers) has committed, fenced, after it
-//     joined. A deposed leader cannot commit one.
+//     confirmed this term on its current stream (joined; a worker of an
+//     earlier version never does). A deposed leader cannot commit one, and
+//     a stream that drops loses the admission until the next confirmation.
 //  2. Barrier. A new leader reads the workers the term before listed and
 //     dispatches nothing until each has joined it, or the orphan grace has
 //     passed (a worker silent that long is presumed dead, as for adoption).
@@ -38,18 +42,41 @@ import (
 // barrierTimer is the timer kind that ends a barrier (the core's start at 1).
 const barrierTimer = 0
 
-// onEarlyJoin admits a standalone worker that joined: it is listed in the
-// next term record, and gets early attempts once that record commits.
+// onEarlyJoin admits a standalone worker that confirmed this term: it is
+// listed in the next term record, and gets early attempts once that record
+// commits.
 func (e *Engine) onEarlyJoin(id string) {
 	if e.early[id] {
-		return // admitted in this term, and joined again within its grace
+		return
 	}
 	e.joinSeq[id] = e.commitSeq
-	if !e.admitted[id] {
-		e.admitted[id] = true
-	}
+	e.admitted[id] = true
+	e.wantRecord()
+}
+
+// revokeEarly stops early attempts to a worker whose stream dropped (or
+// that left): it must confirm this term again on its next stream.
+func (e *Engine) revokeEarly(id string) {
+	delete(e.early, id)
+	delete(e.joinSeq, id)
+	e.c.AllowEarly(id, false)
+}
+
+// wantRecord asks for the term record to be written again (its workers
+// changed). While etcd is full it waits: a put would be refused, and would
+// hold back the deletes that free space (storagefull.go).
+func (e *Engine) wantRecord() {
 	e.recordVer++
-	e.termRecordDue = true
+	e.recordWanted = true
+	e.takeRecordWish()
+}
+
+// takeRecordWish makes a wanted term record due once etcd has room.
+func (e *Engine) takeRecordWish() {
+	if e.recordWanted && !e.full.active() {
+		e.recordWanted = false
+		e.termRecordDue = true
+	}
 }
 
 // onConfirmed takes a worker's confirmation of this term, which ends the
@@ -83,7 +110,12 @@ func (e *Engine) startBarrier(now time.Time) {
 	}
 	e.early = make(map[string]bool)
 	e.joinSeq = make(map[string]uint64)
+	e.standalone = make(map[string]bool)
 	e.recordVer++
+	e.recordWanted = false // the term's first record is due anyway
+	if e.incarnation == "" {
+		e.incarnation = newIncarnation()
+	}
 	if len(e.awaiting) == 0 {
 		return
 	}
@@ -102,8 +134,23 @@ func (e *Engine) endBarrier() {
 	}
 	e.log.Warn("workers of the term before did not join within the orphan grace; presumed dead, dispatching",
 		zap.Strings("workers", e.awaitingList()), zap.Duration("waited", e.clock.Now().Sub(e.barrierSince)))
+	for id := range e.awaiting {
+		if !e.early[id] {
+			// Not admitted in this term: it was sent nothing early, and
+			// leaves the list at once.
+			delete(e.admitted, id)
+		}
+	}
 	e.awaiting = nil
 	e.m.AwaitedWorkers.Set(0)
+	e.wantRecord()
+}
+
+// newIncarnation names a keyspace's history (store.TermRecord.Incarnation).
+func newIncarnation() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 func (e *Engine) awaitingList() []string {
@@ -116,10 +163,12 @@ func (e *Engine) awaitingList() []string {
 }
 
 // shrinkAdmitted drops from the list the workers that have left, and those
-// of the term before that never joined once the barrier is over. Call it
-// only for a transaction that carries the last pending entry: every early
-// attempt sent to them is then in it or before it.
-func (e *Engine) shrinkAdmitted() {
+// of the term before that never joined once the barrier is over, and
+// reports whether it dropped any. Call it only when a transaction takes the
+// last pending entry, or when nothing is pending or in flight: every early
+// attempt sent to them is then in that transaction or before it, and the
+// record goes in it or after it.
+func (e *Engine) shrinkAdmitted() bool {
 	changed := false
 	for id := range e.admitted {
 		if _, joined := e.execs[id]; !joined && !e.awaiting[id] {
@@ -128,9 +177,9 @@ func (e *Engine) shrinkAdmitted() {
 		}
 	}
 	if changed {
-		e.recordVer++
-		e.termRecordDue = true
+		e.wantRecord()
 	}
+	return changed
 }
 
 // admittedList is the term record's Workers.

@@ -57,6 +57,10 @@ import (
 //	                            not applied, with an error; rejected by the
 //	                            fence (another leader took over); refused for
 //	                            its size; or held until `release`
+//	hook block-task-fence-success
+//	                            the first commit with a task record is held
+//	                            until release; the first with a success is
+//	                            rejected by the fence
 //	hook nospace|clear          every commit that puts anything is refused
 //	                            for etcd's quota (deletes commit), until
 //	                            `hook clear`
@@ -127,8 +131,9 @@ type engineHarness struct {
 	calls         sync.WaitGroup
 	maxOps        int // the engine's max_txn_ops (start max-ops=N; 0: the default)
 	opsMu         sync.Mutex
-	opsRefused    int // transactions refused by hook members-max-ops
-	opsLargest    int // the most entries of one it accepted
+	opsRefused    int    // transactions refused by hook members-max-ops
+	opsLargest    int    // the most entries of one it accepted
+	incarnation   string // the first term record's incarnation (term-record)
 }
 
 const harnessWait = 10 * time.Second
@@ -232,7 +237,15 @@ func (h *engineHarness) run(td *datadriven.TestData) string {
 		if h.st.term == nil {
 			return "none\n"
 		}
-		return fmt.Sprintf("leader=%s workers=[%s]\n", h.st.term.Name, strings.Join(h.st.term.Workers, " "))
+		// The incarnation is random: say whether it is the first one seen.
+		inc := "first"
+		if h.incarnation == "" {
+			h.incarnation = h.st.term.Incarnation
+		}
+		if h.st.term.Incarnation != h.incarnation || h.incarnation == "" {
+			inc = "other"
+		}
+		return fmt.Sprintf("leader=%s workers=[%s] incarnation=%s\n", h.st.term.Name, strings.Join(h.st.term.Workers, " "), inc)
 	case "submit":
 		d := h.spec(arg("id", ""), td.Input)
 		name := "submit " + d.ID
@@ -603,6 +616,36 @@ func (h *engineHarness) hook(kind string) {
 				if !en.Delete {
 					return false, &store.NoSpaceError{Quota: 64 << 20, DBSize: 64 << 20, Cause: rpctypes.ErrNoSpace}
 				}
+			}
+			return true, nil
+		})
+	case "block-task-fence-success":
+		// The first commit with a task record is held until release; the
+		// first commit with a succeeded task record finds the fence moved
+		// (another leader won meanwhile).
+		release := make(chan struct{})
+		h.release = release
+		var blocked, fenced sync.Once
+		h.st.setCommitHook(func(entries []core.Entry) (bool, error) {
+			task, succ := false, false
+			for _, en := range entries {
+				if en.T != nil {
+					task = true
+					succ = succ || en.T.Status == core.Succeeded
+				}
+			}
+			if succ {
+				fenced.Do(func() {
+					h.st.mu.Lock()
+					h.st.rev++
+					h.st.fenceRev, h.st.leader = h.st.rev, "x"
+					h.st.loser["n1"] = true
+					h.st.mu.Unlock()
+				})
+				return true, nil
+			}
+			if task {
+				blocked.Do(func() { <-release })
 			}
 			return true, nil
 		})

@@ -220,7 +220,7 @@ func (e *Engine) becomeLeader(term store.Term) {
 	e.c.BecomeLeader(e.clock.Now())
 	e.startBarrier(e.clock.Now())
 	if e.cfg.OnLeading != nil {
-		e.cfg.OnLeading(true, Leading{Previous: e.prevLeader, Fence: term.Fence()})
+		e.cfg.OnLeading(true, Leading{Previous: e.prevLeader, Fence: term.Fence(), Incarnation: e.incarnation})
 	}
 	e.m.IsLeader.Set(1)
 	e.m.LeaderChanges.Inc()
@@ -255,6 +255,7 @@ type inflightCommit struct {
 // Config.CommitPipeline in flight. A term's first transaction (its record), a commit after a
 // refusal for size (one entry each) and a full etcd go one at a time.
 func (e *Engine) flush(ctx context.Context) {
+	e.takeRecordWish()
 	for e.term != nil && (len(e.pending) > 0 || e.termRecordDue) {
 		depth := e.cfg.CommitPipeline
 		if e.termRecordDue || e.solo > 0 || e.full.active() || e.commitFailed() {
@@ -319,7 +320,7 @@ func (e *Engine) startCommit(ctx context.Context) {
 	var rec *store.TermRecord
 	if e.termRecordDue {
 		rec = &store.TermRecord{Name: e.cfg.Node, APIURL: e.cfg.APIURL, Fence: e.term.Fence().Rev, Since: e.term.Won().UTC(),
-			Workers: e.admittedList()}
+			Workers: e.admittedList(), Incarnation: e.incarnation}
 	}
 	term, record := e.term, e.termRecordDue
 	recordVer := e.recordVer
@@ -591,7 +592,7 @@ func (e *Engine) leaveLeadership(waitErr error) {
 	e.pending = nil
 	// Unacknowledged results stay with their workers, which send them to
 	// the next leader (this replica again, after a resync).
-	e.awaitingAck, e.lateAcks = nil, nil
+	e.awaitingAck, e.lateAcks, e.heldAcks = nil, nil, nil
 	e.timers = nil
 	e.execs = make(map[string]Worker)
 	e.full = storageFull{} // the next term learns afresh whether etcd is full

@@ -255,7 +255,7 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 			LeaderAnswers:    view.leaderAnswers,
 			OnLeading: func(leading bool, term scheduler.Leading) {
 				if leading {
-					s.Hub.SetTerm(workerstream.Term{Cluster: fmt.Sprintf("%x", term.Fence.Cluster), Fence: term.Fence.Rev})
+					s.Hub.SetTerm(workerstream.Term{Incarnation: term.Incarnation, Fence: term.Fence.Rev})
 				}
 				s.Hub.SetLeading(leading)
 				s.firer.SetLeading(leading)

@@ -81,7 +81,7 @@ func Campaign(ctx context.Context, session *concurrency.Session, value string) (
 		return nil, errors.New("leadership: election key vanished after campaign")
 	}
 	return &etcdTerm{
-		fence:    Fence{Key: key, Rev: election.Rev(), Cluster: resp.Header.GetClusterId()},
+		fence:    Fence{Key: key, Rev: election.Rev()},
 		won:      time.Now(),
 		session:  session,
 		election: election,

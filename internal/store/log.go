@@ -23,10 +23,6 @@ import (
 type Fence struct {
 	Key string
 	Rev int64
-	// Cluster is the id of the etcd cluster the term was won in. A worker
-	// compares fence revisions only within one cluster: revisions start
-	// over in a new one.
-	Cluster uint64
 }
 
 func (f Fence) cmp() clientv3.Cmp {

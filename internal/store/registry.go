@@ -25,4 +25,11 @@ type TermRecord struct {
 	// nothing until each has said hello, listing what it runs, or the
 	// orphan grace has passed.
 	Workers []string `json:"workers,omitempty"`
+	// Incarnation names this keyspace's history: random, chosen by the
+	// first leader that finds no term record, and carried on by every term
+	// after. Fence revisions compare only within one incarnation: a wiped
+	// etcd (or an etcd restored from a snapshot, once its term record is
+	// deleted) starts over, and workers must not refuse its leaders as
+	// older than the ones they joined.
+	Incarnation string `json:"incarnation,omitempty"`
 }

@@ -164,7 +164,9 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.log.Warn("refused a leader older than one this worker joined (it was deposed and does not know yet); redialing",
 				zap.String("worker", worker), zap.String("leader", out.leader),
 				zap.Int64("its_fence", out.stale.Fence), zap.Int64("joined_fence", out.joined.Fence))
-			backoff = a.sleep(ctx, backoff)
+			// It steps down within a lease's time: try again soon, so as
+			// not to reach the next leader after its barrier gave up.
+			backoff = a.sleep(ctx, a.cfg.MinBackoff)
 		case out.redirect != nil:
 			a.log.Debug("not the leader; redialing", zap.String("worker", worker),
 				zap.String("leader", out.redirect.Leader), zap.String("url", out.redirect.URL))
@@ -417,6 +419,11 @@ func (a *Agent) session(ctx context.Context, c Conn, leader string) outcome {
 
 func (s *session) handle(m Msg) {
 	a := s.a
+	if s.closing() {
+		// Refused (or ending): nothing of it counts, an ack of a result
+		// it judged moot least of all.
+		return
+	}
 	switch m.Type {
 	case TypeHeartbeat:
 	case TypeWelcome:
@@ -435,9 +442,6 @@ func (s *session) handle(m Msg) {
 		}
 		a.log.Info("connected to the leader", zap.String("worker", a.cfg.Exec.ID()), zap.String("leader", m.Welcome.Leader))
 	case TypeDispatch:
-		if s.closing() {
-			return // refused: nothing of a stale leader runs
-		}
 		if m.Attempt != nil {
 			a.cfg.Exec.Start(*m.Attempt)
 		}

@@ -30,9 +30,9 @@
 // core tells current results from stale or repeated ones by attempt
 // identity, so repeats are harmless.
 //
-// Terms: a welcome names the leader's term (etcd cluster and fence
+// Terms: a welcome names the leader's term (keyspace incarnation and fence
 // revision). A worker refuses the welcome of a leader older than one it has
-// joined, in the same etcd cluster, and answers the others with joined: from
+// joined, in the same incarnation, and answers the others with joined: from
 // then on, a deposed leader that does not know it yet can send it nothing.
 // A new leader counts on it: attempts may be sent before their dispatch is
 // committed, and the new leader dispatches nothing until the workers the
@@ -81,16 +81,16 @@ type Msg struct {
 	Term     *Term            `json:"term,omitempty"`
 }
 
-// Term identifies a leader's term: the etcd cluster it was won in (hex, as
-// etcdctl prints it) and its fence revision. Within one cluster a later
-// term has a higher fence.
+// Term identifies a leader's term: the incarnation of the keyspace it
+// leads (the term record's; a wiped etcd starts a new one) and its fence
+// revision. Within one incarnation a later term has a higher fence.
 type Term struct {
-	Cluster string `json:"cluster"`
-	Fence   int64  `json:"fence"`
+	Incarnation string `json:"incarnation"`
+	Fence       int64  `json:"fence"`
 }
 
-// Older reports whether t is a term before u in the same cluster.
-func (t Term) Older(u Term) bool { return t.Cluster == u.Cluster && t.Fence < u.Fence }
+// Older reports whether t is a term before u in the same incarnation.
+func (t Term) Older(u Term) bool { return t.Incarnation == u.Incarnation && t.Fence < u.Fence }
 
 // Hello introduces a worker. InFlight lists the attempts it is running or
 // has finished without a leader acknowledging the result yet: the leader

@@ -1196,15 +1196,15 @@ func TestSilentWorkerKeepsItsAttemptsLonger(t *testing.T) {
 // refuses the welcome of an older term in the same etcd cluster (a deposed
 // leader that does not know it yet), runs nothing it sends, and confirms
 // the terms it accepts (joined): the hub reports Confirmed once per
-// stream. A term of another cluster is accepted whatever its fence: its
-// revisions started over.
+// stream. A term of another incarnation (a wiped etcd) is accepted
+// whatever its fence: its revisions started over.
 func TestTermsRefuseADeposedLeader(t *testing.T) {
 	for _, tr := range transports {
 		t.Run(tr.name, func(t *testing.T) {
 			newer := newHub(t, "L2", HubConfig{})
-			newer.SetTerm(Term{Cluster: "c1", Fence: 20})
+			newer.SetTerm(Term{Incarnation: "c1", Fence: 20})
 			older := newHub(t, "L1", HubConfig{})
-			older.SetTerm(Term{Cluster: "c1", Fence: 10})
+			older.SetTerm(Term{Incarnation: "c1", Fence: 10})
 			local := newLocal(t, "w1/1-aa")
 			d := &switchDialer{}
 			d.set(tr.dial(t, newer, "L2"))
@@ -1212,7 +1212,7 @@ func TestTermsRefuseADeposedLeader(t *testing.T) {
 
 			wantEvent(t, newer, Joined, "w1/1-aa")
 			wantEvent(t, newer, Confirmed, "w1/1-aa")
-			if got, ok := a.Joined(); !ok || got != (Term{Cluster: "c1", Fence: 20}) {
+			if got, ok := a.Joined(); !ok || got != (Term{Incarnation: "c1", Fence: 20}) {
 				t.Fatalf("joined %v %v", got, ok)
 			}
 
@@ -1231,9 +1231,9 @@ func TestTermsRefuseADeposedLeader(t *testing.T) {
 				t.Fatalf("joined fence %d after a refusal, want 20", got.Fence)
 			}
 
-			// A leader of another etcd cluster, with a lower fence: accepted.
+			// A leader of another incarnation, with a lower fence: accepted.
 			other := newHub(t, "L3", HubConfig{})
-			other.SetTerm(Term{Cluster: "c2", Fence: 3})
+			other.SetTerm(Term{Incarnation: "c2", Fence: 3})
 			d.set(tr.dial(t, other, "L3"))
 			older.SetLeading(false)
 			wantEvent(t, other, Joined, "w1/1-aa")
