@@ -100,7 +100,7 @@ type Local struct {
 	ovHead    int
 	inFlight  bool            // pump holds a result taken from overflow
 	pumping   model.AttemptID // the attempt of that result, while inFlight
-	dropped   int  // results lost after Close because nobody read them
+	dropped   int             // results lost after Close because nobody read them
 }
 
 // entry is a queued or running attempt.
