@@ -443,17 +443,24 @@ func TestResultFromAWorkerClockBeyondYear9999(t *testing.T) {
 	}
 }
 
+// earlyRig is a leader with worker w1 allowed early attempts, and DAG d's
+// one task a dispatched to it: proposed, sent, not committed.
+func earlyRig(t *testing.T) *harness {
+	h := leaderRig(t, "w1")
+	h.c.AllowEarly("w1", true)
+	h.submitSpec(model.DAG{ID: "d", Name: "d", Tasks: []model.Task{{ID: "a", Kind: model.KindNoop}}})
+	h.commitAll()
+	h.c.Schedule(h.now)
+	return h
+}
+
 // An attempt sent early (AllowEarly) whose dispatch record the state
 // machine then refuses (a hand-written record for the task committed
 // first) runs on its worker with no record to say so. Expected: the
 // attempt is cancelled on its worker, its slot freed, and the task, still
 // ready, queued again and dispatched anew.
 func TestEarlyDispatchRefusedRecordCancelsTheAttempt(t *testing.T) {
-	h := leaderRig(t, "w1")
-	h.c.AllowEarly("w1", true)
-	h.submitSpec(model.DAG{ID: "d", Name: "d", Tasks: []model.Task{{ID: "a", Kind: model.KindNoop}}})
-	h.commitAll()
-	h.c.Schedule(h.now)
+	h := earlyRig(t)
 	effects := h.c.TakeEffects()
 	if len(effects) != 1 || effects[0].Kind != EffectDispatch {
 		t.Fatalf("want the attempt sent with its proposal, got %v", effects)
@@ -484,11 +491,7 @@ func TestEarlyDispatchRefusedRecordCancelsTheAttempt(t *testing.T) {
 // applied: the record can never apply. Expected: the attempt is cancelled
 // on its worker and its slot freed.
 func TestEarlyDispatchOfADeletedDAGIsCancelled(t *testing.T) {
-	h := leaderRig(t, "w1")
-	h.c.AllowEarly("w1", true)
-	h.submitSpec(model.DAG{ID: "d", Name: "d", Tasks: []model.Task{{ID: "a", Kind: model.KindNoop}}})
-	h.commitAll()
-	h.c.Schedule(h.now)
+	h := earlyRig(t)
 	h.c.TakeEffects()
 	h.c.outbox = append([]Entry{{DAG: "d", Delete: true}}, h.c.outbox...) // by hand: etcdctl del
 	if out := h.commitAll(); !strings.Contains(out, "effect: cancel d/a#1 on w1") {

@@ -3,8 +3,8 @@ package scheduler
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"maps"
 	"slices"
-	"sort"
 	"time"
 
 	"go.uber.org/zap"
@@ -153,14 +153,7 @@ func newIncarnation() string {
 	return hex.EncodeToString(b[:])
 }
 
-func (e *Engine) awaitingList() []string {
-	out := make([]string, 0, len(e.awaiting))
-	for id := range e.awaiting {
-		out = append(out, id)
-	}
-	sort.Strings(out)
-	return out
-}
+func (e *Engine) awaitingList() []string { return slices.Sorted(maps.Keys(e.awaiting)) }
 
 // shrinkAdmitted drops from the list the workers that have left, and those
 // of the term before that never joined once the barrier is over, and
@@ -183,14 +176,7 @@ func (e *Engine) shrinkAdmitted() bool {
 }
 
 // admittedList is the term record's Workers.
-func (e *Engine) admittedList() []string {
-	out := make([]string, 0, len(e.admitted))
-	for id := range e.admitted {
-		out = append(out, id)
-	}
-	slices.Sort(out)
-	return out
-}
+func (e *Engine) admittedList() []string { return slices.Sorted(maps.Keys(e.admitted)) }
 
 // onRecordCommitted lets the workers that the committed term record lists,
 // and that joined before its transaction began, have early attempts.

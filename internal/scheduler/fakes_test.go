@@ -509,6 +509,16 @@ func (s *fakeStore) Depose(ctx context.Context, suspect string) (bool, error) {
 	return true, nil
 }
 
+// otherLeaderWins moves the fence: replica "x" won the election, and n1
+// loses every campaign until other-leader-gone.
+func (s *fakeStore) otherLeaderWins() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.rev++
+	s.fenceRev, s.leader = s.rev, "x"
+	s.loser["n1"] = true
+}
+
 // hookedCommitOf reports whether a commit call with an entry of the DAG
 // has taken the commit hook in force then (Begin is earlier).
 func (s *fakeStore) hookedCommitOf(dagID string) bool {

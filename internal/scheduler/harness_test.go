@@ -600,11 +600,7 @@ func (h *engineHarness) hook(kind string) {
 	case "fenced":
 		// Another replica won meanwhile: the fence moved.
 		once(func([]core.Entry) (bool, error) {
-			h.st.mu.Lock()
-			h.st.rev++
-			h.st.fenceRev, h.st.leader = h.st.rev, "x"
-			h.st.loser["n1"] = true
-			h.st.mu.Unlock()
+			h.st.otherLeaderWins()
 			return true, nil
 		})
 	case "nospace":
@@ -635,13 +631,7 @@ func (h *engineHarness) hook(kind string) {
 				}
 			}
 			if succ {
-				fenced.Do(func() {
-					h.st.mu.Lock()
-					h.st.rev++
-					h.st.fenceRev, h.st.leader = h.st.rev, "x"
-					h.st.loser["n1"] = true
-					h.st.mu.Unlock()
-				})
+				fenced.Do(h.st.otherLeaderWins)
 				return true, nil
 			}
 			if task {
