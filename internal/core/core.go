@@ -78,6 +78,7 @@ type Core struct {
 	classes       map[string]*class // ready queues by constraints (pools.go)
 	classList     []*class          // the same, in creation order
 	poolReserved  map[string]int    // dispatches in flight per pool
+	earlyOff      bool              // no early attempts at all (SuspendEarly)
 }
 
 type dagRun struct {
@@ -112,6 +113,12 @@ type task struct {
 	reserved    *worker       // leader: the worker whose slot the dispatch holds
 	stash       *model.Result // leader: a result that arrived while inflight
 	readyAt     time.Time     // leader: when the task became ready (metrics)
+	// early is the leader's dispatch proposal of an attempt already sent
+	// to its worker (see Core.AllowEarly). Until the engine takes it into a
+	// transaction (Seal) a success reported for the attempt is written into
+	// it, so the task costs one record instead of two.
+	early  *TaskRecord
+	sealed bool // leader: early was taken into a transaction
 }
 
 func (t *task) spec() *model.Task { return &t.dag.rec.Tasks[t.idx] }
@@ -131,6 +138,14 @@ func (t *task) retries() int {
 		return 0
 	}
 	return t.rec.Retries
+}
+
+// isEarly reports whether rec is the task's early dispatch proposal (or its
+// success folded into it), as committed: the leader applies its own
+// proposal, a test its JSON round trip.
+func (t *task) isEarly(rec *TaskRecord) bool {
+	e := t.early
+	return e != nil && (rec == e || rec.Attempt == e.Attempt && rec.Worker == e.Worker && rec.Status == e.Status && rec.Event == e.Event)
 }
 
 func (t *task) attemptID() model.AttemptID {
@@ -194,6 +209,13 @@ func (c *Core) applyDelete(e *Entry) {
 		if t.dispatching {
 			c.unreserve(t)
 			t.dispatching = false
+		}
+		if c.leader && t.early != nil {
+			// Sent before its dispatch record, which now cannot apply.
+			id := model.AttemptID{DAG: d.id, Task: t.id(), Attempt: t.early.Attempt}
+			c.releaseAttempt(id, t.early.Worker)
+			c.effects = append(c.effects, Effect{Kind: EffectCancel, Worker: t.early.Worker, ID: id})
+			t.early = nil
 		}
 		if c.leader && t.status == Running && t.rec != nil {
 			c.releaseAttempt(t.attemptID(), t.rec.Worker)
@@ -373,21 +395,13 @@ func (c *Core) applyTask(e *Entry) error {
 		return applyErr(e, "task entry without a record")
 	}
 	t := &d.tasks[i]
-	from, to := t.status, rec.Status
-	switch {
-	case rec.Run != d.rec.Run:
-		return applyErr(e, "record of run %d, DAG is in run %d", rec.Run, d.rec.Run)
-	case !recordAllowed(from, to):
-		return applyErr(e, "a record cannot move a task from %s to %s", from, to)
-	case to == Running && rec.Attempt != t.attempt()+1:
-		return applyErr(e, "dispatch of attempt %d after attempt %d", rec.Attempt, t.attempt())
-	case to != Running && rec.Attempt != t.attempt():
-		return applyErr(e, "%s record for attempt %d, latest is %d", to, rec.Attempt, t.attempt())
-	case to == Running && d.rec.Status != DAGRunning:
-		return applyErr(e, "dispatch in a %s DAG", d.rec.Status)
-	case (to == UpstreamFailed) != rec.Cascade:
-		return applyErr(e, "cascade flag %v on a %s record", rec.Cascade, to)
+	if err := c.checkTask(e, t); err != nil {
+		if c.leader && t.isEarly(rec) {
+			c.refusedEarly(t)
+		}
+		return err
 	}
+	from, to := t.status, rec.Status
 	prev := t.rec
 	t.rec = rec
 	c.setStatus(t, to)
@@ -402,6 +416,32 @@ func (c *Core) applyTask(e *Entry) error {
 	}
 	if c.leader {
 		c.afterTaskApplied(t, from, prev)
+	}
+	return nil
+}
+
+// checkTask validates a task record against the task's state and the
+// transition table, before anything changes.
+func (c *Core) checkTask(e *Entry, t *task) error {
+	d, rec := t.dag, e.T
+	from, to := t.status, rec.Status
+	switch {
+	case rec.Run != d.rec.Run:
+		return applyErr(e, "record of run %d, DAG is in run %d", rec.Run, d.rec.Run)
+	case !recordAllowed(from, to):
+		return applyErr(e, "a record cannot move a task from %s to %s", from, to)
+	case to == Running && rec.Attempt != t.attempt()+1:
+		return applyErr(e, "dispatch of attempt %d after attempt %d", rec.Attempt, t.attempt())
+	case from == Ready && to == Succeeded && rec.Attempt != t.attempt()+1:
+		return applyErr(e, "dispatch and success of attempt %d after attempt %d", rec.Attempt, t.attempt())
+	case from == Ready && to == Succeeded && d.rec.Status != DAGRunning:
+		return applyErr(e, "dispatch and success in a %s DAG", d.rec.Status)
+	case to != Running && !(from == Ready && to == Succeeded) && rec.Attempt != t.attempt():
+		return applyErr(e, "%s record for attempt %d, latest is %d", to, rec.Attempt, t.attempt())
+	case to == Running && d.rec.Status != DAGRunning:
+		return applyErr(e, "dispatch in a %s DAG", d.rec.Status)
+	case (to == UpstreamFailed) != rec.Cascade:
+		return applyErr(e, "cascade flag %v on a %s record", rec.Cascade, to)
 	}
 	return nil
 }

@@ -21,10 +21,12 @@ const (
 	EffectTimer                          // call Fire(Timer) at At
 )
 
-// Effect is an output of the core. Effects are produced only while applying
+// Effect is an output of the core. Effects are produced while applying
 // committed entries (or for cancellations of attempts whose cancellation is
-// committed), never for proposals, so a worker never runs something the log
-// does not know about.
+// committed), never for proposals, with one exception: a dispatch to a
+// worker allowed early attempts (AllowEarly) is sent with its proposal. The
+// log may then not know an attempt a worker runs, until the record commits;
+// the engine keeps that safe (see AllowEarly).
 type Effect struct {
 	Kind    EffectKind
 	Worker  string
@@ -55,6 +57,7 @@ type worker struct {
 	labels   model.Labels
 	busy     int
 	attempts map[model.AttemptID]*task
+	early    bool // attempts go out with their dispatch proposal (AllowEarly)
 }
 
 // Error is a request the core refuses; Code is apitypes.CodeNotFound,
@@ -122,6 +125,7 @@ func (c *Core) StepDown() {
 		for i := range d.tasks {
 			t := &d.tasks[i]
 			t.inflight, t.dispatching, t.stash, t.reserved, t.queued, t.cls = false, false, nil, nil, false, nil
+			t.early, t.sealed = nil, false
 		}
 	}
 }
@@ -142,6 +146,31 @@ func (c *Core) AddWorker(id string, slots int, labels model.Labels) {
 	c.workerList = append(c.workerList, w)
 }
 
+// SuspendEarly stops (or resumes) early attempts to every worker: while
+// etcd is full nothing can be recorded, and no attempt should run before
+// its record can be written.
+func (c *Core) SuspendEarly(off bool) { c.earlyOff = off }
+
+// AllowEarly lets the leader send a registered worker its attempts when it
+// proposes their dispatch, rather than once the dispatch record is
+// committed; a success reported before that record goes into a transaction
+// is then written into it (Seal), one record for the whole attempt instead
+// of two. It does not apply to a dispatch proposed right behind its
+// dependency's success (Schedule): that one is sent once committed, since a
+// new leader could not adopt it before the success.
+//
+// The log then may not know an attempt a worker runs. The engine allows it
+// only for a worker that a committed term record lists, and a new leader
+// dispatches nothing until each worker listed by the term before has said
+// hello, listing what it runs (Adopt), or the orphan grace has passed; a
+// worker refuses the streams and attempts of a leader older than one it has
+// joined.
+func (c *Core) AllowEarly(id string, ok bool) {
+	if w := c.workers[id]; w != nil {
+		w.early = ok
+	}
+}
+
 // Adopt records that a live worker is running an attempt, as it reports after
 // a leader change; the attempt is not run again. Attempts the log no longer
 // considers current are cancelled on the worker instead.
@@ -153,6 +182,23 @@ func (c *Core) Adopt(workerID string, id model.AttemptID) bool {
 	t := c.lookup(id.DAG, id.Task)
 	if w == nil {
 		return false
+	}
+	if t != nil && t.early != nil && t.early.Attempt == id.Attempt && t.early.Worker == workerID {
+		// Sent before its dispatch record, which is still being committed.
+		if _, ok := w.attempts[id]; !ok {
+			w.attempts[id] = t
+			w.busy++
+		}
+		return true
+	}
+	if t != nil && t.status == Ready && !t.inflight && id.Attempt == t.attempt()+1 && !t.dag.deleted &&
+		t.dag.rec.Status == DAGRunning && !t.dag.inflight {
+		// A leader before us sent this attempt with its dispatch proposal
+		// and died (or was deposed) before the record committed: the
+		// worker runs it, so record its dispatch now instead of running
+		// the task again elsewhere.
+		c.proposeAttempt(t, w, id.Attempt, true, false)
+		return true
 	}
 	// An attempt whose task has a proposal in flight (an orphan requeue,
 	// typically) is being replaced: stop it rather than let two run at once.
@@ -353,6 +399,15 @@ func (c *Core) Report(r model.Result, now time.Time) {
 	}
 	c.releaseAttempt(r.AttemptID, r.Worker)
 	t := c.lookup(r.DAG, r.Task)
+	if t != nil && t.early != nil && t.early.Attempt == r.Attempt && t.early.Worker == r.Worker {
+		// The attempt's dispatch record is not committed yet.
+		if !t.sealed && r.Outcome == model.Succeeded && t.dag.rec.Status == DAGRunning && !t.dag.inflight {
+			c.fold(t, r)
+			return
+		}
+		t.stash = &r // decided once the dispatch record is applied
+		return
+	}
 	if t == nil || t.status != Running || t.attempt() != r.Attempt || t.rec.Worker != r.Worker {
 		c.stats.StaleResults++
 		return
@@ -364,26 +419,22 @@ func (c *Core) Report(r model.Result, now time.Time) {
 	c.decide(t, r)
 }
 
+// Holds reports whether a result for attempt id waits for its task's
+// record in flight to be applied (it is decided then). Such a result is
+// not durable yet, even once everything proposed so far has committed: its
+// acknowledgement must wait for the record it becomes.
+func (c *Core) Holds(id model.AttemptID) bool {
+	t := c.lookup(id.DAG, id.Task)
+	return t != nil && t.stash != nil && t.stash.AttemptID == id
+}
+
 // decide turns the result of the current attempt into the task's next record.
 func (c *Core) decide(t *task, r model.Result) {
 	if t.dag.rec.Status != DAGRunning {
 		return // the DAG is being cancelled; its cancellation record wins
 	}
 	rec := c.nextRecord(t)
-	finished := r.FinishedAt
-	if y := finished.Year(); y < 0 || y > 9999 {
-		// The worker's clock is wrong: RFC 3339, the records' time
-		// format, cannot hold the year, and the store would refuse the
-		// record. The leader's own time stands in.
-		finished = c.now
-	}
-	rec.FinishedAt = timePtr(finished)
-	rec.OutputTail = r.OutputTail
-	rec.Error = r.Error
-	if r.ExitCode >= 0 {
-		ec := r.ExitCode
-		rec.ExitCode = &ec
-	}
+	c.setResult(rec, r)
 	switch r.Outcome {
 	case model.Succeeded:
 		rec.Status, rec.Event = Succeeded, "succeed"
@@ -407,6 +458,67 @@ func (c *Core) decide(t *task, r model.Result) {
 	c.proposeTask(t, rec)
 	if rec.Status == Succeeded {
 		c.noteAhead(t)
+	}
+}
+
+// setResult writes what a worker reported of an attempt into its record.
+func (c *Core) setResult(rec *TaskRecord, r model.Result) {
+	finished := r.FinishedAt
+	if y := finished.Year(); y < 0 || y > 9999 {
+		// The worker's clock is wrong: RFC 3339, the records' time
+		// format, cannot hold the year, and the store would refuse the
+		// record. The leader's own time stands in.
+		finished = c.now
+	}
+	rec.FinishedAt = timePtr(finished)
+	rec.OutputTail = r.OutputTail
+	rec.Error = r.Error
+	if r.ExitCode >= 0 {
+		ec := r.ExitCode
+		rec.ExitCode = &ec
+	}
+}
+
+// fold writes a success into the dispatch record of its attempt, which is
+// proposed and not yet sent: ready → succeeded in one record.
+func (c *Core) fold(t *task, r model.Result) {
+	rec := t.early
+	c.setResult(rec, r)
+	rec.Status, rec.Event, rec.Outcome = Succeeded, "succeed", "succeed"
+	c.noteAhead(t)
+}
+
+// Seal tells the core that these proposals were taken into a transaction:
+// their records are encoded and can no longer change. A result for an
+// attempt whose dispatch record is sealed waits for it to be applied.
+func (c *Core) Seal(entries []Entry) {
+	for i := range entries {
+		e := &entries[i]
+		if e.T == nil {
+			continue
+		}
+		if t := c.lookup(e.DAG, e.Task); t != nil && t.early == e.T {
+			t.sealed = true
+		}
+	}
+}
+
+// refusedEarly cleans up after the state machine refused the dispatch
+// record of an attempt already sent (a hand-written record got in first,
+// say): the attempt is stopped, and the task queued again if still ready.
+func (c *Core) refusedEarly(t *task) {
+	rec := t.early
+	id := model.AttemptID{DAG: t.dag.id, Task: t.id(), Attempt: rec.Attempt}
+	c.releaseAttempt(id, rec.Worker)
+	c.effects = append(c.effects, Effect{Kind: EffectCancel, Worker: rec.Worker, ID: id})
+	t.early, t.sealed, t.stash, t.inflight = nil, false, nil, false
+	if t.dispatching {
+		t.dispatching = false
+		c.unreserve(t)
+		t.reserved = nil
+	}
+	if t.status == Ready {
+		c.enqueue(t)
 	}
 }
 
@@ -502,7 +614,7 @@ func (c *Core) Schedule(now time.Time) int {
 				}
 			}
 			t.readyAt = now
-			c.proposeDispatch(t, w)
+			c.proposeDispatch(t, w, false)
 			n++
 			continue
 		}
@@ -522,7 +634,7 @@ func (c *Core) Schedule(now time.Time) int {
 			}
 		}
 		cl.q.pop()
-		c.proposeDispatch(t, w)
+		c.proposeDispatch(t, w, w.early && !c.earlyOff)
 		n++
 		if cl.head() != nil {
 			round.push(cl)
@@ -533,13 +645,21 @@ func (c *Core) Schedule(now time.Time) int {
 
 // proposeDispatch proposes that t's next attempt run on w, reserving one of
 // w's slots, and t's place under its limits, until the record is committed.
-func (c *Core) proposeDispatch(t *task, w *worker) {
+// An early dispatch sends the attempt now (AllowEarly).
+func (c *Core) proposeDispatch(t *task, w *worker, early bool) {
+	c.proposeAttempt(t, w, t.attempt()+1, early, early)
+}
+
+// proposeAttempt proposes the dispatch record of attempt on w. An early one
+// may take the attempt's success until sealed; send says the attempt must
+// be sent (it is not when a worker reported it running: Adopt).
+func (c *Core) proposeAttempt(t *task, w *worker, attempt int, early, send bool) {
 	rec := c.nextRecord(t)
 	if t.rec != nil && t.rec.Attempt > 0 {
 		rec.History = append(append([]AttemptSummary(nil), t.rec.History...), summarize(t.rec))
 	}
 	rec.Status, rec.Event, rec.Outcome = Running, "dispatch", ""
-	rec.Attempt = t.attempt() + 1
+	rec.Attempt = attempt
 	rec.Worker = w.id
 	rec.StartedAt = timePtr(c.now)
 	rec.FinishedAt, rec.ExitCode, rec.Error, rec.OutputTail, rec.RetryAt = nil, nil, "", "", nil
@@ -547,6 +667,16 @@ func (c *Core) proposeDispatch(t *task, w *worker) {
 	t.dispatching, t.reserved = true, w
 	c.reserve(t)
 	c.proposeTask(t, rec)
+	if !early {
+		return
+	}
+	t.early, t.sealed = rec, false
+	id := model.AttemptID{DAG: t.dag.id, Task: t.id(), Attempt: attempt}
+	w.attempts[id] = t
+	if send {
+		c.effects = append(c.effects, Effect{Kind: EffectDispatch, Worker: w.id, ReadyAt: t.readyAt,
+			Attempt: model.Attempt{AttemptID: id, Spec: *t.spec()}})
+	}
 }
 
 // noteAhead remembers the dependents that t's proposed success will make
@@ -570,6 +700,15 @@ func aheadReady(dep *task) bool {
 		!d.deleted && !d.inflight && d.rec.Status == DAGRunning
 }
 
+// attemptOf reports whether the worker (nil: none) runs attempt id.
+func (w *worker) attemptOf(id model.AttemptID) (*task, bool) {
+	if w == nil {
+		return nil, false
+	}
+	t, ok := w.attempts[id]
+	return t, ok
+}
+
 func (c *Core) releaseAttempt(id model.AttemptID, workerID string) {
 	if w := c.workers[workerID]; w != nil {
 		if _, ok := w.attempts[id]; ok {
@@ -581,11 +720,36 @@ func (c *Core) releaseAttempt(id model.AttemptID, workerID string) {
 
 // afterTaskApplied is the leader's reaction to a committed task record.
 func (c *Core) afterTaskApplied(t *task, from Status, prev *TaskRecord) {
-	t.inflight = false
 	rec := t.rec
+	if t.early != nil && !t.isEarly(rec) {
+		// A record not ours (written by hand) got in before the dispatch
+		// of the attempt sent early: that one is still to be applied, or
+		// refused (refusedEarly).
+		return
+	}
+	t.inflight = false
+	early := t.early != nil
+	t.early, t.sealed = nil, false
+	if early && rec.Status != Running {
+		// A dispatch and its success in one record: the attempt is over.
+		t.dispatching = false
+		c.unreserve(t)
+		t.reserved = nil
+	}
 	switch rec.Status {
 	case Running:
-		if t.dispatching {
+		if t.dispatching && early {
+			// Sent with its proposal; its slot was taken then.
+			t.dispatching = false
+			c.unreserve(t)
+			t.reserved = nil
+			w := c.workers[rec.Worker]
+			if _, ok := w.attemptOf(t.attemptID()); !ok && t.stash == nil {
+				// Its worker left while the record was being committed.
+				c.requeueOrphan(t, "worker "+rec.Worker+" is gone")
+				return
+			}
+		} else if t.dispatching {
 			t.dispatching = false
 			c.unreserve(t)
 			w := c.workers[rec.Worker]

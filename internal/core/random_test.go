@@ -23,12 +23,14 @@ type sim struct {
 	rev      int64
 	now      time.Time
 	timers   []Effect
-	workers  map[string]bool              // live workers
-	labels   map[string]model.Labels      // each worker's labels
-	running  map[model.AttemptID]*attempt // attempts executing on workers
-	finished map[model.AttemptID]bool     // attempts whose outcome was committed
+	workers  map[string]bool                  // live workers
+	labels   map[string]model.Labels          // each worker's labels
+	running  map[model.AttemptID]*attempt     // attempts executing on workers
+	finished map[model.AttemptID]bool         // attempts whose outcome was committed
+	unacked  map[model.AttemptID]model.Result // results reported, sent again to a new leader
 	nextW    int
 	dags     int
+	inTxn    []Entry // a transaction begun (sealed), not yet committed
 }
 
 type attempt struct {
@@ -47,6 +49,7 @@ func newSim(t *testing.T, seed uint64) *sim {
 		labels:   map[string]model.Labels{},
 		running:  map[model.AttemptID]*attempt{},
 		finished: map[model.AttemptID]bool{},
+		unacked:  map[model.AttemptID]model.Result{},
 	}
 	s.standby = New(s.c.cfg)
 	for i := 0; i < 2; i++ {
@@ -79,6 +82,7 @@ func (s *sim) addWorker() {
 	}
 	s.workers[id] = true
 	s.c.AddWorker(id, 1+s.rng.IntN(3), s.labels[id])
+	s.c.AllowEarly(id, s.rng.IntN(3) > 0)
 }
 
 func (s *sim) randomDAG() *model.DAG {
@@ -107,10 +111,19 @@ func (s *sim) randomDAG() *model.DAG {
 // commit takes a batch of proposals, gives it a revision, round-trips it
 // through JSON as etcd would, and applies it.
 func (s *sim) commit() {
-	batch := s.c.TakeProposals(1 + s.rng.IntN(8))
-	if len(batch) == 0 {
-		return
+	batch := s.inTxn
+	if batch == nil {
+		batch = s.c.TakeProposals(1 + s.rng.IntN(8))
+		if len(batch) == 0 {
+			return
+		}
+		s.c.Seal(batch) // encoded, as the engine does when it begins the transaction
+		if s.rng.IntN(2) == 0 {
+			s.inTxn = batch // in flight: results may come before it commits
+			return
+		}
 	}
+	s.inTxn = nil
 	s.rev++
 	for i := range batch {
 		e := roundTrip(s.t, batch[i])
@@ -236,6 +249,7 @@ func (s *sim) finishRandom() bool {
 	a := s.running[id]
 	delete(s.running, id)
 	r := model.Result{AttemptID: id, Worker: a.worker, ExitCode: 0, StartedAt: s.now, FinishedAt: s.now}
+	defer func() { s.unacked[id] = r }()
 	switch x := s.rng.IntN(10); {
 	case a.cancelled:
 		r.Outcome, r.ExitCode = model.Cancelled, -1
@@ -300,21 +314,41 @@ func (s *sim) crashLeader() {
 		s.t.Fatalf("standby differs\nleader:\n%s\nstandby:\n%s", want, got)
 	}
 	fresh := s.standby
+	s.inTxn = nil
 	s.standby = s.restore()
 	if got, want := s.standby.Dump(), s.c.Dump(); got != want {
 		s.t.Fatalf("restore differs\nleader:\n%s\nrestore:\n%s", want, got)
 	}
 	for _, w := range liveWorkers(s.workers) {
 		fresh.AddWorker(w, 1+s.rng.IntN(3), s.labels[w])
+		fresh.AllowEarly(w, s.rng.IntN(3) > 0)
 	}
 	s.c = fresh
 	s.timers = nil
 	s.c.BecomeLeader(s.now)
+	// Every live worker says hello, listing what it runs and the results
+	// no leader acknowledged, before the new leader dispatches anything
+	// (the engine's barrier): attempts sent before their dispatch record
+	// committed are adopted, not run again.
 	for _, id := range s.runningIDs() {
 		a := s.running[id]
 		if !s.c.Adopt(a.worker, id) {
 			a.cancelled = true
 		}
+	}
+	var results []model.AttemptID
+	for id, r := range s.unacked {
+		if s.finished[id] || !s.workers[r.Worker] {
+			delete(s.unacked, id)
+			continue
+		}
+		results = append(results, id)
+	}
+	sort.Slice(results, func(i, j int) bool { return results[i].String() < results[j].String() })
+	for _, id := range results {
+		r := s.unacked[id]
+		s.c.Adopt(r.Worker, id)
+		s.c.Report(r, s.now)
 	}
 	s.handleEffects()
 	s.c.Schedule(s.now)
@@ -371,7 +405,7 @@ func (s *sim) step() {
 // drain runs the system without new work or faults until nothing is left.
 func (s *sim) drain() {
 	for i := 0; i < 100000; i++ {
-		if s.c.PendingProposals() > 0 {
+		if s.c.PendingProposals() > 0 || s.inTxn != nil {
 			s.commit()
 			continue
 		}

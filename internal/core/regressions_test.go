@@ -442,3 +442,81 @@ func TestResultFromAWorkerClockBeyondYear9999(t *testing.T) {
 		t.Fatalf("task a: %s, finished at %v; want succeeded at the leader's time %v", a.status, a.rec.FinishedAt, h.now)
 	}
 }
+
+// earlyRig is a leader with worker w1 allowed early attempts, and DAG d's
+// one task a dispatched to it: proposed, sent, not committed.
+func earlyRig(t *testing.T) *harness {
+	h := leaderRig(t, "w1")
+	h.c.AllowEarly("w1", true)
+	h.submitSpec(model.DAG{ID: "d", Name: "d", Tasks: []model.Task{{ID: "a", Kind: model.KindNoop}}})
+	h.commitAll()
+	h.c.Schedule(h.now)
+	return h
+}
+
+// An attempt sent early (AllowEarly) whose dispatch record the state
+// machine then refuses (a hand-written record for the task committed
+// first) runs on its worker with no record to say so. Expected: the
+// attempt is cancelled on its worker, its slot freed, and the task, still
+// ready, queued again and dispatched anew.
+func TestEarlyDispatchRefusedRecordCancelsTheAttempt(t *testing.T) {
+	h := earlyRig(t)
+	effects := h.c.TakeEffects()
+	if len(effects) != 1 || effects[0].Kind != EffectDispatch {
+		t.Fatalf("want the attempt sent with its proposal, got %v", effects)
+	}
+	// A record for attempt 1 written by hand gets in first: the leader's
+	// own dispatch of attempt 1 is then refused.
+	hand := Entry{DAG: "d", Task: "a", T: &TaskRecord{Status: Running, Run: 1, Attempt: 1, Worker: "elsewhere", Event: "dispatch"}}
+	h.c.outbox = append([]Entry{hand}, h.c.outbox...)
+	h.commitAll()
+	var cancelled bool
+	for _, ef := range h.c.TakeEffects() {
+		if ef.Kind == EffectCancel && ef.Worker == "w1" && ef.ID.Attempt == 1 {
+			cancelled = true
+		}
+	}
+	if !cancelled {
+		t.Errorf("the refused early attempt was not cancelled on w1")
+	}
+	if w := h.c.Workers()[0]; w.Busy != 0 {
+		t.Errorf("w1 busy=%d after its attempt was cancelled", w.Busy)
+	}
+	if a := h.taskOf("d", "a"); a.early != nil || a.inflight || a.dispatching {
+		t.Errorf("task keeps leader state: early=%v inflight=%v dispatching=%v", a.early, a.inflight, a.dispatching)
+	}
+}
+
+// A DAG deleted while an attempt of it was sent early and its record not
+// applied: the record can never apply. Expected: the attempt is cancelled
+// on its worker and its slot freed.
+func TestEarlyDispatchOfADeletedDAGIsCancelled(t *testing.T) {
+	h := earlyRig(t)
+	h.c.TakeEffects()
+	h.c.outbox = append([]Entry{{DAG: "d", Delete: true}}, h.c.outbox...) // by hand: etcdctl del
+	if out := h.commitAll(); !strings.Contains(out, "effect: cancel d/a#1 on w1") {
+		t.Errorf("the early attempt of the deleted DAG was not cancelled:\n%s", out)
+	}
+	if w := h.c.Workers()[0]; w.Busy != 0 {
+		t.Errorf("w1 busy=%d", w.Busy)
+	}
+}
+
+// While etcd is full nothing can be recorded; an attempt sent early would
+// run with no record ever to say so. Expected: with early attempts
+// suspended, a dispatch to a worker allowed them goes out only once its
+// record is committed.
+func TestSuspendedEarlyAttemptsWaitForTheirRecord(t *testing.T) {
+	h := leaderRig(t, "w1")
+	h.c.AllowEarly("w1", true)
+	h.c.SuspendEarly(true)
+	h.submitSpec(model.DAG{ID: "d", Name: "d", Tasks: []model.Task{{ID: "a", Kind: model.KindNoop}}})
+	h.commitAll()
+	h.c.Schedule(h.now)
+	if effects := h.c.TakeEffects(); len(effects) != 0 {
+		t.Fatalf("sent before its record: %v", effects)
+	}
+	if out := h.commitAll(); !strings.Contains(out, "effect: dispatch d/a#1 to w1") {
+		t.Fatalf("not sent once recorded:\n%s", out)
+	}
+}

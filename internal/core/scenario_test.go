@@ -26,8 +26,10 @@ import (
 //
 //	config [retry-base=1s] [retry-cap=30s] [orphan-grace=2s] [pool-limits=(gpu=2,...)]
 //	    start over with an empty core using this policy (first command only)
-//	worker id=w1 [slots=1] [labels=(pool=gpu,...)]
-//	                                register (or resize, or relabel) a live worker
+//	worker id=w1 [slots=1] [labels=(pool=gpu,...)] [early]
+//	                                register (or resize, or relabel) a live worker;
+//	                                early: its attempts go out with their
+//	                                dispatch proposal (AllowEarly)
 //	remove-worker w1                the worker is gone
 //	become-leader                   the core takes over as leader
 //	restart                         the leader dies: its uncommitted proposals
@@ -44,6 +46,10 @@ import (
 //	                                prints each applied entry with the
 //	                                proposals and effects it caused, then the
 //	                                ready tasks in dispatch order
+//	seal [n=K]                      the oldest K proposals (all by default) are
+//	                                taken into a transaction, not yet
+//	                                committed: their records can no longer
+//	                                change
 //	schedule                        dispatch ready tasks onto free slots
 //	report d1/a#1 worker=w1 outcome=succeeded|failed|timed_out|cancelled [exit=N] [error=text]
 //	                                a worker's result (exit defaults to 0 for
@@ -147,6 +153,7 @@ func (h *harness) run(td *datadriven.TestData) string {
 		td.ScanArgs(h.t, "id", &id)
 		td.MaybeScanArgs(h.t, "slots", &slots)
 		h.c.AddWorker(id, slots, h.labelsArg(td, "labels"))
+		h.c.AllowEarly(id, td.HasArg("early"))
 	case "remove-worker":
 		h.c.RemoveWorker(h.bare(td, 0), h.now)
 	case "become-leader":
@@ -163,6 +170,10 @@ func (h *harness) run(td *datadriven.TestData) string {
 		td.MaybeScanArgs(h.t, "n", &n)
 		h.commit(n)
 		return h.out.String() // commit prints its own proposals and effects
+	case "seal":
+		n := len(h.c.outbox)
+		td.MaybeScanArgs(h.t, "n", &n)
+		h.c.Seal(h.c.outbox[:min(n, len(h.c.outbox))])
 	case "schedule":
 		if h.c.Schedule(h.now) == 0 {
 			h.printf("nothing dispatched\n")
@@ -360,6 +371,7 @@ func (h *harness) commit(n int) {
 		h.printf("nothing to commit\n")
 		return
 	}
+	h.c.Seal(batch)
 	h.rev++
 	for i := range batch {
 		e := roundTrip(h.t, batch[i])

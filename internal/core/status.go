@@ -69,6 +69,10 @@ const (
 //
 //	pending  → ready            derived: all dependencies succeeded
 //	ready    → running          written: the leader dispatched an attempt
+//	ready    → succeeded        written: an attempt's dispatch and its success
+//	                            in one record (the attempt was sent before its
+//	                            dispatch record, and succeeded before that
+//	                            record was sent: see Core.AllowEarly)
 //	running  → succeeded|failed|retrying
 //	running  → ready            written: orphan or requeue; no retry consumed
 //	retrying → ready            written: the backoff timer fired
@@ -83,7 +87,7 @@ var taskTransitions = func() (t [numStatuses][numStatuses]transitionKind) {
 	}
 	allow(derived, Pending, Ready)
 	allow(written, Pending, UpstreamFailed, Cancelled)
-	allow(written, Ready, Running, UpstreamFailed, Cancelled)
+	allow(written, Ready, Running, Succeeded, UpstreamFailed, Cancelled)
 	allow(written, Running, Succeeded, Failed, Retrying, Ready, UpstreamFailed, Cancelled)
 	allow(written, Retrying, Ready, UpstreamFailed, Cancelled)
 	allow(derived, Failed, Pending)

@@ -137,6 +137,7 @@ func documentedTaskTransitions() map[[2]Status]bool {
 	add(Running, UpstreamFailed)              //
 	add(Retrying, UpstreamFailed)             //
 	add(Ready, Running)                       // the leader dispatched an attempt
+	add(Ready, Succeeded)                     // dispatch and success in one record
 	add(Running, Succeeded, Failed, Retrying) //
 	add(Running, Ready)                       // orphan: no retry consumed
 	add(Retrying, Ready)                      // the backoff timer fired
@@ -228,8 +229,8 @@ func TestTaskTransitionsApply(t *testing.T) {
 				if got := r.status("d", "x"); got != from {
 					t.Fatalf("setup reached %s, want %s", got, from)
 				}
-				if to == Running {
-					attempt++
+				if to == Running || (from == Ready && to == Succeeded) {
+					attempt++ // a record that starts an attempt
 				}
 				e := taskPut("d", "x", rec(to, 1, attempt))
 				if !recordAllowed(from, to) {
@@ -547,7 +548,7 @@ func TestTaskRecordChecks(t *testing.T) {
 // Rev, the position from which a replica goes on reading the log.
 func TestApplyErrorLeavesRevision(t *testing.T) {
 	r := newRig(t).must(dagPut(pair, DAGRunning, 1))
-	e := pPut(Succeeded, 1)
+	e := pPut(Succeeded, 2) // skips attempt 1
 	e.Rev = 10
 	if err := r.c.Apply(&e); err == nil {
 		t.Fatal("applied")

@@ -98,8 +98,9 @@ type Local struct {
 	queueHead int
 	overflow  []model.Result // results waiting for room in the channel; FIFO
 	ovHead    int
-	inFlight  bool // pump holds a result taken from overflow
-	dropped   int  // results lost after Close because nobody read them
+	inFlight  bool            // pump holds a result taken from overflow
+	pumping   model.AttemptID // the attempt of that result, while inFlight
+	dropped   int             // results lost after Close because nobody read them
 }
 
 // entry is a queued or running attempt.
@@ -418,7 +419,7 @@ func (l *Local) pump() {
 		r := l.overflow[l.ovHead]
 		l.overflow[l.ovHead] = model.Result{}
 		l.ovHead++
-		l.inFlight = true
+		l.inFlight, l.pumping = true, r.AttemptID
 		l.mu.Unlock()
 		select {
 		case l.results <- r:
@@ -543,13 +544,23 @@ func (l *Local) Close() error {
 	return nil
 }
 
-// InFlight lists the attempts queued or running.
+// InFlight lists the attempts queued or running, and those whose result
+// waits for room in the channel (in the overflow, or in the pump's hands):
+// an attempt that finished is in the channel or listed here, so a worker's
+// hello, which reads this and then drains the channel, misses none. A new
+// leader may not know an attempt it does not hear of (early attempts).
 func (l *Local) InFlight() []model.AttemptID {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	out := make([]model.AttemptID, 0, len(l.runs))
+	out := make([]model.AttemptID, 0, len(l.runs)+len(l.overflow)-l.ovHead+1)
 	for id := range l.runs {
 		out = append(out, id)
+	}
+	for _, r := range l.overflow[l.ovHead:] {
+		out = append(out, r.AttemptID)
+	}
+	if l.inFlight {
+		out = append(out, l.pumping)
 	}
 	return out
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -764,4 +765,47 @@ func BenchmarkNoop(b *testing.B) {
 		l.Start(model.Attempt{AttemptID: model.AttemptID{DAG: "d", Task: "t", Attempt: i + 1}, Spec: spec})
 	}
 	<-done
+}
+
+// TestInFlightListsResultsNotYetDelivered: an attempt that finished while
+// nobody read the results (they wait in the overflow, or in the pump's
+// hands) is still listed by InFlight until its result is in the channel. A
+// worker's hello reads InFlight and then drains the channel: every attempt
+// not delivered before must be in one or the other, whatever the timing.
+// A new leader may know nothing of an attempt the hello does not list.
+func TestInFlightListsResultsNotYetDelivered(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, 2)
+	const n = 3000 // beyond the channel's 1024: the rest overflows
+	for i := range n {
+		h.l.Start(model.Attempt{AttemptID: model.AttemptID{DAG: "d", Task: "t", Attempt: i + 1}, Spec: model.Task{Kind: model.KindNoop}})
+	}
+	delivered := make(map[int]bool, n)
+	deadline := time.Now().Add(bound)
+	for len(delivered) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d of %d results delivered", len(delivered), n)
+		}
+		// A hello: InFlight, then the channel until it is empty.
+		hello := map[int]bool{}
+		for _, id := range h.l.InFlight() {
+			hello[id.Attempt] = true
+		}
+		before := maps.Clone(delivered)
+	drain:
+		for {
+			select {
+			case r := <-h.l.Results():
+				delivered[r.Attempt] = true
+				hello[r.Attempt] = true
+			default:
+				break drain
+			}
+		}
+		for i := 1; i <= n; i++ {
+			if !before[i] && !hello[i] {
+				t.Fatalf("attempt %d: neither listed in flight nor in the channel", i)
+			}
+		}
+	}
 }

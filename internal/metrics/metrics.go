@@ -31,6 +31,7 @@ type Metrics struct {
 	IsLeader         prometheus.Gauge
 	LeaderChanges    prometheus.Counter
 	TakeoverSeconds  prometheus.Gauge
+	AwaitedWorkers   prometheus.Gauge
 	AppliedRevision  prometheus.Gauge
 	ReplicaLag       prometheus.Gauge
 	FencedWrites     prometheus.Counter
@@ -82,6 +83,7 @@ func New() *Metrics {
 	m.IsLeader = f.gauge("orion_is_leader", "1 while this replica is the leader.")
 	m.LeaderChanges = f.counter("orion_leader_changes_total", "Times this replica became leader.")
 	m.TakeoverSeconds = f.gauge("orion_last_takeover_seconds", "Time from winning the election to the first committed write of the term.")
+	m.AwaitedWorkers = f.gauge("orion_takeover_awaited_workers", "Workers of the term before that a new leader waits for (at most the orphan grace) before it dispatches.")
 	m.AppliedRevision = f.gauge("orion_applied_revision", "etcd revision of the last log entry applied.")
 	m.ReplicaLag = f.gauge("orion_replica_lag_revisions", "How many etcd revisions a standby is behind the log it follows.")
 	m.FencedWrites = f.counter("orion_fenced_writes_total", "Commits rejected because this replica's leadership fence was gone.")

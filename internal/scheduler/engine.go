@@ -62,9 +62,15 @@ type Config struct {
 
 	// OnLeading is called on the loop goroutine when this replica starts or
 	// stops leading, so the worker hub accepts or closes connections (and the
-	// pod label follows); previous names the leader of the term before, when
-	// known.
-	OnLeading func(leading bool, previous string)
+	// pod label follows); term says which term it leads (zero when not).
+	OnLeading func(leading bool, term Leading)
+}
+
+// Leading describes the term a replica began to lead.
+type Leading struct {
+	Previous    string      // the leader of the term before, when known
+	Fence       store.Fence // the term's fence
+	Incarnation string      // the keyspace's incarnation (store.TermRecord)
 }
 
 // WorkerEventKind says what happened to a remote worker.
@@ -74,6 +80,7 @@ const (
 	WorkerJoined       WorkerEventKind = iota + 1 // connected (or reconnected) with its in-flight attempts
 	WorkerDisconnected                            // stream dropped: no new dispatches until it is back
 	WorkerLeft                                    // did not come back in time: its attempts are orphans
+	WorkerConfirmed                               // joined this term: it refuses older leaders from now on
 )
 
 // WorkerEvent is a remote worker's arrival or departure.
@@ -82,6 +89,12 @@ type WorkerEvent struct {
 	ID       string
 	Exec     Worker // WorkerJoined
 	InFlight []model.AttemptID
+	// Standalone (WorkerJoined): a worker process of its own, not a
+	// replica's slots, which die with the replica. Only a standalone worker
+	// gets attempts before their dispatch records commit (early.go): a
+	// replica's slots would come back under a new id after a restart, and
+	// every new leader would wait the orphan grace for the old one.
+	Standalone bool
 }
 
 // Engine is one replica's scheduler.
@@ -108,6 +121,7 @@ type Engine struct {
 	won           store.Term         // a term won and not led yet: it waits for a re-read (onElected)
 	execs         map[string]Worker
 	awaitingAck   []resultRef                  // results reported since the last batch that took every pending entry
+	heldAcks      []resultRef                  // results the core holds until their task's record in flight applies
 	lateAcks      map[string][]model.AttemptID // durable results of workers whose join the loop has not seen yet
 	pending       []core.Entry                 // proposals waiting for a transaction
 	inflight      []*inflightCommit            // transactions in flight, in the order begun (group commit, pipelined)
@@ -120,6 +134,17 @@ type Engine struct {
 	waiters       map[string][]*waiter
 	revWaiters    []revWaiter // WaitApplied calls, until the replica has applied their revision
 	termRecordDue bool
+	recordWritten bool              // the term's first record has committed
+	recordVer     uint64            // bumps when admitted changes (early.go)
+	admitted      map[string]bool   // the workers the next term record lists
+	early         map[string]bool   // workers allowed early attempts in this term
+	joinSeq       map[string]uint64 // joined, early once a record begun at or after this seq commits
+	awaiting      map[string]bool   // the barrier: workers of the term before not joined yet
+	barrierSince  time.Time         // when the barrier began
+	prevWorkers   []string          // the term before's record's Workers
+	incarnation   string            // the keyspace's, from the term before's record ("": none yet)
+	standalone    map[string]bool   // joined workers that are processes of their own
+	recordWanted  bool              // a term record rewrite waits for etcd to have room
 	watchCh       <-chan store.WatchEvent
 	watchRetry    <-chan time.Time // a watch restart pending after the last one ended
 	watchFailures int              // watches ended in a row (logged sparingly)
@@ -182,6 +207,10 @@ type commitResult struct {
 	err     error
 	started time.Time
 	record  bool // carried the term record
+	// recordVer and recordWorkers: the version of the list the record
+	// carried, and the list.
+	recordVer     uint64
+	recordWorkers []string
 }
 
 // Errors the API maps to status codes.
@@ -227,6 +256,10 @@ func New(cfg Config, st Store) *Engine {
 		sessionOpened: make(chan store.Session),
 		c:             core.New(cfg.Core),
 		execs:         make(map[string]Worker),
+		admitted:      make(map[string]bool),
+		standalone:    make(map[string]bool),
+		early:         make(map[string]bool),
+		joinSeq:       make(map[string]uint64),
 		waiters:       make(map[string][]*waiter),
 		crash:         make(chan struct{}),
 		done:          make(chan struct{}),
@@ -295,7 +328,7 @@ func (e *Engine) Run(ctx context.Context) error {
 			// The process lives on (a demo crash): what follows leadership
 			// (worker streams, the pod label) must learn it is gone.
 			if e.term != nil && e.cfg.OnLeading != nil {
-				e.cfg.OnLeading(false, "")
+				e.cfg.OnLeading(false, Leading{})
 			}
 			e.status.Store(&Status{Node: e.cfg.Node})
 			return ErrCrashed
@@ -387,14 +420,26 @@ func (e *Engine) afterEvent(ctx context.Context) {
 	if !e.c.IsLeader() {
 		return
 	}
-	e.c.Schedule(e.clock.Now())
+	// While etcd is full nothing can be recorded: no attempt goes out
+	// before its record then (storagefull.go).
+	e.c.SuspendEarly(e.full.active())
+	if len(e.awaiting) == 0 {
+		e.c.Schedule(e.clock.Now()) // not during the barrier (early.go)
+	}
 	e.pending = append(e.pending, e.c.TakeProposals(0)...)
+	if len(e.heldAcks) > 0 {
+		e.releaseHeldAcks()
+	}
 	e.flush(ctx)
 	if len(e.inflight) == 0 && len(e.pending) == 0 {
 		// Everything proposed so far is committed: the results reported
-		// since proposed nothing (stale, or moot) and are durable as is.
+		// since proposed nothing (stale, or moot) and are durable as is,
+		// and every early attempt sent so far is recorded.
 		e.ackResults(e.awaitingAck)
 		e.awaitingAck = nil
+		if e.shrinkAdmitted() {
+			e.flush(ctx)
+		}
 	}
 	e.runEffects()
 }
@@ -437,7 +482,30 @@ func (e *Engine) report(r model.Result) {
 		e.drainWorkerEvents()
 	}
 	e.c.Report(r, e.clock.Now())
-	e.awaitingAck = append(e.awaitingAck, resultRef{worker: r.Worker, id: r.AttemptID})
+	ref := resultRef{worker: r.Worker, id: r.AttemptID}
+	if e.c.Holds(r.AttemptID) {
+		// Decided once the record in flight applies (releaseHeldAcks):
+		// acknowledged with the record it becomes, not before.
+		e.heldAcks = append(e.heldAcks, ref)
+		return
+	}
+	e.awaitingAck = append(e.awaitingAck, ref)
+}
+
+// releaseHeldAcks moves the acknowledgements of held results that the core
+// has now decided (their records are proposed) to those that the next
+// transaction taking every pending entry makes durable.
+func (e *Engine) releaseHeldAcks() {
+	kept := e.heldAcks[:0]
+	for _, ref := range e.heldAcks {
+		if e.c.Holds(ref.id) {
+			kept = append(kept, ref)
+		} else {
+			e.awaitingAck = append(e.awaitingAck, ref)
+		}
+	}
+	clear(e.heldAcks[len(kept):])
+	e.heldAcks = kept
 }
 
 // drainWorkerEvents handles the worker events already queued.
@@ -464,6 +532,7 @@ func (e *Engine) onWorker(ev WorkerEvent) {
 		for _, id := range ev.InFlight {
 			e.c.Adopt(ev.ID, id)
 		}
+		e.standalone[ev.ID] = ev.Standalone && ev.Exec.Slots() > 0
 		for _, id := range e.lateAcks[ev.ID] {
 			ev.Exec.Ack(id)
 		}
@@ -472,10 +541,20 @@ func (e *Engine) onWorker(ev WorkerEvent) {
 	case WorkerDisconnected:
 		// No new work until it reconnects; its attempts stay its own.
 		e.c.AddWorker(ev.ID, 0, ev.Exec.Labels())
+		// Admitted again once it has confirmed this term on its next
+		// stream (early.go).
+		e.revokeEarly(ev.ID)
 		e.log.Info("worker disconnected", zap.String("worker", ev.ID))
+	case WorkerConfirmed:
+		e.onConfirmed(ev.ID)
+		if e.standalone[ev.ID] {
+			e.onEarlyJoin(ev.ID)
+		}
 	case WorkerLeft:
 		delete(e.execs, ev.ID)
 		delete(e.lateAcks, ev.ID)
+		delete(e.standalone, ev.ID)
+		e.revokeEarly(ev.ID)
 		e.c.RemoveWorker(ev.ID, e.clock.Now())
 		e.m.WorkerSlots.DeleteLabelValues(ev.ID)
 		e.m.WorkerBusy.DeleteLabelValues(ev.ID)
@@ -519,6 +598,10 @@ func (e *Engine) fireTimers() {
 	now := e.clock.Now()
 	for e.timers.Len() > 0 && !e.timers.peek().at.After(now) {
 		t := e.timers.pop()
+		if t.kind == barrierTimer {
+			e.endBarrier()
+			continue
+		}
 		e.c.Fire(t.kind, t.id, now)
 	}
 	e.resetTimer()

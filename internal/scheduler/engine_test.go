@@ -70,7 +70,7 @@ func startReplica(t *testing.T, cli *clientv3.Client, name string, slots int, mo
 		Logger:    log,
 		Workers:   HubWorkers(ctx, hub.Events()),
 		Results:   hub.Results(),
-		OnLeading: func(leading bool, _ string) { hub.SetLeading(leading) },
+		OnLeading: func(leading bool, _ Leading) { hub.SetLeading(leading) },
 	}
 	for _, mod := range mods {
 		mod(&cfg)

@@ -37,7 +37,8 @@ type fakeStore struct {
 	loads    int // Load calls, to see reloads
 	// seen holds the DAGs of every Commit call so far, applied or not.
 	seen    map[string]bool
-	batches []int // entries per Commit call, in order
+	hooked  map[string]bool // DAGs of the commit calls that took the hook
+	batches []int           // entries per Commit call, in order
 
 	// commitHook, when set, decides a Commit's fate: apply it or not, and
 	// what to return. It runs without the lock and may block.
@@ -102,7 +103,8 @@ func (s *fakeStore) setUp(up bool) {
 func newFakeStore() *fakeStore {
 	up := make(chan struct{})
 	close(up)
-	return &fakeStore{dags: map[string]core.Entry{}, tasks: map[string]core.Entry{}, loser: map[string]bool{}, seen: map[string]bool{}, up: up}
+	return &fakeStore{dags: map[string]core.Entry{}, tasks: map[string]core.Entry{}, loser: map[string]bool{}, seen: map[string]bool{},
+		hooked: map[string]bool{}, up: up}
 }
 
 type fakeWatch struct {
@@ -129,6 +131,10 @@ func (s *fakeStore) Load(ctx context.Context) (*store.Snapshot, error) {
 	defer s.mu.Unlock()
 	s.loads++
 	snap := &store.Snapshot{Rev: s.rev}
+	if s.term != nil {
+		t := *s.term
+		snap.Term = &t
+	}
 	for _, e := range s.dags {
 		snap.DAGs = append(snap.DAGs, e)
 	}
@@ -421,6 +427,7 @@ func (s *fakeStore) commit(ctx context.Context, fence store.Fence, entries []cor
 	s.batches = append(s.batches, len(entries))
 	for _, e := range entries {
 		s.seen[e.DAG] = true
+		s.hooked[e.DAG] = true
 	}
 	hook := s.commitHook
 	s.mu.Unlock()
@@ -502,6 +509,24 @@ func (s *fakeStore) Depose(ctx context.Context, suspect string) (bool, error) {
 	return true, nil
 }
 
+// otherLeaderWins moves the fence: replica "x" won the election, and n1
+// loses every campaign until other-leader-gone.
+func (s *fakeStore) otherLeaderWins() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.rev++
+	s.fenceRev, s.leader = s.rev, "x"
+	s.loser["n1"] = true
+}
+
+// hookedCommitOf reports whether a commit call with an entry of the DAG
+// has taken the commit hook in force then (Begin is earlier).
+func (s *fakeStore) hookedCommitOf(dagID string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.hooked[dagID]
+}
+
 func (s *fakeStore) sawCommitOf(dagID string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -523,6 +548,8 @@ type fakeWorker struct {
 	id           string
 	slots        int
 	labels       model.Labels
+	standalone   bool // a worker process of its own (early attempts)
+	silent       bool // never joins a new leader (it died, or hangs)
 	mu           sync.Mutex
 	running      []model.AttemptID // started, not finished or cancelled
 	totalStarted int

@@ -47,6 +47,12 @@ func (e *Engine) applySnapshot(snap *store.Snapshot) {
 		e.log.Warn("skipping a record that does not fit", zap.Error(err))
 	}
 	e.seenRev = max(e.seenRev, snap.Rev)
+	// Leading from this snapshot (after a re-read), the barrier waits for
+	// the workers its term record lists (early.go).
+	e.prevLeader, e.prevWorkers, e.incarnation = "", nil, ""
+	if snap.Term != nil {
+		e.prevLeader, e.prevWorkers, e.incarnation = snap.Term.Name, snap.Term.Workers, snap.Term.Incarnation
+	}
 	if e.cfg.OnReload != nil {
 		e.cfg.OnReload(snap.Rev)
 	}
@@ -210,9 +216,9 @@ func (e *Engine) catchUp(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	e.prevLeader = ""
+	e.prevLeader, e.prevWorkers, e.incarnation = "", nil, ""
 	if ok {
-		e.prevLeader = rec.Name
+		e.prevLeader, e.prevWorkers, e.incarnation = rec.Name, rec.Workers, rec.Incarnation
 	}
 	for e.seenRev < target {
 		if err := e.st.RequestProgress(rctx); err != nil {

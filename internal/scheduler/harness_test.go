@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -14,7 +15,7 @@ import (
 	"github.com/cockroachdb/datadriven"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/orion-sched/orion/internal/core"
@@ -42,8 +43,13 @@ import (
 //	other-leader                another replica ("x") holds the election
 //	other-leader-gone           it resigned: the election is free
 //	external-submit id=d1       "x" commits a DAG (task ids, one per line)
-//	worker id=w1 [slots=1] [labels=(pool=gpu,...)] [inflight=d1/a#1,...]
-//	                            a worker connects, reporting attempts it runs
+//	worker id=w1 [slots=1] [labels=(pool=gpu,...)] [inflight=d1/a#1,...] [standalone]
+//	                            a worker connects, reporting attempts it runs;
+//	                            standalone: a worker process (it may get early
+//	                            attempts), which confirms the leader's term
+//	worker-silent w1            w1 joins no later leader (dead, or hung)
+//	term-record                 the term record in the store: who leads, and
+//	                            the workers it lists
 //	submit id=d1                Submit (async): one task per line, "b deps=a",
 //	                            "g pool=gpu"
 //	hook fail-after-apply|fail|fenced|too-large|block
@@ -51,6 +57,10 @@ import (
 //	                            not applied, with an error; rejected by the
 //	                            fence (another leader took over); refused for
 //	                            its size; or held until `release`
+//	hook block-task-fence-success
+//	                            the first commit with a task record is held
+//	                            until release; the first with a success is
+//	                            rejected by the fence
 //	hook nospace|clear          every commit that puts anything is refused
 //	                            for etcd's quota (deletes commit), until
 //	                            `hook clear`
@@ -73,14 +83,18 @@ import (
 //	finish w1 [outcome=failed]  w1 reports every attempt it runs (and keeps
 //	                            each result until acknowledged; it sends them
 //	                            again when it rejoins a new leader)
-//	wait leader|standby|answer NAME|dag D STATUS|started W N|acked W N|loads N|dags N|elected
+//	wait leader|standby|answer NAME|dag D STATUS|started W N|acked W N|early W|committing D|loads N|dags N|elected
 //	                            wait (bounded) until it holds (elected: the
 //	                            loop took its campaign's win, and may still
 //	                            wait for a re-read before it leads)
 //	answers                     the answers of the async calls so far
 //	state                       the engine's DAGs and tasks
+//	dag d1                      one DAG's line of state
 //	store                       the store's records
+//	records                     the same, without the store's revision
 //	stats                       loads, fenced writes, starts and cancels
+//	workers                     each worker's starts, cancels and acks
+//	commits first=N             the entries of the first N commit calls
 func TestEngineScenarios(t *testing.T) {
 	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
 		if !strings.HasSuffix(path, ".txt") {
@@ -117,11 +131,23 @@ type engineHarness struct {
 	calls         sync.WaitGroup
 	maxOps        int // the engine's max_txn_ops (start max-ops=N; 0: the default)
 	opsMu         sync.Mutex
-	opsRefused    int // transactions refused by hook members-max-ops
-	opsLargest    int // the most entries of one it accepted
+	opsRefused    int    // transactions refused by hook members-max-ops
+	opsLargest    int    // the most entries of one it accepted
+	incarnation   string // the first term record's incarnation (term-record)
 }
 
 const harnessWait = 10 * time.Second
+
+// harnessLogLevel is the engine's log level in scenarios: errors only,
+// unless ORION_HARNESS_LOG names another (debug, info, warn) to read a
+// failing scenario's story.
+func harnessLogLevel() zapcore.Level {
+	l, err := zapcore.ParseLevel(os.Getenv("ORION_HARNESS_LOG"))
+	if err != nil || os.Getenv("ORION_HARNESS_LOG") == "" {
+		return zapcore.ErrorLevel
+	}
+	return l
+}
 
 func (h *engineHarness) stop() {
 	if h.cancel != nil {
@@ -180,7 +206,7 @@ func (h *engineHarness) run(td *datadriven.TestData) string {
 		}
 	case "worker":
 		slots, _ := strconv.Atoi(arg("slots", "1"))
-		w := &fakeWorker{id: arg("id", "w1"), slots: slots}
+		w := &fakeWorker{id: arg("id", "w1"), slots: slots, standalone: has("standalone")}
 		for _, a := range td.CmdArgs {
 			if a.Key == "inflight" {
 				for _, v := range a.Vals {
@@ -198,8 +224,28 @@ func (h *engineHarness) run(td *datadriven.TestData) string {
 		h.mu.Lock()
 		h.ws[w.id] = w
 		h.mu.Unlock()
-		h.workers <- WorkerEvent{Kind: WorkerJoined, ID: w.id, Exec: w, InFlight: w.runningIDs()}
+		h.join(w, w.runningIDs())
 		h.barrier()
+	case "worker-silent":
+		h.mu.Lock()
+		h.ws[td.CmdArgs[0].Key].silent = true
+		h.mu.Unlock()
+	case "term-record":
+		h.barrier()
+		h.st.mu.Lock()
+		defer h.st.mu.Unlock()
+		if h.st.term == nil {
+			return "none\n"
+		}
+		// The incarnation is random: say whether it is the first one seen.
+		inc := "first"
+		if h.incarnation == "" {
+			h.incarnation = h.st.term.Incarnation
+		}
+		if h.st.term.Incarnation != h.incarnation || h.incarnation == "" {
+			inc = "other"
+		}
+		return fmt.Sprintf("leader=%s workers=[%s] incarnation=%s\n", h.st.term.Name, strings.Join(h.st.term.Workers, " "), inc)
 	case "submit":
 		d := h.spec(arg("id", ""), td.Input)
 		name := "submit " + d.ID
@@ -365,10 +411,34 @@ func (h *engineHarness) run(td *datadriven.TestData) string {
 		return b.String()
 	case "state":
 		return h.state()
+	case "dag":
+		// One DAG's line of state.
+		for _, line := range strings.Split(h.state(), "\n") {
+			if strings.HasPrefix(line, "dag "+td.CmdArgs[0].Key+" ") {
+				return line + "\n"
+			}
+		}
+		return "no DAG " + td.CmdArgs[0].Key + "\n"
 	case "store":
 		return h.storeState()
+	case "records":
+		// The store's records without its revision, which batching
+		// decides.
+		s := h.storeState()
+		return s[strings.IndexByte(s, '\n')+1:]
 	case "stats":
 		return h.stats()
+	case "workers":
+		h.barrier()
+		return h.workerStats()
+	case "commits":
+		// The first N commit calls' entry counts: what a scenario claims
+		// about batching, without the later batches that timing decides.
+		n, _ := strconv.Atoi(arg("first", "0"))
+		h.barrier()
+		h.st.mu.Lock()
+		defer h.st.mu.Unlock()
+		return fmt.Sprintf("commit calls (entries each), the first %d: %v\n", n, h.st.batches[:min(n, len(h.st.batches))])
 	default:
 		h.t.Fatalf("unknown command %q", td.Cmd)
 	}
@@ -384,7 +454,7 @@ func (h *engineHarness) start() {
 		Node:           "n1",
 		Clock:          h.clk,
 		Core:           core.Config{RetryBase: 50 * time.Millisecond, RetryCap: 400 * time.Millisecond, OrphanGrace: 2 * time.Second},
-		Logger:         zaptest.NewLogger(h.t, zaptest.Level(zap.ErrorLevel)),
+		Logger:         zaptest.NewLogger(h.t, zaptest.Level(harnessLogLevel())),
 		Workers:        h.workers,
 		Results:        h.results,
 		LeaderAnswers: func(context.Context, string) bool {
@@ -395,15 +465,19 @@ func (h *engineHarness) start() {
 		// A worker reconnects to a new leader, reports what it runs and
 		// sends the results it has not had acknowledged, as the hub lets
 		// it once this replica leads.
-		OnLeading: func(leading bool, _ string) {
+		OnLeading: func(leading bool, _ Leading) {
 			if !leading {
 				return
 			}
 			h.mu.Lock()
 			defer h.mu.Unlock()
-			for _, w := range h.ws {
+			for _, id := range sortedWorkerIDs(h.ws) {
+				w := h.ws[id]
+				if w.silent {
+					continue
+				}
 				inflight, results := w.hello()
-				h.workers <- WorkerEvent{Kind: WorkerJoined, ID: w.id, Exec: w, InFlight: inflight}
+				h.join(w, inflight)
 				for _, r := range results {
 					h.results <- r
 				}
@@ -414,6 +488,24 @@ func (h *engineHarness) start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
 	go func() { _ = h.eng.Run(ctx) }()
+}
+
+// join sends a worker's hello and, for a standalone worker, its
+// confirmation of the term (joined), as the hub reports them.
+func (h *engineHarness) join(w *fakeWorker, inflight []model.AttemptID) {
+	h.workers <- WorkerEvent{Kind: WorkerJoined, ID: w.id, Exec: w, InFlight: inflight, Standalone: w.standalone}
+	if w.standalone {
+		h.workers <- WorkerEvent{Kind: WorkerConfirmed, ID: w.id}
+	}
+}
+
+func sortedWorkerIDs(ws map[string]*fakeWorker) []string {
+	ids := make([]string, 0, len(ws))
+	for id := range ws {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
 }
 
 // barrier lets the loop take what was sent to it: select picks among ready
@@ -508,11 +600,7 @@ func (h *engineHarness) hook(kind string) {
 	case "fenced":
 		// Another replica won meanwhile: the fence moved.
 		once(func([]core.Entry) (bool, error) {
-			h.st.mu.Lock()
-			h.st.rev++
-			h.st.fenceRev, h.st.leader = h.st.rev, "x"
-			h.st.loser["n1"] = true
-			h.st.mu.Unlock()
+			h.st.otherLeaderWins()
 			return true, nil
 		})
 	case "nospace":
@@ -524,6 +612,30 @@ func (h *engineHarness) hook(kind string) {
 				if !en.Delete {
 					return false, &store.NoSpaceError{Quota: 64 << 20, DBSize: 64 << 20, Cause: rpctypes.ErrNoSpace}
 				}
+			}
+			return true, nil
+		})
+	case "block-task-fence-success":
+		// The first commit with a task record is held until release; the
+		// first commit with a succeeded task record finds the fence moved
+		// (another leader won meanwhile).
+		release := make(chan struct{})
+		h.release = release
+		var blocked, fenced sync.Once
+		h.st.setCommitHook(func(entries []core.Entry) (bool, error) {
+			task, succ := false, false
+			for _, en := range entries {
+				if en.T != nil {
+					task = true
+					succ = succ || en.T.Status == core.Succeeded
+				}
+			}
+			if succ {
+				fenced.Do(h.st.otherLeaderWins)
+				return true, nil
+			}
+			if task {
+				blocked.Do(func() { <-release })
 			}
 			return true, nil
 		})
@@ -609,6 +721,18 @@ func (h *engineHarness) wait(td *datadriven.TestData) {
 			})
 			return got >= n
 		})
+	case "early":
+		// The worker gets attempts before their dispatch commits: a term
+		// record listing it has committed.
+		h.waitFor(what, func() bool {
+			early := false
+			_ = h.eng.Query(context.Background(), func(*core.Core) { early = h.eng.early[args[1]] })
+			return early
+		})
+	case "committing":
+		// A commit call with an entry of DAG D has taken the store's hook
+		// (a hook set next applies to the commits after it).
+		h.waitFor(what, func() bool { return h.st.hookedCommitOf(args[1]) })
 	case "loads":
 		n, _ := strconv.Atoi(args[1])
 		h.waitFor(what, func() bool { return h.st.loadCount() >= n })
@@ -714,13 +838,6 @@ func (h *engineHarness) storeState() string {
 }
 
 func (h *engineHarness) stats() string {
-	h.mu.Lock()
-	var names []string
-	for n := range h.ws {
-		names = append(names, n)
-	}
-	h.mu.Unlock()
-	sort.Strings(names)
 	var b strings.Builder
 	h.st.mu.Lock()
 	fmt.Fprintf(&b, "commit calls (entries each): %v\n", h.st.batches)
@@ -728,6 +845,17 @@ func (h *engineHarness) stats() string {
 	txns, entries := h.eng.CommitStats()
 	fmt.Fprintf(&b, "loads=%d fenced_writes=%.0f leader=%v commits=%d entries=%d\n", h.st.loadCount(),
 		testutil.ToFloat64(h.eng.m.FencedWrites), h.eng.Status().Leader, txns, entries)
+	b.WriteString(h.workerStats())
+	return b.String()
+}
+
+// workerStats is what each worker started, was told to cancel, and has
+// had acknowledged.
+func (h *engineHarness) workerStats() string {
+	h.mu.Lock()
+	names := sortedWorkerIDs(h.ws)
+	h.mu.Unlock()
+	var b strings.Builder
 	for _, n := range names {
 		h.mu.Lock()
 		w := h.ws[n]

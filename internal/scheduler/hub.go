@@ -27,6 +27,9 @@ func HubWorkers(ctx context.Context, in <-chan workerstream.Event) <-chan Worker
 			switch ev.Kind {
 			case workerstream.Joined:
 				we.Kind = WorkerJoined
+				we.Standalone = ev.Worker != nil && ev.Worker.Replica() == ""
+			case workerstream.Confirmed:
+				we.Kind = WorkerConfirmed
 			case workerstream.Disconnected:
 				we.Kind = WorkerDisconnected
 			case workerstream.Left:

@@ -214,11 +214,13 @@ func (e *Engine) becomeLeader(term store.Term) {
 	e.term = term
 	e.won = nil
 	e.termRecordDue = true
+	e.recordWritten = false
 	e.firstCommitAt = time.Time{}
 	e.execs = make(map[string]Worker)
 	e.c.BecomeLeader(e.clock.Now())
+	e.startBarrier(e.clock.Now())
 	if e.cfg.OnLeading != nil {
-		e.cfg.OnLeading(true, e.prevLeader)
+		e.cfg.OnLeading(true, Leading{Previous: e.prevLeader, Fence: term.Fence(), Incarnation: e.incarnation})
 	}
 	e.m.IsLeader.Set(1)
 	e.m.LeaderChanges.Inc()
@@ -253,6 +255,7 @@ type inflightCommit struct {
 // Config.CommitPipeline in flight. A term's first transaction (its record), a commit after a
 // refusal for size (one entry each) and a full etcd go one at a time.
 func (e *Engine) flush(ctx context.Context) {
+	e.takeRecordWish()
 	for e.term != nil && (len(e.pending) > 0 || e.termRecordDue) {
 		depth := e.cfg.CommitPipeline
 		if e.termRecordDue || e.solo > 0 || e.full.active() || e.commitFailed() {
@@ -303,17 +306,24 @@ func (e *Engine) startCommit(ctx context.Context) {
 	batch := make([]core.Entry, n)
 	copy(batch, e.pending[:n])
 	e.pending = append(e.pending[:0], e.pending[n:]...)
+	// Taken into this transaction: a success can no longer be folded into
+	// these records (early.go).
+	e.c.Seal(batch)
 	var acks []resultRef
 	if len(e.pending) == 0 {
 		// This transaction carries the last of what was proposed so far,
-		// so every result reported until now is durable once it commits.
+		// so every result reported until now is durable once it commits,
+		// and every early attempt sent so far is recorded by it or before.
 		acks, e.awaitingAck = e.awaitingAck, nil
+		e.shrinkAdmitted()
 	}
 	var rec *store.TermRecord
 	if e.termRecordDue {
-		rec = &store.TermRecord{Name: e.cfg.Node, APIURL: e.cfg.APIURL, Fence: e.term.Fence().Rev, Since: e.term.Won().UTC()}
+		rec = &store.TermRecord{Name: e.cfg.Node, APIURL: e.cfg.APIURL, Fence: e.term.Fence().Rev, Since: e.term.Won().UTC(),
+			Workers: e.admittedList(), Incarnation: e.incarnation}
 	}
 	term, record := e.term, e.termRecordDue
+	recordVer := e.recordVer
 	seq := e.commitSeq
 	e.commitSeq++
 	e.inflight = append(e.inflight, &inflightCommit{seq: seq})
@@ -323,7 +333,11 @@ func (e *Engine) startCommit(ctx context.Context) {
 		cctx, cancel := context.WithTimeout(ctx, commitTimeout)
 		res, err := pc.Commit(cctx)
 		cancel()
-		e.commitDone <- commitResult{seq: seq, term: term, batch: batch, acks: acks, res: res, err: err, started: started, record: record}
+		cr := commitResult{seq: seq, term: term, batch: batch, acks: acks, res: res, err: err, started: started, record: record}
+		if rec != nil {
+			cr.recordVer, cr.recordWorkers = recordVer, rec.Workers
+		}
+		e.commitDone <- cr
 	}()
 }
 
@@ -400,7 +414,10 @@ func (e *Engine) markDone(cr commitResult) {
 func (e *Engine) onCommitSucceeded(cr commitResult) {
 	e.ackResults(cr.acks)
 	if cr.record && cr.res.Txns > 0 {
-		e.termRecordDue = false
+		e.onRecordCommitted(cr)
+	}
+	if cr.record && cr.res.Txns > 0 && !e.recordWritten {
+		e.recordWritten = true
 		e.firstCommitAt = e.clock.Now()
 		took := e.firstCommitAt.Sub(e.term.Won())
 		e.m.TakeoverSeconds.Set(took.Seconds())
@@ -559,6 +576,9 @@ func (e *Engine) stepDown(ctx context.Context, why string) {
 	e.log.Warn("stepping down", zap.String("reason", why))
 	e.drainCommit()
 	e.leaveLeadership(ErrNotLeader)
+	// The next leader reads whom this term listed from its record: this
+	// replica, should it lead again, must not wait for them a second time.
+	e.admitted = make(map[string]bool)
 	if ctx.Err() == nil {
 		e.startWatch(ctx)
 		e.startCampaign(ctx)
@@ -572,15 +592,17 @@ func (e *Engine) leaveLeadership(waitErr error) {
 	e.pending = nil
 	// Unacknowledged results stay with their workers, which send them to
 	// the next leader (this replica again, after a resync).
-	e.awaitingAck, e.lateAcks = nil, nil
+	e.awaitingAck, e.lateAcks, e.heldAcks = nil, nil, nil
 	e.timers = nil
 	e.execs = make(map[string]Worker)
 	e.full = storageFull{} // the next term learns afresh whether etcd is full
+	e.awaiting = nil
+	e.m.AwaitedWorkers.Set(0)
 	e.m.StorageFull.Set(0)
 	e.m.IsLeader.Set(0)
 	e.failWaiters(waitErr)
 	if e.cfg.OnLeading != nil {
-		e.cfg.OnLeading(false, "")
+		e.cfg.OnLeading(false, Leading{})
 	}
 }
 
@@ -610,6 +632,11 @@ func (e *Engine) drainCommit() {
 	for _, ic := range e.inflight {
 		e.applyCommitted(ic.cr)
 		if ic.cr.err != nil {
+			if errors.Is(ic.cr.err, store.ErrFenced) {
+				// Counted whichever the loop saw first, the lease's end
+				// or this refusal.
+				e.m.FencedWrites.Inc()
+			}
 			break
 		}
 	}

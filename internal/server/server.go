@@ -253,11 +253,14 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 			DispatchObserver: o.dispatchObserver,
 			OnReload:         s.Events.Reset,
 			LeaderAnswers:    view.leaderAnswers,
-			OnLeading: func(leading bool, previous string) {
+			OnLeading: func(leading bool, term scheduler.Leading) {
+				if leading {
+					s.Hub.SetTerm(workerstream.Term{Incarnation: term.Incarnation, Fence: term.Fence.Rev})
+				}
 				s.Hub.SetLeading(leading)
 				s.firer.SetLeading(leading)
 				if s.labeler != nil {
-					s.labeler.Leading(leading, previous)
+					s.labeler.Leading(leading, term.Previous)
 				}
 			},
 		}, etcdStore)

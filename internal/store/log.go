@@ -535,6 +535,8 @@ type Snapshot struct {
 	DAGs  []core.Entry
 	Tasks []core.Entry
 	Bad   []error // values that did not decode; skipped
+	// Term is the term record at Rev, if one was written and decodes.
+	Term *TermRecord
 }
 
 // Load reads every DAG and task record at one revision, in pages, so a large
@@ -571,6 +573,18 @@ func Load(ctx context.Context, kv clientv3.KV) (*Snapshot, error) {
 				break
 			}
 			key = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+		}
+	}
+	resp, err := kv.Get(ctx, LeaderKey, clientv3.WithRev(s.Rev))
+	if err != nil {
+		return nil, err
+	}
+	if len(resp.Kvs) == 1 {
+		var rec TermRecord
+		if err := json.Unmarshal(resp.Kvs[0].Value, &rec); err != nil {
+			s.Bad = append(s.Bad, fmt.Errorf("%s: %w", LeaderKey, err))
+		} else {
+			s.Term = &rec
 		}
 	}
 	return s, nil

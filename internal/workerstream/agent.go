@@ -79,6 +79,7 @@ type Agent struct {
 	mu      sync.Mutex
 	cur     *session // the stream results go to, once it said hello
 	unacked resultLog
+	joined  *Term // the newest term the agent joined: it refuses older ones
 }
 
 // NewAgent returns an agent; Run starts it.
@@ -159,6 +160,13 @@ func (a *Agent) Run(ctx context.Context) error {
 			break
 		}
 		switch {
+		case out.stale != nil:
+			a.log.Warn("refused a leader older than one this worker joined (it was deposed and does not know yet); redialing",
+				zap.String("worker", worker), zap.String("leader", out.leader),
+				zap.Int64("its_fence", out.stale.Fence), zap.Int64("joined_fence", out.joined.Fence))
+			// It steps down within a lease's time: try again soon, so as
+			// not to reach the next leader after its barrier gave up.
+			backoff = a.sleep(ctx, a.cfg.MinBackoff)
 		case out.redirect != nil:
 			a.log.Debug("not the leader; redialing", zap.String("worker", worker),
 				zap.String("leader", out.redirect.Leader), zap.String("url", out.redirect.URL))
@@ -313,14 +321,36 @@ func (a *Agent) ack(id model.AttemptID) {
 	a.unacked.ack(id)
 }
 
-// welcome records the leader that answered the hello.
-func (a *Agent) welcome(s *session, w *Welcome) {
+// welcome records the leader that answered the hello, unless its term is
+// older than one the agent joined: that leader was deposed, and whatever it
+// sends could run beside what its successor dispatches. It returns false
+// then. A welcome with a term is answered with joined.
+func (a *Agent) welcome(s *session, w *Welcome) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if w.Leader != "" {
 		s.leader = w.Leader
 	}
+	if t := w.Term; t != nil {
+		if a.joined != nil && t.Older(*a.joined) {
+			s.stale, s.joinedThen = t, a.joined
+			return false
+		}
+		a.joined = t
+		s.send(Msg{Type: TypeJoined, Term: t})
+	}
 	s.welcomed.Store(true)
+	return true
+}
+
+// Joined returns the newest term the agent joined, if any.
+func (a *Agent) Joined() (Term, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.joined == nil {
+		return Term{}, false
+	}
+	return *a.joined, true
 }
 
 // session is one stream on the agent.
@@ -329,6 +359,9 @@ type session struct {
 	a        *Agent
 	leader   string // guarded by a.mu
 	welcomed atomic.Bool
+	// stale is the term of a welcome refused as older than joinedThen,
+	// the term joined then; guarded by a.mu.
+	stale, joinedThen *Term
 
 	lmu  sync.Mutex
 	logs map[uint64]*logServe
@@ -339,6 +372,8 @@ type outcome struct {
 	welcomed bool
 	redirect *Redirect
 	err      error
+	// stale: the leader's term is older than joined, one the agent joined.
+	stale, joined *Term
 }
 
 func (a *Agent) session(ctx context.Context, c Conn, leader string) outcome {
@@ -376,6 +411,7 @@ func (a *Agent) session(ctx context.Context, c Conn, leader string) outcome {
 		a.cur = nil
 	}
 	out.leader = s.leader
+	out.stale, out.joined = s.stale, s.joinedThen
 	a.mu.Unlock()
 	out.welcomed = s.welcomed.Load()
 	return out
@@ -383,6 +419,11 @@ func (a *Agent) session(ctx context.Context, c Conn, leader string) outcome {
 
 func (s *session) handle(m Msg) {
 	a := s.a
+	if s.closing() {
+		// Refused (or ending): nothing of it counts, an ack of a result
+		// it judged moot least of all.
+		return
+	}
 	switch m.Type {
 	case TypeHeartbeat:
 	case TypeWelcome:
@@ -395,7 +436,10 @@ func (s *session) handle(m Msg) {
 			}
 			s.staleAfter.Store(int64(max(a.cfg.StaleAfter, 3*hb)))
 		}
-		a.welcome(s, m.Welcome)
+		if !a.welcome(s, m.Welcome) {
+			s.close() // the session ends; Run redials
+			return
+		}
 		a.log.Info("connected to the leader", zap.String("worker", a.cfg.Exec.ID()), zap.String("leader", m.Welcome.Leader))
 	case TypeDispatch:
 		if m.Attempt != nil {

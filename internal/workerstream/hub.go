@@ -76,6 +76,10 @@ const (
 	// reports Cancelled results at once) and a reconnection creates a new
 	// one.
 	Left
+	// Confirmed: the worker answered the welcome with joined: it refuses
+	// every leader older than this one from now on (see Term). Once per
+	// stream, after its Joined.
+	Confirmed
 )
 
 func (k EventKind) String() string {
@@ -86,6 +90,8 @@ func (k EventKind) String() string {
 		return "disconnected"
 	case Left:
 		return "left"
+	case Confirmed:
+		return "confirmed"
 	}
 	return fmt.Sprintf("EventKind(%d)", int(k))
 }
@@ -129,6 +135,7 @@ type Hub struct {
 
 	mu      sync.Mutex
 	leading bool
+	term    *Term // the term led, as welcomes name it
 	closed  bool
 	conns   map[*hubConn]struct{}
 	workers map[string]*RemoteWorker
@@ -231,6 +238,15 @@ func (h *Hub) SetPeers(peers []Peer) {
 			hc.send(Msg{Type: TypePeers, Peers: peers})
 		}
 	}
+}
+
+// SetTerm names the term the hub leads in its welcomes from now on (call it
+// before SetLeading(true)): workers that joined it then refuse older
+// leaders.
+func (h *Hub) SetTerm(t Term) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.term = &t
 }
 
 // Leading reports whether the hub accepts workers.
@@ -339,8 +355,10 @@ func (h *Hub) DialSelf(name string) (Conn, string, error) {
 // hubConn is one stream on the hub.
 type hubConn struct {
 	*link
-	remote string
-	worker *RemoteWorker // set by hello; guarded by hub.mu
+	remote    string
+	worker    *RemoteWorker // set by hello; guarded by hub.mu
+	term      *Term         // the term its welcome named; guarded by hub.mu
+	confirmed bool          // the worker answered it with joined; guarded by hub.mu
 }
 
 // serve runs one stream to its end.
@@ -442,8 +460,9 @@ func (h *Hub) join(hc *hubConn, hello *Hello) bool {
 	for _, id := range hello.InFlight {
 		w.reported[id] = struct{}{}
 	}
-	hc.send(Msg{Type: TypeWelcome, Welcome: &Welcome{Leader: h.cfg.Leader,
+	hc.send(Msg{Type: TypeWelcome, Welcome: &Welcome{Leader: h.cfg.Leader, Term: h.term,
 		HeartbeatMs: max(1, int(h.cfg.HeartbeatInterval/time.Millisecond)), StaleAfterMs: int(h.cfg.StaleAfter / time.Millisecond)}})
+	hc.term = h.term
 	if hello.Replica == "" && len(h.peers) > 0 {
 		hc.send(Msg{Type: TypePeers, Peers: h.peers})
 	}
@@ -586,6 +605,13 @@ func (h *Hub) handle(hc *hubConn, m Msg) {
 		if lr != nil {
 			lr.deliver(*m.Log)
 		}
+	case TypeJoined:
+		h.mu.Lock()
+		if w := hc.worker; w != nil && !hc.confirmed && m.Term != nil && hc.term != nil && *m.Term == *hc.term {
+			hc.confirmed = true
+			h.events.push(Event{Kind: Confirmed, ID: w.id, Worker: w})
+		}
+		h.mu.Unlock()
 	case TypeHello:
 		h.log.Warn("worker sent a second hello; ignored", zap.String("remote", hc.remote))
 	default:

@@ -46,6 +46,16 @@ func (l *link) close() {
 	})
 }
 
+// closing reports whether close was called.
+func (l *link) closing() bool {
+	select {
+	case <-l.done:
+		return true
+	default:
+		return false
+	}
+}
+
 // activityConn is a Conn that knows when it last received bytes, even of
 // a message not yet complete: on a slow link a large message (a log chunk,
 // an attempt with a big spec) must not look like silence.

@@ -15,7 +15,8 @@
 // Protocol: JSON messages (Msg), one per websocket text frame; over a Pipe the
 // Msg values themselves travel, unserialized.
 //
-//	worker → leader   hello (first), result, heartbeat, log_chunk
+//	worker → leader   hello (first), joined (after the welcome), result,
+//	                  heartbeat, log_chunk
 //	leader → worker   welcome (answers hello), dispatch, cancel, ack,
 //	                  heartbeat, log_request, peers, not_leader (then the
 //	                  leader closes)
@@ -28,6 +29,15 @@
 // or resynchronised before committing it loses nothing. The scheduler's
 // core tells current results from stale or repeated ones by attempt
 // identity, so repeats are harmless.
+//
+// Terms: a welcome names the leader's term (keyspace incarnation and fence
+// revision). A worker refuses the welcome of a leader older than one it has
+// joined, in the same incarnation, and answers the others with joined: from
+// then on, a deposed leader that does not know it yet can send it nothing.
+// A new leader counts on it: attempts may be sent before their dispatch is
+// committed, and the new leader dispatches nothing until the workers the
+// term before listed have joined, having listed in their hellos everything
+// an older leader sent them.
 package workerstream
 
 import "github.com/orion-sched/orion/internal/model"
@@ -53,6 +63,7 @@ const (
 	TypeLogChunk   = "log_chunk"   // worker → leader: Log
 	TypeNotLeader  = "not_leader"  // leader → worker: Redirect; the stream is then closed
 	TypePeers      = "peers"       // leader → worker: Peers, after welcome and whenever they change
+	TypeJoined     = "joined"      // worker → leader: Term, the welcome's, now the oldest it accepts
 )
 
 // Msg is one message of the stream. Type says which payload field is set.
@@ -67,7 +78,19 @@ type Msg struct {
 	LogReq   *LogRequest      `json:"log_req,omitempty"`
 	Redirect *Redirect        `json:"redirect,omitempty"`
 	Peers    []Peer           `json:"peers,omitempty"`
+	Term     *Term            `json:"term,omitempty"`
 }
+
+// Term identifies a leader's term: the incarnation of the keyspace it
+// leads (the term record's; a wiped etcd starts a new one) and its fence
+// revision. Within one incarnation a later term has a higher fence.
+type Term struct {
+	Incarnation string `json:"incarnation"`
+	Fence       int64  `json:"fence"`
+}
+
+// Older reports whether t is a term before u in the same incarnation.
+func (t Term) Older(u Term) bool { return t.Incarnation == u.Incarnation && t.Fence < u.Fence }
 
 // Hello introduces a worker. InFlight lists the attempts it is running or
 // has finished without a leader acknowledging the result yet: the leader
@@ -98,6 +121,9 @@ type Welcome struct {
 	Leader       string `json:"leader"`
 	HeartbeatMs  int    `json:"heartbeat_ms"`
 	StaleAfterMs int    `json:"stale_after_ms,omitempty"`
+	// Term is the leader's term; absent from a hub of an earlier version
+	// (or one not told its term), which then gets no joined.
+	Term *Term `json:"term,omitempty"`
 }
 
 // LogRequest asks a worker for the full log of an attempt, flow-controlled by

@@ -1191,3 +1191,56 @@ func TestSilentWorkerKeepsItsAttemptsLonger(t *testing.T) {
 		t.Fatalf("a closed stream's worker was Left after %v, want about ReconnectGrace (%v)", d, reconnect)
 	}
 }
+
+// TestTermsRefuseADeposedLeader: a worker that joined a leader's term
+// refuses the welcome of an older term in the same etcd cluster (a deposed
+// leader that does not know it yet), runs nothing it sends, and confirms
+// the terms it accepts (joined): the hub reports Confirmed once per
+// stream. A term of another incarnation (a wiped etcd) is accepted
+// whatever its fence: its revisions started over.
+func TestTermsRefuseADeposedLeader(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) {
+			newer := newHub(t, "L2", HubConfig{})
+			newer.SetTerm(Term{Incarnation: "c1", Fence: 20})
+			older := newHub(t, "L1", HubConfig{})
+			older.SetTerm(Term{Incarnation: "c1", Fence: 10})
+			local := newLocal(t, "w1/1-aa")
+			d := &switchDialer{}
+			d.set(tr.dial(t, newer, "L2"))
+			a := runAgent(t, AgentConfig{Exec: local, Dial: d.dial})
+
+			wantEvent(t, newer, Joined, "w1/1-aa")
+			wantEvent(t, newer, Confirmed, "w1/1-aa")
+			if got, ok := a.Joined(); !ok || got != (Term{Incarnation: "c1", Fence: 20}) {
+				t.Fatalf("joined %v %v", got, ok)
+			}
+
+			// L2 goes; the worker dials L1, deposed but unaware.
+			d.set(tr.dial(t, older, "L1"))
+			newer.SetLeading(false)
+			stale := wantEvent(t, older, Joined, "w1/1-aa").Worker
+			g := newGate(t)
+			run := attempt("d1", "x", 1, g.task("ran"))
+			stale.Start(run)
+			wantEvent(t, older, Disconnected, "w1/1-aa")
+			if hasID(local.InFlight(), run.AttemptID) {
+				t.Fatalf("the worker runs %v from a deposed leader", run.AttemptID)
+			}
+			if got, _ := a.Joined(); got.Fence != 20 {
+				t.Fatalf("joined fence %d after a refusal, want 20", got.Fence)
+			}
+
+			// A leader of another incarnation, with a lower fence: accepted.
+			other := newHub(t, "L3", HubConfig{})
+			other.SetTerm(Term{Incarnation: "c2", Fence: 3})
+			d.set(tr.dial(t, other, "L3"))
+			older.SetLeading(false)
+			wantEvent(t, other, Joined, "w1/1-aa")
+			wantEvent(t, other, Confirmed, "w1/1-aa")
+			if hasID(local.InFlight(), run.AttemptID) {
+				t.Fatalf("the worker runs %v from a deposed leader", run.AttemptID)
+			}
+		})
+	}
+}
