@@ -79,6 +79,10 @@ type Core struct {
 	classList     []*class          // the same, in creation order
 	poolReserved  map[string]int    // dispatches in flight per pool
 	earlyOff      bool              // no early attempts at all (SuspendEarly)
+	// unsealed holds the early dispatch records not yet taken into a
+	// transaction, each with its task: the ones a success may be folded
+	// into (Seal).
+	unsealed map[*TaskRecord]*task
 }
 
 type dagRun struct {
@@ -117,8 +121,7 @@ type task struct {
 	// to its worker (see Core.AllowEarly). Until the engine takes it into a
 	// transaction (Seal) a success reported for the attempt is written into
 	// it, so the task costs one record instead of two.
-	early  *TaskRecord
-	sealed bool // leader: early was taken into a transaction
+	early *TaskRecord
 }
 
 func (t *task) spec() *model.Task { return &t.dag.rec.Tasks[t.idx] }
@@ -138,6 +141,12 @@ func (t *task) retries() int {
 		return 0
 	}
 	return t.rec.Retries
+}
+
+// sentEarly reports whether the attempt of that number on that worker was
+// sent with t's dispatch proposal, whose record is not applied yet.
+func (t *task) sentEarly(attempt int, worker string) bool {
+	return t.early != nil && t.early.Attempt == attempt && t.early.Worker == worker
 }
 
 // isEarly reports whether rec is the task's early dispatch proposal (or its
@@ -211,11 +220,7 @@ func (c *Core) applyDelete(e *Entry) {
 			t.dispatching = false
 		}
 		if c.leader && t.early != nil {
-			// Sent before its dispatch record, which now cannot apply.
-			id := model.AttemptID{DAG: d.id, Task: t.id(), Attempt: t.early.Attempt}
-			c.releaseAttempt(id, t.early.Worker)
-			c.effects = append(c.effects, Effect{Kind: EffectCancel, Worker: t.early.Worker, ID: id})
-			t.early = nil
+			c.cancelEarly(t) // its dispatch record now cannot apply
 		}
 		if c.leader && t.status == Running && t.rec != nil {
 			c.releaseAttempt(t.attemptID(), t.rec.Worker)
@@ -425,25 +430,32 @@ func (c *Core) applyTask(e *Entry) error {
 func (c *Core) checkTask(e *Entry, t *task) error {
 	d, rec := t.dag, e.T
 	from, to := t.status, rec.Status
+	// A record that starts an attempt: a dispatch, or a dispatch and its
+	// success in one record (ready → succeeded).
+	starts := to == Running || from == Ready && to == Succeeded
 	switch {
 	case rec.Run != d.rec.Run:
 		return applyErr(e, "record of run %d, DAG is in run %d", rec.Run, d.rec.Run)
 	case !recordAllowed(from, to):
 		return applyErr(e, "a record cannot move a task from %s to %s", from, to)
-	case to == Running && rec.Attempt != t.attempt()+1:
-		return applyErr(e, "dispatch of attempt %d after attempt %d", rec.Attempt, t.attempt())
-	case from == Ready && to == Succeeded && rec.Attempt != t.attempt()+1:
-		return applyErr(e, "dispatch and success of attempt %d after attempt %d", rec.Attempt, t.attempt())
-	case from == Ready && to == Succeeded && d.rec.Status != DAGRunning:
-		return applyErr(e, "dispatch and success in a %s DAG", d.rec.Status)
-	case to != Running && !(from == Ready && to == Succeeded) && rec.Attempt != t.attempt():
+	case starts && rec.Attempt != t.attempt()+1:
+		return applyErr(e, "%s of attempt %d after attempt %d", startName(to), rec.Attempt, t.attempt())
+	case !starts && rec.Attempt != t.attempt():
 		return applyErr(e, "%s record for attempt %d, latest is %d", to, rec.Attempt, t.attempt())
-	case to == Running && d.rec.Status != DAGRunning:
-		return applyErr(e, "dispatch in a %s DAG", d.rec.Status)
+	case starts && d.rec.Status != DAGRunning:
+		return applyErr(e, "%s in a %s DAG", startName(to), d.rec.Status)
 	case (to == UpstreamFailed) != rec.Cascade:
 		return applyErr(e, "cascade flag %v on a %s record", rec.Cascade, to)
 	}
 	return nil
+}
+
+// startName names a record that starts an attempt, for errors.
+func startName(to Status) string {
+	if to == Succeeded {
+		return "dispatch and success"
+	}
+	return "dispatch"
 }
 
 // setStatus is the only place a task's status changes; it keeps the counters

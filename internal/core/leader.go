@@ -120,12 +120,13 @@ func (c *Core) StepDown() {
 	c.outbox, c.effects, c.ahead = nil, nil, nil
 	c.workers, c.workerList, c.pendingSubmit = nil, nil, nil
 	c.classes, c.classList, c.poolReserved = nil, nil, nil
+	c.unsealed = nil
 	for _, d := range c.dags {
 		d.inflight, d.wantCancel, d.reserved, d.classes = false, false, 0, nil
 		for i := range d.tasks {
 			t := &d.tasks[i]
 			t.inflight, t.dispatching, t.stash, t.reserved, t.queued, t.cls = false, false, nil, nil, false, nil
-			t.early, t.sealed = nil, false
+			t.early = nil
 		}
 	}
 }
@@ -171,6 +172,12 @@ func (c *Core) AllowEarly(id string, ok bool) {
 	}
 }
 
+// EarlyAllowed reports whether AllowEarly holds for a registered worker.
+func (c *Core) EarlyAllowed(id string) bool {
+	w := c.workers[id]
+	return w != nil && w.early
+}
+
 // Adopt records that a live worker is running an attempt, as it reports after
 // a leader change; the attempt is not run again. Attempts the log no longer
 // considers current are cancelled on the worker instead.
@@ -183,7 +190,7 @@ func (c *Core) Adopt(workerID string, id model.AttemptID) bool {
 	if w == nil {
 		return false
 	}
-	if t != nil && t.early != nil && t.early.Attempt == id.Attempt && t.early.Worker == workerID {
+	if t != nil && t.sentEarly(id.Attempt, workerID) {
 		// Sent before its dispatch record, which is still being committed.
 		if _, ok := w.attempts[id]; !ok {
 			w.attempts[id] = t
@@ -391,32 +398,35 @@ func (c *Core) Expire(cutoff time.Time) int {
 	return n
 }
 
-// Report takes a worker's result for an attempt.
-func (c *Core) Report(r model.Result, now time.Time) {
+// Report takes a worker's result for an attempt. It reports whether it
+// holds the result until the task's record in flight is applied (see
+// Holds): the result is not durable before the record it then becomes.
+func (c *Core) Report(r model.Result, now time.Time) (held bool) {
 	c.now = now
 	if !c.leader {
-		return
+		return false
 	}
 	c.releaseAttempt(r.AttemptID, r.Worker)
 	t := c.lookup(r.DAG, r.Task)
-	if t != nil && t.early != nil && t.early.Attempt == r.Attempt && t.early.Worker == r.Worker {
+	if t != nil && t.sentEarly(r.Attempt, r.Worker) {
 		// The attempt's dispatch record is not committed yet.
-		if !t.sealed && r.Outcome == model.Succeeded && t.dag.rec.Status == DAGRunning && !t.dag.inflight {
+		if c.foldable(t) && r.Outcome == model.Succeeded && t.dag.rec.Status == DAGRunning && !t.dag.inflight {
 			c.fold(t, r)
-			return
+			return false
 		}
 		t.stash = &r // decided once the dispatch record is applied
-		return
+		return true
 	}
 	if t == nil || t.status != Running || t.attempt() != r.Attempt || t.rec.Worker != r.Worker {
 		c.stats.StaleResults++
-		return
+		return false
 	}
 	if t.inflight {
 		t.stash = &r
-		return
+		return true
 	}
 	c.decide(t, r)
+	return false
 }
 
 // Holds reports whether a result for attempt id waits for its task's
@@ -490,32 +500,47 @@ func (c *Core) fold(t *task, r model.Result) {
 
 // Seal tells the core that these proposals were taken into a transaction:
 // their records are encoded and can no longer change. A result for an
-// attempt whose dispatch record is sealed waits for it to be applied.
+// attempt whose dispatch record is sealed waits for it to be applied. It
+// costs nothing while no early dispatch record waits (a single node).
 func (c *Core) Seal(entries []Entry) {
-	for i := range entries {
-		e := &entries[i]
-		if e.T == nil {
-			continue
-		}
-		if t := c.lookup(e.DAG, e.Task); t != nil && t.early == e.T {
-			t.sealed = true
-		}
+	if len(c.unsealed) == 0 {
+		return
 	}
+	for i := range entries {
+		delete(c.unsealed, entries[i].T)
+	}
+}
+
+// foldable reports whether t's early dispatch record may still take its
+// attempt's success: proposed, not sealed.
+func (c *Core) foldable(t *task) bool { return t.early != nil && c.unsealed[t.early] == t }
+
+// clearEarly forgets t's early dispatch record: applied, refused, or its
+// DAG gone.
+func (c *Core) clearEarly(t *task) {
+	if t.early != nil {
+		delete(c.unsealed, t.early)
+		t.early = nil
+	}
+}
+
+// cancelEarly stops the attempt sent with t's early dispatch record, which
+// will never apply, and frees its slot.
+func (c *Core) cancelEarly(t *task) {
+	id := model.AttemptID{DAG: t.dag.id, Task: t.id(), Attempt: t.early.Attempt}
+	c.releaseAttempt(id, t.early.Worker)
+	c.effects = append(c.effects, Effect{Kind: EffectCancel, Worker: t.early.Worker, ID: id})
+	c.clearEarly(t)
 }
 
 // refusedEarly cleans up after the state machine refused the dispatch
 // record of an attempt already sent (a hand-written record got in first,
 // say): the attempt is stopped, and the task queued again if still ready.
 func (c *Core) refusedEarly(t *task) {
-	rec := t.early
-	id := model.AttemptID{DAG: t.dag.id, Task: t.id(), Attempt: rec.Attempt}
-	c.releaseAttempt(id, rec.Worker)
-	c.effects = append(c.effects, Effect{Kind: EffectCancel, Worker: rec.Worker, ID: id})
-	t.early, t.sealed, t.stash, t.inflight = nil, false, nil, false
+	c.cancelEarly(t)
+	t.stash, t.inflight = nil, false
 	if t.dispatching {
-		t.dispatching = false
-		c.unreserve(t)
-		t.reserved = nil
+		c.endDispatch(t)
 	}
 	if t.status == Ready {
 		c.enqueue(t)
@@ -670,7 +695,11 @@ func (c *Core) proposeAttempt(t *task, w *worker, attempt int, early, send bool)
 	if !early {
 		return
 	}
-	t.early, t.sealed = rec, false
+	t.early = rec
+	if c.unsealed == nil {
+		c.unsealed = make(map[*TaskRecord]*task)
+	}
+	c.unsealed[rec] = t
 	id := model.AttemptID{DAG: t.dag.id, Task: t.id(), Attempt: attempt}
 	w.attempts[id] = t
 	if send {
@@ -700,13 +729,14 @@ func aheadReady(dep *task) bool {
 		!d.deleted && !d.inflight && d.rec.Status == DAGRunning
 }
 
-// attemptOf reports whether the worker (nil: none) runs attempt id.
-func (w *worker) attemptOf(id model.AttemptID) (*task, bool) {
-	if w == nil {
-		return nil, false
-	}
-	t, ok := w.attempts[id]
-	return t, ok
+// endDispatch ends t's dispatch proposal, applied or abandoned: its place
+// under its limits is given back, and the worker whose slot it reserved is
+// returned.
+func (c *Core) endDispatch(t *task) *worker {
+	w := t.reserved
+	t.dispatching, t.reserved = false, nil
+	c.unreserve(t)
+	return w
 }
 
 func (c *Core) releaseAttempt(id model.AttemptID, workerID string) {
@@ -729,40 +759,35 @@ func (c *Core) afterTaskApplied(t *task, from Status, prev *TaskRecord) {
 	}
 	t.inflight = false
 	early := t.early != nil
-	t.early, t.sealed = nil, false
-	if early && rec.Status != Running {
-		// A dispatch and its success in one record: the attempt is over.
-		t.dispatching = false
-		c.unreserve(t)
-		t.reserved = nil
+	c.clearEarly(t)
+	dispatched := t.dispatching && (early || rec.Status == Running)
+	var reserved *worker
+	if dispatched {
+		// Our dispatch applied (with its success, when early and folded).
+		reserved = c.endDispatch(t)
 	}
 	switch rec.Status {
 	case Running:
-		if t.dispatching && early {
+		if !dispatched {
+			break
+		}
+		w := c.workers[rec.Worker]
+		if early {
 			// Sent with its proposal; its slot was taken then.
-			t.dispatching = false
-			c.unreserve(t)
-			t.reserved = nil
-			w := c.workers[rec.Worker]
-			if _, ok := w.attemptOf(t.attemptID()); !ok && t.stash == nil {
+			if (w == nil || w.attempts[t.attemptID()] == nil) && t.stash == nil {
 				// Its worker left while the record was being committed.
 				c.requeueOrphan(t, "worker "+rec.Worker+" is gone")
 				return
 			}
-		} else if t.dispatching {
-			t.dispatching = false
-			c.unreserve(t)
-			w := c.workers[rec.Worker]
+		} else {
 			if w == nil {
-				t.reserved = nil
 				// The worker vanished while its dispatch was being committed.
 				c.requeueOrphan(t, "worker "+rec.Worker+" is gone")
 				return
 			}
-			if w != t.reserved {
+			if w != reserved {
 				w.busy++ // the worker rejoined since the slot was reserved
 			}
-			t.reserved = nil
 			id := t.attemptID()
 			w.attempts[id] = t
 			c.effects = append(c.effects, Effect{Kind: EffectDispatch, Worker: w.id, ReadyAt: t.readyAt,

@@ -42,22 +42,19 @@ import (
 // barrierTimer is the timer kind that ends a barrier (the core's start at 1).
 const barrierTimer = 0
 
-// onEarlyJoin admits a standalone worker that confirmed this term: it is
-// listed in the next term record, and gets early attempts once that record
-// commits.
+// onEarlyJoin admits a standalone worker that confirmed this term on its
+// current stream: it is listed in the next term record, and gets early
+// attempts once that record commits.
 func (e *Engine) onEarlyJoin(id string) {
-	if e.early[id] {
-		return
-	}
 	e.joinSeq[id] = e.commitSeq
 	e.admitted[id] = true
 	e.wantRecord()
 }
 
-// revokeEarly stops early attempts to a worker whose stream dropped (or
-// that left): it must confirm this term again on its next stream.
+// revokeEarly stops early attempts to a worker that opened a new stream:
+// it must confirm this term on it first. A restarted worker has forgotten
+// the terms it joined, and could be talking to a deposed leader.
 func (e *Engine) revokeEarly(id string) {
-	delete(e.early, id)
 	delete(e.joinSeq, id)
 	e.c.AllowEarly(id, false)
 }
@@ -104,13 +101,8 @@ func (e *Engine) startBarrier(now time.Time) {
 	for id := range e.admitted {
 		e.awaiting[id] = true
 	}
-	e.admitted = make(map[string]bool, len(e.awaiting))
-	for id := range e.awaiting {
-		e.admitted[id] = true // listed until they join or are presumed dead
-	}
-	e.early = make(map[string]bool)
+	e.admitted = maps.Clone(e.awaiting) // listed until they join or are presumed dead
 	e.joinSeq = make(map[string]uint64)
-	e.standalone = make(map[string]bool)
 	e.recordVer++
 	e.recordWanted = false // the term's first record is due anyway
 	if e.incarnation == "" {
@@ -135,11 +127,9 @@ func (e *Engine) endBarrier() {
 	e.log.Warn("workers of the term before did not join within the orphan grace; presumed dead, dispatching",
 		zap.Strings("workers", e.awaitingList()), zap.Duration("waited", e.clock.Now().Sub(e.barrierSince)))
 	for id := range e.awaiting {
-		if !e.early[id] {
-			// Not admitted in this term: it was sent nothing early, and
-			// leaves the list at once.
-			delete(e.admitted, id)
-		}
+		// It never confirmed this term, so this term sent it nothing
+		// early: it leaves the list at once.
+		delete(e.admitted, id)
 	}
 	e.awaiting = nil
 	e.m.AwaitedWorkers.Set(0)
@@ -185,8 +175,7 @@ func (e *Engine) onRecordCommitted(cr commitResult) {
 		e.termRecordDue = false
 	}
 	for id, seq := range e.joinSeq {
-		if seq <= cr.seq && slices.Contains(cr.recordWorkers, id) {
-			e.early[id] = true
+		if seq <= cr.seq && slices.Contains(cr.record.Workers, id) {
 			e.c.AllowEarly(id, true)
 			delete(e.joinSeq, id)
 		}

@@ -89,7 +89,7 @@ type WorkerEvent struct {
 	ID       string
 	Exec     Worker // WorkerJoined
 	InFlight []model.AttemptID
-	// Standalone (WorkerJoined): a worker process of its own, not a
+	// Standalone: a worker process of its own, not a
 	// replica's slots, which die with the replica. Only a standalone worker
 	// gets attempts before their dispatch records commit (early.go): a
 	// replica's slots would come back under a new id after a restart, and
@@ -134,16 +134,13 @@ type Engine struct {
 	waiters       map[string][]*waiter
 	revWaiters    []revWaiter // WaitApplied calls, until the replica has applied their revision
 	termRecordDue bool
-	recordWritten bool              // the term's first record has committed
 	recordVer     uint64            // bumps when admitted changes (early.go)
 	admitted      map[string]bool   // the workers the next term record lists
-	early         map[string]bool   // workers allowed early attempts in this term
 	joinSeq       map[string]uint64 // joined, early once a record begun at or after this seq commits
 	awaiting      map[string]bool   // the barrier: workers of the term before not joined yet
 	barrierSince  time.Time         // when the barrier began
 	prevWorkers   []string          // the term before's record's Workers
 	incarnation   string            // the keyspace's, from the term before's record ("": none yet)
-	standalone    map[string]bool   // joined workers that are processes of their own
 	recordWanted  bool              // a term record rewrite waits for etcd to have room
 	watchCh       <-chan store.WatchEvent
 	watchRetry    <-chan time.Time // a watch restart pending after the last one ended
@@ -206,11 +203,9 @@ type commitResult struct {
 	res     store.Committed
 	err     error
 	started time.Time
-	record  bool // carried the term record
-	// recordVer and recordWorkers: the version of the list the record
-	// carried, and the list.
-	recordVer     uint64
-	recordWorkers []string
+	record  *store.TermRecord // the term record it carried, if any
+	// recordVer is the version of the record's worker list (early.go).
+	recordVer uint64
 }
 
 // Errors the API maps to status codes.
@@ -257,8 +252,6 @@ func New(cfg Config, st Store) *Engine {
 		c:             core.New(cfg.Core),
 		execs:         make(map[string]Worker),
 		admitted:      make(map[string]bool),
-		standalone:    make(map[string]bool),
-		early:         make(map[string]bool),
 		joinSeq:       make(map[string]uint64),
 		waiters:       make(map[string][]*waiter),
 		crash:         make(chan struct{}),
@@ -481,9 +474,8 @@ func (e *Engine) report(r model.Result) {
 		// unknown to the core's adoption and be cancelled needlessly).
 		e.drainWorkerEvents()
 	}
-	e.c.Report(r, e.clock.Now())
 	ref := resultRef{worker: r.Worker, id: r.AttemptID}
-	if e.c.Holds(r.AttemptID) {
+	if e.c.Report(r, e.clock.Now()) {
 		// Decided once the record in flight applies (releaseHeldAcks):
 		// acknowledged with the record it becomes, not before.
 		e.heldAcks = append(e.heldAcks, ref)
@@ -532,7 +524,9 @@ func (e *Engine) onWorker(ev WorkerEvent) {
 		for _, id := range ev.InFlight {
 			e.c.Adopt(ev.ID, id)
 		}
-		e.standalone[ev.ID] = ev.Standalone && ev.Exec.Slots() > 0
+		// A new stream: admitted to early attempts once it has confirmed
+		// this term (early.go), whatever the stream before had.
+		e.revokeEarly(ev.ID)
 		for _, id := range e.lateAcks[ev.ID] {
 			ev.Exec.Ack(id)
 		}
@@ -541,20 +535,16 @@ func (e *Engine) onWorker(ev WorkerEvent) {
 	case WorkerDisconnected:
 		// No new work until it reconnects; its attempts stay its own.
 		e.c.AddWorker(ev.ID, 0, ev.Exec.Labels())
-		// Admitted again once it has confirmed this term on its next
-		// stream (early.go).
-		e.revokeEarly(ev.ID)
 		e.log.Info("worker disconnected", zap.String("worker", ev.ID))
 	case WorkerConfirmed:
 		e.onConfirmed(ev.ID)
-		if e.standalone[ev.ID] {
+		if ev.Standalone && ev.Exec.Slots() > 0 {
 			e.onEarlyJoin(ev.ID)
 		}
 	case WorkerLeft:
 		delete(e.execs, ev.ID)
 		delete(e.lateAcks, ev.ID)
-		delete(e.standalone, ev.ID)
-		e.revokeEarly(ev.ID)
+		delete(e.joinSeq, ev.ID)
 		e.c.RemoveWorker(ev.ID, e.clock.Now())
 		e.m.WorkerSlots.DeleteLabelValues(ev.ID)
 		e.m.WorkerBusy.DeleteLabelValues(ev.ID)

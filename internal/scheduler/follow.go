@@ -49,10 +49,7 @@ func (e *Engine) applySnapshot(snap *store.Snapshot) {
 	e.seenRev = max(e.seenRev, snap.Rev)
 	// Leading from this snapshot (after a re-read), the barrier waits for
 	// the workers its term record lists (early.go).
-	e.prevLeader, e.prevWorkers, e.incarnation = "", nil, ""
-	if snap.Term != nil {
-		e.prevLeader, e.prevWorkers, e.incarnation = snap.Term.Name, snap.Term.Workers, snap.Term.Incarnation
-	}
+	e.readTermRecord(snap.Term)
 	if e.cfg.OnReload != nil {
 		e.cfg.OnReload(snap.Rev)
 	}
@@ -199,6 +196,15 @@ func (e *Engine) onWatch(ctx context.Context, wr store.WatchEvent) {
 	}
 }
 
+// readTermRecord takes what the term before left in its record (nil: none):
+// its leader, the workers its barrier must wait for, the incarnation.
+func (e *Engine) readTermRecord(rec *store.TermRecord) {
+	if rec == nil {
+		rec = &store.TermRecord{}
+	}
+	e.prevLeader, e.prevWorkers, e.incarnation = rec.Name, rec.Workers, rec.Incarnation
+}
+
 // catchUp applies the watch until it has shown everything etcd holds now.
 // catchUpTimeout bounds a new leader's catch-up through its watch.
 const catchUpTimeout = time.Second
@@ -216,10 +222,11 @@ func (e *Engine) catchUp(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	e.prevLeader, e.prevWorkers, e.incarnation = "", nil, ""
+	var prev *store.TermRecord
 	if ok {
-		e.prevLeader, e.prevWorkers, e.incarnation = rec.Name, rec.Workers, rec.Incarnation
+		prev = &rec
 	}
+	e.readTermRecord(prev)
 	for e.seenRev < target {
 		if err := e.st.RequestProgress(rctx); err != nil {
 			return err

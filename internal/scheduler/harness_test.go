@@ -495,7 +495,7 @@ func (h *engineHarness) start() {
 func (h *engineHarness) join(w *fakeWorker, inflight []model.AttemptID) {
 	h.workers <- WorkerEvent{Kind: WorkerJoined, ID: w.id, Exec: w, InFlight: inflight, Standalone: w.standalone}
 	if w.standalone {
-		h.workers <- WorkerEvent{Kind: WorkerConfirmed, ID: w.id}
+		h.workers <- WorkerEvent{Kind: WorkerConfirmed, ID: w.id, Exec: w, Standalone: true}
 	}
 }
 
@@ -726,7 +726,7 @@ func (h *engineHarness) wait(td *datadriven.TestData) {
 		// record listing it has committed.
 		h.waitFor(what, func() bool {
 			early := false
-			_ = h.eng.Query(context.Background(), func(*core.Core) { early = h.eng.early[args[1]] })
+			_ = h.eng.Query(context.Background(), func(c *core.Core) { early = c.EarlyAllowed(args[1]) })
 			return early
 		})
 	case "committing":

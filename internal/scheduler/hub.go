@@ -23,11 +23,11 @@ func HubWorkers(ctx context.Context, in <-chan workerstream.Event) <-chan Worker
 			we := WorkerEvent{ID: ev.ID, InFlight: ev.InFlight}
 			if ev.Worker != nil {
 				we.Exec = ev.Worker
+				we.Standalone = ev.Worker.Replica() == ""
 			}
 			switch ev.Kind {
 			case workerstream.Joined:
 				we.Kind = WorkerJoined
-				we.Standalone = ev.Worker != nil && ev.Worker.Replica() == ""
 			case workerstream.Confirmed:
 				we.Kind = WorkerConfirmed
 			case workerstream.Disconnected:

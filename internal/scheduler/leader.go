@@ -214,7 +214,6 @@ func (e *Engine) becomeLeader(term store.Term) {
 	e.term = term
 	e.won = nil
 	e.termRecordDue = true
-	e.recordWritten = false
 	e.firstCommitAt = time.Time{}
 	e.execs = make(map[string]Worker)
 	e.c.BecomeLeader(e.clock.Now())
@@ -322,8 +321,7 @@ func (e *Engine) startCommit(ctx context.Context) {
 		rec = &store.TermRecord{Name: e.cfg.Node, APIURL: e.cfg.APIURL, Fence: e.term.Fence().Rev, Since: e.term.Won().UTC(),
 			Workers: e.admittedList(), Incarnation: e.incarnation}
 	}
-	term, record := e.term, e.termRecordDue
-	recordVer := e.recordVer
+	term, recordVer := e.term, e.recordVer
 	seq := e.commitSeq
 	e.commitSeq++
 	e.inflight = append(e.inflight, &inflightCommit{seq: seq})
@@ -333,11 +331,8 @@ func (e *Engine) startCommit(ctx context.Context) {
 		cctx, cancel := context.WithTimeout(ctx, commitTimeout)
 		res, err := pc.Commit(cctx)
 		cancel()
-		cr := commitResult{seq: seq, term: term, batch: batch, acks: acks, res: res, err: err, started: started, record: record}
-		if rec != nil {
-			cr.recordVer, cr.recordWorkers = recordVer, rec.Workers
-		}
-		e.commitDone <- cr
+		e.commitDone <- commitResult{seq: seq, term: term, batch: batch, acks: acks, res: res, err: err, started: started,
+			record: rec, recordVer: recordVer}
 	}()
 }
 
@@ -413,11 +408,11 @@ func (e *Engine) markDone(cr commitResult) {
 
 func (e *Engine) onCommitSucceeded(cr commitResult) {
 	e.ackResults(cr.acks)
-	if cr.record && cr.res.Txns > 0 {
-		e.onRecordCommitted(cr)
+	if cr.record == nil || cr.res.Txns == 0 {
+		return
 	}
-	if cr.record && cr.res.Txns > 0 && !e.recordWritten {
-		e.recordWritten = true
+	e.onRecordCommitted(cr)
+	if e.firstCommitAt.IsZero() {
 		e.firstCommitAt = e.clock.Now()
 		took := e.firstCommitAt.Sub(e.term.Won())
 		e.m.TakeoverSeconds.Set(took.Seconds())

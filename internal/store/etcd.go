@@ -153,8 +153,8 @@ func (s *Etcd) TermRecord(ctx context.Context) (rec TermRecord, ok bool, rev int
 	if err != nil {
 		return rec, false, 0, err
 	}
-	if len(resp.Kvs) == 1 && json.Unmarshal(resp.Kvs[0].Value, &rec) == nil {
-		ok = true
+	if r, err := decodeTermRecord(resp.Kvs); r != nil && err == nil {
+		rec, ok = *r, true
 	}
 	return rec, ok, resp.Header.Revision, nil
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
@@ -579,13 +580,21 @@ func Load(ctx context.Context, kv clientv3.KV) (*Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(resp.Kvs) == 1 {
-		var rec TermRecord
-		if err := json.Unmarshal(resp.Kvs[0].Value, &rec); err != nil {
-			s.Bad = append(s.Bad, fmt.Errorf("%s: %w", LeaderKey, err))
-		} else {
-			s.Term = &rec
-		}
+	if s.Term, err = decodeTermRecord(resp.Kvs); err != nil {
+		s.Bad = append(s.Bad, err)
 	}
 	return s, nil
+}
+
+// decodeTermRecord decodes the term record a read of LeaderKey returned:
+// nil when there is none.
+func decodeTermRecord(kvs []*mvccpb.KeyValue) (*TermRecord, error) {
+	if len(kvs) != 1 {
+		return nil, nil
+	}
+	var rec TermRecord
+	if err := json.Unmarshal(kvs[0].Value, &rec); err != nil {
+		return nil, fmt.Errorf("%s: %w", LeaderKey, err)
+	}
+	return &rec, nil
 }
