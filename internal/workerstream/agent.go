@@ -2,6 +2,7 @@ package workerstream
 
 import (
 	"context"
+	crand "crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -72,6 +73,7 @@ type AgentConfig struct {
 type Agent struct {
 	cfg       AgentConfig
 	log       *zap.Logger
+	instance  string // Hello.Instance
 	helloReqs chan *session
 	syncReqs  chan chan int
 	running   atomic.Bool
@@ -99,7 +101,7 @@ func NewAgent(cfg AgentConfig) *Agent {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
-	return &Agent{cfg: cfg, log: cfg.Logger, helloReqs: make(chan *session), syncReqs: make(chan chan int)}
+	return &Agent{cfg: cfg, log: cfg.Logger, instance: crand.Text(), helloReqs: make(chan *session), syncReqs: make(chan chan int)}
 }
 
 // dialWarnAfter is how long the leader must stay unreachable before the
@@ -305,7 +307,7 @@ func (a *Agent) hello(s *session, results <-chan model.Result) {
 		}
 	})
 	s.send(Msg{Type: TypeHello, Hello: &Hello{Worker: a.cfg.Exec.ID(), Slots: a.cfg.Exec.Slots(), InFlight: inflight,
-		Replica: a.cfg.Replica, Version: ProtocolVersion, Labels: a.cfg.Labels, Host: hostname, PID: os.Getpid()}})
+		Replica: a.cfg.Replica, Version: ProtocolVersion, Labels: a.cfg.Labels, Host: hostname, PID: os.Getpid(), Instance: a.instance}})
 	a.unacked.each(func(r model.Result) {
 		s.send(Msg{Type: TypeResult, Result: &r})
 	})

@@ -436,9 +436,18 @@ func (h *Hub) join(hc *hubConn, hello *Hello) bool {
 	}
 	now := time.Now()
 	w := h.workers[hello.Worker]
-	reconnect := w != nil
 	var old *hubConn
 	var oldLogs []*logReader
+	if w != nil && w.instance != "" && hello.Instance != "" && w.instance != hello.Instance {
+		// A restarted process under the same id: the old one is gone, with
+		// what it ran (Hello.Instance). It leaves, so the leader re-queues
+		// its attempts through the log, and the new one joins as a new
+		// worker: nothing of the old one's is sent to it from here.
+		old = w.conn
+		oldLogs = h.leaveLocked(w)
+		w = nil
+	}
+	reconnect := w != nil
 	if w == nil {
 		w = &RemoteWorker{hub: h, id: hello.Worker, outstanding: make(map[model.AttemptID]outAttempt),
 			logs: make(map[uint64]*logReader)}
@@ -454,7 +463,7 @@ func (h *Hub) join(hc *hubConn, hello *Hello) bool {
 			oldLogs = w.takeLogsLocked(old)
 		}
 	}
-	w.slots, w.replica, w.labels, w.host, w.pid = hello.Slots, hello.Replica, hello.Labels, hello.Host, hello.PID
+	w.slots, w.replica, w.labels, w.host, w.pid, w.instance = hello.Slots, hello.Replica, hello.Labels, hello.Host, hello.PID, hello.Instance
 	w.conn, hc.worker, w.since = hc, w, now
 	w.reported = make(map[model.AttemptID]struct{}, len(hello.InFlight))
 	for _, id := range hello.InFlight {
@@ -488,9 +497,9 @@ func (h *Hub) join(hc *hubConn, hello *Hello) bool {
 	h.mu.Unlock()
 	if old != nil {
 		old.close()
-		for _, lr := range oldLogs {
-			lr.fail(errDisconnected(w.id))
-		}
+	}
+	for _, lr := range oldLogs {
+		lr.fail(errDisconnected(w.id))
 	}
 	h.log.Info("worker joined", zap.String("worker", w.id), zap.String("replica", hello.Replica),
 		zap.Int("slots", hello.Slots), zap.Stringer("labels", hello.Labels), zap.Int("in_flight", len(hello.InFlight)), zap.Bool("reconnect", reconnect),

@@ -113,6 +113,18 @@ type Hello struct {
 	// earlier version sends neither.
 	Host string `json:"host,omitempty"`
 	PID  int    `json:"pid,omitempty"`
+	// Instance is random to each agent, so to each worker process: it
+	// tells a stream that comes back from the same process from one of a
+	// restarted process under the same id. The hub resends a reconnecting
+	// worker what it dispatched and the worker did not report; to a new
+	// process that would be a new run, which only the leader's committed
+	// state may decide (the old process's attempts died with it and are
+	// re-queued through the log, fenced). Without it a deposed leader
+	// that has not noticed yet could hand a restarted worker, which
+	// remembers no term it joined, attempts that the next leader runs
+	// elsewhere. Empty (a worker of an earlier version): a hello is taken
+	// as the same process, as before.
+	Instance string `json:"instance,omitempty"`
 }
 
 // Welcome accepts a worker. The worker sends heartbeats at least every

@@ -29,6 +29,7 @@ type RemoteWorker struct {
 	labels      model.Labels
 	host        string
 	pid         int
+	instance    string   // Hello.Instance of the process it is
 	conn        *hubConn // nil while disconnected
 	left        bool
 	since       time.Time

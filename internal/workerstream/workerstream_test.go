@@ -519,6 +519,87 @@ func TestLostDispatchIsResent(t *testing.T) {
 	}
 }
 
+// TestRestartedWorkerIsANewWorker: a hello from another process under the
+// same id (Hello.Instance) is not a reconnection. The old worker leaves,
+// whether its stream was still open or closed within the grace period, and
+// nothing dispatched to it is sent to the new process: the old process's
+// attempts are re-queued by the leader through the log. The same process
+// coming back is still a reconnection and gets them again.
+func TestRestartedWorkerIsANewWorker(t *testing.T) {
+	h := newHub(t, "L1", HubConfig{ReconnectGrace: time.Minute, StaleAfter: time.Minute})
+	connect := func(instance string) rawWorker {
+		w, l := Pipe()
+		h.Accept(l)
+		rw := rawWorker{t, w}
+		m := hello("raw")
+		m.Hello.Instance = instance
+		rw.send(m)
+		if m := rw.next(); m.Type != TypeWelcome {
+			t.Fatalf("want welcome, got %+v", m)
+		}
+		return rw
+	}
+	dispatch := func(w *RemoteWorker, rw rawWorker, task string) model.Attempt {
+		a := attempt("d", task, 1, noop())
+		w.Start(a)
+		if m := rw.next(); m.Type != TypeDispatch || m.Attempt.AttemptID != a.AttemptID {
+			t.Fatalf("want dispatch of %s, got %+v", task, m)
+		}
+		return a
+	}
+	probe := func(w *RemoteWorker, rw rawWorker, task string) {
+		t.Helper()
+		dispatch(w, rw, task) // the next message: nothing was resent before it
+	}
+
+	// The same process reconnecting gets what it did not report.
+	rw := connect("p1")
+	w1 := wantEvent(t, h, Joined, "raw").Worker
+	lost := dispatch(w1, rw, "lost")
+	_ = rw.c.Close()
+	wantEvent(t, h, Disconnected, "raw")
+	rw = connect("p1")
+	if ev := wantEvent(t, h, Joined, "raw"); ev.Worker != w1 {
+		t.Fatal("the same process reconnecting made a new RemoteWorker")
+	}
+	if m := rw.next(); m.Type != TypeDispatch || m.Attempt.AttemptID != lost.AttemptID {
+		t.Fatalf("want the lost dispatch again, got %+v", m)
+	}
+
+	// A restarted process while the old stream is closed (within the
+	// grace period): the old worker leaves, the new one gets nothing old.
+	_ = rw.c.Close()
+	wantEvent(t, h, Disconnected, "raw")
+	rw = connect("p2")
+	wantEvent(t, h, Left, "raw")
+	w2 := wantEvent(t, h, Joined, "raw").Worker
+	if w2 == w1 {
+		t.Fatal("a restarted process kept the old RemoteWorker")
+	}
+	probe(w2, rw, "probe-1")
+	late := attempt("d", "late", 1, noop())
+	w1.Start(late)
+	if r := pendingResult(t, h); r.AttemptID != late.AttemptID || r.Outcome != model.Cancelled {
+		t.Fatalf("start on the old process's worker: %+v", r)
+	}
+
+	// A restarted process while the old stream still looks open (the old
+	// process died without its socket closing yet): that stream is closed.
+	dispatch(w2, rw, "queued")
+	old := rw
+	rw = connect("p3")
+	wantEvent(t, h, Disconnected, "raw")
+	wantEvent(t, h, Left, "raw")
+	w3 := wantEvent(t, h, Joined, "raw").Worker
+	if w3 == w2 {
+		t.Fatal("a restarted process kept the old RemoteWorker")
+	}
+	probe(w3, rw, "probe-2")
+	if _, err := old.c.Recv(); err == nil {
+		t.Fatal("the old process's stream is still open")
+	}
+}
+
 // TestStaleWorker: a worker that says hello and then nothing is dropped
 // after StaleAfter and reported Left after ReconnectGrace.
 func TestStaleWorker(t *testing.T) {
