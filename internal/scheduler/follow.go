@@ -22,19 +22,16 @@ func (e *Engine) reload(ctx context.Context) error {
 	return nil
 }
 
-// load reads the whole state once, within loadTimeout.
+// load reads the whole state once. It has no deadline of its own: the store
+// bounds each page of the read, so a large state loads as long as it makes
+// progress (a deadline for the whole once had a restarted replica retry a
+// read that never fitted, forever).
 func (e *Engine) load(ctx context.Context) (*store.Snapshot, error) {
-	lctx, cancel := context.WithTimeout(ctx, loadTimeout)
-	defer cancel()
-	return e.st.Load(lctx)
+	return e.st.Load(ctx)
 }
 
-// Bounds of one read of the whole state, and the pause between reads that
-// failed.
-const (
-	loadTimeout = 30 * time.Second
-	loadRetry   = 500 * time.Millisecond
-)
+// loadRetry is the pause between reads of the whole state that failed.
+const loadRetry = 500 * time.Millisecond
 
 // applySnapshot replaces the state with one read at one revision.
 func (e *Engine) applySnapshot(snap *store.Snapshot) {

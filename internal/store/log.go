@@ -540,25 +540,45 @@ type Snapshot struct {
 	Term *TermRecord
 }
 
-// Load reads every DAG and task record at one revision, in pages, so a large
-// state does not need one huge response.
+// Paging of Load. etcd counts every key from a page's start to the range's
+// end to answer each page (a Range always reports its total count), so
+// pages of a fixed thousand keys cost a time quadratic in the state: with
+// 700,000 task records under load, longer than a replica waited, and a
+// restarted replica never came back. Pages grow while their responses stay
+// under loadPageBytes (a DAG record can be a hundred times a task's), and
+// each page gets its own time, so a large state loads by making progress
+// rather than within one deadline for the whole.
+const (
+	loadFirstPage   = 256
+	loadMaxPage     = 1 << 16
+	loadPageBytes   = 8 << 20
+	loadPageTimeout = 15 * time.Second
+)
+
+// Load reads every DAG and task record at one revision, in pages (above),
+// so a large state does not need one huge response.
 func Load(ctx context.Context, kv clientv3.KV) (*Snapshot, error) {
 	s := &Snapshot{}
 	for _, prefix := range []string{DAGPrefix, TaskPrefix} {
 		key, end := prefix, clientv3.GetPrefixRangeEnd(prefix)
+		limit := loadFirstPage
 		for {
-			opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(1000)}
+			opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(int64(limit))}
 			if s.Rev > 0 {
 				opts = append(opts, clientv3.WithRev(s.Rev))
 			}
-			resp, err := kv.Get(ctx, key, opts...)
+			pctx, cancel := context.WithTimeout(ctx, loadPageTimeout)
+			resp, err := kv.Get(pctx, key, opts...)
+			cancel()
 			if err != nil {
 				return nil, err
 			}
 			if s.Rev == 0 {
 				s.Rev = resp.Header.Revision
 			}
+			size := 0
 			for _, item := range resp.Kvs {
+				size += len(item.Key) + len(item.Value)
 				e, ok, err := DecodeKV(item)
 				switch {
 				case err != nil:
@@ -574,6 +594,12 @@ func Load(ctx context.Context, kv clientv3.KV) (*Snapshot, error) {
 				break
 			}
 			key = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+			switch {
+			case size > loadPageBytes && limit > 1:
+				limit /= 2
+			case 2*size <= loadPageBytes && limit < loadMaxPage:
+				limit *= 2
+			}
 		}
 	}
 	resp, err := kv.Get(ctx, LeaderKey, clientv3.WithRev(s.Rev))

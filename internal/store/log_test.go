@@ -112,7 +112,7 @@ func TestLoadPagesAndReportsGarbage(t *testing.T) {
 		t.Fatal(err)
 	}
 	var tasks []core.Entry
-	for i := 0; i < 1100; i++ { // more than one page of 1000
+	for i := 0; i < 1100; i++ { // pages of 256, 512, then the rest
 		tasks = append(tasks, core.Entry{DAG: fmt.Sprintf("d%02d", i%30), Task: fmt.Sprintf("x%04d", i), T: &core.TaskRecord{Status: core.Running, Run: 1, Attempt: 1}})
 	}
 	if _, err := Commit(ctx, cli, fence, tasks, DefaultLimits); err != nil {
