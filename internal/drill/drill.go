@@ -37,6 +37,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -47,6 +48,7 @@ import (
 	"time"
 
 	"github.com/orion-sched/orion/internal/client"
+	"github.com/orion-sched/orion/internal/procfs"
 )
 
 // Options configures a run.
@@ -127,15 +129,23 @@ func (o *Options) defaults() error {
 
 // Result is one drill.
 type Result struct {
-	N            int      `json:"n"`
-	Fault        string   `json:"fault"`
-	DAG          string   `json:"dag"`
-	Killed       string   `json:"killed"`
-	KilledPID    int      `json:"killed_pid"`
-	NewLeader    string   `json:"new_leader"`
-	TakeoverMS   *float64 `json:"takeover_ms"`           // first_commit_at − kill; null if none
-	ObservedMS   *float64 `json:"observed_ms,omitempty"` // when the drill saw it (≥ takeover)
-	StallMS      *float64 `json:"stall_ms,omitempty"`    // etcd-member: the longest gap between acknowledged submissions
+	N          int      `json:"n"`
+	Fault      string   `json:"fault"`
+	DAG        string   `json:"dag"`
+	Killed     string   `json:"killed"`
+	KilledPID  int      `json:"killed_pid"`
+	NewLeader  string   `json:"new_leader"`
+	TakeoverMS *float64 `json:"takeover_ms"`           // first_commit_at − kill; null if none
+	ObservedMS *float64 `json:"observed_ms,omitempty"` // when the drill saw it (≥ takeover)
+	// DeathMS is the kill → the killed process's sockets closed, seen on a
+	// connection to its API opened before the kill. The kernel closes
+	// them only once it has freed the process's memory, so no standby can
+	// notice the death before: the takeover's floor, which grows with
+	// RSSMiB (its resident memory at the kill) and with the CPU the
+	// machine has to spare.
+	DeathMS      *float64 `json:"death_ms,omitempty"`
+	RSSMiB       float64  `json:"rss_mib,omitempty"`
+	StallMS      *float64 `json:"stall_ms,omitempty"` // etcd-member: the longest gap between acknowledged submissions
 	Lost         int      `json:"lost"`
 	Duplicates   int      `json:"duplicates"`
 	Reruns       int      `json:"reruns_after_killed_worker"`
@@ -155,23 +165,29 @@ func (r *Result) fail(err error) {
 
 // Report is a whole run; it marshals to the --json object.
 type Report struct {
-	Drills        []Result  `json:"drills"`
-	TakeoverP50MS *float64  `json:"takeover_p50_ms"`
-	TakeoverP99MS *float64  `json:"takeover_p99_ms"`
-	TakeoverMaxMS *float64  `json:"takeover_max_ms"`
-	StallMaxMS    *float64  `json:"stall_max_ms,omitempty"`
-	Lost          int       `json:"lost"`
-	Duplicates    int       `json:"duplicates"`
-	Reruns        int       `json:"reruns_after_killed_worker"`
-	Unlogged      int       `json:"succeeded_without_run"`
-	Failures      int       `json:"failures"`
-	Planned       int       `json:"planned"`
-	Malformed     int       `json:"malformed_run_lines,omitempty"`
-	LostTasks     []string  `json:"lost_tasks,omitempty"`
-	Findings      []Finding `json:"findings,omitempty"` // duplicates and reruns, explained
-	WorkDir       string    `json:"work_dir"`
-	OK            bool      `json:"ok"`
-	Verdict       string    `json:"verdict"`
+	Drills        []Result `json:"drills"`
+	TakeoverP50MS *float64 `json:"takeover_p50_ms"`
+	TakeoverP99MS *float64 `json:"takeover_p99_ms"`
+	TakeoverMaxMS *float64 `json:"takeover_max_ms"`
+	// The kill → the process gone (Result.DeathMS), and the takeover's
+	// remainder after it: what Orion's standbys took once they could know.
+	DeathP50MS      *float64  `json:"death_p50_ms,omitempty"`
+	DeathP99MS      *float64  `json:"death_p99_ms,omitempty"`
+	AfterDeathP50MS *float64  `json:"after_death_p50_ms,omitempty"`
+	AfterDeathP99MS *float64  `json:"after_death_p99_ms,omitempty"`
+	StallMaxMS      *float64  `json:"stall_max_ms,omitempty"`
+	Lost            int       `json:"lost"`
+	Duplicates      int       `json:"duplicates"`
+	Reruns          int       `json:"reruns_after_killed_worker"`
+	Unlogged        int       `json:"succeeded_without_run"`
+	Failures        int       `json:"failures"`
+	Planned         int       `json:"planned"`
+	Malformed       int       `json:"malformed_run_lines,omitempty"`
+	LostTasks       []string  `json:"lost_tasks,omitempty"`
+	Findings        []Finding `json:"findings,omitempty"` // duplicates and reruns, explained
+	WorkDir         string    `json:"work_dir"`
+	OK              bool      `json:"ok"`
+	Verdict         string    `json:"verdict"`
 }
 
 // maxListed bounds the lost tasks and findings a report lists.
@@ -341,6 +357,10 @@ func (d *driller) drill(ctx context.Context, n int) (*Result, error) {
 	if d.o.Fault == FaultStop {
 		return d.stopLeader(ctx, tag, res, leader, proc, standbys)
 	}
+	if st, err := procfs.ReadStat(proc.PID); err == nil {
+		res.RSSMiB = float64(st.RSSPages*uint64(os.Getpagesize())) / (1 << 20)
+	}
+	death := watchClose(leader.APIURL, 10*time.Second)
 	t0, err := d.kill(proc)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", tag, err)
@@ -348,6 +368,9 @@ func (d *driller) drill(ctx context.Context, n int) (*Result, error) {
 	d.killed = append(d.killed, Killed{Name: leader.Name, PID: leader.PID, At: t0})
 
 	d.recordTakeover(ctx, res, standbys, t0)
+	if at := <-death; !at.IsZero() {
+		res.DeathMS = ms(at.Sub(t0))
+	}
 
 	// Bring the replica back even if the drill is being interrupted: a
 	// cluster must not be left a replica short by an aborted drill.
@@ -522,6 +545,36 @@ func checkLocal(r client.Replica) (*ProcInfo, error) {
 
 // kill SIGKILLs the saved process and returns when it did (signalProc).
 func (d *driller) kill(p *ProcInfo) (time.Time, error) { return signalProc(p, syscall.SIGKILL) }
+
+// watchClose opens a connection to the API at apiURL and reports when the
+// other end closed it (EOF or reset): when the process behind it died, for
+// a process that is being killed. It reports the zero time if it could not
+// connect or nothing closed within limit.
+func watchClose(apiURL string, limit time.Duration) <-chan time.Time {
+	out := make(chan time.Time, 1)
+	u, err := url.Parse(apiURL)
+	if err != nil {
+		out <- time.Time{}
+		return out
+	}
+	c, err := net.DialTimeout("tcp", u.Host, time.Second)
+	if err != nil {
+		out <- time.Time{}
+		return out
+	}
+	go func() {
+		defer c.Close()
+		_ = c.SetReadDeadline(time.Now().Add(limit))
+		var b [1]byte
+		_, err := c.Read(b[:]) // no request sent: the server says nothing until it goes
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			out <- time.Time{}
+			return
+		}
+		out <- time.Now()
+	}()
+	return out
+}
 
 // recordTakeover waits for one of standbys to lead in a term begun after
 // t0, the fault's moment, and records who and when in res (or the failure).
@@ -871,11 +924,17 @@ func (d *driller) final(ctx context.Context, rep *Report, wait bool) {
 	rep.LostTasks = total.LostTasks[:min(len(total.LostTasks), maxListed)]
 	rep.Findings = total.Findings[:min(len(total.Findings), maxListed)]
 
-	var takeovers, stalls []float64
+	var takeovers, stalls, deaths, afterDeath []float64
 	ok := 0
 	for _, r := range rep.Drills {
 		if r.TakeoverMS != nil {
 			takeovers = append(takeovers, *r.TakeoverMS)
+		}
+		if r.DeathMS != nil {
+			deaths = append(deaths, *r.DeathMS)
+			if r.TakeoverMS != nil {
+				afterDeath = append(afterDeath, *r.TakeoverMS-*r.DeathMS)
+			}
 		}
 		if r.StallMS != nil {
 			stalls = append(stalls, *r.StallMS)
@@ -887,6 +946,14 @@ func (d *driller) final(ctx context.Context, rep *Report, wait bool) {
 	if len(takeovers) > 0 {
 		p50, p99, mx := Percentile(takeovers, 50), Percentile(takeovers, 99), Percentile(takeovers, 100)
 		rep.TakeoverP50MS, rep.TakeoverP99MS, rep.TakeoverMaxMS = &p50, &p99, &mx
+	}
+	if len(deaths) > 0 {
+		p50, p99 := Percentile(deaths, 50), Percentile(deaths, 99)
+		rep.DeathP50MS, rep.DeathP99MS = &p50, &p99
+	}
+	if len(afterDeath) > 0 {
+		p50, p99 := Percentile(afterDeath, 50), Percentile(afterDeath, 99)
+		rep.AfterDeathP50MS, rep.AfterDeathP99MS = &p50, &p99
 	}
 	if len(stalls) > 0 {
 		mx := Percentile(stalls, 100)
@@ -948,6 +1015,9 @@ func (d *driller) printDrill(r *Result) {
 		b.WriteString("write stall not measured")
 	case r.TakeoverMS != nil:
 		fmt.Fprintf(&b, "%s leads; takeover %s", r.NewLeader, fmtMS(r.TakeoverMS))
+		if r.DeathMS != nil {
+			fmt.Fprintf(&b, " (process gone after %s, RSS %.0f MiB)", fmtMS(r.DeathMS), r.RSSMiB)
+		}
 	default:
 		b.WriteString("no takeover")
 	}
@@ -967,6 +1037,10 @@ func (r *Report) Print(w io.Writer) {
 	if n := countTakeovers(r); n > 0 || r.StallMaxMS == nil {
 		fmt.Fprintf(w, "takeover (first commit of another replica after the signal) over %d drills: p50 %s, p99 %s, max %s\n",
 			n, fmtMS(r.TakeoverP50MS), fmtMS(r.TakeoverP99MS), fmtMS(r.TakeoverMaxMS))
+	}
+	if r.DeathP50MS != nil {
+		fmt.Fprintf(w, "  of which the killed process's death (its sockets close only once the kernel has freed its memory): p50 %s, p99 %s; the takeover after it: p50 %s, p99 %s\n",
+			fmtMS(r.DeathP50MS), fmtMS(r.DeathP99MS), fmtMS(r.AfterDeathP50MS), fmtMS(r.AfterDeathP99MS))
 	}
 	if r.StallMaxMS != nil {
 		fmt.Fprintf(w, "write stall (longest gap between acknowledged submissions, from the kill) over %d drills: max %s\n",

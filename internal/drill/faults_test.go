@@ -1,6 +1,7 @@
 package drill
 
 import (
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -76,5 +77,40 @@ func TestTrickleStall(t *testing.T) {
 	}
 	if _, ok := (&trickle{ackAt: []time.Time{at(-5)}}).stall(t0); ok {
 		t.Error("a stall measured without an acknowledgement after the kill")
+	}
+}
+
+// watchClose reports when the server behind a connection goes, and nothing
+// while it stays.
+func TestWatchClose(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 2)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	url := "http://" + ln.Addr().String()
+	if at := <-watchClose(url, 50*time.Millisecond); !at.IsZero() {
+		t.Fatalf("an open connection was reported closed at %v", at)
+	}
+	(<-accepted).Close()
+	closes := watchClose(url, 10*time.Second)
+	c := <-accepted
+	before := time.Now()
+	c.Close()
+	if at := <-closes; at.IsZero() || at.Before(before) {
+		t.Fatalf("closed at %v, want after %v", at, before)
+	}
+	if at := <-watchClose("http://127.0.0.1:1", time.Second); !at.IsZero() {
+		t.Fatalf("a refused connection reported %v", at)
 	}
 }

@@ -36,6 +36,8 @@ type Stat struct {
 	// StartTime (field 22) is the start in clock ticks since boot, which
 	// tells a process from a later one that reuses its pid.
 	StartTime uint64
+	// RSSPages (field 24) is the resident set in pages (os.Getpagesize).
+	RSSPages uint64
 }
 
 // CPUSeconds is CPUTicks in seconds.
@@ -59,7 +61,8 @@ func ParseStat(s string) (Stat, error) {
 		return Stat{}, errors.New("malformed /proc stat line")
 	}
 	f := strings.Fields(s[i+1:])
-	// f[0] is field 3 (state); utime is field 14, stime 15, starttime 22.
+	// f[0] is field 3 (state); utime is field 14, stime 15, starttime 22,
+	// rss 24.
 	if len(f) < 20 || len(f[0]) != 1 {
 		return Stat{}, errors.New("malformed /proc stat line")
 	}
@@ -71,7 +74,11 @@ func ParseStat(s string) (Stat, error) {
 		}
 		n[k] = v
 	}
-	return Stat{State: f[0][0], CPUTicks: n[0] + n[1], StartTime: n[2]}, nil
+	st := Stat{State: f[0][0], CPUTicks: n[0] + n[1], StartTime: n[2]}
+	if len(f) > 21 { // rss, field 24
+		st.RSSPages, _ = strconv.ParseUint(f[21], 10, 64)
+	}
+	return st, nil
 }
 
 // Argv reads a process's command line.

@@ -11,7 +11,7 @@ import (
 func TestParseStat(t *testing.T) {
 	line := "4242 (orion (a) b) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 12 0 987654 100000 200 18446744073709551615\n"
 	st, err := ParseStat(line)
-	if err != nil || st.State != 'S' || st.StartTime != 987654 || st.CPUTicks != 3 {
+	if err != nil || st.State != 'S' || st.StartTime != 987654 || st.CPUTicks != 3 || st.RSSPages != 200 {
 		t.Fatalf("ParseStat = %+v %v", st, err)
 	}
 	line = "4242 (orion (w) 1) S 1 4242 4242 0 -1 4194560 900 0 0 0 250 75 0 0 20 0 12 0 987654 1000000 500 18446744073709551615"
