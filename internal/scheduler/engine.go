@@ -123,6 +123,7 @@ type Engine struct {
 	awaitingAck   []resultRef                  // results reported since the last batch that took every pending entry
 	heldAcks      []resultRef                  // results the core holds until their task's record in flight applies
 	lateAcks      map[string][]model.AttemptID // durable results of workers whose join the loop has not seen yet
+	beforeJoin    resultsBeforeJoin            // results that overtook their worker's join
 	pending       []core.Entry                 // proposals waiting for a transaction
 	inflight      []*inflightCommit            // transactions in flight, in the order begun (group commit, pipelined)
 	commitSeq     uint64                       // numbers the transactions begun
@@ -437,6 +438,39 @@ func (e *Engine) afterEvent(ctx context.Context) {
 	e.runEffects()
 }
 
+// resultsBeforeJoin keeps the results of workers whose join the loop has
+// not seen yet, for when it does. Bounded: a result dropped here is not
+// acknowledged, and its worker sends it again on its next stream.
+type resultsBeforeJoin struct {
+	by map[string][]model.Result
+	n  int
+}
+
+const maxResultsBeforeJoin = 1 << 16
+
+func (b *resultsBeforeJoin) add(r model.Result) {
+	if b.n >= maxResultsBeforeJoin {
+		return
+	}
+	if b.by == nil {
+		b.by = make(map[string][]model.Result)
+	}
+	b.by[r.Worker] = append(b.by[r.Worker], r)
+	b.n++
+}
+
+// take returns and forgets a worker's results.
+func (b *resultsBeforeJoin) take(worker string) []model.Result {
+	rs := b.by[worker]
+	delete(b.by, worker)
+	b.n -= len(rs)
+	return rs
+}
+
+// reset forgets them all (the term ended: the workers send them again to
+// the next leader).
+func (b *resultsBeforeJoin) reset() { *b = resultsBeforeJoin{} }
+
 // maxLateAcks bounds the acknowledgements kept for workers not joined yet.
 const maxLateAcks = 4096
 
@@ -470,9 +504,19 @@ func (e *Engine) report(r model.Result) {
 	if _, known := e.execs[r.Worker]; !known {
 		// A worker's join and its results reach the loop on different
 		// channels; take the joins already queued first, so a result does
-		// not overtake the hello that lists it (the attempt would look
-		// unknown to the core's adoption and be cancelled needlessly).
+		// not overtake the hello that lists it.
 		e.drainWorkerEvents()
+		if _, known := e.execs[r.Worker]; !known {
+			// The join is still on its way (the hub's events pass through
+			// a relay). Decided after it, unacknowledged until then: the
+			// join may adopt the attempt (one a dead leader sent early),
+			// and taken before it, the result would look stale, be
+			// acknowledged, and the adopted attempt would wait for a
+			// result its worker had forgotten, its slot taken, until its
+			// timeout.
+			e.beforeJoin.add(r)
+			return
+		}
 	}
 	ref := resultRef{worker: r.Worker, id: r.AttemptID}
 	if e.c.Report(r, e.clock.Now()) {
@@ -531,6 +575,9 @@ func (e *Engine) onWorker(ev WorkerEvent) {
 			ev.Exec.Ack(id)
 		}
 		delete(e.lateAcks, ev.ID)
+		for _, r := range e.beforeJoin.take(ev.ID) {
+			e.report(r)
+		}
 		e.log.Info("worker joined", zap.String("worker", ev.ID), zap.Int("slots", ev.Exec.Slots()), zap.Stringer("labels", ev.Exec.Labels()), zap.Int("in_flight", len(ev.InFlight)))
 	case WorkerDisconnected:
 		// No new work until it reconnects; its attempts stay its own.
@@ -544,6 +591,7 @@ func (e *Engine) onWorker(ev WorkerEvent) {
 	case WorkerLeft:
 		delete(e.execs, ev.ID)
 		delete(e.lateAcks, ev.ID)
+		e.beforeJoin.take(ev.ID)
 		delete(e.joinSeq, ev.ID)
 		e.c.RemoveWorker(ev.ID, e.clock.Now())
 		e.m.WorkerSlots.DeleteLabelValues(ev.ID)

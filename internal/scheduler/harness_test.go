@@ -48,6 +48,9 @@ import (
 //	                            standalone: a worker process (it may get early
 //	                            attempts), which confirms the leader's term
 //	worker-silent w1            w1 joins no later leader (dead, or hung)
+//	rejoin w1 [results-first]   a silent w1 joins the leader and sends its
+//	                            unacknowledged results (results-first: the
+//	                            loop takes them before the join)
 //	term-record                 the term record in the store: who leads, and
 //	                            the workers it lists
 //	submit id=d1                Submit (async): one task per line, "b deps=a",
@@ -225,6 +228,28 @@ func (h *engineHarness) run(td *datadriven.TestData) string {
 		h.ws[w.id] = w
 		h.mu.Unlock()
 		h.join(w, w.runningIDs())
+		h.barrier()
+	case "rejoin":
+		// A silent worker comes back: its hello and its results. With
+		// results-first the loop takes the results before the hello, as
+		// when the hub's relay of events lags behind its results.
+		h.mu.Lock()
+		w := h.ws[td.CmdArgs[0].Key]
+		w.silent = false
+		h.mu.Unlock()
+		inflight, results := w.hello()
+		if has("results-first") {
+			for _, r := range results {
+				h.results <- r
+			}
+			h.barrier()
+			h.join(w, inflight)
+		} else {
+			h.join(w, inflight)
+			for _, r := range results {
+				h.results <- r
+			}
+		}
 		h.barrier()
 	case "worker-silent":
 		h.mu.Lock()

@@ -588,6 +588,7 @@ func (e *Engine) leaveLeadership(waitErr error) {
 	// Unacknowledged results stay with their workers, which send them to
 	// the next leader (this replica again, after a resync).
 	e.awaitingAck, e.lateAcks, e.heldAcks = nil, nil, nil
+	e.beforeJoin.reset()
 	e.timers = nil
 	e.execs = make(map[string]Worker)
 	e.full = storageFull{} // the next term learns afresh whether etcd is full
