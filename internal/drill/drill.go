@@ -138,11 +138,12 @@ type Result struct {
 	TakeoverMS *float64 `json:"takeover_ms"`           // first_commit_at − kill; null if none
 	ObservedMS *float64 `json:"observed_ms,omitempty"` // when the drill saw it (≥ takeover)
 	// DeathMS is the kill → the killed process's sockets closed, seen on a
-	// connection to its API opened before the kill. The kernel closes
-	// them only once it has freed the process's memory, so no standby can
-	// notice the death before: the takeover's floor, which grows with
-	// RSSMiB (its resident memory at the kill) and with the CPU the
-	// machine has to spare.
+	// connection to its API opened before the kill (null if that took
+	// longer than the takeover timeout). The kernel closes them only once
+	// it has freed the process's memory, and until then a standby can only
+	// notice the silence (the streams' 500 ms staleness): the takeover's
+	// floor, which grows with RSSMiB (its resident memory at the kill) and
+	// with the CPU the machine has to spare.
 	DeathMS      *float64 `json:"death_ms,omitempty"`
 	RSSMiB       float64  `json:"rss_mib,omitempty"`
 	StallMS      *float64 `json:"stall_ms,omitempty"` // etcd-member: the longest gap between acknowledged submissions
@@ -360,7 +361,7 @@ func (d *driller) drill(ctx context.Context, n int) (*Result, error) {
 	if st, err := procfs.ReadStat(proc.PID); err == nil {
 		res.RSSMiB = float64(st.RSSPages*uint64(os.Getpagesize())) / (1 << 20)
 	}
-	death := watchClose(leader.APIURL, 10*time.Second)
+	death := watchClose(leader.APIURL, d.o.TakeoverTimeout)
 	t0, err := d.kill(proc)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", tag, err)
@@ -368,8 +369,12 @@ func (d *driller) drill(ctx context.Context, n int) (*Result, error) {
 	d.killed = append(d.killed, Killed{Name: leader.Name, PID: leader.PID, At: t0})
 
 	d.recordTakeover(ctx, res, standbys, t0)
-	if at := <-death; !at.IsZero() {
-		res.DeathMS = ms(at.Sub(t0))
+	select {
+	case at := <-death:
+		if !at.IsZero() {
+			res.DeathMS = ms(at.Sub(t0))
+		}
+	case <-ctx.Done():
 	}
 
 	// Bring the replica back even if the drill is being interrupted: a
@@ -513,13 +518,7 @@ func checkLocal(r client.Replica) (*ProcInfo, error) {
 	if !isLocalHost(u.Hostname()) {
 		return nil, refuse("it is not on this host; the drill only kills local replicas")
 	}
-	port, err := strconv.Atoi(u.Port())
-	if u.Port() == "" {
-		port, err = 80, nil
-		if u.Scheme == "https" {
-			port = 443
-		}
-	}
+	port, err := apiPort(u)
 	if err != nil {
 		return nil, refuse("its API URL has no usable port")
 	}
@@ -546,6 +545,17 @@ func checkLocal(r client.Replica) (*ProcInfo, error) {
 // kill SIGKILLs the saved process and returns when it did (signalProc).
 func (d *driller) kill(p *ProcInfo) (time.Time, error) { return signalProc(p, syscall.SIGKILL) }
 
+// apiPort is the port of an API URL, its scheme's default if it names none.
+func apiPort(u *url.URL) (int, error) {
+	if u.Port() == "" {
+		if u.Scheme == "https" {
+			return 443, nil
+		}
+		return 80, nil
+	}
+	return strconv.Atoi(u.Port())
+}
+
 // watchClose opens a connection to the API at apiURL and reports when the
 // other end closed it (EOF or reset): when the process behind it died, for
 // a process that is being killed. It reports the zero time if it could not
@@ -557,7 +567,12 @@ func watchClose(apiURL string, limit time.Duration) <-chan time.Time {
 		out <- time.Time{}
 		return out
 	}
-	c, err := net.DialTimeout("tcp", u.Host, time.Second)
+	port, err := apiPort(u)
+	if err != nil {
+		out <- time.Time{}
+		return out
+	}
+	c, err := net.DialTimeout("tcp", net.JoinHostPort(u.Hostname(), strconv.Itoa(port)), time.Second)
 	if err != nil {
 		out <- time.Time{}
 		return out

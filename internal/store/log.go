@@ -544,10 +544,13 @@ type Snapshot struct {
 // end to answer each page (a Range always reports its total count), so
 // pages of a fixed thousand keys cost a time quadratic in the state: with
 // 700,000 task records under load, longer than a replica waited, and a
-// restarted replica never came back. Pages grow while their responses stay
-// under loadPageBytes (a DAG record can be a hundred times a task's), and
-// each page gets its own time, so a large state loads by making progress
-// rather than within one deadline for the whole.
+// restarted replica never came back. Pages grow while their answers stay
+// under loadPageBytes, never beyond what the largest record seen so far
+// allows (a task with an output tail is ten times one without, a DAG record
+// a hundred), and shrink in proportion when one was over. Each page gets
+// its own time, and a page that ran out of it or was too large is asked
+// again in a quarter of the size, so a large state loads by making
+// progress rather than within one deadline for the whole.
 const (
 	loadFirstPage   = 256
 	loadMaxPage     = 1 << 16
@@ -561,7 +564,7 @@ func Load(ctx context.Context, kv clientv3.KV) (*Snapshot, error) {
 	s := &Snapshot{}
 	for _, prefix := range []string{DAGPrefix, TaskPrefix} {
 		key, end := prefix, clientv3.GetPrefixRangeEnd(prefix)
-		limit := loadFirstPage
+		limit, largest := loadFirstPage, 0
 		for {
 			opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(int64(limit))}
 			if s.Rev > 0 {
@@ -569,8 +572,14 @@ func Load(ctx context.Context, kv clientv3.KV) (*Snapshot, error) {
 			}
 			pctx, cancel := context.WithTimeout(ctx, loadPageTimeout)
 			resp, err := kv.Get(pctx, key, opts...)
+			timedOut := pctx.Err() != nil
 			cancel()
 			if err != nil {
+				tooLarge := status.Code(err) == codes.ResourceExhausted
+				if ctx.Err() == nil && limit > 1 && (timedOut || tooLarge) {
+					limit = max(1, limit/4)
+					continue
+				}
 				return nil, err
 			}
 			if s.Rev == 0 {
@@ -578,7 +587,9 @@ func Load(ctx context.Context, kv clientv3.KV) (*Snapshot, error) {
 			}
 			size := 0
 			for _, item := range resp.Kvs {
-				size += len(item.Key) + len(item.Value)
+				n := len(item.Key) + len(item.Value)
+				size += n
+				largest = max(largest, n)
 				e, ok, err := DecodeKV(item)
 				switch {
 				case err != nil:
@@ -594,15 +605,12 @@ func Load(ctx context.Context, kv clientv3.KV) (*Snapshot, error) {
 				break
 			}
 			key = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
-			switch {
-			case size > loadPageBytes && limit > 1:
-				limit /= 2
-			case 2*size <= loadPageBytes && limit < loadMaxPage:
-				limit *= 2
-			}
+			limit = nextPage(limit, size, largest)
 		}
 	}
-	resp, err := kv.Get(ctx, LeaderKey, clientv3.WithRev(s.Rev))
+	pctx, cancel := context.WithTimeout(ctx, loadPageTimeout)
+	resp, err := kv.Get(pctx, LeaderKey, clientv3.WithRev(s.Rev))
+	cancel()
 	if err != nil {
 		return nil, err
 	}
@@ -610,6 +618,21 @@ func Load(ctx context.Context, kv clientv3.KV) (*Snapshot, error) {
 		s.Bad = append(s.Bad, err)
 	}
 	return s, nil
+}
+
+// nextPage is the number of keys Load asks for after a page of limit keys
+// whose answer was size bytes, with largest the largest record seen.
+func nextPage(limit, size, largest int) int {
+	switch {
+	case size > loadPageBytes:
+		limit = int(int64(limit) * loadPageBytes / int64(size))
+	case 2*size <= loadPageBytes:
+		limit *= 2
+	}
+	if largest > 0 {
+		limit = min(limit, loadPageBytes/largest)
+	}
+	return max(1, min(limit, loadMaxPage))
 }
 
 // decodeTermRecord decodes the term record a read of LeaderKey returned:

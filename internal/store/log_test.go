@@ -173,3 +173,21 @@ func TestCheckSize(t *testing.T) {
 		t.Fatal("zero limits do not default to etcd's request size")
 	}
 }
+
+// Load's pages grow while their answers are small, shrink in proportion
+// when one was over the budget, and never hold more of the largest record
+// seen than the budget allows.
+func TestNextPage(t *testing.T) {
+	for _, c := range []struct{ limit, size, largest, want int }{
+		{256, 100 << 10, 400, 512},              // small: doubles
+		{loadMaxPage, 1 << 20, 16, loadMaxPage}, // at the cap
+		{32768, 140 << 20, 4 << 10, 1872},       // over: in proportion (32768 × 8/140)
+		{1000, 1 << 20, 1536 << 10, 5},          // large records: 8 MB / 1.5 MB
+		{1, 20 << 20, 20 << 20, 1},              // never below one
+		{512, loadPageBytes/2 + 1, 100, 512},    // between half and whole: kept
+	} {
+		if got := nextPage(c.limit, c.size, c.largest); got != c.want {
+			t.Errorf("nextPage(%d, %d, %d) = %d, want %d", c.limit, c.size, c.largest, got, c.want)
+		}
+	}
+}

@@ -438,7 +438,7 @@ func (h *Hub) join(hc *hubConn, hello *Hello) bool {
 	w := h.workers[hello.Worker]
 	var old *hubConn
 	var oldLogs []*logReader
-	if w != nil && w.instance != "" && hello.Instance != "" && w.instance != hello.Instance {
+	if w != nil && w.instance != hello.Instance {
 		// A restarted process under the same id: the old one is gone, with
 		// what it ran (Hello.Instance). It leaves, so the leader re-queues
 		// its attempts through the log, and the new one joins as a new

@@ -122,8 +122,10 @@ type Hello struct {
 	// re-queued through the log, fenced). Without it a deposed leader
 	// that has not noticed yet could hand a restarted worker, which
 	// remembers no term it joined, attempts that the next leader runs
-	// elsewhere. Empty (a worker of an earlier version): a hello is taken
-	// as the same process, as before.
+	// elsewhere. An agent's instance never changes, so any other value,
+	// empty included (a worker of an earlier version), is another process;
+	// two empty ones (an earlier version, restarted or not) are taken as
+	// the same process, as before.
 	Instance string `json:"instance,omitempty"`
 }
 

@@ -598,6 +598,27 @@ func TestRestartedWorkerIsANewWorker(t *testing.T) {
 	if _, err := old.c.Recv(); err == nil {
 		t.Fatal("the old process's stream is still open")
 	}
+
+	// A worker of an earlier version sends no instance: that too is
+	// another process than one that sent one, either way round.
+	for _, next := range []string{"", "p5"} {
+		prev := wantWorker(t, h, "raw")
+		rw = connect(next)
+		wantEvent(t, h, Disconnected, "raw")
+		wantEvent(t, h, Left, "raw")
+		if w := wantEvent(t, h, Joined, "raw").Worker; w == prev {
+			t.Fatalf("instance %q after another: kept the old RemoteWorker", next)
+		}
+	}
+}
+
+func wantWorker(t *testing.T, h *Hub, id string) *RemoteWorker {
+	t.Helper()
+	w := h.Worker(id)
+	if w == nil {
+		t.Fatalf("no worker %s", id)
+	}
+	return w
 }
 
 // TestStaleWorker: a worker that says hello and then nothing is dropped
