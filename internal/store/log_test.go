@@ -11,6 +11,9 @@ import (
 	"github.com/orion-sched/orion/internal/core"
 	"github.com/orion-sched/orion/internal/etcdtest"
 	"github.com/orion-sched/orion/internal/model"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 func TestParseKey(t *testing.T) {
@@ -189,5 +192,65 @@ func TestNextPage(t *testing.T) {
 		if got := nextPage(c.limit, c.size, c.largest); got != c.want {
 			t.Errorf("nextPage(%d, %d, %d) = %d, want %d", c.limit, c.size, c.largest, got, c.want)
 		}
+	}
+}
+
+// pickyKV refuses, as too large, every page that asks for more than max
+// keys, and counts the pages asked for.
+type pickyKV struct {
+	clientv3.KV
+	max     int64
+	refused int
+	limits  []int64
+}
+
+func (k *pickyKV) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	if op := clientv3.OpGet(key, opts...); op.Limit() > 0 {
+		k.limits = append(k.limits, op.Limit())
+		if op.Limit() > k.max {
+			k.refused++
+			return nil, status.Error(codes.ResourceExhausted, "grpc: received message larger than max")
+		}
+	}
+	return k.KV.Get(ctx, key, opts...)
+}
+
+// A page refused as too large is asked again smaller, and the load goes
+// on from where it was: every record read once, at one revision.
+func TestLoadAsksAgainSmaller(t *testing.T) {
+	_, cli := etcdtest.Start(t)
+	ctx := context.Background()
+	fenceKey := ElectionPrefix + "/test"
+	resp, _ := cli.Put(ctx, fenceKey, "me")
+	fence := Fence{Key: fenceKey, Rev: resp.Header.Revision}
+	if _, err := Commit(ctx, cli, fence, []core.Entry{dagEntry("d", 1)}, DefaultLimits); err != nil {
+		t.Fatal(err)
+	}
+	var tasks []core.Entry
+	for i := 0; i < 1500; i++ {
+		tasks = append(tasks, core.Entry{DAG: "d", Task: fmt.Sprintf("x%04d", i), T: &core.TaskRecord{Status: core.Running, Run: 1, Attempt: 1}})
+	}
+	for i := 0; i < len(tasks); i += 500 {
+		if _, err := Commit(ctx, cli, fence, tasks[i:i+500], DefaultLimits); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kv := &pickyKV{KV: cli, max: 300}
+	snap, err := Load(ctx, kv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(snap.DAGs) != 1 || len(snap.Tasks) != 1500 || len(snap.Bad) != 0 {
+		t.Fatalf("loaded %d DAGs, %d tasks, %d bad", len(snap.DAGs), len(snap.Tasks), len(snap.Bad))
+	}
+	seen := map[string]bool{}
+	for _, e := range snap.Tasks {
+		if seen[e.Task] {
+			t.Fatalf("%s read twice", e.Task)
+		}
+		seen[e.Task] = true
+	}
+	if kv.refused == 0 {
+		t.Fatalf("no page was refused (pages asked: %v)", kv.limits)
 	}
 }
