@@ -120,7 +120,7 @@ type Engine struct {
 	campaigns     uint64             // numbers the campaigns started (campaignWin.campaign)
 	won           store.Term         // a term won and not led yet: it waits for a re-read (onElected)
 	execs         map[string]Worker
-	awaitingAck   []resultRef                  // results reported since the last batch that took every pending entry
+	acks          ackQueue                     // results reported, until a committed batch makes them durable (acks.go)
 	heldAcks      []resultRef                  // results the core holds until their task's record in flight applies
 	lateAcks      map[string][]model.AttemptID // durable results of workers whose join the loop has not seen yet
 	beforeJoin    resultsBeforeJoin            // results that overtook their worker's join
@@ -429,8 +429,7 @@ func (e *Engine) afterEvent(ctx context.Context) {
 		// Everything proposed so far is committed: the results reported
 		// since proposed nothing (stale, or moot) and are durable as is,
 		// and every early attempt sent so far is recorded.
-		e.ackResults(e.awaitingAck)
-		e.awaitingAck = nil
+		e.ackResults(e.acks.takeAll())
 		if e.shrinkAdmitted() {
 			e.flush(ctx)
 		}
@@ -525,19 +524,19 @@ func (e *Engine) report(r model.Result) {
 		e.heldAcks = append(e.heldAcks, ref)
 		return
 	}
-	e.awaitingAck = append(e.awaitingAck, ref)
+	e.acks.add(ref)
 }
 
 // releaseHeldAcks moves the acknowledgements of held results that the core
-// has now decided (their records are proposed) to those that the next
-// transaction taking every pending entry makes durable.
+// has now decided (their records are proposed) to those waiting for the
+// transactions that make them durable (acks.go).
 func (e *Engine) releaseHeldAcks() {
 	kept := e.heldAcks[:0]
 	for _, ref := range e.heldAcks {
 		if e.c.Holds(ref.id) {
 			kept = append(kept, ref)
 		} else {
-			e.awaitingAck = append(e.awaitingAck, ref)
+			e.acks.add(ref)
 		}
 	}
 	clear(e.heldAcks[len(kept):])

@@ -308,12 +308,12 @@ func (e *Engine) startCommit(ctx context.Context) {
 	// Taken into this transaction: a success can no longer be folded into
 	// these records (early.go).
 	e.c.Seal(batch)
-	var acks []resultRef
+	// The results whose proposals this transaction completes are durable
+	// once it commits (acks.go).
+	acks := e.acks.taken(n, len(e.pending))
 	if len(e.pending) == 0 {
-		// This transaction carries the last of what was proposed so far,
-		// so every result reported until now is durable once it commits,
-		// and every early attempt sent so far is recorded by it or before.
-		acks, e.awaitingAck = e.awaitingAck, nil
+		// This transaction carries the last of what was proposed so far:
+		// every early attempt sent so far is recorded by it or before.
 		e.shrinkAdmitted()
 	}
 	var rec *store.TermRecord
@@ -425,7 +425,7 @@ func (e *Engine) onCommitFailed(ctx context.Context, cr commitResult) {
 	// Not acknowledged yet: if this replica goes on leading (a batch
 	// refused for its size), they wait for the entries' next attempt;
 	// if it leaves, its workers send them to the next leader.
-	e.awaitingAck = append(cr.acks, e.awaitingAck...)
+	e.acks.putBack(cr.acks)
 	if errors.Is(cr.err, store.ErrFenced) {
 		e.m.FencedWrites.Inc()
 		e.stepDown(ctx, "write rejected by the leadership fence")
@@ -587,7 +587,7 @@ func (e *Engine) leaveLeadership(waitErr error) {
 	e.pending = nil
 	// Unacknowledged results stay with their workers, which send them to
 	// the next leader (this replica again, after a resync).
-	e.awaitingAck, e.lateAcks, e.heldAcks = nil, nil, nil
+	e.acks, e.lateAcks, e.heldAcks = ackQueue{}, nil, nil
 	e.beforeJoin.reset()
 	e.timers = nil
 	e.execs = make(map[string]Worker)

@@ -124,6 +124,9 @@ func (e *Engine) holdForStorage() bool {
 			kept = append(kept, e.pending[i])
 		}
 	}
+	if len(kept) < len(e.pending) {
+		e.acks.rearranged()
+	}
 	clear(e.pending[len(kept):])
 	e.pending = kept
 	if e.termRecordDue || len(e.pending) == 0 {
@@ -138,6 +141,7 @@ func (e *Engine) holdForStorage() bool {
 		if en.Delete && !held[en.DAG] {
 			copy(e.pending[1:i+1], e.pending[:i])
 			e.pending[0] = en
+			e.acks.rearranged()
 			e.solo = 1 // alone: one put beside it would get it refused
 			return false
 		}
