@@ -56,12 +56,7 @@ func dagEntry(id string, n int) core.Entry {
 func TestCommitSplitsAndFences(t *testing.T) {
 	_, cli := etcdtest.Start(t)
 	ctx := context.Background()
-	fenceKey := ElectionPrefix + "/test"
-	resp, err := cli.Put(ctx, fenceKey, "me")
-	if err != nil {
-		t.Fatal(err)
-	}
-	fence := Fence{Key: fenceKey, Rev: resp.Header.Revision}
+	fence := testFence(t, cli)
 	entries := []core.Entry{dagEntry("d1", 3)}
 	for i := 0; i < 10; i++ {
 		entries = append(entries, core.Entry{DAG: "d1", Task: "t0", T: &core.TaskRecord{Status: core.Running, Run: 1, Attempt: i + 1}})
@@ -87,7 +82,7 @@ func TestCommitSplitsAndFences(t *testing.T) {
 		t.Fatalf("byte split: %+v %v", got, err)
 	}
 	// The fence: once the key is gone, nothing commits.
-	if _, err := cli.Delete(ctx, fenceKey); err != nil {
+	if _, err := cli.Delete(ctx, fence.Key); err != nil {
 		t.Fatal(err)
 	}
 	got, err = Commit(ctx, cli, fence, []core.Entry{dagEntry("late", 1)}, DefaultLimits)
@@ -104,9 +99,7 @@ func TestCommitSplitsAndFences(t *testing.T) {
 func TestLoadPagesAndReportsGarbage(t *testing.T) {
 	_, cli := etcdtest.Start(t)
 	ctx := context.Background()
-	fenceKey := ElectionPrefix + "/test"
-	resp, _ := cli.Put(ctx, fenceKey, "me")
-	fence := Fence{Key: fenceKey, Rev: resp.Header.Revision}
+	fence := testFence(t, cli)
 	var entries []core.Entry
 	for i := 0; i < 30; i++ {
 		entries = append(entries, dagEntry(fmt.Sprintf("d%02d", i), 1))
@@ -220,9 +213,7 @@ func (k *pickyKV) Get(ctx context.Context, key string, opts ...clientv3.OpOption
 func TestLoadAsksAgainSmaller(t *testing.T) {
 	_, cli := etcdtest.Start(t)
 	ctx := context.Background()
-	fenceKey := ElectionPrefix + "/test"
-	resp, _ := cli.Put(ctx, fenceKey, "me")
-	fence := Fence{Key: fenceKey, Rev: resp.Header.Revision}
+	fence := testFence(t, cli)
 	if _, err := Commit(ctx, cli, fence, []core.Entry{dagEntry("d", 1)}, DefaultLimits); err != nil {
 		t.Fatal(err)
 	}
@@ -253,4 +244,16 @@ func TestLoadAsksAgainSmaller(t *testing.T) {
 	if kv.refused == 0 {
 		t.Fatalf("no page was refused (pages asked: %v)", kv.limits)
 	}
+}
+
+// testFence puts a test election key and returns its fence, as a won term
+// would hold it.
+func testFence(t *testing.T, cli *clientv3.Client) Fence {
+	t.Helper()
+	key := ElectionPrefix + "/test"
+	resp, err := cli.Put(context.Background(), key, "me")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Fence{Key: key, Rev: resp.Header.Revision}
 }

@@ -23,18 +23,13 @@ func TestCommitAtQuota(t *testing.T) {
 	})
 	ctx := context.Background()
 	st := NewEtcd(cli)
-	fenceKey := ElectionPrefix + "/test"
-	resp, err := cli.Put(ctx, fenceKey, "me")
-	if err != nil {
-		t.Fatal(err)
-	}
-	fence := Fence{Key: fenceKey, Rev: resp.Header.Revision}
+	fence := testFence(t, cli)
 	if _, err := st.Begin(fence, []core.Entry{dagEntry("old", 2)}, DefaultLimits, nil).Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
 	etcdtest.FillToQuota(t, cli, quota)
 
-	_, err = st.Begin(fence, []core.Entry{dagEntry("new", 1)}, DefaultLimits, nil).Commit(ctx)
+	_, err := st.Begin(fence, []core.Entry{dagEntry("new", 1)}, DefaultLimits, nil).Commit(ctx)
 	var ns *NoSpaceError
 	if !errors.Is(err, ErrNoSpace) || !errors.As(err, &ns) {
 		t.Fatalf("commit at the quota: %v", err)
