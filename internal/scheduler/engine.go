@@ -108,7 +108,7 @@ type Engine struct {
 	reqs          chan func()
 	elected       chan campaignWin
 	commitDone    chan commitResult
-	suspects      chan string
+	suspects      chan suspicion
 	loadDone      chan *store.Snapshot
 	sessionOpened chan store.Session
 
@@ -247,7 +247,7 @@ func New(cfg Config, st Store) *Engine {
 		elected:       make(chan campaignWin, 1),
 		retireReq:     make(chan chan struct{}),
 		commitDone:    make(chan commitResult, cfg.CommitPipeline),
-		suspects:      make(chan string, 4),
+		suspects:      make(chan suspicion, 4),
 		loadDone:      make(chan *store.Snapshot),
 		sessionOpened: make(chan store.Session),
 		c:             core.New(cfg.Core),
@@ -364,8 +364,8 @@ func (e *Engine) Run(ctx context.Context) error {
 			e.onElected(ctx, w.term)
 		case <-e.sessionDone():
 			e.onSessionLost(ctx)
-		case name := <-e.suspects:
-			e.depose(ctx, name)
+		case s := <-e.suspects:
+			e.depose(ctx, s)
 		case now := <-housekeeping.C():
 			if e.cfg.Retention > 0 && e.c.IsLeader() && now.Sub(lastExpire) > e.expireEvery() {
 				lastExpire = now

@@ -681,7 +681,7 @@ func (e *Engine) releaseLease(ctx context.Context, lost store.Session) {
 // if so, revokes its lease so the next candidate takes over at once.
 func (e *Engine) SuspectLeader(name string) {
 	select {
-	case e.suspects <- name:
+	case e.suspects <- suspicion{leader: name, at: e.clock.Now()}:
 	default:
 	}
 }
@@ -691,12 +691,25 @@ func (e *Engine) SuspectLeader(name string) {
 // costs a takeover no more than this.
 const leaderProbeTimeout = 100 * time.Millisecond
 
-func (e *Engine) depose(ctx context.Context, name string) {
+// suspicion is a dropped stream to a leader, and when it was reported.
+type suspicion struct {
+	leader string
+	at     time.Time
+}
+
+func (e *Engine) depose(ctx context.Context, s suspicion) {
+	name := s.leader
 	if e.term != nil || name == e.cfg.Node || e.deposing {
 		return
 	}
 	e.deposing = true
+	taken := e.clock.Now()
 	go func() {
+		// How long each step took, in the log: a takeover is the sum.
+		timing := func(probed, done time.Time) []zap.Field {
+			return []zap.Field{zap.String("leader", name), zap.Duration("queued", taken.Sub(s.at)),
+				zap.Duration("probe", probed.Sub(taken)), zap.Duration("depose", done.Sub(probed))}
+		}
 		if e.cfg.LeaderAnswers != nil {
 			pctx, cancel := context.WithTimeout(ctx, leaderProbeTimeout)
 			alive := e.cfg.LeaderAnswers(pctx, name)
@@ -707,14 +720,15 @@ func (e *Engine) depose(ctx context.Context, name string) {
 				return
 			}
 		}
+		probed := e.clock.Now()
 		dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		ok, err := e.st.Depose(dctx, name)
 		cancel()
 		switch {
 		case err != nil:
-			e.log.Warn("could not depose the silent leader", zap.String("leader", name), zap.Error(err))
+			e.log.Warn("could not depose the silent leader", append(timing(probed, e.clock.Now()), zap.Error(err))...)
 		case ok:
-			e.log.Warn("deposed the leader after its stream dropped", zap.String("leader", name))
+			e.log.Warn("deposed the leader after its stream dropped", timing(probed, e.clock.Now())...)
 		}
 		_ = e.do(ctx, func() { e.deposing = false })
 	}()
