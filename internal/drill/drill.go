@@ -556,23 +556,26 @@ func apiPort(u *url.URL) (int, error) {
 	return strconv.Atoi(u.Port())
 }
 
+// dialAPI opens a TCP connection to the host and port of an API URL.
+func dialAPI(apiURL string) (net.Conn, error) {
+	u, err := url.Parse(apiURL)
+	if err != nil {
+		return nil, err
+	}
+	port, err := apiPort(u)
+	if err != nil {
+		return nil, err
+	}
+	return net.DialTimeout("tcp", net.JoinHostPort(u.Hostname(), strconv.Itoa(port)), time.Second)
+}
+
 // watchClose opens a connection to the API at apiURL and reports when the
 // other end closed it (EOF or reset): when the process behind it died, for
 // a process that is being killed. It reports the zero time if it could not
 // connect or nothing closed within limit.
 func watchClose(apiURL string, limit time.Duration) <-chan time.Time {
 	out := make(chan time.Time, 1)
-	u, err := url.Parse(apiURL)
-	if err != nil {
-		out <- time.Time{}
-		return out
-	}
-	port, err := apiPort(u)
-	if err != nil {
-		out <- time.Time{}
-		return out
-	}
-	c, err := net.DialTimeout("tcp", net.JoinHostPort(u.Hostname(), strconv.Itoa(port)), time.Second)
+	c, err := dialAPI(apiURL)
 	if err != nil {
 		out <- time.Time{}
 		return out

@@ -2,7 +2,6 @@ package scheduler
 
 import (
 	"crypto/rand"
-	"encoding/hex"
 	"maps"
 	"slices"
 	"time"
@@ -137,11 +136,7 @@ func (e *Engine) endBarrier() {
 }
 
 // newIncarnation names a keyspace's history (store.TermRecord.Incarnation).
-func newIncarnation() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
+func newIncarnation() string { return rand.Text() }
 
 func (e *Engine) awaitingList() []string { return slices.Sorted(maps.Keys(e.awaiting)) }
 

@@ -120,16 +120,15 @@ type Engine struct {
 	campaigns     uint64             // numbers the campaigns started (campaignWin.campaign)
 	won           store.Term         // a term won and not led yet: it waits for a re-read (onElected)
 	execs         map[string]Worker
-	acks          ackQueue                     // results reported, until a committed batch makes them durable (acks.go)
-	heldAcks      []resultRef                  // results the core holds until their task's record in flight applies
-	lateAcks      map[string][]model.AttemptID // durable results of workers whose join the loop has not seen yet
-	beforeJoin    resultsBeforeJoin            // results that overtook their worker's join
-	pending       []core.Entry                 // proposals waiting for a transaction
-	inflight      []*inflightCommit            // transactions in flight, in the order begun (group commit, pipelined)
-	commitSeq     uint64                       // numbers the transactions begun
-	solo          int                          // the next solo pending entries go one per transaction (after a refused batch)
-	maxOps        int                          // operations per transaction after etcd refused more (0: Limits.MaxOps)
-	full          storageFull                  // etcd refused writes for its quota (storagefull.go)
+	acks          ackQueue          // results reported, until a committed batch makes them durable (acks.go)
+	heldAcks      []resultRef       // results the core holds until their task's record in flight applies
+	beforeJoin    resultsBeforeJoin // results that overtook their worker's join
+	pending       []core.Entry      // proposals waiting for a transaction
+	inflight      []*inflightCommit // transactions in flight, in the order begun (group commit, pipelined)
+	commitSeq     uint64            // numbers the transactions begun
+	solo          int               // the next solo pending entries go one per transaction (after a refused batch)
+	maxOps        int               // operations per transaction after etcd refused more (0: Limits.MaxOps)
+	full          storageFull       // etcd refused writes for its quota (storagefull.go)
 	timers        timerQueue
 	timer         Timer
 	waiters       map[string][]*waiter
@@ -470,24 +469,15 @@ func (b *resultsBeforeJoin) take(worker string) []model.Result {
 // the next leader).
 func (b *resultsBeforeJoin) reset() { *b = resultsBeforeJoin{} }
 
-// maxLateAcks bounds the acknowledgements kept for workers not joined yet.
-const maxLateAcks = 4096
-
-// ackResults tells workers their results are durable. A result can overtake
-// its worker's join (they reach the loop on different channels): its ack
-// waits for the join. Dropping one would only make the worker send the
-// result again on its next reconnection.
+// ackResults tells workers their results are durable. Every result comes
+// from a worker the loop has seen join (report keeps those that overtake
+// the join until it arrives); one that has left since gets no ack: its
+// process sends the result again on its next stream, where it is moot and
+// acknowledged, or is gone with it.
 func (e *Engine) ackResults(refs []resultRef) {
 	for _, r := range refs {
 		if w := e.execs[r.worker]; w != nil {
 			w.Ack(r.id)
-			continue
-		}
-		if e.lateAcks == nil {
-			e.lateAcks = make(map[string][]model.AttemptID)
-		}
-		if n := len(e.lateAcks); n < maxLateAcks {
-			e.lateAcks[r.worker] = append(e.lateAcks[r.worker], r.id)
 		}
 	}
 }
@@ -570,10 +560,6 @@ func (e *Engine) onWorker(ev WorkerEvent) {
 		// A new stream: admitted to early attempts once it has confirmed
 		// this term (early.go), whatever the stream before had.
 		e.revokeEarly(ev.ID)
-		for _, id := range e.lateAcks[ev.ID] {
-			ev.Exec.Ack(id)
-		}
-		delete(e.lateAcks, ev.ID)
 		for _, r := range e.beforeJoin.take(ev.ID) {
 			e.report(r)
 		}
@@ -589,7 +575,6 @@ func (e *Engine) onWorker(ev WorkerEvent) {
 		}
 	case WorkerLeft:
 		delete(e.execs, ev.ID)
-		delete(e.lateAcks, ev.ID)
 		e.beforeJoin.take(ev.ID)
 		delete(e.joinSeq, ev.ID)
 		e.c.RemoveWorker(ev.ID, e.clock.Now())

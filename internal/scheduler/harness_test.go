@@ -237,18 +237,15 @@ func (h *engineHarness) run(td *datadriven.TestData) string {
 		w := h.ws[td.CmdArgs[0].Key]
 		w.silent = false
 		h.mu.Unlock()
-		inflight, results := w.hello()
 		if has("results-first") {
+			inflight, results := w.hello()
 			for _, r := range results {
 				h.results <- r
 			}
 			h.barrier()
 			h.join(w, inflight)
 		} else {
-			h.join(w, inflight)
-			for _, r := range results {
-				h.results <- r
-			}
+			h.rejoin(w)
 		}
 		h.barrier()
 	case "worker-silent":
@@ -501,11 +498,7 @@ func (h *engineHarness) start() {
 				if w.silent {
 					continue
 				}
-				inflight, results := w.hello()
-				h.join(w, inflight)
-				for _, r := range results {
-					h.results <- r
-				}
+				h.rejoin(w)
 			}
 		},
 	}
@@ -513,6 +506,16 @@ func (h *engineHarness) start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
 	go func() { _ = h.eng.Run(ctx) }()
+}
+
+// rejoin sends what a worker sends a leader it reaches: its hello (and
+// confirmation), then the results it has not had acknowledged.
+func (h *engineHarness) rejoin(w *fakeWorker) {
+	inflight, results := w.hello()
+	h.join(w, inflight)
+	for _, r := range results {
+		h.results <- r
+	}
 }
 
 // join sends a worker's hello and, for a standalone worker, its

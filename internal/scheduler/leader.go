@@ -587,7 +587,7 @@ func (e *Engine) leaveLeadership(waitErr error) {
 	e.pending = nil
 	// Unacknowledged results stay with their workers, which send them to
 	// the next leader (this replica again, after a resync).
-	e.acks, e.lateAcks, e.heldAcks = ackQueue{}, nil, nil
+	e.acks, e.heldAcks = ackQueue{}, nil
 	e.beforeJoin.reset()
 	e.timers = nil
 	e.execs = make(map[string]Worker)

@@ -547,10 +547,6 @@ func TestRestartedWorkerIsANewWorker(t *testing.T) {
 		}
 		return a
 	}
-	probe := func(w *RemoteWorker, rw rawWorker, task string) {
-		t.Helper()
-		dispatch(w, rw, task) // the next message: nothing was resent before it
-	}
 
 	// The same process reconnecting gets what it did not report.
 	rw := connect("p1")
@@ -576,7 +572,7 @@ func TestRestartedWorkerIsANewWorker(t *testing.T) {
 	if w2 == w1 {
 		t.Fatal("a restarted process kept the old RemoteWorker")
 	}
-	probe(w2, rw, "probe-1")
+	dispatch(w2, rw, "probe-1") // the next message: nothing was resent before it
 	late := attempt("d", "late", 1, noop())
 	w1.Start(late)
 	if r := pendingResult(t, h); r.AttemptID != late.AttemptID || r.Outcome != model.Cancelled {
@@ -594,7 +590,7 @@ func TestRestartedWorkerIsANewWorker(t *testing.T) {
 	if w3 == w2 {
 		t.Fatal("a restarted process kept the old RemoteWorker")
 	}
-	probe(w3, rw, "probe-2")
+	dispatch(w3, rw, "probe-2")
 	if _, err := old.c.Recv(); err == nil {
 		t.Fatal("the old process's stream is still open")
 	}
