@@ -28,6 +28,7 @@ type Backend interface {
 	Submit(ctx context.Context, d *model.DAG) (scheduler.SubmitResult, error)
 	Cancel(ctx context.Context, id string) (core.DAGStatus, error)
 	Retry(ctx context.Context, id string) (core.DAGStatus, error)
+	Delete(ctx context.Context, id string) error
 	Query(ctx context.Context, fn func(c *core.Core)) error
 	Status() *scheduler.Status
 	Leader(ctx context.Context) (string, error)
@@ -149,6 +150,7 @@ func New(cfg Config) http.Handler {
 	s.mux.HandleFunc("GET /api/v1/dags/{id}/tasks/{task}/log", s.taskLog)
 	s.mux.HandleFunc("POST /api/v1/dags/{id}/cancel", s.cancel)
 	s.mux.HandleFunc("POST /api/v1/dags/{id}/retry", s.retry)
+	s.mux.HandleFunc("DELETE /api/v1/dags/{id}", s.deleteDAG)
 	s.mux.HandleFunc("GET /api/v1/cluster", s.cluster)
 	s.mux.HandleFunc("GET /api/v1/cluster/self", s.clusterSelf)
 	s.mux.HandleFunc("GET /api/v1/leader", s.leader)

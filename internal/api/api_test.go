@@ -47,8 +47,10 @@ type fakeBackend struct {
 	blockSub  bool // Submit waits for its context to end
 	cancelErr error
 	retryErr  error
+	deleteErr error
 	cancelled []string
 	retried   []string
+	deleted   []string
 	panicky   bool // Query panics
 }
 
@@ -94,6 +96,16 @@ func (f *fakeBackend) Retry(ctx context.Context, id string) (core.DAGStatus, err
 	}
 	f.retried = append(f.retried, id)
 	return core.DAGRunning, nil
+}
+
+func (f *fakeBackend) Delete(ctx context.Context, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.deleteErr != nil {
+		return f.deleteErr
+	}
+	f.deleted = append(f.deleted, id)
+	return nil
 }
 
 func (f *fakeBackend) Query(ctx context.Context, fn func(c *core.Core)) error {
@@ -696,6 +708,44 @@ func TestCancelRetry(t *testing.T) {
 	}
 }
 
+func TestDelete(t *testing.T) {
+	e := newEnv(t, nil)
+	r := e.do(t, "DELETE", "/api/v1/dags/d1", "")
+	if r.code != http.StatusOK {
+		t.Fatalf("status %d: %s", r.code, r.body)
+	}
+	m := r.object(t)
+	wantKeys(t, m, "id", "status")
+	if m["id"] != "d1" || m["status"] != "deleted" || !reflect.DeepEqual(e.f.deleted, []string{"d1"}) {
+		t.Fatalf("body %s, deleted %v", r.body, e.f.deleted)
+	}
+	// A page of another site cannot delete through the user's browser.
+	req, _ := http.NewRequest("DELETE", e.srv.URL+"/api/v1/dags/d9", nil)
+	req.Header.Set("Origin", "http://evil.example")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden || len(e.f.deleted) != 1 {
+		t.Fatalf("cross-site DELETE: %d, deleted %v", resp.StatusCode, e.f.deleted)
+	}
+	e.f.set(func(f *fakeBackend) {
+		f.deleteErr = &core.Error{Code: "conflict", Msg: "DAG d2 is running: cancel it before deleting it"}
+	})
+	info := e.do(t, "DELETE", "/api/v1/dags/d2", "").wantError(t, http.StatusConflict, "conflict")
+	if info.Message != "DAG d2 is running: cancel it before deleting it" {
+		t.Fatalf("message %q", info.Message)
+	}
+	e.f.set(func(f *fakeBackend) { f.deleteErr = &core.Error{Code: "not_found", Msg: "no DAG zz"} })
+	e.do(t, "DELETE", "/api/v1/dags/zz", "").wantError(t, http.StatusNotFound, "not_found")
+	e.f.set(func(f *fakeBackend) { f.deleteErr = context.DeadlineExceeded })
+	info = e.do(t, "DELETE", "/api/v1/dags/d3", "").wantError(t, http.StatusGatewayTimeout, "timeout")
+	if !strings.Contains(info.Message, "not committed") {
+		t.Fatalf("message %q", info.Message)
+	}
+}
+
 func TestCluster(t *testing.T) {
 	e := newEnv(t, nil)
 	r := e.do(t, "GET", "/api/v1/cluster", "")
@@ -792,9 +842,9 @@ func TestUnknownRouteAndMethod(t *testing.T) {
 	e := newEnv(t, nil)
 	e.do(t, "GET", "/api/v1/nothing", "").wantError(t, http.StatusNotFound, "not_found")
 	e.do(t, "GET", "/", "").wantError(t, http.StatusNotFound, "not_found")
-	r := e.do(t, "DELETE", "/api/v1/dags/d1", "")
+	r := e.do(t, "PUT", "/api/v1/dags/d1", "")
 	r.wantError(t, http.StatusMethodNotAllowed, "method_not_allowed")
-	if allow := r.header.Get("Allow"); !strings.Contains(allow, "GET") {
+	if allow := r.header.Get("Allow"); !strings.Contains(allow, "GET") || !strings.Contains(allow, "DELETE") {
 		t.Fatalf("Allow %q", allow)
 	}
 	r = e.do(t, "GET", "/api/v1/dags/d1/cancel", "")

@@ -59,7 +59,7 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		case r.Pattern == "POST /api/v1/dags":
 			msg = fmt.Sprintf("the DAG was not committed within %s; it may still be: "+
 				"retrying with the same DAG id (or Idempotency-Key) is safe", s.cfg.WriteTimeout)
-		case r.Method == http.MethodPost:
+		case r.Method == http.MethodPost, r.Method == http.MethodDelete:
 			msg = fmt.Sprintf("the change was not committed within %s; it may still be", s.cfg.WriteTimeout)
 		}
 		httpkit.WriteError(w, http.StatusGatewayTimeout, apitypes.CodeTimeout, msg, nil)

@@ -310,6 +310,14 @@ func (s *server) retry(w http.ResponseWriter, r *http.Request) {
 	s.change(w, r, s.b.Retry, core.DAGRunning)
 }
 
+// deleteDAG deletes a finished DAG with its tasks, as retention would later.
+// It answers once the deletion is committed.
+func (s *server) deleteDAG(w http.ResponseWriter, r *http.Request) {
+	s.change(w, r, func(ctx context.Context, id string) (core.DAGStatus, error) {
+		return "", s.b.Delete(ctx, id)
+	}, apitypes.StatusDeleted)
+}
+
 func (s *server) change(w http.ResponseWriter, r *http.Request,
 	fn func(context.Context, string) (core.DAGStatus, error), want core.DAGStatus) {
 	id := r.PathValue("id")

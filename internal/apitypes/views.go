@@ -113,11 +113,16 @@ type SubmitResponse struct {
 	Status  string `json:"status,omitempty"`
 }
 
-// ActionResponse answers POST /api/v1/dags/{id}/cancel and .../retry.
+// ActionResponse answers POST /api/v1/dags/{id}/cancel and .../retry with
+// the DAG's status, and DELETE /api/v1/dags/{id} with StatusDeleted.
 type ActionResponse struct {
 	ID     string `json:"id"`
 	Status string `json:"status"`
 }
+
+// StatusDeleted is the status DELETE /api/v1/dags/{id} answers: the DAG and
+// its tasks are gone.
+const StatusDeleted = "deleted"
 
 // Ready answers /readyz.
 type Ready struct {

@@ -23,7 +23,7 @@ attempts are stopped. A cancelled DAG can be run again with 'orion retry'.`,
 	}
 }
 
-// runAction runs cancel or retry and prints the DAG's new status.
+// runAction runs cancel, retry or delete and prints the DAG's new status.
 func runAction(cmd *cobra.Command, id string, call func(*client.Client, context.Context, string) (client.ActionResponse, error)) error {
 	c, g, err := setup(cmd)
 	if err != nil {

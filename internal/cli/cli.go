@@ -63,14 +63,15 @@ func AddGlobalFlags(root *cobra.Command) {
 	pf.StringP(flagOutput, "o", outputTable, "output format: table or json")
 }
 
-// AddClientCommands adds submit, get (dags, dag, task), logs, cancel, retry
-// and cluster to root. Call AddGlobalFlags on root as well.
+// AddClientCommands adds submit, get (dags, dag, task), logs, cancel, delete,
+// retry, cluster and schedule to root. Call AddGlobalFlags on root as well.
 func AddClientCommands(root *cobra.Command) {
 	root.AddCommand(
 		newSubmitCmd(),
 		newGetCmd(),
 		newLogsCmd(),
 		newCancelCmd(),
+		newDeleteCmd(),
 		newRetryCmd(),
 		newClusterCmd(),
 		newScheduleCmd(),

@@ -428,6 +428,27 @@ func TestCancelAndRetry(t *testing.T) {
 	contains(t, "stderr", r.err, "accepts 1 arg(s), received 0")
 }
 
+func TestDelete(t *testing.T) {
+	cleanEnv(t)
+	f := newFake(t)
+	f.seed(t, "id: d1\nname: p\ntasks: [{id: a}]\n", 1)
+	r := run(t, "", "delete", "d1", "--server", f.URL)
+	must(t, r, 2)
+	contains(t, "stderr", r.err, "error: DAG d1 is running: cancel it before deleting it")
+	must(t, run(t, "", "cancel", "d1", "--server", f.URL), 0)
+	r = run(t, "", "delete", "d1", "--server", f.URL)
+	must(t, r, 0)
+	if r.out != "dag d1: deleted\n" {
+		t.Errorf("delete %q", r.out)
+	}
+	r = run(t, "", "delete", "d1", "-o", "json", "--server", f.URL)
+	must(t, r, 2)
+	contains(t, "stderr", r.err, "d1")
+	if got := f.requests[len(f.requests)-1]; got != "DELETE /api/v1/dags/d1" {
+		t.Errorf("last request %q", got)
+	}
+}
+
 func TestCluster(t *testing.T) {
 	cleanEnv(t)
 	f := newFake(t)

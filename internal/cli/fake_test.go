@@ -56,6 +56,7 @@ func newFake(t *testing.T) *fakeServer {
 	mux.HandleFunc("GET /api/v1/dags/{id}/tasks/{task}/log", f.getLog)
 	mux.HandleFunc("POST /api/v1/dags/{id}/cancel", f.cancel)
 	mux.HandleFunc("POST /api/v1/dags/{id}/retry", f.retry)
+	mux.HandleFunc("DELETE /api/v1/dags/{id}", f.delete)
 	mux.HandleFunc("GET /api/v1/cluster", f.cluster)
 	f.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
@@ -321,6 +322,21 @@ func (f *fakeServer) cancel(w http.ResponseWriter, r *http.Request) {
 	d.Status, d.FinishedAt = client.DAGCancelled, &fin
 	recount(d)
 	apiJSON(w, 200, map[string]any{"id": d.ID, "status": d.Status})
+}
+
+func (f *fakeServer) delete(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	d := f.lookup(w, r)
+	if d == nil {
+		return
+	}
+	if d.Status == client.DAGRunning {
+		apiErr(w, 409, "conflict", "DAG "+d.ID+" is running: cancel it before deleting it")
+		return
+	}
+	delete(f.dags, d.ID)
+	apiJSON(w, 200, map[string]any{"id": d.ID, "status": "deleted"})
 }
 
 func (f *fakeServer) retry(w http.ResponseWriter, r *http.Request) {

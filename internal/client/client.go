@@ -454,6 +454,17 @@ func (c *Client) Retry(ctx context.Context, id string) (ActionResponse, error) {
 	return c.action(ctx, id, "retry")
 }
 
+// Delete deletes a finished DAG with all its tasks. A running DAG must be
+// cancelled first.
+func (c *Client) Delete(ctx context.Context, id string) (ActionResponse, error) {
+	var out ActionResponse
+	if err := need("dag id", id); err != nil {
+		return out, err
+	}
+	err := c.doJSON(ctx, request{method: http.MethodDelete, path: dagPath(id)}, &out)
+	return out, err
+}
+
 func (c *Client) action(ctx context.Context, id, verb string) (ActionResponse, error) {
 	var out ActionResponse
 	if err := need("dag id", id); err != nil {

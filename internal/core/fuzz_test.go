@@ -154,10 +154,13 @@ func runFuzzApply(t *testing.T, data []byte) {
 			}
 		case op == 16:
 			id := fuzzDAGID(in)
-			if in.pick(2) == 0 {
+			switch in.pick(3) {
+			case 0:
 				_ = c.CancelDAG(id, now)
-			} else {
+			case 1:
 				_ = c.RetryDAG(id, now)
+			default:
+				_ = c.DeleteDAG(id, now)
 			}
 		case op == 17:
 			now = now.Add(time.Duration(in.pick(4)) * time.Millisecond)

@@ -381,6 +381,35 @@ func (c *Core) RetryDAG(id string, now time.Time) error {
 	return nil
 }
 
+// DeleteDAG proposes the deletion of a finished DAG with all its tasks, as
+// retention would later. A running DAG is refused: its tasks may be on
+// workers, and deleting it would hide their results; cancel it first.
+func (c *Core) DeleteDAG(id string, now time.Time) error {
+	c.now = now
+	if !c.leader {
+		return ErrNotLeader
+	}
+	d := c.dags[id]
+	switch {
+	case d == nil:
+		return &Error{Code: apitypes.CodeNotFound, Msg: "no DAG " + id}
+	case !d.rec.Status.Terminal():
+		return &Error{Code: apitypes.CodeConflict, Msg: "DAG " + id + " is " + string(d.rec.Status) + ": cancel it before deleting it"}
+	case d.remaining != 0:
+		return &Error{Code: apitypes.CodeConflict, Msg: "DAG " + id + " is still stopping its tasks; try again"}
+	case d.inflight:
+		return &Error{Code: apitypes.CodeConflict, Msg: "DAG " + id + " is being retried or deleted; try again"}
+	}
+	c.proposeDelete(d)
+	return nil
+}
+
+// proposeDelete proposes the deletion of d, whose tasks have all stopped.
+func (c *Core) proposeDelete(d *dagRun) {
+	d.inflight = true
+	c.outbox = append(c.outbox, Entry{DAG: d.id, Delete: true})
+}
+
 // Expire proposes the deletion of DAGs that finished before cutoff.
 func (c *Core) Expire(cutoff time.Time) int {
 	if !c.leader {
@@ -390,8 +419,7 @@ func (c *Core) Expire(cutoff time.Time) int {
 	for _, id := range c.sortedDAGIDs() {
 		d := c.dags[id]
 		if d.rec.Status.Terminal() && d.remaining == 0 && !d.inflight && d.rec.FinishedAt != nil && d.rec.FinishedAt.Before(cutoff) {
-			d.inflight = true
-			c.outbox = append(c.outbox, Entry{DAG: id, Delete: true})
+			c.proposeDelete(d)
 			n++
 		}
 	}

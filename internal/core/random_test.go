@@ -391,10 +391,13 @@ func (s *sim) step() {
 		ids := s.c.sortedDAGIDs()
 		if len(ids) > 0 {
 			id := ids[s.rng.IntN(len(ids))]
-			if s.rng.IntN(2) == 0 {
+			switch s.rng.IntN(5) {
+			case 0, 1:
 				_ = s.c.CancelDAG(id, s.now)
-			} else {
+			case 2, 3:
 				_ = s.c.RetryDAG(id, s.now)
+			default:
+				_ = s.c.DeleteDAG(id, s.now)
 			}
 		}
 	default:

@@ -57,7 +57,7 @@ import (
 //	fire retry|orphan d1/a#1        a timer fires now (whether or not armed)
 //	advance 2s                      move the clock, then fire every armed timer
 //	                                that is due, earliest first
-//	cancel d1 / retry d1            CancelDAG / RetryDAG
+//	cancel d1 / retry d1 / delete d1 CancelDAG / RetryDAG / DeleteDAG
 //	adopt w1 d1/a#1                 a worker reports an attempt it is running
 //	state                           Dump()
 //	workers                         each worker's slots and busy count
@@ -208,6 +208,10 @@ func (h *harness) run(td *datadriven.TestData) string {
 		}
 	case "retry":
 		if err := h.c.RetryDAG(h.bare(td, 0), h.now); err != nil {
+			h.printf("error: %s: %v\n", err.(*Error).Code, err)
+		}
+	case "delete":
+		if err := h.c.DeleteDAG(h.bare(td, 0), h.now); err != nil {
 			h.printf("error: %s: %v\n", err.(*Error).Code, err)
 		}
 	case "adopt":

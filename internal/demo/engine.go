@@ -34,6 +34,9 @@ func (r *EngineRef) Cancel(ctx context.Context, id string) (core.DAGStatus, erro
 func (r *EngineRef) Retry(ctx context.Context, id string) (core.DAGStatus, error) {
 	return r.Get().Retry(ctx, id)
 }
+func (r *EngineRef) Delete(ctx context.Context, id string) error {
+	return r.Get().Delete(ctx, id)
+}
 func (r *EngineRef) Query(ctx context.Context, fn func(*core.Core)) error {
 	return r.Get().Query(ctx, fn)
 }

@@ -46,6 +46,7 @@ type Metrics struct {
 	KubeLabelErrors  prometheus.Counter
 	HTTPRequests     *prometheus.CounterVec
 	RetentionDeletes prometheus.Counter
+	RequestedDeletes prometheus.Counter
 	EtcdDBSizeBytes  prometheus.Gauge
 	WorkerSlots      *prometheus.GaugeVec
 	WorkerBusy       *prometheus.GaugeVec
@@ -99,6 +100,7 @@ func New() *Metrics {
 	m.HTTPRequests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orion_http_requests_total", Help: "API requests by route and status code."}, []string{"route", "code"})
 	r.MustRegister(m.HTTPRequests)
 	m.RetentionDeletes = f.counter("orion_retention_deleted_dags_total", "Finished DAGs deleted by the retention policy.")
+	m.RequestedDeletes = f.counter("orion_requested_deleted_dags_total", "Finished DAGs deleted on request (DELETE /api/v1/dags/{id}, orion delete).")
 	m.EtcdDBSizeBytes = f.gauge("orion_etcd_db_size_bytes", "Size of the etcd backend database as reported by the member this node talks to.")
 	m.EtcdQuotaBytes = f.gauge("orion_etcd_quota_bytes", "The backend quota (quota-backend-bytes) of the etcd member this node talks to, when etcd reports it.")
 	m.EtcdNoSpace = f.gauge("orion_etcd_nospace", "1 while etcd has a NOSPACE alarm raised: its backend reached the quota and it refuses writes.")

@@ -132,7 +132,8 @@ type Engine struct {
 	timers        timerQueue
 	timer         Timer
 	waiters       map[string][]*waiter
-	revWaiters    []revWaiter // WaitApplied calls, until the replica has applied their revision
+	deleting      map[string]bool // DAGs whose deletion a request proposed (the rest are retention's)
+	revWaiters    []revWaiter     // WaitApplied calls, until the replica has applied their revision
 	termRecordDue bool
 	recordVer     uint64            // bumps when admitted changes (early.go)
 	admitted      map[string]bool   // the workers the next term record lists
@@ -254,6 +255,7 @@ func New(cfg Config, st Store) *Engine {
 		admitted:      make(map[string]bool),
 		joinSeq:       make(map[string]uint64),
 		waiters:       make(map[string][]*waiter),
+		deleting:      make(map[string]bool),
 		crash:         make(chan struct{}),
 		done:          make(chan struct{}),
 	}

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/orion-sched/orion/internal/apitypes"
 	"github.com/orion-sched/orion/internal/core"
 	"github.com/orion-sched/orion/internal/dag"
 	"github.com/orion-sched/orion/internal/etcdserver"
@@ -235,6 +236,10 @@ tasks:
 		t.Fatal(err)
 	}
 	testkit.WaitFor(t, 10*time.Second, "task start", func() bool { _, err := os.Stat(filepath.Join(dir, "started")); return err == nil })
+	var ce *core.Error
+	if err := b.eng.Delete(context.Background(), "long"); !errors.As(err, &ce) || ce.Code != apitypes.CodeConflict {
+		t.Fatalf("delete of a running DAG: %v", err)
+	}
 	st, err := b.eng.Cancel(context.Background(), "long")
 	if err != nil || st != core.DAGCancelled {
 		t.Fatalf("cancel: %s %v", st, err)
@@ -250,6 +255,26 @@ tasks:
 	}
 	if _, err := b.eng.Cancel(context.Background(), "long"); err == nil {
 		t.Fatal("second cancel accepted")
+	}
+
+	// Cancelled, it can be deleted: gone from the state and from etcd.
+	if err := b.eng.Delete(context.Background(), "long"); err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	if v := b.dag("long"); v != nil {
+		t.Fatalf("deleted DAG still there: %+v", v)
+	}
+	if req, ret := testutil.ToFloat64(b.eng.m.RequestedDeletes), testutil.ToFloat64(b.eng.m.RetentionDeletes); req != 1 || ret != 0 {
+		t.Errorf("deletes counted: requested %v, retention %v", req, ret)
+	}
+	for _, prefix := range []string{store.DAGKey("long"), store.DAGTasksPrefix("long")} {
+		resp, err := cli.Get(context.Background(), prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil || resp.Count != 0 {
+			t.Fatalf("keys under %s after the delete: %v %v", prefix, resp, err)
+		}
+	}
+	if err := b.eng.Delete(context.Background(), "long"); !errors.As(err, &ce) || ce.Code != apitypes.CodeNotFound {
+		t.Fatalf("second delete: %v", err)
 	}
 }
 

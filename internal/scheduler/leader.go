@@ -551,6 +551,9 @@ func (e *Engine) count(en *core.Entry) {
 		return
 	}
 	switch {
+	case en.Delete && e.deleting[en.DAG]:
+		delete(e.deleting, en.DAG)
+		e.m.RequestedDeletes.Inc()
 	case en.Delete:
 		e.m.RetentionDeletes.Inc()
 	case en.D.Status == core.DAGRunning && en.D.Run == 1:
@@ -597,6 +600,7 @@ func (e *Engine) leaveLeadership(waitErr error) {
 	e.m.StorageFull.Set(0)
 	e.m.IsLeader.Set(0)
 	e.failWaiters(waitErr)
+	clear(e.deleting)
 	if e.cfg.OnLeading != nil {
 		e.cfg.OnLeading(false, Leading{})
 	}

@@ -98,6 +98,19 @@ func (e *Engine) Retry(ctx context.Context, id string) (core.DAGStatus, error) {
 	return e.dagChange(ctx, id, waitRetry, e.c.RetryDAG)
 }
 
+// Delete deletes a finished DAG with all its tasks and returns once the
+// deletion is committed.
+func (e *Engine) Delete(ctx context.Context, id string) error {
+	_, err := e.dagChange(ctx, id, waitDelete, func(id string, now time.Time) error {
+		err := e.c.DeleteDAG(id, now)
+		if err == nil {
+			e.deleting[id] = true
+		}
+		return err
+	})
+	return err
+}
+
 func (e *Engine) dagChange(ctx context.Context, id string, kind waitKind, fn func(string, time.Time) error) (core.DAGStatus, error) {
 	w := &waiter{kind: kind, ch: make(chan waitResult, 1)}
 	err := e.do(ctx, func() {

@@ -13,6 +13,7 @@ const (
 	waitSubmit waitKind = iota + 1
 	waitCancel
 	waitRetry
+	waitDelete
 )
 
 // waiter is an API call waiting for its DAG entry to be committed and applied.
@@ -51,8 +52,11 @@ func (e *Engine) resolveWaiters(en *core.Entry) {
 	for _, w := range ws {
 		r, done := waitResult{}, true
 		switch {
+		case en.Delete && w.kind == waitDelete:
 		case en.Delete:
 			r.err = &core.Error{Code: "not_found", Msg: "DAG " + en.DAG + " was deleted"}
+		case w.kind == waitDelete:
+			done = false // a change committed before the deletion
 		case w.kind == waitSubmit:
 			r.created, r.status = w.created, en.D.Status
 		case w.kind == waitCancel:

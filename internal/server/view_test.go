@@ -169,6 +169,7 @@ func (idleBackend) Cancel(context.Context, string) (core.DAGStatus, error) {
 func (idleBackend) Retry(context.Context, string) (core.DAGStatus, error) {
 	return "", errors.New("idle")
 }
+func (idleBackend) Delete(context.Context, string) error          { return errors.New("idle") }
 func (idleBackend) Query(context.Context, func(*core.Core)) error { return errors.New("idle") }
 func (idleBackend) Status() *scheduler.Status                     { return &scheduler.Status{Node: "n2"} }
 func (idleBackend) Leader(context.Context) (string, error)        { return "", errors.New("idle") }

@@ -258,6 +258,27 @@ func TestAnyReplicaAnswers(t *testing.T) {
 		t.Errorf("any-2 after retry: %+v", d)
 	}
 
+	// A finished DAG deleted through a standby: forwarded to the leader,
+	// gone at once on that standby and soon on every replica (the restart
+	// below checks that it stays gone).
+	c.Submit(standby.URL, map[string]any{"id": "gone-1", "tasks": []map[string]any{{"id": "a", "kind": "noop"}}})
+	c.WaitEverywhere("gone-1", "succeeded", 30*time.Second)
+	if code, out, _, err := c.Do("DELETE", standby.URL, "/api/v1/dags/gone-1", "", nil); code != 200 {
+		t.Fatalf("DELETE gone-1 through standby %s: %d %s %v", standby.Name, code, out, err)
+	}
+	if code, body, _ := c.Get(standby.URL, "/api/v1/dags/gone-1"); code != 404 {
+		t.Errorf("standby %s right after the delete through it: %d %s", standby.Name, code, body)
+	}
+	c.WaitFor("gone-1 gone on every replica", 30*time.Second, func() (bool, string) {
+		var why []string
+		for _, s := range c.Servers {
+			if code, _, err := c.Get(s.URL, "/api/v1/dags/gone-1"); code != 404 {
+				why = append(why, fmt.Sprintf("%s: %d %v", s.Name, code, err))
+			}
+		}
+		return len(why) == 0, strings.Join(why, "; ")
+	})
+
 	// orion cluster through a standby.
 	outCLI, err := exec.Command(cluster.Bin, "cluster", "--server", standby.URL).CombinedOutput()
 	if err != nil {

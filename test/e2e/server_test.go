@@ -61,6 +61,21 @@ func TestQuickStartCLI(t *testing.T) {
 	if len(list.DAGs) != 1 {
 		t.Errorf("after idempotent resubmit there are %d DAGs", len(list.DAGs))
 	}
+	// Deleted, it is gone; its id is free again.
+	if out, err := n.orion("delete", "etl-1"); err != nil || out != "dag etl-1: deleted\n" {
+		t.Errorf("delete: %v\n%s", err, out)
+	}
+	if out, err := n.orion("get", "dag", "etl-1"); err == nil || !strings.Contains(out, "etl-1") {
+		t.Errorf("get dag after delete: %v\n%s", err, out)
+	}
+	list.DAGs = nil
+	n.getJSON("/api/v1/dags", &list)
+	if len(list.DAGs) != 0 {
+		t.Errorf("after delete there are %d DAGs", len(list.DAGs))
+	}
+	if out, err := n.orion("submit", "-f", fixture("etl.yaml"), "--wait", "--id", "etl-1"); err != nil {
+		t.Errorf("submit again after delete: %v\n%s", err, out)
+	}
 }
 
 func lastLine(s string) string {
