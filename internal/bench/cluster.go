@@ -11,6 +11,7 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -43,6 +44,7 @@ type ClusterOptions struct {
 	Timeout       time.Duration // bound of each waiting phase
 	Poll          time.Duration // how often completion is polled
 	RunID         string        // prefix of the DAG ids (default: bench-<time>)
+	Keep          bool          // leave the run's DAGs in the cluster (default: delete them once measured)
 	Log           io.Writer
 }
 
@@ -192,7 +194,53 @@ func RunCluster(ctx context.Context, o ClusterOptions) (*ClusterResult, error) {
 		return nil, err
 	}
 	r.res.MachineLoad.end()
+	if o.Keep {
+		fmt.Fprintf(o.Log, "kept the run's %d DAGs (ids %s-*)\n", len(r.submitted), o.RunID)
+	} else {
+		r.deleteDAGs(ctx)
+	}
 	return r.res, nil
+}
+
+// deleteDAGs deletes the DAGs the run submitted, once measured, so that a
+// bench leaves a cluster's state as it found it, as the raw etcd phases
+// leave its keys: a cluster benched again and again (or drilled under a
+// bench loop) does not grow by every run's tasks until retention. A DAG
+// that cannot be deleted is named and left; the figures stand.
+func (r *clusterRun) deleteDAGs(ctx context.Context) {
+	start := time.Now()
+	next := make(chan string, len(r.submitted))
+	for _, id := range r.submitted {
+		next <- id
+	}
+	close(next)
+	var (
+		mu     sync.Mutex
+		failed []string
+		wg     sync.WaitGroup
+	)
+	for p := 0; p < r.o.Submitters; p++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for id := range next {
+				_, err := r.c.Delete(ctx, id)
+				var ae *client.APIError
+				if err != nil && !(errors.As(err, &ae) && ae.Status == http.StatusNotFound) {
+					mu.Lock()
+					failed = append(failed, fmt.Sprintf("%s: %v", id, err))
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	fmt.Fprintf(r.o.Log, "deleted the run's %d DAGs in %.2fs (--keep keeps them)\n",
+		len(r.submitted)-len(failed), time.Since(start).Seconds())
+	if len(failed) > 0 {
+		slices.Sort(failed)
+		fmt.Fprintf(r.o.Log, "could not delete %d DAGs, left in the cluster: %s\n", len(failed), strings.Join(failed, "; "))
+	}
 }
 
 // clusterRun is one run against servers reached over HTTP: a cluster of
@@ -201,10 +249,12 @@ type clusterRun struct {
 	o     ClusterOptions
 	res   *ClusterResult
 	count int // DAGs of the throughput phase
-	tr    *http.Transport
-	c     *client.Client
-	cli   *clientv3.Client
-	cl    *client.Cluster
+	// submitted are the ids of every DAG the run submitted, in order.
+	submitted []string
+	tr        *http.Transport
+	c         *client.Client
+	cli       *clientv3.Client
+	cl        *client.Cluster
 }
 
 func newClusterRun(ctx context.Context, o ClusterOptions) (*clusterRun, error) {
@@ -302,6 +352,7 @@ func (r *clusterRun) orionPhases(ctx context.Context) error {
 	m0, _ := scrapeMetrics(ctx, r.tr, leaderURL, o.Token)
 	cpu0 := r.probeCPU(ctx)
 	start := time.Now()
+	r.submitted = append(r.submitted, ids...)
 	if err := submitAll(ctx, c, bodies, o.Submitters); err != nil {
 		return fmt.Errorf("throughput: %w", err)
 	}
@@ -341,6 +392,7 @@ func (r *clusterRun) orionPhases(ctx context.Context) error {
 		return err
 	}
 	start = time.Now()
+	r.submitted = append(r.submitted, chainID)
 	if err := submitAll(ctx, c, [][]byte{body}, 1); err != nil {
 		return fmt.Errorf("chain: %w", err)
 	}

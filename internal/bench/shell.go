@@ -174,6 +174,7 @@ func (r *clusterRun) shellPhase(ctx context.Context) error {
 	leader := r.leaderURL()
 	cpu0 := r.probeCPU(ctx)
 	start := time.Now()
+	r.submitted = append(r.submitted, id)
 	if err := submitAll(ctx, c, [][]byte{body}, 1); err != nil {
 		return fmt.Errorf("shell chain: %w", err)
 	}

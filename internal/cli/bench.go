@@ -19,7 +19,7 @@ import (
 
 func newBenchCmd() *cobra.Command {
 	var o bench.Options
-	var asJSON bool
+	var asJSON, keep bool
 	var servers, etcdEndpoints string
 	var submitters int
 	var timeout time.Duration
@@ -64,8 +64,11 @@ last line of --json output is one JSON object.`,
 				return runClusterBench(ctx, cmd, bench.ClusterOptions{
 					Servers: bench.SplitURLs(servers), EtcdEndpoints: bench.SplitURLs(etcdEndpoints),
 					Tasks: o.Tasks, DAGSize: o.DAGSize, Chain: o.Chain, ShellChain: o.ShellChain, Submitters: submitters,
-					EtcdFor: o.EtcdFor, Timeout: timeout,
+					EtcdFor: o.EtcdFor, Timeout: timeout, Keep: keep,
 				}, asJSON)
+			}
+			if keep {
+				return errors.New("--keep: only with --server (the in-process server's state goes with its data dir)")
 			}
 			o.Log = cmd.ErrOrStderr()
 			o.Submitters = submitters
@@ -92,6 +95,7 @@ last line of --json output is one JSON object.`,
 	f.StringVar(&etcdEndpoints, "etcd-endpoints", "", "cluster mode: comma-separated client URLs of the etcd members the cluster uses")
 	f.IntVar(&submitters, "submitters", 4, "concurrent DAG submissions in the throughput phase")
 	f.DurationVar(&timeout, "timeout", 10*time.Minute, "cluster mode: how long each phase may wait for its DAGs")
+	f.BoolVar(&keep, "keep", false, "cluster mode: leave the run's DAGs in the cluster (by default they are deleted once measured)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object")
 	return cmd
 }

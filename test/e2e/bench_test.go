@@ -15,7 +15,8 @@ import (
 // small load: every phase runs and reports its figures, with the CPU budget
 // read from each process's /metrics (the workers': from /proc, by the pid
 // and host they report). The figures themselves are not
-// asserted (the machine is shared): that they were measured is.
+// asserted (the machine is shared): that they were measured is. The run
+// deletes its DAGs at the end.
 func TestClusterBench(t *testing.T) {
 	c := cluster.New(t, cluster.Options{})
 	var urls []string
@@ -83,5 +84,15 @@ func TestClusterBench(t *testing.T) {
 	}
 	if len(cpu.Notes) != 0 {
 		t.Errorf("notes %q: want none (every process runs on this host)", cpu.Notes)
+	}
+	// The run deleted its DAGs once measured: the cluster is as it was.
+	var list struct {
+		DAGs []struct{ ID string } `json:"dags"`
+	}
+	if err := c.GetJSON(urls[0], "/api/v1/dags", &list); err != nil || len(list.DAGs) != 0 {
+		t.Errorf("DAGs left after the bench: %v %v\n%s", list.DAGs, err, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "deleted the run's 6 DAGs") {
+		t.Errorf("the log does not say the DAGs were deleted:\n%s", stderr.String())
 	}
 }
