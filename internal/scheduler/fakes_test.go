@@ -229,6 +229,16 @@ func (s *fakeStore) TermRecord(ctx context.Context) (store.TermRecord, bool, int
 	return *s.term, true, s.rev, nil
 }
 
+// electedLocked is what a campaign that wins now reads with its decision,
+// as store.Campaign does: the term record and the revision.
+func (s *fakeStore) electedLocked() store.Elected {
+	el := store.Elected{Rev: s.rev}
+	if s.term != nil {
+		el.Prev, el.HasPrev = *s.term, true
+	}
+	return el
+}
+
 type fakeSession struct {
 	done chan struct{}
 	once sync.Once
@@ -301,7 +311,10 @@ type fakeTerm struct {
 	won     time.Time
 	session *fakeSession
 	s       *fakeStore
+	elected store.Elected
 }
+
+func (t *fakeTerm) Elected() store.Elected { return t.elected }
 
 func (t *fakeTerm) Fence() store.Fence    { return t.fence }
 func (t *fakeTerm) Won() time.Time        { return t.won }
@@ -338,7 +351,7 @@ func (s *fakeStore) Campaign(ctx context.Context, session store.Session, name st
 		default:
 		}
 		if up && s.fenceRev != 0 && s.holder == fs && s.leader == name {
-			t := &fakeTerm{fence: store.Fence{Key: "/orion/v1/election/" + name, Rev: s.fenceRev}, won: time.Now(), session: fs, s: s}
+			t := &fakeTerm{fence: store.Fence{Key: "/orion/v1/election/" + name, Rev: s.fenceRev}, won: time.Now(), session: fs, s: s, elected: s.electedLocked()}
 			s.wins = append(s.wins, fmt.Sprintf("%s@%d", name, s.fenceRev))
 			s.mu.Unlock()
 			return t, nil
@@ -346,7 +359,7 @@ func (s *fakeStore) Campaign(ctx context.Context, session store.Session, name st
 		if up && s.fenceRev == 0 && !s.loser[name] {
 			s.rev++
 			s.fenceRev, s.leader, s.holder = s.rev, name, fs
-			t := &fakeTerm{fence: store.Fence{Key: "/orion/v1/election/" + name, Rev: s.rev}, won: time.Now(), session: fs, s: s}
+			t := &fakeTerm{fence: store.Fence{Key: "/orion/v1/election/" + name, Rev: s.rev}, won: time.Now(), session: fs, s: s, elected: s.electedLocked()}
 			s.wins = append(s.wins, fmt.Sprintf("%s@%d", name, s.rev))
 			s.mu.Unlock()
 			return t, nil

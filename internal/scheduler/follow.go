@@ -202,11 +202,17 @@ func (e *Engine) readTermRecord(rec *store.TermRecord) {
 	e.prevLeader, e.prevWorkers, e.incarnation = rec.Name, rec.Workers, rec.Incarnation
 }
 
-// catchUp applies the watch until it has shown everything etcd holds now.
 // catchUpTimeout bounds a new leader's catch-up through its watch.
 const catchUpTimeout = time.Second
 
-func (e *Engine) catchUp(ctx context.Context) error {
+// catchUp applies the watch until it has shown everything the terms before
+// wrote.
+//
+// The target is the revision that decided the election, read with the term
+// record in the same transaction (store.Elected): every write of the terms
+// before precedes it, so the new leader reads nothing more on its way to
+// lead. A term that does not know it reads the current revision.
+func (e *Engine) catchUp(ctx context.Context, term store.Term) error {
 	if e.watchCh == nil {
 		return errors.New("not following the log")
 	}
@@ -215,15 +221,20 @@ func (e *Engine) catchUp(ctx context.Context) error {
 	// background re-read, so reads queued behind it wait at most this.
 	rctx, cancel := context.WithTimeout(ctx, catchUpTimeout)
 	defer cancel()
-	rec, ok, target, err := e.st.TermRecord(rctx)
-	if err != nil {
-		return err
+	el := term.Elected()
+	if el.Rev == 0 {
+		rec, ok, rev, err := e.st.TermRecord(rctx)
+		if err != nil {
+			return err
+		}
+		el = store.Elected{Rev: rev, Prev: rec, HasPrev: ok}
 	}
 	var prev *store.TermRecord
-	if ok {
-		prev = &rec
+	if el.HasPrev {
+		prev = &el.Prev
 	}
 	e.readTermRecord(prev)
+	target := el.Rev
 	for e.seenRev < target {
 		if err := e.st.RequestProgress(rctx); err != nil {
 			return err

@@ -177,7 +177,7 @@ func (e *Engine) onElected(ctx context.Context, term store.Term) {
 		e.reloadAsync(ctx, func(ctx context.Context) { e.onElected(ctx, term) })
 		return
 	}
-	if err := e.catchUp(ctx); err != nil {
+	if err := e.catchUp(ctx, term); err != nil {
 		e.log.Warn("could not catch up through the watch; re-reading etcd", zap.Error(err))
 		e.stopWatch()
 		e.won = term

@@ -45,47 +45,134 @@ func NewSession(ctx context.Context, cli *clientv3.Client, ttl time.Duration) (*
 // grant, the registration).
 const SessionOpenTimeout = 5 * time.Second
 
-// etcdTerm is a Term won through a concurrency.Election.
+// etcdTerm is a Term won by Campaign.
 type etcdTerm struct {
 	fence    Fence
 	won      time.Time
 	session  *concurrency.Session
 	election *concurrency.Election
+	elected  Elected
 }
 
 func (t *etcdTerm) Fence() Fence                     { return t.fence }
 func (t *etcdTerm) Won() time.Time                   { return t.won }
 func (t *etcdTerm) Done() <-chan struct{}            { return t.session.Done() }
 func (t *etcdTerm) Resign(ctx context.Context) error { return t.election.Resign(ctx) }
+func (t *etcdTerm) Elected() Elected                 { return t.elected }
 
-// Campaign blocks until this node is the leader or ctx ends. value is what
-// `etcdctl elect -l` prints for the leader (the node's name).
+// Campaign blocks until this node is the leader, ctx ends or the session
+// does. value is what `etcdctl elect -l` prints for the leader (the node's
+// name).
+//
+// The keys and their order are concurrency.Election's (one key per lease
+// under ElectionPrefix, the oldest leads), so etcdctl and Resign work as
+// with it. The wait differs: the read that finds no older key also reads
+// this node's own key and the term record, in one transaction. That read
+// decides the election, confirms the key is still ours (Campaign could
+// otherwise return after the session died: etcd issue 19597), and gives the
+// new leader the term before and the revision to catch up to, where
+// concurrency.Election would take three reads in a row, each a round trip
+// to a quorum on the takeover's path.
 func Campaign(ctx context.Context, session *concurrency.Session, value string) (Term, error) {
-	election := concurrency.NewElection(session, ElectionPrefix)
-	if err := election.Campaign(ctx, value); err != nil {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-session.Done(): // a key on a lease that is gone cannot lead
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	cli := session.Client()
+	key, rev, err := electionKey(ctx, cli, session.Lease(), value)
+	if err != nil {
 		return nil, fmt.Errorf("leadership: campaign: %w", err)
 	}
-	// Campaign can return after the session died (etcd issue 19597): make
-	// sure the lease is alive and our key still exists before acting on it.
-	select {
-	case <-session.Done():
-		return nil, errors.New("leadership: session ended while campaigning")
-	default:
+	for {
+		resp, err := cli.Txn(ctx).Then(
+			clientv3.OpGet(ElectionPrefix+"/", clientv3.WithPrefix(), clientv3.WithMaxCreateRev(rev-1),
+				clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(1)),
+			clientv3.OpGet(key),
+			clientv3.OpGet(LeaderKey),
+		).Commit()
+		if err != nil {
+			return nil, fmt.Errorf("leadership: campaign: %w", err)
+		}
+		if ahead := resp.Responses[0].GetResponseRange().Kvs; len(ahead) > 0 {
+			// Wait for the newest older key to go, then look again: an
+			// older one may remain (the order is by creation, and keys go
+			// in any order).
+			if err := waitDeleted(ctx, cli, string(ahead[0].Key), resp.Header.Revision); err != nil {
+				return nil, fmt.Errorf("leadership: campaign: %w", err)
+			}
+			continue
+		}
+		mine := resp.Responses[1].GetResponseRange().Kvs
+		if len(mine) == 0 || mine[0].Lease != int64(session.Lease()) || mine[0].CreateRevision != rev {
+			return nil, errors.New("leadership: election key vanished while campaigning")
+		}
+		el := Elected{Rev: resp.Header.Revision}
+		if r, err := decodeTermRecord(resp.Responses[2].GetResponseRange().Kvs); r != nil && err == nil {
+			el.Prev, el.HasPrev = *r, true
+		}
+		return &etcdTerm{
+			fence:    Fence{Key: key, Rev: rev},
+			won:      time.Now(),
+			session:  session,
+			election: concurrency.ResumeElection(session, ElectionPrefix, key, rev),
+			elected:  el,
+		}, nil
 	}
-	key := election.Key()
-	resp, err := session.Client().Get(ctx, key)
+}
+
+// electionKey puts the lease's election key, or finds it from an earlier
+// campaign on the same lease (with value again), and returns it with its
+// create revision: its place in the line.
+func electionKey(ctx context.Context, cli *clientv3.Client, lease clientv3.LeaseID, value string) (string, int64, error) {
+	key := fmt.Sprintf("%s/%x", ElectionPrefix, lease)
+	resp, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, value, clientv3.WithLease(lease))).
+		Else(clientv3.OpGet(key)).Commit()
 	if err != nil {
-		return nil, fmt.Errorf("leadership: confirm key: %w", err)
+		return "", 0, err
 	}
-	if len(resp.Kvs) == 0 || resp.Kvs[0].Lease != int64(session.Lease()) {
-		return nil, errors.New("leadership: election key vanished after campaign")
+	if resp.Succeeded {
+		return key, resp.Header.Revision, nil
 	}
-	return &etcdTerm{
-		fence:    Fence{Key: key, Rev: election.Rev()},
-		won:      time.Now(),
-		session:  session,
-		election: election,
-	}, nil
+	kv := resp.Responses[0].GetResponseRange().Kvs[0]
+	if string(kv.Value) != value {
+		// The key keeps its place; only its value changes.
+		r, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", kv.CreateRevision)).
+			Then(clientv3.OpPut(key, value, clientv3.WithIgnoreLease())).Commit()
+		if err != nil {
+			return "", 0, err
+		}
+		if !r.Succeeded {
+			return "", 0, errors.New("election key vanished while campaigning")
+		}
+	}
+	return key, kv.CreateRevision, nil
+}
+
+// waitDeleted returns once key, which existed at rev, is deleted; or when
+// the watch ends otherwise (the caller reads again), or ctx does.
+func waitDeleted(ctx context.Context, cli *clientv3.Client, key string, rev int64) error {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	for wr := range cli.Watch(wctx, key, clientv3.WithRev(rev+1), clientv3.WithFilterPut()) {
+		if err := wr.Err(); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return nil // compacted past rev, or no etcd leader: read again
+		}
+		for _, ev := range wr.Events {
+			if ev.Type == clientv3.EventTypeDelete {
+				return nil
+			}
+		}
+	}
+	return ctx.Err()
 }
 
 // Leader is the current leader as etcd sees it: the election key with the

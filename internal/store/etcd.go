@@ -44,6 +44,20 @@ type Term interface {
 	// Resign gives leadership up at once, so another replica wins without
 	// waiting for the lease to expire. The session stays open.
 	Resign(ctx context.Context) error
+	// Elected is what etcd held when the election was decided.
+	Elected() Elected
+}
+
+// Elected is what etcd held when an election was decided.
+type Elected struct {
+	// Rev is the revision of the read that found no older candidate: every
+	// write of the terms before (fenced on keys already gone by then)
+	// precedes it, so a follower that has applied through Rev may lead.
+	// 0: unknown; read the current revision instead.
+	Rev int64
+	// Prev is the term record of the term before, if HasPrev.
+	Prev    TermRecord
+	HasPrev bool
 }
 
 // WatchEvent is one response of the log watch, decoded.
