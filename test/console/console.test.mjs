@@ -6,7 +6,7 @@
 // Chromium; screenshots go to test/artifacts/console/ (gitignored).
 import { after, afterEach, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { readFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import os from "node:os";
 import { Orion, REPO, browser, hasFlag, shot, sleep, waitFor } from "./harness.mjs";
@@ -49,6 +49,43 @@ async function submitTemplate(page, key) {
   const msg = page.locator('[data-testid="submit-msg"]');
   await waitFor(`submission of ${key}`, async () => /Submitted: /.test((await msg.textContent()) ?? ""), 35000);
   return ((await msg.textContent()) ?? "").replace(/^.*Submitted: /, "").trim();
+}
+
+/** Pastes a DAG into the editor and submits it; returns its id. */
+async function submitText(page, text) {
+  await page.fill('[data-testid="dag-text"]', text);
+  await page.click('[data-testid="submit"]');
+  const msg = page.locator('[data-testid="submit-msg"]');
+  await waitFor("the submission", async () => /Submitted: /.test((await msg.textContent()) ?? ""), 35000);
+  return ((await msg.textContent()) ?? "").replace(/^.*Submitted: /, "").trim();
+}
+
+/** Clicks Delete and answers its confirmation (accept or not); returns the question asked. */
+async function clickDelete(page, accept) {
+  let asked = null;
+  page.once("dialog", (d) => {
+    asked = { type: d.type(), message: d.message() };
+    void (accept ? d.accept() : d.dismiss());
+  });
+  await page.click('[data-testid="delete"]');
+  await waitFor("the confirmation", async () => asked, 5000);
+  return asked;
+}
+
+/**
+ * Stops the page's event stream, so that it does not hear of what the test
+ * does next (as a page that has not heard yet of another client's change),
+ * and resume() starts it again. With the stream stopped but not down the
+ * page does not poll either.
+ */
+async function pauseStream(page) {
+  await page.evaluate(() => window.orion.stream.stop());
+  return {
+    resume: async () => {
+      await page.evaluate(() => window.orion.stream.start(window.orion.stream.lastRev));
+      await waitFor("the live stream again", async () => /live/.test((await page.textContent('[data-testid="conn"]')) ?? ""), 15000);
+    },
+  };
 }
 
 /** Statuses of the graph's nodes, from Cytoscape itself. */
@@ -212,6 +249,109 @@ describe("console on a single node", { timeout: 480000 }, () => {
       return Object.values(s).every((x) => x === "cancelled" || x === "succeeded") ? s : null;
     }, 20000);
     assert.equal(st.announce, "cancelled");
+  });
+
+  test("delete: disabled while the DAG runs; once it has finished and it is confirmed, the DAG leaves the page, the list and the server", async () => {
+    const gate = join(orion.dir, "delete-me.open");
+    const id = await submitText(page, [
+      "id: delete-me",
+      "tasks:",
+      `  - {id: hold, kind: shell, command: 'while [ ! -e "${gate}" ]; do sleep 0.05; done; echo released'}`,
+      "  - {id: after, kind: shell, command: 'echo after', depends_on: [hold]}",
+      "",
+    ].join("\n"));
+    assert.equal(id, "delete-me");
+    // Running until the test opens the gate.
+    await waitFor("hold running", async () => (await nodeStatuses(page)).hold === "running", 20000);
+    await waitDAG(page, id, "running", 5000);
+    assert.equal(await page.isEnabled('[data-testid="cancel"]'), true, "cancel is disabled on a running DAG");
+    assert.equal(await page.isDisabled('[data-testid="delete"]'), true, "delete is enabled on a running DAG");
+    writeFileSync(gate, "");
+    await waitDAG(page, id, "succeeded", 30000);
+    await waitFor("delete enabled", async () => page.isEnabled('[data-testid="delete"]'), 10000);
+    assert.equal(await page.isDisabled('[data-testid="cancel"]'), true);
+
+    await page.hover('[data-testid="delete"]');
+    await waitFor("the delete help", async () => /retention/.test((await page.locator(".help-pop").textContent()) ?? ""), 5000);
+    await page.mouse.move(5, 500);
+
+    const deletes = [];
+    const onRequest = (r) => {
+      if (r.method() === "DELETE") deletes.push(r.url());
+    };
+    page.on("request", onRequest);
+    try {
+      // Not confirmed: nothing is sent, the DAG stays.
+      const asked = await clickDelete(page, false);
+      assert.equal(asked.type, "confirm");
+      assert.match(asked.message, /delete-me/);
+      assert.equal((await api(node.url, `/api/v1/dags/${id}`)).status, 200);
+      assert.equal(await page.getAttribute("#graph", "data-dag"), id);
+
+      // Confirmed: the page leaves it, the list drops it, the server has none.
+      await clickDelete(page, true);
+      await waitFor("the page to leave the deleted DAG", async () => (await page.textContent('[data-testid="dag-title"]')) === "No DAG selected", 15000);
+      assert.equal(await page.locator(`#dag-list li[data-dag="${id}"]`).count(), 0, "the list still shows the deleted DAG");
+      assert.equal(await page.evaluate(() => location.hash), "");
+      assert.equal(await page.isDisabled('[data-testid="delete"]'), true);
+      const gone = await api(node.url, `/api/v1/dags/${id}`);
+      assert.equal(gone.status, 404, JSON.stringify(gone.body));
+      assert.match(await narration(page), /deleted DAG delete-me with its 2 task/);
+      // The list as the server has it now: still without it.
+      await page.evaluate(() => window.orion.loadList());
+      assert.equal(await page.locator(`#dag-list li[data-dag="${id}"]`).count(), 0, "a reloaded list shows the deleted DAG");
+      assert.deepEqual(deletes, [node.pageURL + `/api/v1/dags/${id}`], "DELETE requests sent");
+      await shot(page, "deleted");
+    } finally {
+      page.off("request", onRequest);
+    }
+  });
+
+  test("delete refused by the server: its message is shown and the page stays; a DAG deleted meanwhile is left", async () => {
+    const gate = join(orion.dir, "delete-refused.open");
+    // Fails until the gate is open, then runs until cancelled.
+    const id = await submitText(page, [
+      "id: delete-refused",
+      "tasks:",
+      `  - {id: gate, kind: shell, max_retries: 0, command: 'if [ -e "${gate}" ]; then exec sleep 300; fi; echo "the gate is shut" >&2; exit 1'}`,
+      "",
+    ].join("\n"));
+    await waitDAG(page, id, "failed", 30000);
+    await waitFor("delete enabled", async () => page.isEnabled('[data-testid="delete"]'), 10000);
+
+    // Another client retries it: it runs again, which the page has not heard.
+    let stream = await pauseStream(page);
+    writeFileSync(gate, "");
+    const retried = await api(node.url, `/api/v1/dags/${id}/retry`, { method: "POST" });
+    assert.equal(retried.status, 200, JSON.stringify(retried.body));
+    assert.equal(await page.getAttribute("#graph", "data-status"), "failed");
+    await clickDelete(page, true);
+    await waitFor("the server's refusal in the page", async () => /delete failed: DAG delete-refused is running: cancel it before deleting it/.test(await narration(page)), 15000);
+    // The page stays on the DAG and reloads it: running, so delete is off.
+    await waitDAG(page, id, "running", 10000);
+    assert.equal(await page.isDisabled('[data-testid="delete"]'), true);
+    assert.equal(await page.textContent('[data-testid="dag-title"]'), id);
+    await shot(page, "delete-refused");
+    // The browser logs the 409 it was meant to get.
+    const i = b.errors.findIndex((e) => /status of 409/.test(e));
+    if (i >= 0) b.errors.splice(i, 1);
+    await stream.resume();
+
+    // Cancelled and stopped, then deleted by another client before the page
+    // heard: the page's delete finds it gone (404) and leaves it.
+    await page.click('[data-testid="cancel"]');
+    await waitDAG(page, id, "cancelled", 20000);
+    await waitAllNodes(page, "cancelled", 1, 20000);
+    await waitFor("delete enabled", async () => page.isEnabled('[data-testid="delete"]'), 10000);
+    stream = await pauseStream(page);
+    const del = await api(node.url, `/api/v1/dags/${id}`, { method: "DELETE" });
+    assert.equal(del.status, 200, JSON.stringify(del.body));
+    assert.deepEqual(del.body, { id, status: "deleted" });
+    await clickDelete(page, true);
+    await waitFor("the page to leave the DAG deleted meanwhile", async () => (await page.textContent('[data-testid="dag-title"]')) === "No DAG selected", 15000);
+    assert.match(await narration(page), /DAG delete-refused was deleted already/);
+    assert.equal(await page.locator(`#dag-list li[data-dag="${id}"]`).count(), 0);
+    await stream.resume();
   });
 
   test("paste YAML and JSON; an invalid DAG shows the server's error", async () => {

@@ -69,6 +69,20 @@ async function request(method: string, path: string, body?: BodyInit, headers: R
 }
 
 async function json<T>(method: string, path: string, body?: BodyInit, headers: Record<string, string> = {}, timeoutMs?: number): Promise<T> {
+  return (await jsonRev<T>(method, path, body, headers, timeoutMs)).body;
+}
+
+/**
+ * json, with the revision of a write's answer (X-Orion-Revision: the
+ * revision the replica had applied, the write included; 0 when absent).
+ */
+async function jsonRev<T>(
+  method: string,
+  path: string,
+  body?: BodyInit,
+  headers: Record<string, string> = {},
+  timeoutMs?: number,
+): Promise<{ body: T; revision: number }> {
   const resp = await request(method, path, body, headers, timeoutMs);
   const text = await resp.text();
   let parsed: unknown = undefined;
@@ -82,7 +96,7 @@ async function json<T>(method: string, path: string, body?: BodyInit, headers: R
     if (err && typeof err === "object") throw new APIError(resp.status, err.code, err.message, err.details);
     throw new APIError(resp.status, "http_" + resp.status, `${method} ${path}: ${resp.status} ${text.slice(0, 200)}`);
   }
-  return parsed as T;
+  return { body: parsed as T, revision: Number(resp.headers.get("X-Orion-Revision")) || 0 };
 }
 
 const enc = encodeURIComponent;
@@ -113,6 +127,8 @@ export const api = {
   },
   cancel: (id: string) => json<{ id: string; status: string }>("POST", `/api/v1/dags/${enc(id)}/cancel`, undefined, {}, 35000),
   retry: (id: string) => json<{ id: string; status: string }>("POST", `/api/v1/dags/${enc(id)}/retry`, undefined, {}, 35000),
+  /** Deletes a finished DAG with its tasks; revision is the deletion's (0 if the answer had none). */
+  deleteDAG: (id: string) => jsonRev<{ id: string; status: string }>("DELETE", `/api/v1/dags/${enc(id)}`, undefined, {}, 35000),
   cluster: () => json<ClusterResponse>("GET", "/api/v1/cluster", undefined, {}, 5000),
   schedules: () => json<{ schedules: ScheduleView[] }>("GET", "/api/v1/schedules", undefined, {}, 5000),
   scheduleRuns: (id: string) => json<{ runs: ScheduleRun[] }>("GET", `/api/v1/schedules/${enc(id)}/runs`, undefined, {}, 5000),

@@ -29,6 +29,13 @@ export const HELP: Record<string, { title: string; body: string }> = {
       "A failed attempt with retries left makes the task retrying: retry n waits min(retry_base × 2^n, retry_cap) (2 s, 4 s, 8 s … 30 s by default), " +
       "then the task is ready again and re-enters the heap. The timeline shows these waits hatched in amber.",
   },
+  delete: {
+    title: "Delete a finished DAG",
+    body:
+      "Deletes the DAG shown, with all its tasks and their records, in one fenced commit: what retention does on its own once a DAG has been finished " +
+      "longer than retention. Only a finished DAG (succeeded, failed or cancelled) can go: a running one must be cancelled first, and a cancelled one " +
+      "once its attempts have stopped. Its id can then be submitted again.",
+  },
   fence: {
     title: "Fenced commit",
     body:

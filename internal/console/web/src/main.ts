@@ -49,6 +49,14 @@ export class App {
   readonly stream: EventStream;
   readonly demo: Demo;
   private loadSeq = 0;
+  /**
+   * DAGs known deleted, by the revision of their deletion: a list read
+   * before that revision (one in flight when the DAG went) does not bring
+   * them back. Dropped once a list at or after that revision came.
+   */
+  private deletedAt = new Map<string, number>();
+  /** DAGs this page asked to delete, until the answer. */
+  private deleting = new Set<string>();
   private lastLeader: string | null = null;
   private streamWas: StreamState | null = null;
 
@@ -81,7 +89,10 @@ export class App {
   async loadList(): Promise<number> {
     const r = await api.listDAGs(100);
     this.node = r.node;
-    this.dags = new Map(r.dags.map((d) => [d.id, d]));
+    // A DAG listed at or after its deletion's revision was submitted again.
+    const stale = (id: string) => r.revision < (this.deletedAt.get(id) ?? 0);
+    this.dags = new Map(r.dags.filter((d) => !stale(d.id)).map((d) => [d.id, d]));
+    for (const [id, rev] of this.deletedAt) if (r.revision >= rev) this.deletedAt.delete(id);
     this.renderList();
     return r.revision;
   }
@@ -101,12 +112,21 @@ export class App {
       if (prev && prev.id === d.id) this.narrateChanges(prev, d);
     } catch (e) {
       if (e instanceof APIError && e.status === 404 && id === this.currentId) {
-        this.say(`DAG ${id} no longer exists (deleted by retention?)`, "warn");
-        this.dags.delete(id);
-        this.renderList();
-        this.select(null);
+        this.say(`DAG ${id} no longer exists (deleted on request or by retention?)`, "warn");
+        this.forget(id, 0);
       }
     }
+  }
+
+  /**
+   * Drops a deleted DAG (rev: its deletion's revision, 0 if unknown) from
+   * the list; the page leaves it, for the list, when it is the one shown.
+   */
+  forget(id: string, rev: number): void {
+    if (rev > (this.deletedAt.get(id) ?? 0)) this.deletedAt.set(id, rev);
+    this.dags.delete(id);
+    this.renderList();
+    if (id === this.currentId) void this.select(null);
   }
 
   async select(id: string | null, task: string | null = null): Promise<void> {
@@ -197,13 +217,19 @@ export class App {
         break;
       }
       case "dag": {
+        const gone = e.dag ? this.deletedAt.get(e.dag) : undefined;
+        // An event of a deleted DAG from before its deletion: not news.
+        if (gone !== undefined && (e.rev ?? 0) <= gone) break;
         if (e.dag) {
+          // After its deletion: the id was submitted again.
+          if (gone !== undefined) this.deletedAt.delete(e.dag);
           const d = this.dags.get(e.dag);
           if (e.dag === this.currentId && this.current && e.status && e.status !== this.current.status && (e.rev ?? 0) > this.current.revision) {
             if (e.run && e.run !== this.current.run) this.say(`DAG ${e.dag}: run ${e.run} started (retry)`, "step");
             else this.say(`DAG ${e.dag} ${e.status}`, e.status === "succeeded" ? "ok" : e.status === "running" ? "info" : "bad");
             this.current.status = e.status as DAGSummary["status"];
             if (e.run) this.current.run = e.run;
+            this.renderActions();
           }
           if (d) {
             if (e.status) d.status = e.status as DAGSummary["status"];
@@ -228,13 +254,11 @@ export class App {
         break;
       }
       case "dag_deleted":
+        // On request (this page's or another client's) or by retention: the
+        // event does not say which.
         if (e.dag) {
-          this.dags.delete(e.dag);
-          this.renderList();
-          if (e.dag === this.currentId) {
-            this.say(`DAG ${e.dag} was deleted by the retention policy`, "warn");
-            void this.select(null);
-          }
+          if (e.dag === this.currentId && !this.deleting.has(e.dag)) this.say(`DAG ${e.dag} was deleted (on request or by the retention policy)`, "warn");
+          this.forget(e.dag, e.rev ?? 0);
         }
         break;
       case "metrics": {
@@ -367,8 +391,7 @@ export class App {
       $("#dag-title").textContent = this.currentId ? `loading ${this.currentId}…` : "No DAG selected";
       $("#dag-status").replaceChildren();
       $("#dag-meta").textContent = "";
-      (document.getElementById("btn-cancel") as HTMLButtonElement).disabled = true;
-      (document.getElementById("btn-retry") as HTMLButtonElement).disabled = true;
+      this.renderActions();
       this.renderCounts();
       this.renderTaskPanel();
       $("#timeline").replaceChildren();
@@ -377,8 +400,7 @@ export class App {
     $("#dag-title").textContent = d.name && d.name !== d.id ? `${d.name}` : d.id;
     $("#dag-status").replaceChildren(statusBadge(d.status));
     $("#dag-meta").textContent = `${d.id} · run ${d.run} · ${d.tasks.length} tasks · submitted ${fmtTime(d.submitted_at)} · rev ${d.revision}`;
-    (document.getElementById("btn-cancel") as HTMLButtonElement).disabled = d.status !== "running";
-    (document.getElementById("btn-retry") as HTMLButtonElement).disabled = !(d.status === "failed" || d.status === "cancelled");
+    this.renderActions();
     this.graph.setTasks(d.id, d.tasks);
     if (this.selected) this.graph.select(this.selected);
     const g = $("#graph");
@@ -387,6 +409,14 @@ export class App {
     this.renderCounts();
     this.renderTaskPanel();
     if (this.tab === "timeline") this.renderTimeline();
+  }
+
+  /** Cancel while it runs, retry once failed or cancelled, delete once finished (and not being deleted). */
+  renderActions(): void {
+    const d = this.current;
+    (document.getElementById("btn-cancel") as HTMLButtonElement).disabled = d?.status !== "running";
+    (document.getElementById("btn-retry") as HTMLButtonElement).disabled = !(d?.status === "failed" || d?.status === "cancelled");
+    (document.getElementById("btn-delete") as HTMLButtonElement).disabled = !d || d.status === "running" || this.deleting.has(d.id);
   }
 
   renderTaskPanel(): void {
@@ -558,6 +588,39 @@ export class App {
     }
     this.refreshCurrent();
   }
+
+  /**
+   * Deletes the finished DAG shown, once confirmed; the page then leaves it
+   * for the list, as when any deletion reaches it. A refusal (409 while it
+   * runs or stops its attempts) is told with the server's message.
+   */
+  async deleteDAG(): Promise<void> {
+    const d = this.current;
+    if (!d || d.id !== this.currentId || this.deleting.has(d.id)) return;
+    const id = d.id;
+    const name = d.name && d.name !== id ? `${d.name} (${id})` : id;
+    if (!window.confirm(`Delete DAG ${name} and its ${d.tasks.length} task(s)? Their records and logs go too; this cannot be undone.`)) return;
+    this.deleting.add(id);
+    this.renderActions();
+    try {
+      const r = await api.deleteDAG(id);
+      this.say(`deleted DAG ${r.body.id} with its ${d.tasks.length} task(s)`, "step");
+      this.forget(id, r.revision);
+    } catch (e) {
+      if (e instanceof APIError && e.status === 404) {
+        this.say(`DAG ${id} was deleted already (${e.message})`, "warn");
+        this.forget(id, 0);
+      } else {
+        this.say(`delete failed: ${(e as Error).message}`, "bad");
+      }
+    } finally {
+      this.deleting.delete(id);
+    }
+    if (this.currentId === id) {
+      this.renderActions();
+      this.refreshCurrent();
+    }
+  }
 }
 
 // ---- bootstrap ------------------------------------------------------------
@@ -609,6 +672,7 @@ async function boot(): Promise<void> {
 
   $("#btn-cancel").addEventListener("click", () => void app.cancel());
   $("#btn-retry").addEventListener("click", () => void app.retry());
+  $("#btn-delete").addEventListener("click", () => void app.deleteDAG());
   $("#tab-graph").addEventListener("click", () => app.setTab("graph"));
   $("#tab-timeline").addEventListener("click", () => app.setTab("timeline"));
   $("#zoom-in").addEventListener("click", () => app.graph.zoomBy(1.4));
