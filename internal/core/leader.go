@@ -1002,6 +1002,17 @@ func (c *Core) TakeEffects() []Effect {
 	return out
 }
 
+// AppendEffects appends the effects to dst, as TakeEffects returns them,
+// and keeps the core's own slice for the next ones. A leader takes its
+// effects after every event; with a dispatch per task, a fresh slice each
+// time made them the largest share of what the leader allocated.
+func (c *Core) AppendEffects(dst []Effect) []Effect {
+	dst = append(dst, c.effects...)
+	clear(c.effects) // they hold specs and ids; keep nothing alive
+	c.effects = c.effects[:0]
+	return dst
+}
+
 // Stats returns leader-side counters.
 func (c *Core) Stats() Stats { return c.stats }
 

@@ -557,3 +557,30 @@ func TestApplyErrorLeavesRevision(t *testing.T) {
 		t.Errorf("Rev %d after a refused entry at 10", r.c.Rev())
 	}
 }
+
+// AppendEffects hands the effects over like TakeEffects, and both the
+// core's slice and the caller's are used again: the leader takes effects
+// after every event, and fresh slices were most of what it allocated.
+func TestAppendEffectsReusesSlices(t *testing.T) {
+	c := New(Config{})
+	c.effects = append(make([]Effect, 0, 4), Effect{Kind: EffectCancel, Worker: "w1"}, Effect{Kind: EffectCancel, Worker: "w2"})
+	backing := &c.effects[:1][0]
+	got := c.AppendEffects([]Effect{{Worker: "kept"}})
+	if len(got) != 3 || got[0].Worker != "kept" || got[1].Worker != "w1" || got[2].Worker != "w2" {
+		t.Fatalf("appended %+v", got)
+	}
+	if len(c.effects) != 0 || c.effects[:1][0].Worker != "" {
+		t.Fatalf("the core kept %+v (its slice not cleared)", c.effects[:1])
+	}
+	c.effects = append(c.effects, Effect{Kind: EffectCancel, Worker: "w3"})
+	if &c.effects[0] != backing {
+		t.Fatal("the core's slice was not used again")
+	}
+	again := c.AppendEffects(got[:0])
+	if len(again) != 1 || again[0].Worker != "w3" || &again[0] != &got[0] {
+		t.Fatalf("appended %+v, not into the caller's slice", again)
+	}
+	if len(c.TakeEffects()) != 0 {
+		t.Fatal("effects taken twice")
+	}
+}

@@ -132,6 +132,7 @@ type Engine struct {
 	timers        timerQueue
 	timer         Timer
 	waiters       map[string][]*waiter
+	effects       []core.Effect   // runEffects' buffer, kept between calls
 	deleting      map[string]bool // DAGs whose deletion a request proposed (the rest are retention's)
 	revWaiters    []revWaiter     // WaitApplied calls, until the replica has applied their revision
 	termRecordDue bool
@@ -587,7 +588,9 @@ func (e *Engine) onWorker(ev WorkerEvent) {
 }
 
 func (e *Engine) runEffects() {
-	for _, ef := range e.c.TakeEffects() {
+	e.effects = e.c.AppendEffects(e.effects[:0])
+	defer clear(e.effects)
+	for _, ef := range e.effects {
 		switch ef.Kind {
 		case core.EffectDispatch:
 			ex := e.execs[ef.Worker]

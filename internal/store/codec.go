@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/segmentio/encoding/json"
@@ -22,7 +23,7 @@ func Ops(e *core.Entry) ([]clientv3.Op, int, error) {
 		if err != nil {
 			return nil, 0, err
 		}
-		return []clientv3.Op{clientv3.OpPut(TaskKey(e.DAG, e.Task), string(v))}, len(v), nil
+		return []clientv3.Op{clientv3.OpPut(TaskKey(e.DAG, e.Task), v)}, len(v), nil
 	case e.Delete:
 		// The DAG key goes first: a follower that sees it drops the DAG and
 		// can then ignore the deletions of its task keys.
@@ -35,7 +36,7 @@ func Ops(e *core.Entry) ([]clientv3.Op, int, error) {
 		if err != nil {
 			return nil, 0, err
 		}
-		return []clientv3.Op{clientv3.OpPut(DAGKey(e.DAG), string(v))}, len(v), nil
+		return []clientv3.Op{clientv3.OpPut(DAGKey(e.DAG), v)}, len(v), nil
 	}
 }
 
@@ -57,12 +58,33 @@ func Ops(e *core.Entry) ([]clientv3.Op, int, error) {
 // 0–9999 (a clock gone wrong), which encoding/json refuses to encode and
 // segmentio encodes in a form no decoder reads back, so that such a
 // record is refused before it is committed, not skipped by every replica.
-func marshal(v any) ([]byte, error) {
+//
+// The record is encoded into a pooled buffer and returned as a string, the
+// form etcd's OpPut takes: one allocation of the record's size, where
+// encoding into a fresh slice grew it step by step and the conversion
+// copied it again (the leader's largest allocations after its effects).
+func marshal(v any) (string, error) {
 	if err := checkYears(v); err != nil {
-		return nil, err
+		return "", err
 	}
-	return json.Append(nil, v, json.SortMapKeys)
+	bp := encodeBuffers.Get().(*[]byte)
+	b, err := json.Append((*bp)[:0], v, json.SortMapKeys)
+	if err != nil {
+		return "", err
+	}
+	out := string(b)
+	if cap(b) <= maxPooledBuffer {
+		*bp = b[:0]
+		encodeBuffers.Put(bp)
+	}
+	return out, nil
 }
+
+// encodeBuffers hold marshal's buffers. One that grew past maxPooledBuffer
+// (a large DAG record) is left to the GC rather than kept.
+var encodeBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+const maxPooledBuffer = 256 << 10
 
 // checkYears refuses a record holding a time that RFC 3339 cannot write.
 func checkYears(v any) error {

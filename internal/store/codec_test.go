@@ -31,7 +31,7 @@ func TestRecordsEncodeAsEncodingJSON(t *testing.T) {
 		if err := enc.Encode(v); err != nil {
 			t.Fatal(err)
 		}
-		if !bytes.Equal(got, bytes.TrimSuffix(want.Bytes(), []byte("\n"))) {
+		if got != string(bytes.TrimSuffix(want.Bytes(), []byte("\n"))) {
 			t.Errorf("%s encodes differently from encoding/json:\n got %s\nwant %s", name, got, want.Bytes())
 		}
 	}
@@ -69,8 +69,8 @@ func TestRecordsDecodeAsEncodingJSON(t *testing.T) {
 	}
 	for _, v := range sampleRecords() {
 		if rec, ok := v.(*core.TaskRecord); ok {
-			b, _ := marshal(rec)
-			values = append(values, string(b))
+			v, _ := marshal(rec)
+			values = append(values, v)
 		}
 	}
 	for _, v := range values {

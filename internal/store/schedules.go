@@ -121,7 +121,7 @@ func (s *Etcd) PutSchedule(ctx context.Context, f Fence, sc *schedule.Schedule, 
 	}
 	key := ScheduleKey(sc.ID)
 	cond := clientv3.Compare(clientv3.ModRevision(key), "=", modRev)
-	return s.fencedTxn(ctx, f, []clientv3.Cmp{cond}, clientv3.OpPut(key, string(v)))
+	return s.fencedTxn(ctx, f, []clientv3.Cmp{cond}, clientv3.OpPut(key, v))
 }
 
 // DeleteSchedule deletes a schedule and its cursor, fenced, if it is still
@@ -140,7 +140,7 @@ func (s *Etcd) PutCursor(ctx context.Context, f Fence, id string, createRev int6
 		return 0, err
 	}
 	cond := clientv3.Compare(clientv3.CreateRevision(ScheduleKey(id)), "=", createRev)
-	return s.fencedTxn(ctx, f, []clientv3.Cmp{cond}, clientv3.OpPut(CursorKey(id), string(v)))
+	return s.fencedTxn(ctx, f, []clientv3.Cmp{cond}, clientv3.OpPut(CursorKey(id), v))
 }
 
 // fencedTxn commits ops if the fence and conds hold: ErrFenced when the
