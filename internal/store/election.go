@@ -74,6 +74,7 @@ func (t *etcdTerm) Elected() Elected                 { return t.elected }
 // concurrency.Election would take three reads in a row, each a round trip
 // to a quorum on the takeover's path.
 func Campaign(ctx context.Context, session *concurrency.Session, value string) (Term, error) {
+	parent := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
@@ -88,6 +89,19 @@ func Campaign(ctx context.Context, session *concurrency.Session, value string) (
 	if err != nil {
 		return nil, fmt.Errorf("leadership: campaign: %w", err)
 	}
+	// A campaign given up leaves the line, as concurrency.Election's does:
+	// the key would otherwise stay on a session that lives on (a replica
+	// that retires goes on serving while it drains) and hold back every
+	// younger candidate once the leader goes.
+	leave := func(err error) (Term, error) {
+		if parent.Err() != nil {
+			rctx, rcancel := context.WithTimeout(context.WithoutCancel(parent), leaveTimeout)
+			_, _ = cli.Txn(rctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
+				Then(clientv3.OpDelete(key)).Commit()
+			rcancel()
+		}
+		return nil, err
+	}
 	for {
 		resp, err := cli.Txn(ctx).Then(
 			clientv3.OpGet(ElectionPrefix+"/", clientv3.WithPrefix(), clientv3.WithMaxCreateRev(rev-1),
@@ -96,14 +110,14 @@ func Campaign(ctx context.Context, session *concurrency.Session, value string) (
 			clientv3.OpGet(LeaderKey),
 		).Commit()
 		if err != nil {
-			return nil, fmt.Errorf("leadership: campaign: %w", err)
+			return leave(fmt.Errorf("leadership: campaign: %w", err))
 		}
 		if ahead := resp.Responses[0].GetResponseRange().Kvs; len(ahead) > 0 {
 			// Wait for the newest older key to go, then look again: an
 			// older one may remain (the order is by creation, and keys go
 			// in any order).
 			if err := waitDeleted(ctx, cli, string(ahead[0].Key), resp.Header.Revision); err != nil {
-				return nil, fmt.Errorf("leadership: campaign: %w", err)
+				return leave(fmt.Errorf("leadership: campaign: %w", err))
 			}
 			continue
 		}
@@ -124,6 +138,9 @@ func Campaign(ctx context.Context, session *concurrency.Session, value string) (
 		}, nil
 	}
 }
+
+// leaveTimeout bounds the deletion of a given-up campaign's key.
+const leaveTimeout = time.Second
 
 // electionKey puts the lease's election key, or finds it from an earlier
 // campaign on the same lease (with value again), and returns it with its

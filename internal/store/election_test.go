@@ -140,8 +140,11 @@ func TestCampaignOrderAndElected(t *testing.T) {
 	}
 }
 
-// A campaign on the same lease finds its key and keeps its place in the
-// line; only the value changes.
+// A campaign given up (its context cancelled, as when a replica retires)
+// deletes its key, as concurrency.Election's does, so that it does not hold
+// back younger candidates while its session lives on. A campaign on the
+// same lease finds its key and keeps its place in the line; only the value
+// changes.
 func TestCampaignAgainKeepsItsPlace(t *testing.T) {
 	_, cli := etcdtest.Start(t)
 	ctx := context.Background()
@@ -153,6 +156,13 @@ func TestCampaignAgainKeepsItsPlace(t *testing.T) {
 	cancel()
 	if r := <-chB; r.err == nil {
 		t.Fatal("a cancelled campaign won")
+	}
+	// The campaign given up left the line; its session lives on.
+	waitKeys(t, cli, 1)
+	select {
+	case <-sb.Done():
+		t.Fatal("b's session ended")
+	default:
 	}
 	again := won(t, startCampaign(ctx, sa, "a-again"), "a again")
 	if again.Fence() != a.Fence() {
