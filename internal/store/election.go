@@ -85,14 +85,25 @@ func Campaign(ctx context.Context, session *concurrency.Session, value string) (
 		}
 	}()
 	cli := session.Client()
-	key, rev, err := electionKey(ctx, cli, session.Lease(), value)
+	key := fmt.Sprintf("%s/%x", ElectionPrefix, session.Lease()) // concurrency.Election's
+	rev, err := electionKey(ctx, cli, key, session.Lease(), value)
 	if err != nil {
+		if parent.Err() != nil {
+			// The put may have been applied: leave the line all the same.
+			rctx, rcancel := context.WithTimeout(context.WithoutCancel(parent), leaveTimeout)
+			_, _ = cli.Txn(rctx).If(clientv3.Compare(clientv3.LeaseValue(key), "=", session.Lease())).
+				Then(clientv3.OpDelete(key)).Commit()
+			rcancel()
+		}
 		return nil, fmt.Errorf("leadership: campaign: %w", err)
 	}
 	// A campaign given up leaves the line, as concurrency.Election's does:
 	// the key would otherwise stay on a session that lives on (a replica
 	// that retires goes on serving while it drains) and hold back every
-	// younger candidate once the leader goes.
+	// younger candidate once the leader goes. The key is the session's, so
+	// this relies on no other campaign running on the same session (the
+	// engine campaigns again only on a new session, or after this one
+	// returned).
 	leave := func(err error) (Term, error) {
 		if parent.Err() != nil {
 			rctx, rcancel := context.WithTimeout(context.WithoutCancel(parent), leaveTimeout)
@@ -145,16 +156,15 @@ const leaveTimeout = time.Second
 // electionKey puts the lease's election key, or finds it from an earlier
 // campaign on the same lease (with value again), and returns it with its
 // create revision: its place in the line.
-func electionKey(ctx context.Context, cli *clientv3.Client, lease clientv3.LeaseID, value string) (string, int64, error) {
-	key := fmt.Sprintf("%s/%x", ElectionPrefix, lease)
+func electionKey(ctx context.Context, cli *clientv3.Client, key string, lease clientv3.LeaseID, value string) (int64, error) {
 	resp, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
 		Then(clientv3.OpPut(key, value, clientv3.WithLease(lease))).
 		Else(clientv3.OpGet(key)).Commit()
 	if err != nil {
-		return "", 0, err
+		return 0, err
 	}
 	if resp.Succeeded {
-		return key, resp.Header.Revision, nil
+		return resp.Header.Revision, nil
 	}
 	kv := resp.Responses[0].GetResponseRange().Kvs[0]
 	if string(kv.Value) != value {
@@ -162,17 +172,19 @@ func electionKey(ctx context.Context, cli *clientv3.Client, lease clientv3.Lease
 		r, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", kv.CreateRevision)).
 			Then(clientv3.OpPut(key, value, clientv3.WithIgnoreLease())).Commit()
 		if err != nil {
-			return "", 0, err
+			return 0, err
 		}
 		if !r.Succeeded {
-			return "", 0, errors.New("election key vanished while campaigning")
+			return 0, errors.New("election key vanished while campaigning")
 		}
 	}
-	return key, kv.CreateRevision, nil
+	return kv.CreateRevision, nil
 }
 
-// waitDeleted returns once key, which existed at rev, is deleted; or when
-// the watch ends otherwise (the caller reads again), or ctx does.
+// waitDeleted returns once key, which existed at rev, is deleted, or the
+// history since rev is compacted (the caller reads again). A watch that
+// ends otherwise (its member lost the etcd leader) is an error: the caller
+// campaigns again after a pause instead of reading in a loop.
 func waitDeleted(ctx context.Context, cli *clientv3.Client, key string, rev int64) error {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
@@ -181,7 +193,10 @@ func waitDeleted(ctx context.Context, cli *clientv3.Client, key string, rev int6
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			return nil // compacted past rev, or no etcd leader: read again
+			if wr.CompactRevision != 0 {
+				return nil
+			}
+			return err
 		}
 		for _, ev := range wr.Events {
 			if ev.Type == clientv3.EventTypeDelete {
