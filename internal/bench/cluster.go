@@ -224,9 +224,7 @@ func (r *clusterRun) deleteDAGs(ctx context.Context) {
 		go func() {
 			defer wg.Done()
 			for id := range next {
-				_, err := r.c.Delete(ctx, id)
-				var ae *client.APIError
-				if err != nil && !(errors.As(err, &ae) && ae.Status == http.StatusNotFound) {
+				if err := deleteDAG(ctx, r.c, id); err != nil {
 					mu.Lock()
 					failed = append(failed, fmt.Sprintf("%s: %v", id, err))
 					mu.Unlock()
@@ -540,6 +538,30 @@ func etcdCeilings(ctx context.Context, cli *clientv3.Client, d time.Duration, pr
 		c.after = probe()
 	}
 	return c, err
+}
+
+// deleteDAG deletes one DAG. A DAG already gone is no failure (retention
+// or another client got there first, or an earlier try did and its answer
+// was lost); a deletion that met no leader (a failover under way) is tried
+// again, a few times.
+func deleteDAG(ctx context.Context, c *client.Client, id string) error {
+	var err error
+	for try := 0; try < 5; try++ {
+		_, err = c.Delete(ctx, id)
+		var ae *client.APIError
+		switch {
+		case err == nil, errors.As(err, &ae) && ae.Status == http.StatusNotFound:
+			return nil
+		case errors.As(err, &ae) && ae.Status != http.StatusServiceUnavailable:
+			return err
+		}
+		select {
+		case <-time.After(200 * time.Millisecond):
+		case <-ctx.Done():
+			return err
+		}
+	}
+	return err
 }
 
 // deleteChunk is how many keys one delete removes. Deleting a few hundred

@@ -456,3 +456,46 @@ func TestReadProcCPURefusesOtherProcesses(t *testing.T) {
 		t.Fatalf("readProcCPU(self) = %v, want refused", err)
 	}
 }
+
+// The bench's clean-up: a DAG already gone is no failure, a deletion that
+// met no leader is tried again, and a refusal is reported.
+func TestDeleteDAG(t *testing.T) {
+	var mu sync.Mutex
+	calls := map[string]int{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := strings.TrimPrefix(r.URL.Path, "/api/v1/dags/")
+		mu.Lock()
+		calls[r.Method+" "+id]++
+		n := calls[r.Method+" "+id]
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		switch {
+		case id == "gone":
+			w.WriteHeader(http.StatusNotFound)
+			fmt.Fprint(w, `{"error":{"code":"not_found","message":"no DAG gone"}}`)
+		case id == "failover" && n < 3:
+			w.Header().Set("Retry-After", "0")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprint(w, `{"error":{"code":"not_leader","message":"no leader"}}`)
+		case id == "running":
+			w.WriteHeader(http.StatusConflict)
+			fmt.Fprint(w, `{"error":{"code":"conflict","message":"DAG running is running: cancel it before deleting it"}}`)
+		default:
+			fmt.Fprintf(w, `{"id":%q,"status":"deleted"}`, id)
+		}
+	}))
+	defer srv.Close()
+	c := client.New([]string{srv.URL}, "")
+	ctx := context.Background()
+	for _, id := range []string{"ok", "gone", "failover"} {
+		if err := deleteDAG(ctx, c, id); err != nil {
+			t.Errorf("%s: %v", id, err)
+		}
+	}
+	if calls["DELETE failover"] != 3 {
+		t.Errorf("the deletion that met no leader was sent %d times, want 3", calls["DELETE failover"])
+	}
+	if err := deleteDAG(ctx, c, "running"); err == nil || !strings.Contains(err.Error(), "cancel it") {
+		t.Errorf("running: %v", err)
+	}
+}

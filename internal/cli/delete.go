@@ -12,7 +12,9 @@ func newDeleteCmd() *cobra.Command {
 		Short: "Delete a finished DAG and its tasks",
 		Long: `Delete a finished DAG (succeeded, failed or cancelled) with all its tasks
 and their records, as retention does once it expires them. A running DAG is
-refused: cancel it first. The id can then be submitted again as a new DAG.`,
+refused: cancel it first. A DAG just cancelled is deleted once its attempts
+have stopped on their workers. The id can then be submitted again as a new
+DAG.`,
 		Example: `  orion delete 20260102-150405-a1b2c3
 
   # A running DAG

@@ -65,6 +65,10 @@ type worker struct {
 type Error struct {
 	Code apitypes.Code
 	Msg  string
+	// Stopping marks a refusal that lasts only until the DAG's tasks have
+	// stopped (cancelled attempts still on their workers): the same
+	// request, made again shortly, can succeed.
+	Stopping bool
 }
 
 func (e *Error) Error() string { return e.Msg }
@@ -372,7 +376,7 @@ func (c *Core) RetryDAG(id string, now time.Time) error {
 	case d.rec.Status == DAGSucceeded:
 		return &Error{Code: apitypes.CodeConflict, Msg: "DAG " + id + " succeeded: nothing to retry"}
 	case d.remaining != 0 || d.inflight:
-		return &Error{Code: apitypes.CodeConflict, Msg: "DAG " + id + " is still stopping its tasks; try again"}
+		return &Error{Code: apitypes.CodeConflict, Msg: "DAG " + id + " is still stopping its tasks; try again", Stopping: true}
 	}
 	rec := *d.rec
 	rec.Status, rec.Run, rec.FinishedAt = DAGRunning, d.rec.Run+1, nil
@@ -395,13 +399,29 @@ func (c *Core) DeleteDAG(id string, now time.Time) error {
 		return &Error{Code: apitypes.CodeNotFound, Msg: "no DAG " + id}
 	case !d.rec.Status.Terminal():
 		return &Error{Code: apitypes.CodeConflict, Msg: "DAG " + id + " is " + string(d.rec.Status) + ": cancel it before deleting it"}
-	case d.remaining != 0:
-		return &Error{Code: apitypes.CodeConflict, Msg: "DAG " + id + " is still stopping its tasks; try again"}
+	case d.remaining != 0 || c.onWorkers()[d]:
+		// A cancelled attempt still on its worker: deleted now, the DAG's
+		// id could be submitted again and its first attempts would take
+		// the ids of attempts still running (attempt numbers start over),
+		// their late results taken for the new ones'.
+		return &Error{Code: apitypes.CodeConflict, Msg: "DAG " + id + " is still stopping its tasks; try again", Stopping: true}
 	case d.inflight:
-		return &Error{Code: apitypes.CodeConflict, Msg: "DAG " + id + " is being retried or deleted; try again"}
+		return &Error{Code: apitypes.CodeConflict, Msg: "DAG " + id + " is being retried or deleted; try again", Stopping: true}
 	}
 	c.proposeDelete(d)
 	return nil
+}
+
+// onWorkers returns the DAGs with an attempt on a worker: sent and not yet
+// reported, whatever its task's status.
+func (c *Core) onWorkers() map[*dagRun]bool {
+	out := make(map[*dagRun]bool)
+	for _, w := range c.workerList {
+		for _, t := range w.attempts {
+			out[t.dag] = true
+		}
+	}
+	return out
 }
 
 // proposeDelete proposes the deletion of d, whose tasks have all stopped.
@@ -416,9 +436,16 @@ func (c *Core) Expire(cutoff time.Time) int {
 		return 0
 	}
 	n := 0
+	var busy map[*dagRun]bool
 	for _, id := range c.sortedDAGIDs() {
 		d := c.dags[id]
 		if d.rec.Status.Terminal() && d.remaining == 0 && !d.inflight && d.rec.FinishedAt != nil && d.rec.FinishedAt.Before(cutoff) {
+			if busy == nil {
+				busy = c.onWorkers()
+			}
+			if busy[d] {
+				continue // a cancelled attempt still on its worker (DeleteDAG)
+			}
 			c.proposeDelete(d)
 			n++
 		}

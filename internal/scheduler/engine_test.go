@@ -278,6 +278,52 @@ tasks:
 	}
 }
 
+// `orion cancel X && orion delete X`: the delete waits for the cancelled
+// attempt to stop on its worker, then deletes; the id submitted again runs
+// afresh (its attempt 1 is not taken for the one that was killed).
+func TestDeleteRightAfterCancel(t *testing.T) {
+	_, cli := etcdtest.Start(t)
+	b := startEngine(t, cli, 2)
+	dir := t.TempDir()
+	long := mustLoad(t, fmt.Sprintf(`
+id: again
+name: again
+tasks:
+  - {id: s, command: "touch %[1]s/started; sleep 30"}
+`, dir))
+	if _, err := b.eng.Submit(context.Background(), long); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, 10*time.Second, "task start", func() bool { _, err := os.Stat(filepath.Join(dir, "started")); return err == nil })
+	if _, err := b.eng.Cancel(context.Background(), "again"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := b.eng.Delete(ctx, "again"); err != nil {
+		t.Fatalf("delete right after cancel: %v", err)
+	}
+	if n := len(b.exec.InFlight()); n != 0 {
+		t.Fatalf("deleted while %d attempts still run", n)
+	}
+	short := mustLoad(t, fmt.Sprintf(`
+id: again
+name: again
+tasks:
+  - {id: s, command: "echo second > %s/second"}
+`, dir))
+	if res, err := b.eng.Submit(context.Background(), short); err != nil || !res.Created {
+		t.Fatalf("submit again: %+v %v", res, err)
+	}
+	v := b.waitDAG("again", core.DAGSucceeded)
+	if v.Tasks[0].Attempts != 1 {
+		t.Errorf("the new DAG's task took %d attempts", v.Tasks[0].Attempts)
+	}
+	if got, _ := os.ReadFile(filepath.Join(dir, "second")); string(got) != "second\n" {
+		t.Errorf("the new DAG's task wrote %q", got)
+	}
+}
+
 // A new engine on the same etcd (as after kill -9) finishes what the first
 // one left: finished tasks are not run again, orphaned ones are.
 func TestRecoveryAfterCrash(t *testing.T) {

@@ -99,17 +99,37 @@ func (e *Engine) Retry(ctx context.Context, id string) (core.DAGStatus, error) {
 }
 
 // Delete deletes a finished DAG with all its tasks and returns once the
-// deletion is committed.
+// deletion is committed. A DAG whose tasks are still stopping (just
+// cancelled: `orion cancel X && orion delete X`) is deleted once they have
+// stopped, within ctx; a deletion already asked for is waited for.
 func (e *Engine) Delete(ctx context.Context, id string) error {
-	_, err := e.dagChange(ctx, id, waitDelete, func(id string, now time.Time) error {
-		err := e.c.DeleteDAG(id, now)
-		if err == nil {
-			e.deleting[id] = true
+	for {
+		_, err := e.dagChange(ctx, id, waitDelete, func(id string, now time.Time) error {
+			if e.deleting[id] {
+				return nil // wait for the deletion in flight
+			}
+			err := e.c.DeleteDAG(id, now)
+			if err == nil {
+				e.deleting[id] = true
+			}
+			return err
+		})
+		var ce *core.Error
+		if !errors.As(err, &ce) || !ce.Stopping {
+			return err
 		}
-		return err
-	})
-	return err
+		select {
+		case <-e.clock.After(deleteRetryEvery):
+		case <-ctx.Done():
+			return err
+		case <-e.done:
+			return ErrStopped
+		}
+	}
 }
+
+// deleteRetryEvery is how often Delete asks again while a DAG's tasks stop.
+const deleteRetryEvery = 50 * time.Millisecond
 
 func (e *Engine) dagChange(ctx context.Context, id string, kind waitKind, fn func(string, time.Time) error) (core.DAGStatus, error) {
 	w := &waiter{kind: kind, ch: make(chan waitResult, 1)}
