@@ -344,13 +344,9 @@ func sameSpec(a, b *model.DAG) bool {
 // CancelDAG asks for a running DAG to be cancelled: the DAG record first, then
 // every unfinished task, whose running attempts are killed.
 func (c *Core) CancelDAG(id string, now time.Time) error {
-	c.now = now
-	if !c.leader {
-		return ErrNotLeader
-	}
-	d := c.dags[id]
-	if d == nil {
-		return &Error{Code: apitypes.CodeNotFound, Msg: "no DAG " + id}
+	d, err := c.requested(id, now)
+	if err != nil {
+		return err
 	}
 	if d.rec.Status.Terminal() {
 		return &Error{Code: apitypes.CodeConflict, Msg: "DAG " + id + " already " + string(d.rec.Status)}
@@ -360,17 +356,28 @@ func (c *Core) CancelDAG(id string, now time.Time) error {
 	return nil
 }
 
+// requested finds the DAG a request (cancel, retry, delete) names, on the
+// leader.
+func (c *Core) requested(id string, now time.Time) (*dagRun, error) {
+	c.now = now
+	if !c.leader {
+		return nil, ErrNotLeader
+	}
+	d := c.dags[id]
+	if d == nil {
+		return nil, &Error{Code: apitypes.CodeNotFound, Msg: "no DAG " + id}
+	}
+	return d, nil
+}
+
 // RetryDAG starts a new run of a failed or cancelled DAG: tasks that did not
 // succeed run again with fresh retry budgets.
 func (c *Core) RetryDAG(id string, now time.Time) error {
-	c.now = now
-	if !c.leader {
-		return ErrNotLeader
+	d, err := c.requested(id, now)
+	if err != nil {
+		return err
 	}
-	d := c.dags[id]
 	switch {
-	case d == nil:
-		return &Error{Code: apitypes.CodeNotFound, Msg: "no DAG " + id}
 	case d.rec.Status == DAGRunning:
 		return &Error{Code: apitypes.CodeConflict, Msg: "DAG " + id + " is still running"}
 	case d.rec.Status == DAGSucceeded:
@@ -389,14 +396,11 @@ func (c *Core) RetryDAG(id string, now time.Time) error {
 // retention would later. A running DAG is refused: its tasks may be on
 // workers, and deleting it would hide their results; cancel it first.
 func (c *Core) DeleteDAG(id string, now time.Time) error {
-	c.now = now
-	if !c.leader {
-		return ErrNotLeader
+	d, err := c.requested(id, now)
+	if err != nil {
+		return err
 	}
-	d := c.dags[id]
 	switch {
-	case d == nil:
-		return &Error{Code: apitypes.CodeNotFound, Msg: "no DAG " + id}
 	case !d.rec.Status.Terminal():
 		return &Error{Code: apitypes.CodeConflict, Msg: "DAG " + id + " is " + string(d.rec.Status) + ": cancel it before deleting it"}
 	case d.remaining != 0 || c.onWorkers()[d]:
