@@ -217,24 +217,13 @@ func (s *fakeStore) RequestProgress(ctx context.Context) error {
 	return nil
 }
 
-func (s *fakeStore) TermRecord(ctx context.Context) (store.TermRecord, bool, int64, error) {
-	if err := s.unavailable(ctx); err != nil {
-		return store.TermRecord{}, false, 0, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.term == nil {
-		return store.TermRecord{}, false, s.rev, nil
-	}
-	return *s.term, true, s.rev, nil
-}
-
 // electedLocked is what a campaign that wins now reads with its decision,
 // as store.Campaign does: the term record and the revision.
 func (s *fakeStore) electedLocked() store.Elected {
 	el := store.Elected{Rev: s.rev}
 	if s.term != nil {
-		el.Prev, el.HasPrev = *s.term, true
+		prev := *s.term
+		el.Prev = &prev
 	}
 	return el
 }

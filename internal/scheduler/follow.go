@@ -211,7 +211,7 @@ const catchUpTimeout = time.Second
 // The target is the revision that decided the election, read with the term
 // record in the same transaction (store.Elected): every write of the terms
 // before precedes it, so the new leader reads nothing more on its way to
-// lead. A term that does not know it reads the current revision.
+// lead.
 func (e *Engine) catchUp(ctx context.Context, term store.Term) error {
 	if e.watchCh == nil {
 		return errors.New("not following the log")
@@ -222,18 +222,7 @@ func (e *Engine) catchUp(ctx context.Context, term store.Term) error {
 	rctx, cancel := context.WithTimeout(ctx, catchUpTimeout)
 	defer cancel()
 	el := term.Elected()
-	if el.Rev == 0 {
-		rec, ok, rev, err := e.st.TermRecord(rctx)
-		if err != nil {
-			return err
-		}
-		el = store.Elected{Rev: rev, Prev: rec, HasPrev: ok}
-	}
-	var prev *store.TermRecord
-	if el.HasPrev {
-		prev = &el.Prev
-	}
-	e.readTermRecord(prev)
+	e.readTermRecord(el.Prev)
 	target := el.Rev
 	for e.seenRev < target {
 		if err := e.st.RequestProgress(rctx); err != nil {

@@ -19,8 +19,6 @@ type Store interface {
 	Watch(ctx context.Context, from int64) <-chan store.WatchEvent
 	// RequestProgress asks for a progress notification on the watch.
 	RequestProgress(ctx context.Context) error
-	// TermRecord reads the leader's term record and the current revision.
-	TermRecord(ctx context.Context) (rec store.TermRecord, ok bool, rev int64, err error)
 	// OpenSession opens a lease and registers the replica on it. ctx is the
 	// session's life; the store bounds the opening itself.
 	OpenSession(ctx context.Context, ttl time.Duration, reg store.ReplicaRecord) (store.Session, error)

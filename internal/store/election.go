@@ -86,10 +86,15 @@ func Campaign(ctx context.Context, session *concurrency.Session, value string) (
 	}()
 	cli := session.Client()
 	key := fmt.Sprintf("%s/%x", ElectionPrefix, session.Lease()) // concurrency.Election's
-	rev, err := electionKey(ctx, cli, key, session.Lease(), value)
-	if err != nil {
+	// A campaign given up leaves the line, as concurrency.Election's does:
+	// the key would otherwise stay on a session that lives on (a replica
+	// that retires goes on serving while it drains) and hold back every
+	// younger candidate once the leader goes. Also when its put failed: it
+	// may have been applied. The key is the session's, so this relies on no
+	// other campaign running on the same session (the engine campaigns
+	// again only on a new session, or after this one returned).
+	leave := func(err error) (Term, error) {
 		if parent.Err() != nil {
-			// The put may have been applied: leave the line all the same.
 			rctx, rcancel := context.WithTimeout(context.WithoutCancel(parent), leaveTimeout)
 			_, _ = cli.Txn(rctx).If(clientv3.Compare(clientv3.LeaseValue(key), "=", session.Lease())).
 				Then(clientv3.OpDelete(key)).Commit()
@@ -97,21 +102,9 @@ func Campaign(ctx context.Context, session *concurrency.Session, value string) (
 		}
 		return nil, fmt.Errorf("leadership: campaign: %w", err)
 	}
-	// A campaign given up leaves the line, as concurrency.Election's does:
-	// the key would otherwise stay on a session that lives on (a replica
-	// that retires goes on serving while it drains) and hold back every
-	// younger candidate once the leader goes. The key is the session's, so
-	// this relies on no other campaign running on the same session (the
-	// engine campaigns again only on a new session, or after this one
-	// returned).
-	leave := func(err error) (Term, error) {
-		if parent.Err() != nil {
-			rctx, rcancel := context.WithTimeout(context.WithoutCancel(parent), leaveTimeout)
-			_, _ = cli.Txn(rctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
-				Then(clientv3.OpDelete(key)).Commit()
-			rcancel()
-		}
-		return nil, err
+	rev, err := electionKey(ctx, cli, key, session.Lease(), value)
+	if err != nil {
+		return leave(err)
 	}
 	for {
 		resp, err := cli.Txn(ctx).Then(
@@ -121,14 +114,14 @@ func Campaign(ctx context.Context, session *concurrency.Session, value string) (
 			clientv3.OpGet(LeaderKey),
 		).Commit()
 		if err != nil {
-			return leave(fmt.Errorf("leadership: campaign: %w", err))
+			return leave(err)
 		}
 		if ahead := resp.Responses[0].GetResponseRange().Kvs; len(ahead) > 0 {
 			// Wait for the newest older key to go, then look again: an
 			// older one may remain (the order is by creation, and keys go
 			// in any order).
 			if err := waitDeleted(ctx, cli, string(ahead[0].Key), resp.Header.Revision); err != nil {
-				return leave(fmt.Errorf("leadership: campaign: %w", err))
+				return leave(err)
 			}
 			continue
 		}
@@ -137,8 +130,8 @@ func Campaign(ctx context.Context, session *concurrency.Session, value string) (
 			return nil, errors.New("leadership: election key vanished while campaigning")
 		}
 		el := Elected{Rev: resp.Header.Revision}
-		if r, err := decodeTermRecord(resp.Responses[2].GetResponseRange().Kvs); r != nil && err == nil {
-			el.Prev, el.HasPrev = *r, true
+		if r, err := decodeTermRecord(resp.Responses[2].GetResponseRange().Kvs); err == nil {
+			el.Prev = r
 		}
 		return &etcdTerm{
 			fence:    Fence{Key: key, Rev: rev},

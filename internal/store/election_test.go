@@ -71,7 +71,7 @@ func TestCampaignOrderAndElected(t *testing.T) {
 	sa, sb, sc := newTestSession(t, cli), newTestSession(t, cli), newTestSession(t, cli)
 
 	a := won(t, startCampaign(ctx, sa, "a"), "a")
-	if el := a.Elected(); el.HasPrev || el.Rev < a.Fence().Rev {
+	if el := a.Elected(); el.Prev != nil || el.Rev < a.Fence().Rev {
 		t.Fatalf("first term's elected %+v, fence %+v", el, a.Fence())
 	}
 	// What etcdctl elect -l and concurrency.Election read.
@@ -109,7 +109,7 @@ func TestCampaignOrderAndElected(t *testing.T) {
 	}
 	c := won(t, chC, "c")
 	el := c.Elected()
-	if !el.HasPrev || el.Prev.Name != "a" || el.Prev.Incarnation != "inc-1" || el.Rev < revoked.Header.Revision {
+	if el.Prev == nil || el.Prev.Name != "a" || el.Prev.Incarnation != "inc-1" || el.Rev < revoked.Header.Revision {
 		t.Fatalf("c elected %+v after a's lease went at %d", el, revoked.Header.Revision)
 	}
 	if l, ok, err := CurrentLeader(ctx, cli); err != nil || !ok || l.Name != "c" || l.Key != c.Fence().Key || l.Rev != c.Fence().Rev {
@@ -125,7 +125,7 @@ func TestCampaignOrderAndElected(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := won(t, chD, "d")
-	if d.Elected().Prev.Name != "a" {
+	if p := d.Elected().Prev; p == nil || p.Name != "a" {
 		t.Fatalf("d elected %+v", d.Elected())
 	}
 	chC2 := startCampaign(ctx, sc, "c2")

@@ -53,11 +53,9 @@ type Elected struct {
 	// Rev is the revision of the read that found no older candidate: every
 	// write of the terms before (fenced on keys already gone by then)
 	// precedes it, so a follower that has applied through Rev may lead.
-	// 0: unknown; read the current revision instead.
 	Rev int64
-	// Prev is the term record of the term before, if HasPrev.
-	Prev    TermRecord
-	HasPrev bool
+	// Prev is the term record of the term before; nil when there is none.
+	Prev *TermRecord
 }
 
 // WatchEvent is one response of the log watch, decoded.
@@ -158,19 +156,6 @@ func decodeWatch(wr clientv3.WatchResponse) WatchEvent {
 // its last event and etcd's revision.
 func (s *Etcd) RequestProgress(ctx context.Context) error {
 	return s.cli.RequestProgress(clientv3.WithRequireLeader(ctx))
-}
-
-// TermRecord reads the current term record (ok false when none was written)
-// and etcd's revision at the time of the read.
-func (s *Etcd) TermRecord(ctx context.Context) (rec TermRecord, ok bool, rev int64, err error) {
-	resp, err := s.cli.Get(ctx, LeaderKey)
-	if err != nil {
-		return rec, false, 0, err
-	}
-	if r, err := decodeTermRecord(resp.Kvs); r != nil && err == nil {
-		rec, ok = *r, true
-	}
-	return rec, ok, resp.Header.Revision, nil
 }
 
 // OpenSession opens a session with the given TTL and registers the replica
