@@ -37,7 +37,16 @@ func (s Status) MarshalText() ([]byte, error) {
 	return []byte(statusNames[s]), nil
 }
 
+// UnmarshalText compares the bytes to each name before converting them:
+// every record a standby decodes holds a status, and the comparison does
+// not allocate where a conversion would.
 func (s *Status) UnmarshalText(b []byte) error {
+	for i, n := range statusNames {
+		if string(b) == n {
+			*s = Status(i)
+			return nil
+		}
+	}
 	v, err := ParseStatus(string(b))
 	*s = v
 	return err

@@ -37,7 +37,7 @@ func checkBudget(d *model.DAG, limit int64) *ValidationError {
 }
 
 // checkFieldSizes reports fields over their per-field limit.
-func checkFieldSizes(p *problems, label string, t *model.Task) {
+func checkFieldSizes(p *problems, label taskLabel, t *model.Task) {
 	over := func(field string, n, limit int) {
 		if n > limit {
 			p.addf("%s: %s is %d bytes; the limit is %d", label, field, n, limit)

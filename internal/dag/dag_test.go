@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -413,6 +414,7 @@ func TestValidateRules(t *testing.T) {
 		{"unknown dep", func(d *model.DAG) { d.Tasks[3].DependsOn = []string{"b", "zz"} }, CodeInvalid, []string{`task "d": depends on unknown task "zz"`}},
 		{"self dep", func(d *model.DAG) { d.Tasks[1].DependsOn = []string{"b"} }, CodeInvalid, []string{`task "b": depends on itself`}},
 		{"dup dep", func(d *model.DAG) { d.Tasks[3].DependsOn = []string{"b", "c", "b"} }, CodeInvalid, []string{`task "d": depends on "b" more than once`}},
+		{"dup dep long list", func(d *model.DAG) { d.Tasks[3].DependsOn = append([]string{"b"}, slices.Repeat([]string{"c"}, 17)...) }, CodeInvalid, []string{`task "d": depends on "c" more than once`}},
 		{"empty dep", func(d *model.DAG) { d.Tasks[3].DependsOn = []string{""} }, CodeInvalid, []string{`task "d": empty entry in depends_on`}},
 		{"bad kind", func(d *model.DAG) { d.Tasks[3].Kind = "lambda" }, CodeInvalid, []string{`task "d": unknown kind "lambda"`}},
 		{"empty kind unnormalized", func(d *model.DAG) { d.Tasks[3].Kind = "" }, CodeInvalid, []string{`task "d": unknown kind ""`}},
@@ -797,5 +799,20 @@ tasks:
 	}
 	if c := string(d.Canonical()); strings.Contains(c, "pool") || strings.Contains(c, "selector") || strings.Contains(c, "max_active") {
 		t.Errorf("canonical form of a plain DAG mentions pools: %s", c)
+	}
+}
+
+// ValidID, checked by hand, agrees with the rule as a regular expression.
+func TestValidIDMatchesItsRule(t *testing.T) {
+	rule := regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+	ids := []string{"", "a", "A", "0", ".", "..", "-a", "_a", ".a", "a.b-c_d", "a/b", "a b", "é", "aé",
+		"a\x00", "a\n", strings.Repeat("x", 128), strings.Repeat("x", 129), "Z9", "a:b", "a~"}
+	for c := 0; c < 256; c++ {
+		ids = append(ids, string([]byte{byte(c)}), "a"+string([]byte{byte(c)}))
+	}
+	for _, id := range ids {
+		if got, want := ValidID(id), rule.MatchString(id); got != want {
+			t.Errorf("ValidID(%q) = %v, the rule says %v", id, got, want)
+		}
 	}
 }
