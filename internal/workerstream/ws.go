@@ -1,6 +1,7 @@
 package workerstream
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -43,7 +44,16 @@ type wsConn struct {
 	wmu          sync.Mutex
 	once         sync.Once
 	lastRead     atomic.Int64 // unix nanos of the last bytes read
+	// rbuf holds one message while Recv decodes it, kept between calls
+	// (Recv has one caller at a time, and the decoder copies what it keeps)
+	// so that a stream of results does not allocate a buffer per message.
+	rbuf bytes.Buffer
 }
+
+// maxKeptReadBuffer bounds the read buffer kept between messages: a rare
+// large message (an attempt with a big spec) is not held for the stream's
+// life.
+const maxKeptReadBuffer = 64 << 10
 
 // LastActivity is when bytes last arrived (see activityConn).
 func (c *wsConn) LastActivity() time.Time { return time.Unix(0, c.lastRead.Load()) }
@@ -112,10 +122,14 @@ func (c *wsConn) Send(m Msg) error { return c.SendBatch([]Msg{m}) }
 func (c *wsConn) Recv() (Msg, error) {
 	for {
 		t, r, err := c.ws.NextReader()
-		var b []byte
-		if err == nil {
-			b, err = io.ReadAll(activityReader{r: r, c: c})
+		if c.rbuf.Cap() > maxKeptReadBuffer {
+			c.rbuf = bytes.Buffer{}
 		}
+		c.rbuf.Reset()
+		if err == nil {
+			_, err = c.rbuf.ReadFrom(activityReader{r: r, c: c})
+		}
+		b := c.rbuf.Bytes()
 		if err != nil {
 			if websocket.IsCloseError(err, websocket.CloseNormalClosure, websocket.CloseGoingAway) {
 				return Msg{}, io.EOF
