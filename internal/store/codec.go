@@ -141,6 +141,11 @@ func DecodeKV(kv *mvccpb.KeyValue) (e core.Entry, ok bool, err error) {
 // Deletions of task keys are not entries (only whole DAGs are deleted), so
 // they return ok=false.
 func DecodeEvent(ev *clientv3.Event) (e core.Entry, ok bool, err error) {
+	return decodeEventWith(ev, decodeDAGRecord)
+}
+
+// decodeEventWith is DecodeEvent with DAG records decoded by decodeDAG.
+func decodeEventWith(ev *clientv3.Event, decodeDAG func(*core.Entry, []byte) error) (e core.Entry, ok bool, err error) {
 	dagID, taskID, ok := ParseKey(string(ev.Kv.Key))
 	if !ok {
 		return e, false, nil
@@ -153,7 +158,11 @@ func DecodeEvent(ev *clientv3.Event) (e core.Entry, ok bool, err error) {
 		e.Delete = true
 		return e, true, nil
 	}
-	if err := decodeValue(&e, ev.Kv.Value); err != nil {
+	decode := decodeTaskRecord
+	if taskID == "" {
+		decode = decodeDAG
+	}
+	if err := decode(&e, ev.Kv.Value); err != nil {
 		return e, true, &DecodeError{Key: string(ev.Kv.Key), Rev: ev.Kv.ModRevision, Err: err}
 	}
 	return e, true, nil
@@ -161,13 +170,21 @@ func DecodeEvent(ev *clientv3.Event) (e core.Entry, ok bool, err error) {
 
 func decodeValue(e *core.Entry, v []byte) error {
 	if e.Task != "" {
-		var rec core.TaskRecord
-		if err := json.Unmarshal(v, &rec); err != nil {
-			return err
-		}
-		e.T = &rec
-		return nil
+		return decodeTaskRecord(e, v)
 	}
+	return decodeDAGRecord(e, v)
+}
+
+func decodeTaskRecord(e *core.Entry, v []byte) error {
+	var rec core.TaskRecord
+	if err := json.Unmarshal(v, &rec); err != nil {
+		return err
+	}
+	e.T = &rec
+	return nil
+}
+
+func decodeDAGRecord(e *core.Entry, v []byte) error {
 	var rec core.DAGRecord
 	if err := json.Unmarshal(v, &rec); err != nil {
 		return err

@@ -110,8 +110,9 @@ func (s *Etcd) Watch(ctx context.Context, from int64) <-chan WatchEvent {
 	go func() {
 		defer close(out)
 		defer cancel()
+		specs := newKnownSpecs()
 		for wr := range in {
-			ev := decodeWatch(wr)
+			ev := decodeWatch(wr, specs)
 			select {
 			case out <- ev:
 			case <-ctx.Done():
@@ -125,7 +126,7 @@ func (s *Etcd) Watch(ctx context.Context, from int64) <-chan WatchEvent {
 	return out
 }
 
-func decodeWatch(wr clientv3.WatchResponse) WatchEvent {
+func decodeWatch(wr clientv3.WatchResponse, specs *knownSpecs) WatchEvent {
 	ev := WatchEvent{HeaderRev: wr.Header.Revision, Progress: wr.IsProgressNotify()}
 	if err := wr.Err(); err != nil || wr.Canceled {
 		if wr.CompactRevision > 0 || errors.Is(err, rpctypes.ErrCompacted) {
@@ -140,7 +141,7 @@ func decodeWatch(wr clientv3.WatchResponse) WatchEvent {
 	}
 	for _, e := range wr.Events {
 		ev.MaxRev = max(ev.MaxRev, e.Kv.ModRevision)
-		en, ok, err := DecodeEvent(e)
+		en, ok, err := specs.decodeEvent(e)
 		switch {
 		case err != nil:
 			ev.Bad = append(ev.Bad, err)

@@ -1,6 +1,8 @@
 package store
 
 import (
+	"reflect"
+	"strings"
 	"testing"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -27,6 +29,12 @@ func FuzzDecode(f *testing.F) {
 	f.Add(DAGKey("d1"), []byte(`{"id":"d1","name":"x","tasks":[{"id":"a","depends_on":["a"]}]}`), false)
 	f.Add(TaskKey("d1", "t0"), []byte(`{"status":"bogus"}`), false)
 	f.Add(DAGKey("d1"), []byte("{"), true)
+	ended := dagEntry("d1", 2)
+	ended.D.Status = core.DAGSucceeded
+	ops, _, _ = Ops(&ended)
+	f.Add(DAGKey("d1"), ops[0].ValueBytes(), false)
+	f.Add(DAGKey("d1"), append(ops[0].ValueBytes()[:len(ops[0].ValueBytes())-1:len(ops[0].ValueBytes())-1], []byte(`,"tasks":[]}`)...), false)
+	f.Add(DAGKey("d1"), []byte(strings.Replace(string(ops[0].ValueBytes()), `"status"`, `"Status"`, 1)), false)
 	f.Add(Prefix+"leader", []byte(`{}`), false)
 	f.Add(TaskPrefix+"d1/", []byte(`{}`), true)
 	f.Fuzz(func(t *testing.T, key string, value []byte, deleted bool) {
@@ -44,6 +52,18 @@ func FuzzDecode(f *testing.F) {
 			ev.Type = clientv3.EventTypeDelete
 		}
 		e, ok, err = DecodeEvent(ev)
+		// A watch that has decoded d1's record before decodes the value to
+		// the same entry, or fails alike.
+		specs := newKnownSpecs()
+		good := dagEntry("d1", 2)
+		first, _, _ := Ops(&good)
+		if _, _, err := specs.decodeEvent(&clientv3.Event{Type: clientv3.EventTypePut, Kv: &mvccpb.KeyValue{Key: []byte(DAGKey("d1")), Value: first[0].ValueBytes()}}); err != nil {
+			t.Fatal(err)
+		}
+		e2, ok2, err2 := specs.decodeEvent(ev)
+		if ok2 != ok || (err2 == nil) != (err == nil) || (err == nil && !reflect.DeepEqual(e2, e)) {
+			t.Fatalf("through known specs: %+v %v %v; in full: %+v %v %v", e2, ok2, err2, e, ok, err)
+		}
 		if err != nil {
 			if _, isDecode := err.(*DecodeError); !isDecode {
 				t.Fatalf("event error %T: %v", err, err)
