@@ -12,6 +12,7 @@ import (
 
 	"github.com/orion-sched/orion/internal/core"
 	"github.com/orion-sched/orion/internal/dag"
+	"github.com/orion-sched/orion/internal/jsonguard"
 )
 
 // Ops turns one entry into the etcd operations that commit it, and returns
@@ -175,9 +176,19 @@ func decodeValue(e *core.Entry, v []byte) error {
 	return decodeDAGRecord(e, v)
 }
 
+// unmarshal decodes a record, refusing one nested more deeply than any
+// record Orion writes: the decoder recurses without a limit, and a value
+// of a few MiB of '[' put by hand would crash every replica that read it.
+func unmarshal(v []byte, rec any) error {
+	if !jsonguard.Shallow(v, jsonguard.MaxDepth) {
+		return fmt.Errorf("record nests more than %d levels deep", jsonguard.MaxDepth)
+	}
+	return json.Unmarshal(v, rec)
+}
+
 func decodeTaskRecord(e *core.Entry, v []byte) error {
 	var rec core.TaskRecord
-	if err := json.Unmarshal(v, &rec); err != nil {
+	if err := unmarshal(v, &rec); err != nil {
 		return err
 	}
 	e.T = &rec
@@ -186,7 +197,7 @@ func decodeTaskRecord(e *core.Entry, v []byte) error {
 
 func decodeDAGRecord(e *core.Entry, v []byte) error {
 	var rec core.DAGRecord
-	if err := json.Unmarshal(v, &rec); err != nil {
+	if err := unmarshal(v, &rec); err != nil {
 		return err
 	}
 	if rec.ID != e.DAG {

@@ -9,6 +9,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/orion-sched/orion/internal/core"
+	"github.com/orion-sched/orion/internal/jsonguard"
 	"github.com/orion-sched/orion/internal/model"
 )
 
@@ -76,7 +77,7 @@ func (k *knownSpecs) decodeEvent(ev *clientv3.Event) (core.Entry, bool, error) {
 // decodeDAG decodes the DAG record v of e.DAG into e.
 func (k *knownSpecs) decodeDAG(e *core.Entry, v []byte) error {
 	i := bytes.LastIndex(v, tailStart)
-	if i <= 0 {
+	if i <= 0 || !jsonguard.Shallow(v, jsonguard.MaxDepth) {
 		delete(k.byDAG, e.DAG)
 		return decodeDAGRecord(e, v)
 	}
@@ -104,7 +105,7 @@ func (k *knownSpecs) tail(b []byte) (recordTail, bool) {
 	k.scratch = append(append(k.scratch[:0], '{'), b...)
 	var t recordTail
 	rest, err := json.Parse(k.scratch, &t, json.DisallowUnknownFields|json.DontMatchCaseInsensitiveStructFields)
-	if err != nil || len(bytes.TrimSpace(rest)) != 0 {
+	if err != nil || len(bytes.TrimLeft(rest, " \t\r\n")) != 0 {
 		return recordTail{}, false
 	}
 	return t, true

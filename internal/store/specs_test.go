@@ -2,6 +2,7 @@ package store
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -105,5 +106,25 @@ func TestKnownSpecsDecodeLaterRecordsByTheirTail(t *testing.T) {
 	hand := append(append([]byte{}, encoded(t, dagEntry("d2", 3))[:len(base)-1]...), []byte(`,"name":"renamed"}`)...)
 	if got := decode(putEvent(DAGKey("d2"), hand)); got.D.Name != "renamed" {
 		t.Fatalf("name after the tail: %q", got.D.Name)
+	}
+}
+
+// A record nested more deeply than any Orion writes is refused, reported
+// and skipped, whether a watch has seen its DAG or not; it never reaches
+// the decoder that would overflow the stack.
+func TestDeeplyNestedRecordIsRefused(t *testing.T) {
+	deep := []byte(`{"status":"running","x":` + strings.Repeat("[", 4<<20))
+	for _, key := range []string{TaskKey("d1", "t0"), DAGKey("d1")} {
+		if _, _, err := DecodeEvent(putEvent(key, deep)); err == nil || !strings.Contains(err.Error(), "levels deep") {
+			t.Errorf("%s: %v", key, err)
+		}
+	}
+	specs := newKnownSpecs()
+	ended := dagEntry("d1", 2)
+	specs.decodeEvent(putEvent(DAGKey("d1"), encoded(t, ended)))
+	v := encoded(t, ended)
+	v = append(append(v[:len(v)-1:len(v)-1], `,"x":`...), strings.Repeat("[", 4<<20)...)
+	if _, _, err := specs.decodeEvent(putEvent(DAGKey("d1"), v)); err == nil || !strings.Contains(err.Error(), "levels deep") {
+		t.Errorf("through known specs: %v", err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+	"github.com/orion-sched/orion/internal/jsonguard"
 	"github.com/segmentio/encoding/json"
 )
 
@@ -138,6 +139,11 @@ func (c *wsConn) Recv() (Msg, error) {
 		}
 		if t != websocket.TextMessage {
 			continue // not ours; ignore
+		}
+		// The decoder recurses without a limit: a frame of nested brackets
+		// would overflow the stack (see jsonguard).
+		if !jsonguard.Shallow(b, jsonguard.MaxDepth) {
+			return Msg{}, fmt.Errorf("workerstream: bad message: nested more than %d levels deep", jsonguard.MaxDepth)
 		}
 		var m Msg
 		if err := json.Unmarshal(b, &m); err != nil {
