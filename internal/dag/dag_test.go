@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/orion-sched/orion/internal/model"
+	fastjson "github.com/segmentio/encoding/json"
 )
 
 const fixtures = "../../test/fixtures"
@@ -813,6 +814,62 @@ func TestValidIDMatchesItsRule(t *testing.T) {
 	for _, id := range ids {
 		if got, want := ValidID(id), rule.MatchString(id); got != want {
 			t.Errorf("ValidID(%q) = %v, the rule says %v", id, got, want)
+		}
+	}
+}
+
+// FuzzParseDecodersAgree: a JSON body the fast decoder accepts decodes to
+// what encoding/json decodes it to, and encoding/json accepts it too; what
+// the fast one refuses is left to encoding/json (and its messages).
+//
+//	go test ./internal/dag -run '^$' -fuzz FuzzParseDecodersAgree -fuzztime 5m
+func FuzzParseDecodersAgree(f *testing.F) {
+	for _, name := range []string{"diamond.json", "bad/not-json.json"} {
+		b, err := os.ReadFile(filepath.Join(fixtures, name))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	for _, s := range []string{
+		`{"name":"n","tasks":[{"id":"a","fail":1e999}]}`,
+		`{"name":"n","tasks":[{"id":"a","priority":1e2,"timeout":"\u0033s"}]}`,
+		`{"NAME":"n","Tasks":[{"ID":"a","ſelector":{"k":"v"},"Kind":"noop"}]}`,
+		`{"name":"n","name":"m","tasks":[{"id":"a","env":{"A":"1","A":"2"}}]}`,
+		`{"name":"n\ud800","tasks":[{"id":"a","max_retries":null,"duration":1.5}]} ` + "\u00a0",
+		`{"name":"n","tasks":[]} {}`,
+		`{"name":"n","tasks":[{"id":"a","depends_on":null,"dependencies":["b"],"type":"bash","command":"echo \"x\""}]}`,
+		`{"max_active_tasks":-1,"tasks":[{"fail":true,"expect_status":200.0}]}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var fast rawDAG
+		rest, err := fastjson.Parse(body, &fast, fastjson.DisallowUnknownFields)
+		if err != nil || len(bytes.TrimLeft(rest, " \t\r\n")) != 0 {
+			return
+		}
+		var strict rawDAG
+		if err := decodeJSONStrictly(body, &strict); err != nil {
+			t.Fatalf("the fast decoder accepts what encoding/json refuses (%v):\n%q", err, body)
+		}
+		if !reflect.DeepEqual(fast, strict) {
+			t.Fatalf("the decoders disagree on %q:\nfast   %+v\nstrict %+v", body, fast, strict)
+		}
+	})
+}
+
+// A body nested deeper than the fast decoder is given goes to encoding/json,
+// which refuses it with a message; the process does not overflow its stack.
+func TestDeeplyNestedBodyIsRefused(t *testing.T) {
+	for _, body := range []string{
+		`{"name":"n","tasks":[{"id":"a","env":{"a":` + strings.Repeat("[", 4<<20),
+		`{"name":"n","tasks":` + strings.Repeat("[", 4<<20),
+		`{"x":` + strings.Repeat(`{"a":`, 1<<20),
+	} {
+		_, err := Parse([]byte(body), "application/json")
+		if err == nil || !strings.Contains(err.Error(), "invalid JSON") {
+			t.Errorf("%.40q…: %v", body, err)
 		}
 	}
 }
