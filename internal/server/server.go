@@ -227,6 +227,7 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 	s.ectx, s.cancel = ectx, cancel
 	etcdStore := store.NewEtcd(s.Client)
 	etcdStore.CommitThrough(s.route.KV())
+	etcdStore.KnowLeaderFrom(view.ElectedLeader)
 	s.firer = schedrun.NewFirer(schedrun.Config{
 		Engine:    func() schedrun.Engine { return s.ref.Get() },
 		Store:     etcdStore,

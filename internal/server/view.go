@@ -50,6 +50,14 @@ func newLeaderView(cli *clientv3.Client, log *zap.Logger) *leaderView {
 	return &leaderView{cli: cli, log: log, follow: store.FollowCluster, changed: make(chan struct{})}
 }
 
+// ElectedLeader is the leader as the view last saw it; ok is false before
+// a first read and while nobody campaigns. Depose takes its lease from it.
+func (lv *leaderView) ElectedLeader() (store.Leader, bool) {
+	lv.mu.Lock()
+	defer lv.mu.Unlock()
+	return lv.view.Leader, lv.known && lv.view.HasLeader
+}
+
 // run follows the cluster until ctx ends, starting over after each failure.
 // The last view stays in place meanwhile: a stale answer costs a worker one
 // failed dial, no answer at all would cost it every replica's.

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 )
@@ -234,6 +235,27 @@ func Depose(ctx context.Context, cli *clientv3.Client, suspect string) (bool, er
 		return false, err
 	}
 	if _, err := cli.Revoke(ctx, l.Lease); err != nil {
+		return false, fmt.Errorf("leadership: revoke %s's lease: %w", suspect, err)
+	}
+	return true, nil
+}
+
+// DeposeKnown is Depose for a leader this replica already knows, from the
+// cluster view it follows: it revokes that leader's lease without reading
+// the election first, one etcd request instead of two on the takeover
+// path. Revoking a lease the view holds from before is harmless: if it
+// is gone (etcd: lease not found), Depose reads who leads and decides; if
+// it is an old lease of a process since restarted, its keys are gone
+// already or go with the dead process anyway.
+func DeposeKnown(ctx context.Context, cli *clientv3.Client, suspect string, known Leader) (bool, error) {
+	if known.Name != suspect {
+		return Depose(ctx, cli, suspect)
+	}
+	_, err := cli.Revoke(ctx, known.Lease)
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return Depose(ctx, cli, suspect)
+	}
+	if err != nil {
 		return false, fmt.Errorf("leadership: revoke %s's lease: %w", suspect, err)
 	}
 	return true, nil

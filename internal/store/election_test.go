@@ -211,3 +211,42 @@ func waitKeys(t *testing.T, cli *clientv3.Client, n int64) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// Deposing a leader known from the cluster view revokes its lease and the
+// next candidate wins; a view that holds a lease gone since falls back to
+// reading who leads, and a view that names another leader deposes nobody
+// it does not suspect.
+func TestDeposeKnown(t *testing.T) {
+	_, cli := etcdtest.Start(t)
+	ctx := context.Background()
+	sa, sb, sc := newTestSession(t, cli), newTestSession(t, cli), newTestSession(t, cli)
+	won(t, startCampaign(ctx, sa, "a"), "a")
+	chB := startCampaign(ctx, sb, "b")
+	chC := startCampaign(ctx, sc, "c")
+	waitKeys(t, cli, 3)
+	a, ok, err := CurrentLeader(ctx, cli)
+	if err != nil || !ok || a.Name != "a" {
+		t.Fatalf("leader %+v %v %v", a, ok, err)
+	}
+
+	// The view names a, the suspect is x: the election is read, x does not
+	// lead, and nothing is revoked.
+	if ok, err := DeposeKnown(ctx, cli, "x", Leader{Name: "a", Lease: sa.Lease()}); ok || err != nil {
+		t.Fatalf("deposed an unsuspected leader: %v %v", ok, err)
+	}
+	if ok, err := DeposeKnown(ctx, cli, "a", a); !ok || err != nil {
+		t.Fatalf("depose a: %v %v", ok, err)
+	}
+	won(t, chB, "b")
+	waiting(t, chC, "c")
+
+	// A view still holding a's revoked lease for b: etcd no longer knows
+	// the lease, so the election is read, and b, leading, is deposed.
+	if ok, err := DeposeKnown(ctx, cli, "b", Leader{Name: "b", Lease: a.Lease}); !ok || err != nil {
+		t.Fatalf("depose b through a stale view: %v %v", ok, err)
+	}
+	won(t, chC, "c")
+	if ttl, err := cli.TimeToLive(ctx, sb.Lease()); err != nil || ttl.TTL > 0 {
+		t.Fatalf("b's lease lives on: %+v %v", ttl, err)
+	}
+}

@@ -84,6 +84,8 @@ type Etcd struct {
 	cli    *clientv3.Client
 	commit clientv3.KV // what the leader's transactions go through: cli's, or a Route's
 	w      *Writer     // the current term's
+	// knownLeader is the cluster view's leader (KnowLeaderFrom), or nil.
+	knownLeader func() (Leader, bool)
 }
 
 // NewEtcd returns the store on cli. The caller keeps ownership of cli.
@@ -237,8 +239,18 @@ func (s *Etcd) CurrentLeader(ctx context.Context) (Leader, bool, error) {
 	return CurrentLeader(ctx, s.cli.KV)
 }
 
-// Depose revokes the lease of the leader named suspect if it still leads
-// (Depose).
+// Depose revokes the lease of the leader named suspect if it still leads:
+// straight away when the cluster view given to KnowLeaderFrom names it the
+// leader (DeposeKnown), after reading the election otherwise (Depose).
 func (s *Etcd) Depose(ctx context.Context, suspect string) (bool, error) {
+	if s.knownLeader != nil {
+		if l, ok := s.knownLeader(); ok {
+			return DeposeKnown(ctx, s.cli, suspect, l)
+		}
+	}
 	return Depose(ctx, s.cli, suspect)
 }
+
+// KnowLeaderFrom gives Depose the leader as this replica's cluster view
+// last saw it (ok false: it knows none). Call it before the engine starts.
+func (s *Etcd) KnowLeaderFrom(known func() (Leader, bool)) { s.knownLeader = known }
