@@ -114,3 +114,43 @@ func (w countingWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	}
 	return countingConn{c, w.writes}, rw, nil
 }
+
+// A frame nested more deeply than any message ends the stream with an
+// error instead of reaching the decoder (whose recursion has no limit), and
+// a large frame before a small one is read whole, through the kept buffer.
+func TestRecvRefusesDeepFramesAndReadsLargeOnes(t *testing.T) {
+	upgrader := websocket.Upgrader{}
+	got := make(chan Conn, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ws, err := upgrader.Upgrade(w, r, nil)
+		if err != nil {
+			return
+		}
+		got <- NewWebsocketConn(ws, time.Second)
+		<-r.Context().Done()
+	}))
+	defer srv.Close()
+	ws, _, err := websocket.DefaultDialer.Dial(wsURL(srv), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	server := <-got
+	defer server.Close()
+
+	large := `{"type":"` + TypeAck + `","log":{"data":"` + strings.Repeat("x", 200<<10) + `"}}`
+	for _, frame := range []string{large, `{"type":"` + TypeAck + `","id":{"attempt":7}}`, `{"type":"ack","x":` + strings.Repeat("[", 1<<20)} {
+		if err := ws.WriteMessage(websocket.TextMessage, []byte(frame)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if m, err := server.Recv(); err != nil || m.Type != TypeAck {
+		t.Fatalf("large frame: %+v %v", m, err)
+	}
+	if m, err := server.Recv(); err != nil || m.ID == nil || m.ID.Attempt != 7 {
+		t.Fatalf("small frame after it: %+v %v", m, err)
+	}
+	if m, err := server.Recv(); err == nil || !strings.Contains(err.Error(), "levels deep") {
+		t.Fatalf("deep frame: %+v %v", m, err)
+	}
+}

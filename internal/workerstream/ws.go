@@ -12,8 +12,9 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
-	"github.com/orion-sched/orion/internal/jsonguard"
 	"github.com/segmentio/encoding/json"
+
+	"github.com/orion-sched/orion/internal/jsonguard"
 )
 
 // Defaults of the websocket transport.
