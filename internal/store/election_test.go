@@ -222,6 +222,7 @@ func TestDeposeKnown(t *testing.T) {
 	sa, sb, sc := newTestSession(t, cli), newTestSession(t, cli), newTestSession(t, cli)
 	won(t, startCampaign(ctx, sa, "a"), "a")
 	chB := startCampaign(ctx, sb, "b")
+	waitKeys(t, cli, 2) // b's key before c's: b is next in line
 	chC := startCampaign(ctx, sc, "c")
 	waitKeys(t, cli, 3)
 	a, ok, err := CurrentLeader(ctx, cli)
