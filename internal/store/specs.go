@@ -77,7 +77,7 @@ func (k *knownSpecs) decodeEvent(ev *clientv3.Event) (core.Entry, bool, error) {
 // decodeDAG decodes the DAG record v of e.DAG into e.
 func (k *knownSpecs) decodeDAG(e *core.Entry, v []byte) error {
 	i := bytes.LastIndex(v, tailStart)
-	if i <= 0 || !jsonguard.Shallow(v, jsonguard.MaxDepth) {
+	if i <= 0 {
 		delete(k.byDAG, e.DAG)
 		return decodeDAGRecord(e, v)
 	}
@@ -100,8 +100,13 @@ func (k *knownSpecs) decodeDAG(e *core.Entry, v []byte) error {
 }
 
 // tail decodes `"status":…}` as an object holding the tail's fields and
-// nothing else, with their exact names.
+// nothing else, with their exact names. Only the tail's depth is checked
+// here: a held spec's bytes passed the check whole when first decoded, and
+// a record decoded in full is checked by unmarshal.
 func (k *knownSpecs) tail(b []byte) (recordTail, bool) {
+	if !jsonguard.Shallow(b, jsonguard.MaxDepth) {
+		return recordTail{}, false
+	}
 	k.scratch = append(append(k.scratch[:0], '{'), b...)
 	var t recordTail
 	rest, err := json.Parse(k.scratch, &t, json.DisallowUnknownFields|json.DontMatchCaseInsensitiveStructFields)
