@@ -1026,12 +1026,9 @@ func (c *Core) TakeProposals(max int) []Entry {
 // PendingProposals is the number of proposals waiting for a commit.
 func (c *Core) PendingProposals() int { return len(c.outbox) }
 
-// TakeEffects removes and returns the effects produced so far.
-func (c *Core) TakeEffects() []Effect {
-	out := c.effects
-	c.effects = nil
-	return out
-}
+// TakeEffects removes and returns the effects produced so far, in a slice
+// of their own (AppendEffects into none).
+func (c *Core) TakeEffects() []Effect { return c.AppendEffects(nil) }
 
 // AppendEffects appends the effects to dst, as TakeEffects returns them,
 // and keeps the core's own slice for the next ones. A leader takes its

@@ -159,21 +159,20 @@ func decodeEventWith(ev *clientv3.Event, decodeDAG func(*core.Entry, []byte) err
 		e.Delete = true
 		return e, true, nil
 	}
-	decode := decodeTaskRecord
-	if taskID == "" {
-		decode = decodeDAG
-	}
-	if err := decode(&e, ev.Kv.Value); err != nil {
+	if err := decodeValueWith(&e, ev.Kv.Value, decodeDAG); err != nil {
 		return e, true, &DecodeError{Key: string(ev.Kv.Key), Rev: ev.Kv.ModRevision, Err: err}
 	}
 	return e, true, nil
 }
 
-func decodeValue(e *core.Entry, v []byte) error {
+func decodeValue(e *core.Entry, v []byte) error { return decodeValueWith(e, v, decodeDAGRecord) }
+
+// decodeValueWith is decodeValue with DAG records decoded by decodeDAG.
+func decodeValueWith(e *core.Entry, v []byte, decodeDAG func(*core.Entry, []byte) error) error {
 	if e.Task != "" {
 		return decodeTaskRecord(e, v)
 	}
-	return decodeDAGRecord(e, v)
+	return decodeDAG(e, v)
 }
 
 // unmarshal decodes a record, refusing one nested more deeply than any

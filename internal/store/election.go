@@ -234,8 +234,13 @@ func Depose(ctx context.Context, cli *clientv3.Client, suspect string) (bool, er
 	if err != nil || !ok || l.Name != suspect {
 		return false, err
 	}
+	return revokeLeader(ctx, cli, l)
+}
+
+// revokeLeader revokes l's lease: its election key goes with it.
+func revokeLeader(ctx context.Context, cli *clientv3.Client, l Leader) (bool, error) {
 	if _, err := cli.Revoke(ctx, l.Lease); err != nil {
-		return false, fmt.Errorf("leadership: revoke %s's lease: %w", suspect, err)
+		return false, fmt.Errorf("leadership: revoke %s's lease: %w", l.Name, err)
 	}
 	return true, nil
 }
@@ -251,12 +256,9 @@ func DeposeKnown(ctx context.Context, cli *clientv3.Client, suspect string, know
 	if known.Name != suspect {
 		return Depose(ctx, cli, suspect)
 	}
-	_, err := cli.Revoke(ctx, known.Lease)
+	ok, err := revokeLeader(ctx, cli, known)
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		return Depose(ctx, cli, suspect)
 	}
-	if err != nil {
-		return false, fmt.Errorf("leadership: revoke %s's lease: %w", suspect, err)
-	}
-	return true, nil
+	return ok, err
 }
