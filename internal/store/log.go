@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -427,9 +428,46 @@ func (w *Writer) send(ctx context.Context, t *txnSlot) (int64, string, error) {
 				return 0, "", ErrFenced
 			}
 		}
-		if ctx.Err() != nil || !unknownOutcome(err) {
+		if ctx.Err() != nil {
 			return 0, "", err
 		}
+		if proposalDropped(err) {
+			if err := pause(ctx, droppedPause); err != nil {
+				return 0, "", err
+			}
+			continue
+		}
+		if !unknownOutcome(err) {
+			return 0, "", err
+		}
+	}
+}
+
+// proposalDropped reports etcd's raft refusing a proposal outright: while
+// etcd's leader hands its leadership over (MoveLeader, which Orion's
+// leader asks for to keep it off its own node, or a member stopping
+// gracefully) it drops every proposal, and etcd answers "raft proposal
+// dropped" (gRPC Unknown). Nothing was applied: the transaction goes
+// again droppedPause later, once the new leader serves, instead of failing
+// the commit (which made the leader re-read etcd).
+func proposalDropped(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "raft proposal dropped")
+}
+
+// droppedPause spaces transactions sent again after a dropped proposal: a
+// leadership transfer takes a few milliseconds, and each refusal comes at
+// once.
+const droppedPause = 10 * time.Millisecond
+
+// pause waits d, or returns ctx's error if it ends first.
+func pause(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
 	}
 }
 
