@@ -73,6 +73,11 @@ const (
 	lookTimeout = 5 * time.Second
 	// askTimeout bounds one question to one member.
 	askTimeout = time.Second
+	// moveTimeout bounds MoveLeader. A handover takes tens of ms; raft
+	// gives up one the transferee did not take within an election timeout
+	// (or that another request replaced), while etcd answers MoveLeader
+	// only when its request timeout (5 s) ends: the next look asks again.
+	moveTimeout = time.Second
 )
 
 // Outcome is what one look found and did.
@@ -293,6 +298,8 @@ func (k *Keeper) move(ctx context.Context, lead, to *etcdserverpb.Member) error 
 		return err
 	}
 	defer c.Close()
+	ctx, cancel := context.WithTimeout(ctx, moveTimeout)
+	defer cancel()
 	_, err = c.MoveLeader(ctx, to.ID)
 	return err
 }
