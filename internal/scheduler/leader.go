@@ -416,7 +416,7 @@ func (e *Engine) onCommitSucceeded(cr commitResult) {
 		e.firstCommitAt = e.clock.Now()
 		took := e.firstCommitAt.Sub(e.term.Won())
 		e.m.TakeoverSeconds.Set(took.Seconds())
-		e.log.Info("first write of the term committed", zap.Duration("since_won", took))
+		e.log.Info("first write of the term committed", zap.Duration("since_won", took), zap.Int("retried", cr.res.Retried))
 		e.publishStatus()
 	}
 }

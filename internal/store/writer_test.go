@@ -147,6 +147,9 @@ func TestWriterSendsAgainExactlyOnce(t *testing.T) {
 			if kv.txns < 2 {
 				t.Fatalf("%d transactions sent, want the lost one sent again", kv.txns)
 			}
+			if got.Retried != 1 {
+				t.Errorf("Commit says %d attempts sent again, want 1", got.Retried)
+			}
 			// The next transaction follows on from the marker.
 			if _, err := w.Commit(ctx, []core.Entry{dagEntry(id+"-next", 1)}, DefaultLimits); err != nil {
 				t.Fatal(err)

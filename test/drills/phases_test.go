@@ -59,7 +59,7 @@ func (d *drill) phases(t0 time.Time) string {
 					continue
 				}
 				var extra []string
-				for _, k := range []string{"probe", "depose", "requests", "since_won", "error"} {
+				for _, k := range []string{"probe", "depose", "requests", "since_won", "retried", "error"} {
 					if v, ok := l[k]; ok {
 						extra = append(extra, fmt.Sprintf("%s %v", k, v))
 					}
