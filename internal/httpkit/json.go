@@ -3,9 +3,20 @@ package httpkit
 import (
 	"encoding/json"
 	"net/http"
+	"sync/atomic"
+
+	"go.uber.org/zap"
 
 	"github.com/orion-sched/orion/internal/apitypes"
 )
+
+// encodeLog receives the values no answer could encode: a bug, or a value
+// written by hand into etcd that a view cannot render. Its 500 alone would
+// tell the client nothing and the operator less.
+var encodeLog atomic.Pointer[zap.Logger]
+
+// SetLogger names the logger of encoding failures (the server's).
+func SetLogger(l *zap.Logger) { encodeLog.Store(l) }
 
 // internalBody answers with the API's error body when a value does not
 // encode.
@@ -24,6 +35,9 @@ func WriteJSON(w http.ResponseWriter, status int, v any) {
 func WriteJSONOr(w http.ResponseWriter, status int, v any, internal []byte) {
 	b, err := json.Marshal(v)
 	if err != nil {
+		if l := encodeLog.Load(); l != nil {
+			l.Error("an answer did not encode as JSON; answered 500", zap.Int("status", status), zap.Error(err))
+		}
 		status, b = http.StatusInternalServerError, internal
 	}
 	h := w.Header()

@@ -3,7 +3,12 @@ package httpkit
 import (
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/orion-sched/orion/internal/apitypes"
 )
@@ -31,6 +36,18 @@ func TestWriteJSONOrFallback(t *testing.T) {
 	WriteJSON(rec, http.StatusOK, func() {})
 	if rec.Code != http.StatusInternalServerError || rec.Body.String() != string(internalBody)+"\n" {
 		t.Fatalf("got %d %q", rec.Code, rec.Body.String())
+	}
+}
+
+// The 500 of a value that does not encode is logged with its cause: a time
+// past year 9999 (a schedule's tick, once) failed every listing silently.
+func TestWriteJSONLogsWhatDidNotEncode(t *testing.T) {
+	core, logs := observer.New(zap.ErrorLevel)
+	SetLogger(zap.New(core))
+	defer SetLogger(nil)
+	WriteJSON(httptest.NewRecorder(), http.StatusOK, map[string]time.Time{"next": time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)})
+	if logs.Len() != 1 || !strings.Contains(logs.All()[0].ContextMap()["error"].(string), "year outside of range") {
+		t.Fatalf("logged %+v", logs.All())
 	}
 }
 

@@ -282,6 +282,7 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 
 	routes := console.Routes()
 	routes["GET "+workerstream.Path] = s.Hub.Handler()
+	httpkit.SetLogger(log.Named("http"))
 	maps.Copy(routes, s.Events.Routes(events.HTTPConfig{Origins: httpkit.Origins{Hosts: hosts}, Logger: log.Named("events")}))
 	controls := demo.New(demo.Config{
 		Scheduler: demo.Replica{Ref: &s.ref, NewEngine: s.newEngine, Run: s.runEngine}, Enabled: cfg.Demo,
