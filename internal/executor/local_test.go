@@ -186,6 +186,29 @@ func TestShellWorkdir(t *testing.T) {
 	}
 }
 
+// A workdir that is missing, or a file, fails the attempt with a message
+// naming it, not the shell.
+func TestShellWorkdirMissing(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, 1)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]string{
+		filepath.Join(dir, "absent"): "start: workdir " + filepath.Join(dir, "absent") + ": stat " + filepath.Join(dir, "absent") + ": no such file or directory",
+		file:                         "start: workdir " + file + " is not a directory",
+	} {
+		spec := shell("true")
+		spec.Workdir = path
+		r := h.run(spec)
+		if r.Outcome != model.Failed || r.Error != want || !strings.Contains(r.OutputTail, want) {
+			t.Errorf("workdir %s: got %+v, want error %q", path, r, want)
+		}
+	}
+}
+
 func TestShellFailure(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, 1)

@@ -158,7 +158,7 @@ func (l *Local) runShell(ctx context.Context, a model.Attempt, r *model.Result) 
 	pw.Close() // the children hold it now
 	if err != nil {
 		pr.Close()
-		startFailed(err)
+		startFailed(explainStart(err, cmd))
 		return
 	}
 	pgid := cmd.Process.Pid
@@ -209,6 +209,23 @@ func (l *Local) runShell(ctx context.Context, a model.Attempt, r *model.Result) 
 	} else {
 		r.Error = werr.Error()
 	}
+}
+
+// explainStart names the working directory when it is why cmd did not
+// start: the kernel's chdir error reaches Go as the exec's own
+// ("fork/exec /bin/sh: no such file or directory"), which points at the
+// shell. The stat runs only once the start has failed.
+func explainStart(err error, cmd *exec.Cmd) error {
+	if cmd.Dir == "" {
+		return err
+	}
+	switch fi, serr := os.Stat(cmd.Dir); {
+	case serr != nil:
+		return fmt.Errorf("workdir %s: %w", cmd.Dir, serr)
+	case !fi.IsDir():
+		return fmt.Errorf("workdir %s is not a directory", cmd.Dir)
+	}
+	return err
 }
 
 // startPinned starts cmd from the calling goroutine's OS thread and, if it
