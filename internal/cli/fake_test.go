@@ -42,7 +42,7 @@ type fakeServer struct {
 	// events, as a replica that dies would.
 	stream     bool
 	breakAfter int
-	clock     time.Time
+	clock      time.Time
 }
 
 type submission struct {
