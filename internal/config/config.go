@@ -280,6 +280,11 @@ func (s *Server) parseMaps() error {
 	return errors.Join(errs...)
 }
 
+// MinTokenLen is the shortest auth_token a server listening beyond
+// loopback accepts: 16 random characters are beyond guessing through a
+// rate-limited API, a word or a PIN is not.
+const MinTokenLen = 16
+
 // Validate checks the settings that would make the server unsafe or unable
 // to start, with messages that name the setting.
 func (s Server) Validate() error {
@@ -289,6 +294,9 @@ func (s Server) Validate() error {
 		errs = append(errs, fmt.Errorf("listen %q: want HOST:PORT (%v)", s.Listen, err))
 	} else if !IsLoopbackHost(host) && s.AuthToken == "" && !s.InsecureNoAuth {
 		errs = append(errs, fmt.Errorf("listen %q is not loopback: set --auth-token (or ORION_AUTH_TOKEN), or --insecure-no-auth to accept anyone who can reach it running shell commands", s.Listen))
+	} else if !IsLoopbackHost(host) && s.AuthToken != "" && len(s.AuthToken) < MinTokenLen {
+		errs = append(errs, fmt.Errorf("auth_token is %d characters: on a non-loopback listen (%q) it is all that stands between the network and shell commands; use at least %d (such as `head -c 32 /dev/urandom | base64`)",
+			len(s.AuthToken), s.Listen, MinTokenLen))
 	}
 	if err == nil && s.Demo && !IsLoopbackHost(host) && s.AuthToken == "" {
 		errs = append(errs, fmt.Errorf("demo mode on a non-loopback listen %q needs --auth-token (--insecure-no-auth is not enough: demo mode can crash the scheduler)", s.Listen))

@@ -166,9 +166,13 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 	}
 
 	s.HTTPAddr = ln.Addr().String()
-	apiURL := cfg.AdvertiseURL
-	if apiURL == "" {
-		apiURL = "http://" + s.HTTPAddr
+	apiURL, derived, err := advertisedURL(cfg.AdvertiseURL, cfg.Listen, s.HTTPAddr, net.InterfaceAddrs)
+	if err != nil {
+		return nil, err
+	}
+	if derived {
+		log.Warn("listening on every address; advertising this host's address to other replicas and workers (set advertise_url to choose another)",
+			zap.String("listen", cfg.Listen), zap.String("advertise_url", apiURL))
 	}
 	// The advertised name is one this replica serves by definition: other
 	// replicas forward writes to it and workers dial it.
