@@ -156,8 +156,8 @@ chart-manifests: $(HELM)
 # and CoreDNS built from their Go modules at pinned versions, containerd,
 # runc, CNI plugins and etcd from Debian, images written locally. Binaries
 # and images are cached in /var/cache/orion-kube (ORION_KUBE_CACHE), outside
-# the checkout: the first build takes 6-20 minutes on 2 cores (README,
-# Kubernetes), later runs reuse it. kube-test installs the chart, runs
+# the checkout: the first build takes 6-20 minutes on 2 cores
+# (docs/kubernetes.md), later runs reuse it. kube-test installs the chart, runs
 # `helm test` and the drills (test/kube/kube_test.go), prints the figures
 # and tears down.
 # ORION_KUBE_DRILLS=ci runs the reduced set; ORION_KUBE_TIMEOUT bounds it all.

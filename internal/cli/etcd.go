@@ -51,8 +51,8 @@ TLS: --cert-file and --key-file serve the client URL over https
 certificate); --peer-cert-file, --peer-key-file, --peer-trusted-ca-file and
 --peer-client-cert-auth do the same for raft traffic, and every peer URL
 (--initial-cluster's too) is then https. Authentication (users and roles) is
-etcd's own: enable it with etcdctl once the cluster runs (see the README's
-Security section). Without TLS, keep the client URL on loopback (the default)
+etcd's own: enable it with etcdctl once the cluster runs (see
+docs/security.md). Without TLS, keep the client URL on loopback (the default)
 and the peer URLs on a trusted network.`,
 		Example: `  # A single member for one 'orion server --etcd-endpoints http://127.0.0.1:2379'
   orion etcd --data-dir ./etcd-data

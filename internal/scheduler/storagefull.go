@@ -45,7 +45,7 @@ type StorageFullError struct {
 func (e *StorageFullError) Error() string {
 	return fmt.Sprintf("storage full: %v. DAG %s was not written. DAGs already accepted stay readable, and their tasks go on "+
 		"once etcd has room: Orion's own etcd members (embedded, `orion etcd`) compact, defragment and disarm the alarm by themselves; "+
-		"an external etcd needs etcdctl compact, defrag and alarm disarm (README, \"Storage full\"). "+
+		"an external etcd needs etcdctl compact, defrag and alarm disarm (docs/operations.md#storage-full). "+
 		"Retry later with the same DAG id, shorten the retention, or raise the quota", e.Cause, e.DAG)
 }
 

@@ -34,7 +34,7 @@ func (p *etcdProc) logs() string {
 	return string(b)
 }
 
-// Three `orion etcd` processes started as the README and test/cluster.sh do
+// Three `orion etcd` processes started as docs/operations.md and test/cluster.sh do
 // form one cluster, grant orion's 1 s lease as 1 s, and exit 0 on SIGTERM.
 func TestEtcdCommandThreeMemberCluster(t *testing.T) {
 	if out, err := exec.Command(cluster.Bin, "etcd", "--help").CombinedOutput(); err != nil {
