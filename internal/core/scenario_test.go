@@ -446,6 +446,13 @@ func (h *harness) report(td *datadriven.TestData) {
 	}
 	td.MaybeScanArgs(h.t, "exit", &r.ExitCode)
 	td.MaybeScanArgs(h.t, "error", &r.Error)
+	var n int
+	if td.MaybeScanArgs(h.t, "error-bytes", &n) {
+		r.Error = "E" + strings.Repeat("e", n-1)
+	}
+	if td.MaybeScanArgs(h.t, "tail-bytes", &n) {
+		r.OutputTail = strings.Repeat("o", n-1) + "O"
+	}
 	stale := h.c.Stats().StaleResults
 	h.c.Report(r, h.now)
 	if h.c.Stats().StaleResults > stale {
@@ -526,20 +533,49 @@ func fmtEntry(e *Entry) string {
 		if r.Cascade {
 			fmt.Fprintf(&b, " cascade cause=%s", r.Cause)
 		}
-		if r.Error != "" {
+		switch {
+		case len(r.Error) > 160 && !strings.HasPrefix(r.Error, "orion: "):
+			// Long errors are the scenarios' own (error-bytes), or cut:
+			// their size, and whether they were, say more.
+			fmt.Fprintf(&b, " error=<%d bytes%s>", len(r.Error), cutMark(r.Error))
+		case r.Error != "":
 			fmt.Fprintf(&b, " error=%q", r.Error)
+		}
+		if r.OutputTail != "" {
+			fmt.Fprintf(&b, " tail=<%d bytes%s>", len(r.OutputTail), cutMark(r.OutputTail))
 		}
 		if len(r.History) > 0 {
 			var hs []string
 			for _, a := range r.History {
-				hs = append(hs, fmt.Sprintf("#%d:%s", a.Attempt, a.Outcome))
+				h := fmt.Sprintf("#%d:%s", a.Attempt, a.Outcome)
+				if len(a.Error) > 160 {
+					h += fmt.Sprintf("(error %d bytes%s)", len(a.Error), cutMark(a.Error))
+				}
+				hs = append(hs, h)
 			}
 			fmt.Fprintf(&b, " history=%s", strings.Join(hs, ","))
+		}
+		if r.HistoryOmitted > 0 {
+			fmt.Fprintf(&b, " history_omitted=%d", r.HistoryOmitted)
 		}
 	default:
 		fmt.Fprintf(&b, "%s/%s (no record)", e.DAG, e.Task)
 	}
 	return b.String()
+}
+
+// cutMark says whether a text was cut, and where the cut is.
+func cutMark(s string) string {
+	i := strings.Index(s, "[orion: ")
+	switch {
+	case i < 0:
+		return ""
+	case i == 0:
+		return ", cut at the start"
+	case strings.HasSuffix(s, " bytes cut]"):
+		return ", cut at the end"
+	}
+	return ", cut in the middle"
 }
 
 func (h *harness) labelsArg(td *datadriven.TestData, key string) model.Labels {
