@@ -126,7 +126,7 @@ func (c *Core) StepDown() {
 	c.classes, c.classList, c.poolReserved = nil, nil, nil
 	c.unsealed = nil
 	for _, d := range c.dags {
-		d.inflight, d.wantCancel, d.reserved, d.classes = false, false, 0, nil
+		d.inflight, d.wantCancel, d.reserved, d.classes, d.parked = false, false, 0, nil, false
 		for i := range d.tasks {
 			t := &d.tasks[i]
 			t.inflight, t.dispatching, t.stash, t.reserved, t.queued, t.cls = false, false, nil, nil, false, nil
@@ -373,6 +373,10 @@ func (c *Core) requested(id string, now time.Time) (*dagRun, error) {
 	d := c.dags[id]
 	if d == nil {
 		return nil, &Error{Code: apitypes.CodeNotFound, Msg: "no DAG " + id}
+	}
+	if d.parked {
+		return nil, &Error{Code: apitypes.CodeConflict, Msg: "etcd refused DAG " + id + "'s record as too large (the members' " +
+			"--max-request-bytes is below etcd_max_request_bytes): the DAG stays as it is until the next leader; raise their limit"}
 	}
 	return d, nil
 }

@@ -52,8 +52,16 @@ import (
 //	                                change
 //	schedule                        dispatch ready tasks onto free slots
 //	report d1/a#1 worker=w1 outcome=succeeded|failed|timed_out|cancelled [exit=N] [error=text]
+//	       [error-bytes=N] [tail-bytes=N]
 //	                                a worker's result (exit defaults to 0 for
-//	                                succeeded, 1 for failed, -1 otherwise)
+//	                                succeeded, 1 for failed, -1 otherwise);
+//	                                error-bytes and tail-bytes give it an error
+//	                                or output tail of N bytes (printed as
+//	                                their length)
+//	poison                          the store refuses the oldest proposal alone
+//	                                for its size (Poisoned): what the leader
+//	                                does, and the entry it proposes in its
+//	                                place, first in line
 //	fire retry|orphan d1/a#1        a timer fires now (whether or not armed)
 //	advance 2s                      move the clock, then fire every armed timer
 //	                                that is due, earliest first
@@ -180,6 +188,8 @@ func (h *harness) run(td *datadriven.TestData) string {
 		}
 	case "report":
 		h.report(td)
+	case "poison":
+		h.poison()
 	case "fire":
 		kind := map[string]TimerKind{"retry": TimerRetry, "orphan": TimerOrphan}[h.bare(td, 0)]
 		if kind == 0 {
@@ -460,6 +470,38 @@ func (h *harness) report(td *datadriven.TestData) {
 	}
 	if t := h.c.lookup(id.DAG, id.Task); t != nil && t.stash != nil {
 		h.printf("result held until the task's in-flight record is applied\n")
+	}
+}
+
+// poison plays a store that refuses the oldest proposal alone for its size,
+// and an engine that puts what the leader proposes in its place first in
+// line and drops the entries it withdraws.
+func (h *harness) poison() {
+	if len(h.c.outbox) == 0 {
+		h.printf("nothing to refuse\n")
+		return
+	}
+	batch := h.c.TakeProposals(1)
+	h.c.Seal(batch)
+	repl, drop, out := h.c.Poisoned(batch[0], "etcdserver: request is too large", h.now)
+	h.printf("refused: %s\n", fmtEntry(&batch[0]))
+	h.printf("outcome: %s\n", out)
+	for _, d := range drop {
+		for i, e := range h.c.outbox {
+			if e.DAG == d.DAG && e.Task == d.Task {
+				h.printf("withdrawn: %s\n", fmtEntry(&e))
+				h.c.outbox = append(h.c.outbox[:i], h.c.outbox[i+1:]...)
+				break
+			}
+		}
+	}
+	if repl != nil {
+		h.c.outbox = append([]Entry{*repl}, h.c.outbox...)
+		h.printf("in its place: %s\n", fmtEntry(repl))
+	}
+	h.shown = len(h.c.outbox)
+	for _, ef := range h.c.TakeEffects() {
+		h.printf("effect: %s\n", fmtEffect(ef))
 	}
 }
 
