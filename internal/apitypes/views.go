@@ -75,6 +75,9 @@ type Task[S any] struct {
 	Cascade    bool       `json:"cascade,omitempty"`
 	Cause      string     `json:"cause,omitempty"`
 	History    []Attempt  `json:"history,omitempty"`
+	// HistoryOmitted counts the earlier attempts not listed in History: a
+	// record keeps the last few in full and counts the rest.
+	HistoryOmitted int `json:"history_omitted,omitempty"`
 	// Waiting says why a ready task is not running yet, when something
 	// other than its turn holds it: a DAG or pool limit, or no connected
 	// worker with the labels it requires.

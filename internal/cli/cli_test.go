@@ -606,3 +606,18 @@ func TestFormatters(t *testing.T) {
 		t.Errorf("truncate = %q", got)
 	}
 }
+
+// A task retried more often than a record keeps attempts lists the last
+// ones and says how many came before them: Attempts still counts them all.
+func TestGetTaskSaysHowManyAttemptsAreNotKept(t *testing.T) {
+	tk := &client.Task{ID: "a", Kind: "http", Status: client.StatusFailed, Attempts: 32, Retries: 15, MaxRetries: 15, HistoryOmitted: 26}
+	for i := 27; i <= 31; i++ {
+		tk.History = append(tk.History, client.Attempt{Attempt: i, Worker: "w1", Outcome: "fail", Error: "connection refused"})
+	}
+	var b strings.Builder
+	if err := printTask(&b, "d1", tk); err != nil {
+		t.Fatal(err)
+	}
+	contains(t, "stdout", b.String(), "Attempts:    32 (retries used 15 of 15)\n",
+		"\nHistory (the last 5 earlier attempts; 26 before them are counted, not kept):\nATTEMPT", "\n27 ", "\n31 ")
+}

@@ -126,7 +126,7 @@ func (c *Core) StepDown() {
 	c.classes, c.classList, c.poolReserved = nil, nil, nil
 	c.unsealed = nil
 	for _, d := range c.dags {
-		d.inflight, d.wantCancel, d.reserved, d.classes = false, false, 0, nil
+		d.inflight, d.wantCancel, d.reserved, d.classes, d.parked = false, false, 0, nil, false
 		for i := range d.tasks {
 			t := &d.tasks[i]
 			t.inflight, t.dispatching, t.stash, t.reserved, t.queued, t.cls = false, false, nil, nil, false, nil
@@ -138,7 +138,14 @@ func (c *Core) StepDown() {
 // AddWorker registers a live worker with its slot count and labels (or
 // updates them). Only tasks whose required labels the worker has are
 // dispatched to it.
+//
+// A worker whose id is longer than model.MaxWorkerIDBytes is not
+// registered, so it gets no work: its id would be written into the record
+// of every attempt it ran, past the records' bound.
 func (c *Core) AddWorker(id string, slots int, labels model.Labels) {
+	if len(id) > model.MaxWorkerIDBytes {
+		return
+	}
 	if c.workers == nil {
 		c.workers = make(map[string]*worker)
 	}
@@ -367,6 +374,10 @@ func (c *Core) requested(id string, now time.Time) (*dagRun, error) {
 	if d == nil {
 		return nil, &Error{Code: apitypes.CodeNotFound, Msg: "no DAG " + id}
 	}
+	if d.parked {
+		return nil, &Error{Code: apitypes.CodeConflict, Msg: "etcd refused DAG " + id + "'s record as too large (the members' " +
+			"--max-request-bytes is below etcd_max_request_bytes): the DAG stays as it is until the next leader; raise their limit"}
+	}
 	return d, nil
 }
 
@@ -553,6 +564,7 @@ func (c *Core) setResult(rec *TaskRecord, r model.Result) {
 func (c *Core) fold(t *task, r model.Result) {
 	rec := t.early
 	c.setResult(rec, r)
+	bound(rec) // proposed before its result was written in
 	rec.Status, rec.Event, rec.Outcome = Succeeded, "succeed", "succeed"
 	c.noteAhead(t)
 }
@@ -740,7 +752,11 @@ func (c *Core) proposeDispatch(t *task, w *worker, early bool) {
 func (c *Core) proposeAttempt(t *task, w *worker, attempt int, early, send bool) {
 	rec := c.nextRecord(t)
 	if t.rec != nil && t.rec.Attempt > 0 {
-		rec.History = append(append([]AttemptSummary(nil), t.rec.History...), summarize(t.rec))
+		// A fresh slice (the applied record keeps its own), of the
+		// attempts that proposeTask's bound keeps.
+		h := t.rec.History[max(0, len(t.rec.History)+1-model.HistoryKept):]
+		rec.History = append(append(make([]AttemptSummary, 0, len(h)+1), h...), summarize(t.rec))
+		rec.HistoryOmitted += len(t.rec.History) - len(h)
 	}
 	rec.Status, rec.Event, rec.Outcome = Running, "dispatch", ""
 	rec.Attempt = attempt
@@ -979,6 +995,7 @@ func (c *Core) proposeDAG(d *dagRun, rec *DAGRecord) {
 }
 
 func (c *Core) proposeTask(t *task, rec *TaskRecord) {
+	bound(rec)
 	t.inflight = true
 	c.outbox = append(c.outbox, Entry{DAG: t.dag.id, Task: t.id(), T: rec})
 }
@@ -1001,7 +1018,7 @@ func summarize(r *TaskRecord) AttemptSummary {
 		outcome = r.Event
 	}
 	return AttemptSummary{Attempt: r.Attempt, Worker: r.Worker, StartedAt: r.StartedAt, FinishedAt: r.FinishedAt,
-		Outcome: outcome, ExitCode: r.ExitCode, Error: r.Error}
+		Outcome: outcome, ExitCode: r.ExitCode, Error: model.CutMiddle(r.Error, model.MaxHistoryErrorBytes)}
 }
 
 func timePtr(t time.Time) *time.Time {

@@ -45,6 +45,7 @@ func (t *task) view() TaskView {
 		for _, h := range r.History {
 			v.History = append(v.History, apitypes.Attempt(h))
 		}
+		v.HistoryOmitted = r.HistoryOmitted
 		if r.StartedAt != nil && r.FinishedAt != nil && !r.Cascade {
 			ms := r.FinishedAt.Sub(*r.StartedAt).Milliseconds()
 			v.DurationMs = &ms

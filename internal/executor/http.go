@@ -14,6 +14,22 @@ import (
 // maxHTTPLog bounds how much of a response body goes to the log file.
 const maxHTTPLog = 8 << 20
 
+// MaxResponseHeaderBytes bounds what the default client reads of a
+// response before its body: the status line and the headers. An endpoint
+// that sends more fails the attempt ("server response headers exceeded")
+// rather than handing the executor megabytes to quote.
+const MaxResponseHeaderBytes = 64 << 10
+
+// maxStatusLine bounds the status line as an attempt quotes it, in its
+// output tail and in its error: whoever owns the endpoint chooses it.
+const maxStatusLine = 256
+
+func defaultHTTPClient() *http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxResponseHeaderBytes = MaxResponseHeaderBytes
+	return &http.Client{Transport: t}
+}
+
 // runHTTP sends one request (Method, default GET; no body) to URL and succeeds
 // iff the final status (after redirects) is ExpectStatus (default 200). The
 // log gets the status line and the body (up to 8 MiB); OutputTail gets the
@@ -54,7 +70,7 @@ func (l *Local) runHTTP(ctx context.Context, a model.Attempt, r *model.Result) {
 	}
 	defer resp.Body.Close()
 
-	status := resp.Proto + " " + resp.Status
+	status := model.CutHead(resp.Proto+" "+resp.Status, maxStatusLine)
 	w := bufio.NewWriter(f)
 	fmt.Fprintf(w, "%s\n", status)
 	head := make([]byte, model.TailBytes)
@@ -76,7 +92,7 @@ func (l *Local) runHTTP(ctx context.Context, a model.Attempt, r *model.Result) {
 		return
 	}
 	if resp.StatusCode != want {
-		r.Outcome, r.Error = model.Failed, fmt.Sprintf("unexpected status %s (want %d)", resp.Status, want)
+		r.Outcome, r.Error = model.Failed, fmt.Sprintf("unexpected status %s (want %d)", model.CutHead(resp.Status, maxStatusLine), want)
 		return
 	}
 	r.Outcome = model.Succeeded

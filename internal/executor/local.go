@@ -35,8 +35,10 @@ type LocalConfig struct {
 	// Logger receives executor-level events (never one line per attempt at
 	// info level). Nil: no logging.
 	Logger *zap.Logger
-	// HTTPClient runs http tasks. Nil: a client on http.DefaultTransport
-	// without a client-wide timeout (each attempt has its own Spec.Timeout).
+	// HTTPClient runs http tasks. Nil: a client on a copy of
+	// http.DefaultTransport that reads at most MaxResponseHeaderBytes of
+	// a response's status line and headers, without a client-wide timeout
+	// (each attempt has its own Spec.Timeout).
 	HTTPClient *http.Client
 	// KillGrace is the delay between SIGTERM and SIGKILL to a shell attempt's
 	// process group on cancel/timeout. <= 0: DefaultKillGrace.
@@ -136,7 +138,7 @@ func NewLocal(cfg LocalConfig) (*Local, error) {
 		cfg.Logger = zap.NewNop()
 	}
 	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = &http.Client{}
+		cfg.HTTPClient = defaultHTTPClient()
 	}
 	if cfg.KillGrace <= 0 {
 		cfg.KillGrace = DefaultKillGrace
@@ -376,8 +378,10 @@ func (l *Local) dequeueLocked() *entry {
 }
 
 // emitLocked hands r to the consumer without blocking: straight into the
-// channel when nothing is waiting in the overflow, else behind it.
+// channel when nothing is waiting in the overflow, else behind it. Every
+// result passes here, cut to the bounds of the record it becomes.
 func (l *Local) emitLocked(r model.Result) {
+	r = r.Bounded()
 	if !l.inFlight && l.ovHead == len(l.overflow) {
 		select {
 		case l.results <- r:

@@ -1,12 +1,14 @@
 package executor
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"maps"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -527,6 +529,63 @@ func TestHTTP(t *testing.T) {
 	r = h.run(model.Task{Kind: model.KindHTTP, URL: "http://127.0.0.1:1/refused"})
 	if r.Outcome != model.Failed || r.Error == "" {
 		t.Fatalf("refused: %+v", r)
+	}
+}
+
+// An endpoint chooses its status line: one of 2 MiB fails the attempt at
+// the default client's header limit, one of 50 KB is quoted cut to 256
+// bytes, and neither reaches a result whole. A URL of 8 KB (the spec's
+// limit), quoted by every transport error, leaves an error of at most 1 KiB
+// that keeps its end (why it failed).
+func TestHTTPResultsAreBounded(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				req, err := http.ReadRequest(bufio.NewReader(c))
+				if err != nil {
+					return
+				}
+				reason := strings.Repeat("x", 50_000)
+				if req.URL.Path == "/huge" {
+					reason = strings.Repeat("x", 2<<20)
+				}
+				fmt.Fprintf(c, "HTTP/1.1 503 %s\r\nContent-Length: 4\r\nConnection: close\r\n\r\nbody", reason)
+			}()
+		}
+	}()
+	h := newHarness(t, 2)
+	base := "http://" + ln.Addr().String()
+
+	r := h.run(model.Task{Kind: model.KindHTTP, URL: base + "/huge"})
+	if r.Outcome != model.Failed || !strings.Contains(r.Error, "server response headers exceeded") ||
+		len(r.Error) > model.MaxErrorBytes || len(r.OutputTail) > model.TailBytes {
+		t.Fatalf("2 MiB status line: %s, error of %d bytes %.200q", r.Outcome, len(r.Error), r.Error)
+	}
+	r = h.run(model.Task{Kind: model.KindHTTP, URL: base + "/long"})
+	if r.Outcome != model.Failed || len(r.Error) > 300 || !strings.HasPrefix(r.Error, "unexpected status 503 xxx") ||
+		!strings.HasSuffix(r.Error, "bytes cut] (want 200)") {
+		t.Fatalf("50 KB status line: %s, error %q", r.Outcome, r.Error)
+	}
+	if !strings.HasPrefix(r.OutputTail, "HTTP/1.1 503 xxx") || !strings.HasSuffix(r.OutputTail, "bytes cut]\nbody") {
+		t.Fatalf("50 KB status line: tail %q", r.OutputTail)
+	}
+
+	url := "http://127.0.0.1:1/" + strings.Repeat("u", 8100)
+	r = h.run(model.Task{Kind: model.KindHTTP, URL: url})
+	if r.Outcome != model.Failed || len(r.Error) > model.MaxErrorBytes || !strings.Contains(r.Error, "bytes cut]") ||
+		!strings.HasSuffix(r.Error, "connection refused") {
+		t.Fatalf("8 KB URL refused: %s, error of %d bytes %.100q…%q", r.Outcome, len(r.Error), r.Error, r.Error[max(0, len(r.Error)-60):])
 	}
 }
 

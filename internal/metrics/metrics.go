@@ -56,6 +56,9 @@ type Metrics struct {
 	EtcdNoSpace        prometheus.Gauge
 	StorageFull        prometheus.Gauge
 	StorageFullRefused prometheus.Counter
+
+	// Poison entries: records the store refused alone for what they hold.
+	PoisonEntries *prometheus.CounterVec
 }
 
 // New creates and registers every metric, plus the Go and process collectors.
@@ -109,6 +112,10 @@ func New() *Metrics {
 	m.WorkerSlots = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "orion_worker_slots", Help: "Executor slots per worker (leader's view)."}, []string{"worker"})
 	m.WorkerBusy = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "orion_worker_busy_slots", Help: "Busy executor slots per worker (leader's view)."}, []string{"worker"})
 	r.MustRegister(m.WorkerSlots, m.WorkerBusy)
+	m.PoisonEntries = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orion_poison_entries_total",
+		Help: "Records etcd refused alone as too large, by what the leader did instead: shrunk (written again without output tail, error and earlier attempts), failed (a dispatch that cannot be recorded: the task failed), parked (nothing smaller: left for the next term)."},
+		[]string{"outcome"})
+	r.MustRegister(m.PoisonEntries)
 	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

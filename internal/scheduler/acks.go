@@ -66,5 +66,12 @@ func (q *ackQueue) putBack(acks []resultRef) {
 // ends: every acknowledgement waits for all of it.
 func (q *ackQueue) rearranged() { q.putBack(nil) }
 
+// drop forgets the acknowledgements of results that will not be made
+// durable in this term: their workers keep them and send them again.
+func (q *ackQueue) drop(fn func(resultRef) bool) {
+	q.closed = slices.DeleteFunc(q.closed, fn)
+	q.open = slices.DeleteFunc(q.open, fn)
+}
+
 // len is the number of acknowledgements waiting.
 func (q *ackQueue) len() int { return len(q.closed) + len(q.open) }

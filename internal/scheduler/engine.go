@@ -553,6 +553,15 @@ func (e *Engine) onWorker(ev WorkerEvent) {
 	if !e.c.IsLeader() {
 		return
 	}
+	if len(ev.ID) > model.MaxWorkerIDBytes {
+		// Its id would go into the records of its attempts and into the
+		// term record, past their bounds: it gets no work and is never
+		// listed, whatever let its hello through.
+		if ev.Kind == WorkerJoined {
+			e.log.Warn("worker id too long; it gets no work", zap.Int("bytes", len(ev.ID)), zap.Int("limit", model.MaxWorkerIDBytes))
+		}
+		return
+	}
 	switch ev.Kind {
 	case WorkerJoined:
 		e.execs[ev.ID] = ev.Exec

@@ -67,6 +67,13 @@ import (
 //	hook nospace|clear          every commit that puts anything is refused
 //	                            for etcd's quota (deletes commit), until
 //	                            `hook clear`
+//	hook too-large-over=N       every commit holding a task record that
+//	                            encodes to more than N bytes is refused for
+//	                            its size, until `hook clear`
+//	hook too-large-task=D/T [status=S]
+//	                            every commit holding a record of task D/T
+//	                            (with status S) is refused for its size,
+//	                            whatever the record holds, until `hook clear`
 //	release                     let a held commit go
 //	lose-lease                  the engine's lease ends (expired or revoked)
 //	etcd down|up                quorum lost (every request waits for it or
@@ -83,10 +90,16 @@ import (
 //	close-watch                 every watch channel closes without a word
 //	advance 100ms               move the fake clock; due timers fire
 //	advance-until-leader 200ms  advance step by step until the engine leads
-//	finish w1 [outcome=failed]  w1 reports every attempt it runs (and keeps
+//	finish w1 [outcome=failed] [tail-bytes=N] [error-bytes=N]
+//	                            w1 reports every attempt it runs (and keeps
 //	                            each result until acknowledged; it sends them
-//	                            again when it rejoins a new leader)
-//	wait leader|standby|answer NAME|dag D STATUS|started W N|acked W N|early W|committing D|loads N|dags N|elected
+//	                            again when it rejoins a new leader), with an
+//	                            output tail or error of N bytes
+//	task D/T                    the store's record of a task: its status,
+//	                            attempt, error, and the sizes of its tail and
+//	                            history
+//	poison                      the poison entries counted, by outcome
+//	wait leader|standby|answer NAME|dag D STATUS|started W N|acked W N|early W|committing D|loads N|dags N|elected|poison OUTCOME N
 //	                            wait (bounded) until it holds (elected: the
 //	                            loop took its campaign's win, and may still
 //	                            wait for a re-read before it leads)
@@ -292,6 +305,10 @@ func (h *engineHarness) run(td *datadriven.TestData) string {
 			return queued
 		})
 	case "hook":
+		if td.CmdArgs[0].Key == "too-large-over" || td.CmdArgs[0].Key == "too-large-task" {
+			h.sizeHook(td)
+			break
+		}
 		h.hook(td.CmdArgs[0].Key)
 	case "release":
 		if h.release != nil {
@@ -393,9 +410,12 @@ func (h *engineHarness) run(td *datadriven.TestData) string {
 		w := h.ws[td.CmdArgs[0].Key]
 		h.mu.Unlock()
 		outcome := model.Outcome(arg("outcome", string(model.Succeeded)))
+		tail, _ := strconv.Atoi(arg("tail-bytes", "0"))
+		errBytes, _ := strconv.Atoi(arg("error-bytes", "0"))
 		var rs []model.Result
 		for _, a := range w.takeRunning() {
-			r := model.Result{AttemptID: a, Worker: w.id, Outcome: outcome, ExitCode: 0, StartedAt: h.clk.Now(), FinishedAt: h.clk.Now()}
+			r := model.Result{AttemptID: a, Worker: w.id, Outcome: outcome, ExitCode: 0, StartedAt: h.clk.Now(), FinishedAt: h.clk.Now(),
+				OutputTail: strings.Repeat("o", tail), Error: strings.Repeat("e", errBytes)}
 			if outcome != model.Succeeded {
 				r.ExitCode = 1
 			}
@@ -431,6 +451,23 @@ func (h *engineHarness) run(td *datadriven.TestData) string {
 		}
 		h.answers = map[string]string{}
 		return b.String()
+	case "task":
+		h.st.mu.Lock()
+		defer h.st.mu.Unlock()
+		e, ok := h.st.tasks[td.CmdArgs[0].Key]
+		if !ok {
+			return "no record\n"
+		}
+		r := e.T
+		return fmt.Sprintf("%s attempt=%d event=%s error=%q tail=%d history=%d history_omitted=%d\n",
+			r.Status, r.Attempt, r.Event, r.Error, len(r.OutputTail), len(r.History), r.HistoryOmitted)
+	case "poison":
+		h.barrier()
+		var b strings.Builder
+		for _, o := range []core.PoisonOutcome{core.PoisonShrunk, core.PoisonFailed, core.PoisonParked} {
+			fmt.Fprintf(&b, "%s=%.0f ", o, testutil.ToFloat64(h.eng.m.PoisonEntries.WithLabelValues(o.String())))
+		}
+		return strings.TrimSpace(b.String()) + "\n"
 	case "state":
 		return h.state()
 	case "dag":
@@ -691,6 +728,41 @@ func (h *engineHarness) hook(kind string) {
 	}
 }
 
+// sizeHook refuses, until `hook clear`, every commit that holds a task
+// record over a size, or any record of one task: etcd refusing a record
+// as too large, again and again, however often it is sent.
+func (h *engineHarness) sizeHook(td *datadriven.TestData) {
+	a := td.CmdArgs[0]
+	if len(a.Vals) != 1 {
+		h.t.Fatalf("hook %s needs a value", a.Key)
+	}
+	var status string
+	for _, x := range td.CmdArgs[1:] {
+		if x.Key == "status" && len(x.Vals) == 1 {
+			status = x.Vals[0]
+		}
+	}
+	over, _ := strconv.Atoi(a.Vals[0])
+	refuse := func(en core.Entry) bool {
+		if en.T == nil {
+			return false
+		}
+		if a.Key == "too-large-task" {
+			return en.DAG+"/"+en.Task == a.Vals[0] && (status == "" || en.T.Status.String() == status)
+		}
+		_, n, err := store.Ops(&en)
+		return err == nil && n > over
+	}
+	h.st.setCommitHook(func(entries []core.Entry) (bool, error) {
+		for _, en := range entries {
+			if refuse(en) {
+				return false, rpctypesTooLarge
+			}
+		}
+		return true, nil
+	})
+}
+
 func (h *engineHarness) wait(td *datadriven.TestData) {
 	args := make([]string, 0, len(td.CmdArgs))
 	for _, a := range td.CmdArgs {
@@ -780,6 +852,12 @@ func (h *engineHarness) wait(td *datadriven.TestData) {
 				taken = h.eng.session != nil && h.eng.campaignStop == nil && len(h.eng.elected) == 0
 			})
 			return taken
+		})
+	case "poison":
+		// wait poison OUTCOME N: at least N poison entries ended so.
+		n, _ := strconv.Atoi(args[2])
+		h.waitFor(what, func() bool {
+			return testutil.ToFloat64(h.eng.m.PoisonEntries.WithLabelValues(args[1])) >= float64(n)
 		})
 	case "dags":
 		n, _ := strconv.Atoi(args[1])

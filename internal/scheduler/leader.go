@@ -469,6 +469,13 @@ func (e *Engine) onCommitFailed(ctx context.Context, cr commitResult) {
 		e.failWaitersOf(rest[0].DAG, &dag.ValidationError{Code: dag.CodeTooLarge, Message: msg, Details: []string{msg}})
 		return
 	}
+	if rest := cr.batch[len(cr.res.Revs):]; tooLarge(cr.err) && len(rest) == 1 {
+		// Any other entry refused alone for its size is a poison entry:
+		// sent again it would be refused again, and a resync would only
+		// propose it again. It fails alone (poison.go).
+		e.onPoison(rest[0], cr.err)
+		return
+	}
 	// The outcome of the rest is unknown: it may have committed. Rebuild
 	// from etcd rather than guess.
 	e.log.Warn("commit failed; resynchronising from etcd", zap.Error(cr.err))
@@ -498,13 +505,20 @@ func tooManyOps(err error) bool {
 // refusedWhole reports an error with which etcd (or the gRPC client, before
 // sending) refused a transaction for its size, having applied none of it.
 func refusedWhole(err error) bool {
-	if errors.Is(err, rpctypes.ErrRequestTooLarge) || errors.Is(err, rpctypes.ErrGRPCRequestTooLarge) ||
-		errors.Is(err, rpctypes.ErrTooManyOps) || errors.Is(err, rpctypes.ErrGRPCTooManyOps) {
+	return tooManyOps(err) || tooLarge(err)
+}
+
+// tooLarge reports etcd's (or the gRPC client's) refusal of a transaction
+// for its bytes, before applying any of it.
+func tooLarge(err error) bool {
+	if errors.Is(err, rpctypes.ErrRequestTooLarge) || errors.Is(err, rpctypes.ErrGRPCRequestTooLarge) {
 		return true
 	}
-	// The client's own send limit (MaxCallSendMsgSize). etcd also answers
-	// ResourceExhausted for a full quota and for overload, which are not
-	// about size: those keep the general path.
+	// gRPC's limits: the client's own send limit (MaxCallSendMsgSize) and
+	// the member's receive limit (--max-request-bytes plus gRPC's
+	// overhead), "grpc: received message larger than max". etcd also
+	// answers ResourceExhausted for a full quota and for overload, which
+	// are not about size: those keep the general path.
 	st, ok := status.FromError(err)
 	return ok && st.Code() == codes.ResourceExhausted && strings.Contains(st.Message(), "larger than max")
 }

@@ -587,7 +587,10 @@ func (h *Hub) handle(hc *hubConn, m Msg) {
 		if m.Result == nil {
 			return
 		}
-		r := *m.Result
+		// A worker's result is written into a task record: its text is
+		// cut to the record's bounds here, where it enters, whatever the
+		// worker sent (an earlier version, or one that lies).
+		r := m.Result.Bounded()
 		h.mu.Lock()
 		if w := hc.worker; w != nil {
 			if r.Worker != w.id {
