@@ -97,7 +97,7 @@ func New() *Metrics {
 	m.StaleResults = f.counter("orion_stale_results_total", "Results for attempts that were no longer current, discarded.")
 	m.UnheldResults = f.counter("orion_unheld_results_total", "Results for attempts their worker does not hold (never dispatched to it, another worker's, or of a task the leader does not know), discarded.")
 	m.RefusedClaims = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orion_worker_claims_refused_total", Help: "Attempts a worker's hello listed that the log did not give it, cancelled on the worker, by reason (stale: the log moved past them, as after a failover; the others: never its to hold)."}, []string{"reason"})
-	m.RefusedHellos = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orion_worker_hellos_refused_total", Help: "Worker streams refused at their hello, by reason (id, slots, labels, hello, version)."}, []string{"reason"})
+	m.RefusedHellos = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orion_worker_hellos_refused_total", Help: "Worker streams refused at their hello, by reason (id, slots, labels, hello, version, workers)."}, []string{"reason"})
 	r.MustRegister(m.RefusedClaims, m.RefusedHellos)
 	m.FloodedStreams = f.counter("orion_worker_streams_flooded_total", "Worker streams closed for sending more messages than worker_stream_max_rate allows.")
 	m.DroppedEvents = f.counter("orion_dropped_events_total", "Live events dropped because a subscriber was too slow.")

@@ -210,6 +210,7 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 		SilentGrace: max(cfg.WorkerReconnectGrace, cfg.OrphanGrace),
 		Logger:      log.Named("hub"),
 		MaxSlots:    cfg.WorkerMaxSlots,
+		MaxWorkers:  cfg.MaxWorkers,
 		MaxRate:     cfg.WorkerStreamMaxRate,
 		OnRefused:   func(reason string) { s.Metrics.RefusedHellos.WithLabelValues(reason).Inc() },
 		OnFlood:     s.Metrics.FloodedStreams.Inc,

@@ -60,6 +60,10 @@ type HubConfig struct {
 	// MaxSlots bounds the slots a hello may announce (DefaultMaxSlots;
 	// at most MaxSlotsCeiling).
 	MaxSlots int
+	// MaxWorkers bounds the workers the hub holds, connected or within
+	// their grace (DefaultMaxWorkers); one more is refused until one
+	// leaves.
+	MaxWorkers int
 	// MaxRate bounds the messages a second a stream may send beyond the
 	// results of the attempts its worker holds, with a burst of as many
 	// (DefaultMaxRate): heartbeats, confirmations, log chunks beyond their
@@ -182,6 +186,9 @@ func NewHub(cfg HubConfig) *Hub {
 		cfg.MaxSlots = DefaultMaxSlots
 	}
 	cfg.MaxSlots = min(cfg.MaxSlots, MaxSlotsCeiling)
+	if cfg.MaxWorkers <= 0 {
+		cfg.MaxWorkers = DefaultMaxWorkers
+	}
 	if cfg.MaxRate <= 0 {
 		cfg.MaxRate = DefaultMaxRate
 	}
@@ -427,7 +434,10 @@ func (h *Hub) serve(c Conn, remote string, budget *rate.Limiter) {
 		endErr = h.refuseHello(c, remote, reason, msg)
 		return
 	}
-	if !h.join(hc, m.Hello) {
+	if ok, full := h.join(hc, m.Hello); !ok {
+		if full != "" {
+			endErr = h.refuseHello(c, remote, RefusedWorkers, full)
+		}
 		return
 	}
 	for {
@@ -457,7 +467,8 @@ func (h *Hub) refuseHello(c Conn, remote, reason, msg string) error {
 	}
 	h.log.Warn("worker stream refused at its hello", zap.String("remote", remote), zap.String("reason", reason),
 		zap.String("why", msg))
-	h.answerAndWait(c, Msg{Type: TypeRefused, Refusal: &Refusal{Reason: reason, Message: msg, Final: reason != RefusedVersion}})
+	final := reason != RefusedVersion && reason != RefusedWorkers
+	h.answerAndWait(c, Msg{Type: TypeRefused, Refusal: &Refusal{Reason: reason, Message: msg, Final: final}})
 	return fmt.Errorf("hello refused (%s): %s", reason, msg)
 }
 
@@ -508,11 +519,11 @@ func (h *Hub) answerAndWait(c Conn, m Msg) {
 }
 
 // join attaches a stream to its worker, new or reconnecting.
-func (h *Hub) join(hc *hubConn, hello *Hello) bool {
+func (h *Hub) join(hc *hubConn, hello *Hello) (ok bool, full string) {
 	h.mu.Lock()
 	if _, ok := h.conns[hc]; !ok || !h.leading || h.closed {
 		h.mu.Unlock()
-		return false
+		return false, ""
 	}
 	now := time.Now()
 	w := h.workers[hello.Worker]
@@ -526,6 +537,19 @@ func (h *Hub) join(hc *hubConn, hello *Hello) bool {
 		old = w.conn
 		oldLogs = h.leaveLocked(w)
 		w = nil
+	}
+	if w == nil && len(h.workers) >= h.cfg.MaxWorkers {
+		// Every worker costs the hub its state and the term record its
+		// id (early.go): their number is bounded like everything else.
+		// Not final: one may leave.
+		h.mu.Unlock()
+		if old != nil {
+			old.close()
+		}
+		for _, lr := range oldLogs {
+			lr.fail(errDisconnected(hello.Worker))
+		}
+		return false, fmt.Sprintf("%d workers are connected, the leader's max_workers", h.cfg.MaxWorkers)
 	}
 	reconnect := w != nil
 	if w == nil {
@@ -584,7 +608,7 @@ func (h *Hub) join(hc *hubConn, hello *Hello) bool {
 	h.log.Info("worker joined", zap.String("worker", w.id), zap.String("replica", hello.Replica),
 		zap.Int("slots", hello.Slots), zap.Stringer("labels", hello.Labels), zap.Int("in_flight", len(hello.InFlight)), zap.Bool("reconnect", reconnect),
 		zap.Int("redispatched", len(redo)), zap.String("remote", hc.remote))
-	return true
+	return true, ""
 }
 
 // ended cleans up after a stream: its worker, if the stream was still its

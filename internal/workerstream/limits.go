@@ -21,6 +21,10 @@ const (
 	// MaxSlotsCeiling bounds MaxSlots itself: slot counts are summed over
 	// the workers, and a total must never overflow.
 	MaxSlotsCeiling = 1 << 20
+	// DefaultMaxWorkers bounds the workers a hub holds (HubConfig.MaxWorkers;
+	// orion's max_workers). The term record lists the standalone ones:
+	// 1000 ids of at most 255 bytes stay well within one etcd request.
+	DefaultMaxWorkers = 1000
 	// DefaultMaxRate is the messages per second a stream may send beyond
 	// the results of attempts it holds (HubConfig.MaxRate; orion's
 	// worker_stream_max_rate), with a burst of as many. A worker sends a
@@ -42,12 +46,14 @@ const (
 	RefusedLabels  = "labels"  // labels model.CheckLabels refuses
 	RefusedHello   = "hello"   // not a hello, or a hello with a bad host, instance or pid
 	RefusedVersion = "version" // another protocol version
+	RefusedWorkers = "workers" // the hub holds max_workers workers already (not final)
 	RefusedFlood   = "flood"   // the stream sent messages beyond its budget (not a hello refusal)
 )
 
 // checkHello returns why a hello is refused (reason and message), or ""
 // when it is fine. Every refusal but the version's names a setting of the
-// worker's that a new stream would send again identically.
+// worker's that a new stream would send again identically. (The number of
+// workers is checked when the worker joins: Hub.join.)
 func checkHello(m Msg, maxSlots int) (reason, msg string) {
 	h := m.Hello
 	if m.Type != TypeHello || h == nil {

@@ -317,3 +317,45 @@ func newLocalSlots(t *testing.T, id string, slots int) (*executor.Local, error) 
 	}
 	return l, err
 }
+
+// The hub holds at most MaxWorkers workers: one more is refused, not for
+// good (one may leave), and joins once one has left.
+func TestMaxWorkers(t *testing.T) {
+	var c counts
+	cfg := HubConfig{MaxWorkers: 2}
+	c.hook(&cfg)
+	h := newHub(t, "L", cfg)
+	srv := serveHub(t, h)
+	for _, id := range []string{"w1", "w2"} {
+		r := dialWS(t, wsURL(srv))
+		if err := r.send(Msg{Type: TypeHello, Hello: goodHello(id)}); err != nil {
+			t.Fatal(err)
+		}
+		wantEvent(t, h, Joined, id)
+	}
+	third := dialWS(t, wsURL(srv))
+	if err := third.send(Msg{Type: TypeHello, Hello: goodHello("w3")}); err != nil {
+		t.Fatal(err)
+	}
+	m := third.until(TypeRefused)
+	if m == nil || m.Refusal.Reason != RefusedWorkers || m.Refusal.Final {
+		t.Fatalf("third worker: %+v, want a refusal for workers, not final", m)
+	}
+	if got, _ := c.get(); got[RefusedWorkers] != 1 {
+		t.Fatalf("refusals %v", got)
+	}
+	// A known worker reconnecting is no new worker.
+	again := dialWS(t, wsURL(srv))
+	if err := again.send(Msg{Type: TypeHello, Hello: goodHello("w2")}); err != nil {
+		t.Fatal(err)
+	}
+	wantEvent(t, h, Joined, "w2")
+	_ = h.Worker("w1").Close()
+	wantEvent(t, h, Disconnected, "w1")
+	wantEvent(t, h, Left, "w1")
+	retry := dialWS(t, wsURL(srv))
+	if err := retry.send(Msg{Type: TypeHello, Hello: goodHello("w3")}); err != nil {
+		t.Fatal(err)
+	}
+	wantEvent(t, h, Joined, "w3")
+}
