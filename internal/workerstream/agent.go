@@ -51,7 +51,7 @@ type AgentConfig struct {
 	// (DefaultStaleAfter; at least 3 leader heartbeats).
 	StaleAfter time.Duration
 	// OnLeaderLost is called once per stream that ends other than by a
-	// not_leader redirect or the end of Run's context, with the leader's
+	// not_leader redirect, a refusal or the end of Run's context, with the leader's
 	// name, before redialing. It runs on the agent's loop: return quickly.
 	OnLeaderLost func(leader string)
 	// OnPeers is called with the leader's list of registered replicas, after
@@ -172,12 +172,10 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.log.Error("the leader refused this worker; stopping", zap.String("worker", worker), zap.Error(err))
 			return err
 		case out.refusal != nil:
+			// The leader is alive (it said why): nothing to suspect.
 			a.log.Warn("the leader closed the stream; reconnecting", zap.String("worker", worker),
 				zap.String("leader", out.leader), zap.String("reason", out.refusal.Reason), zap.String("why", out.refusal.Message))
-			if a.cfg.OnLeaderLost != nil {
-				a.cfg.OnLeaderLost(out.leader)
-			}
-			backoff = a.sleep(ctx, backoff)
+			backoff = a.sleep(ctx, max(backoff, a.cfg.MaxBackoff/2))
 		case out.stale != nil:
 			a.log.Warn("refused a leader older than one this worker joined (it was deposed and does not know yet); redialing",
 				zap.String("worker", worker), zap.String("leader", out.leader),
