@@ -116,7 +116,10 @@ func runWorker(cfg config.Worker, log *zap.Logger) error {
 
 	select {
 	case <-sig.Done():
-	case err := <-done: // only on a configuration error
+	case err := <-done:
+		// A configuration error, or the leader refused this worker (its
+		// id, slots or labels): the same hello would be refused again,
+		// so it exits with the leader's reason rather than reconnect.
 		_ = exec.Close()
 		return err
 	}

@@ -500,7 +500,9 @@ func (c *Core) Restore(rev int64, dags, tasks []Entry) []error {
 	if c.leader {
 		panic("core: Restore on a leader; call StepDown first")
 	}
-	*c = Core{cfg: c.cfg, dags: make(map[string]*dagRun, len(dags)), rev: rev}
+	// The leader-side counters are kept: they count events, not state,
+	// and must not run backwards.
+	*c = Core{cfg: c.cfg, dags: make(map[string]*dagRun, len(dags)), rev: rev, stats: c.stats}
 	var errs []error
 	sort.SliceStable(dags, func(i, j int) bool { return dags[i].Rev < dags[j].Rev })
 	for k := range dags {

@@ -26,10 +26,12 @@ import (
 //
 //	config [retry-base=1s] [retry-cap=30s] [orphan-grace=2s] [pool-limits=(gpu=2,...)]
 //	    start over with an empty core using this policy (first command only)
-//	worker id=w1 [slots=1] [labels=(pool=gpu,...)] [early]
+//	worker id=w1 [slots=1] [labels=(pool=gpu,...)] [early] [before]
 //	                                register (or resize, or relabel) a live worker;
 //	                                early: its attempts go out with their
-//	                                dispatch proposal (AllowEarly)
+//	                                dispatch proposal (AllowEarly); before: the
+//	                                term before admitted it to early attempts,
+//	                                so it may claim some (AdmittedBefore)
 //	remove-worker w1                the worker is gone
 //	become-leader                   the core takes over as leader
 //	restart                         the leader dies: its uncommitted proposals
@@ -66,7 +68,8 @@ import (
 //	advance 2s                      move the clock, then fire every armed timer
 //	                                that is due, earliest first
 //	cancel d1 / retry d1 / delete d1 CancelDAG / RetryDAG / DeleteDAG
-//	adopt w1 d1/a#1                 a worker reports an attempt it is running
+//	adopt w1 d1/a#1                 a worker's hello lists an attempt (Adopt's
+//	                                verdict is printed)
 //	state                           Dump()
 //	workers                         each worker's slots and busy count
 //	waiting                         each ready task's wait reason on the
@@ -162,6 +165,7 @@ func (h *harness) run(td *datadriven.TestData) string {
 		td.MaybeScanArgs(h.t, "slots", &slots)
 		h.c.AddWorker(id, slots, h.labelsArg(td, "labels"))
 		h.c.AllowEarly(id, td.HasArg("early"))
+		h.c.AdmittedBefore(id, td.HasArg("before"))
 	case "remove-worker":
 		h.c.RemoveWorker(h.bare(td, 0), h.now)
 	case "become-leader":
@@ -226,10 +230,10 @@ func (h *harness) run(td *datadriven.TestData) string {
 		}
 	case "adopt":
 		w, id := h.bare(td, 0), h.attemptID(td, h.bare(td, 1))
-		if h.c.Adopt(w, id) {
-			h.printf("adopted\n")
+		if v := h.c.Adopt(w, id); v.Adopted() {
+			h.printf("adopted: %s\n", v)
 		} else {
-			h.printf("refused\n")
+			h.printf("refused: %s\n", v)
 		}
 	case "state":
 		h.printf("%s", h.c.Dump())
@@ -245,7 +249,16 @@ func (h *harness) run(td *datadriven.TestData) string {
 		h.waiting()
 	case "stats":
 		s := h.c.Stats()
-		h.printf("stale_results=%d orphans=%d\n", s.StaleResults, s.Orphans)
+		h.printf("stale_results=%d unheld_results=%d orphans=%d\n", s.StaleResults, s.UnheldResults, s.Orphans)
+		var refused []string
+		for _, v := range Refusals() {
+			if n := s.RefusedClaims[v]; n > 0 {
+				refused = append(refused, fmt.Sprintf("%s=%d", v, n))
+			}
+		}
+		if len(refused) > 0 {
+			h.printf("refused_claims: %s\n", strings.Join(refused, " "))
+		}
 	case "replay":
 		want := h.c.Dump()
 		if got := h.replay().Dump(); got != want {
@@ -463,10 +476,11 @@ func (h *harness) report(td *datadriven.TestData) {
 	if td.MaybeScanArgs(h.t, "tail-bytes", &n) {
 		r.OutputTail = strings.Repeat("o", n-1) + "O"
 	}
-	stale := h.c.Stats().StaleResults
-	h.c.Report(r, h.now)
-	if h.c.Stats().StaleResults > stale {
+	switch h.c.Report(r, h.now) {
+	case ReportStale:
 		h.printf("stale result dropped\n")
+	case ReportUnheld:
+		h.printf("result dropped: the worker does not hold the attempt\n")
 	}
 	if t := h.c.lookup(id.DAG, id.Task); t != nil && t.stash != nil {
 		h.printf("result held until the task's in-flight record is applied\n")

@@ -27,7 +27,10 @@ import (
 //     A worker's hello lists what it runs and the results nobody
 //     acknowledged; attempts the log never saw are adopted (core.Adopt).
 //     Its own term record lists them until then, so a leader that dies
-//     during the barrier hands them on.
+//     during the barrier hands them on. Only those workers, and only
+//     until they confirm this term, may claim an attempt the log does not
+//     show (core.AdmittedBefore); any other worker holds only what the
+//     log gave it.
 //  3. Terms. A worker joins the new leader only after its stream to the
 //     old one ended, and from then on refuses streams of older terms
 //     (workerstream.Term): nothing a deposed leader sends can reach it.
@@ -101,6 +104,9 @@ func (e *Engine) startBarrier(now time.Time) {
 		e.awaiting[id] = true
 	}
 	e.admitted = maps.Clone(e.awaiting) // listed until they join or are presumed dead
+	// The only workers that may hold attempts the log does not show:
+	// their hellos may claim them until they confirm this term.
+	e.claimable = maps.Clone(e.awaiting)
 	e.joinSeq = make(map[string]uint64)
 	e.recordVer++
 	e.recordWanted = false // the term's first record is due anyway

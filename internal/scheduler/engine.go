@@ -9,6 +9,8 @@ package scheduler
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -140,6 +142,7 @@ type Engine struct {
 	admitted      map[string]bool   // the workers the next term record lists
 	joinSeq       map[string]uint64 // joined, early once a record begun at or after this seq commits
 	awaiting      map[string]bool   // the barrier: workers of the term before not joined yet
+	claimable     map[string]bool   // workers of the term before whose hellos may claim early attempts (early.go)
 	barrierSince  time.Time         // when the barrier began
 	prevWorkers   []string          // the term before's record's Workers
 	incarnation   string            // the keyspace's, from the term before's record ("": none yet)
@@ -152,6 +155,7 @@ type Engine struct {
 	seenRev       int64 // highest revision the watch has shown us (events or progress)
 	etcdRev       int64 // etcd's revision in the latest watch response header
 	firstCommitAt time.Time
+	counted       core.Stats // the core's counters already added to the metrics (countStats)
 	deposing      bool
 	loading       bool                      // a background reload runs (reloadAsync)
 	afterLoad     func(ctx context.Context) // what waits for it
@@ -261,6 +265,9 @@ func New(cfg Config, st Store) *Engine {
 		done:          make(chan struct{}),
 	}
 	e.status.Store(&Status{Node: cfg.Node})
+	for _, v := range core.Refusals() {
+		e.m.RefusedClaims.WithLabelValues(v.String()) // every reason shows, at 0
+	}
 	return e
 }
 
@@ -437,6 +444,26 @@ func (e *Engine) afterEvent(ctx context.Context) {
 		}
 	}
 	e.runEffects()
+	e.countStats()
+}
+
+// countStats adds to the metrics what the core has counted since the last
+// call: a comparison of two small structs per event, and a few additions
+// when something was counted.
+func (e *Engine) countStats() {
+	s := e.c.Stats()
+	if s == e.counted {
+		return
+	}
+	was := e.counted
+	e.counted = s
+	e.m.StaleResults.Add(float64(s.StaleResults - was.StaleResults))
+	e.m.UnheldResults.Add(float64(s.UnheldResults - was.UnheldResults))
+	for _, v := range core.Refusals() {
+		if n := s.RefusedClaims[v] - was.RefusedClaims[v]; n > 0 {
+			e.m.RefusedClaims.WithLabelValues(v.String()).Add(float64(n))
+		}
+	}
 }
 
 // resultsBeforeJoin keeps the results of workers whose join the loop has
@@ -511,11 +538,17 @@ func (e *Engine) report(r model.Result) {
 		}
 	}
 	ref := resultRef{worker: r.Worker, id: r.AttemptID}
-	if e.c.Report(r, e.clock.Now()) {
+	switch e.c.Report(r, e.clock.Now()) {
+	case core.ReportHeld:
 		// Decided once the record in flight applies (releaseHeldAcks):
 		// acknowledged with the record it becomes, not before.
 		e.heldAcks = append(e.heldAcks, ref)
 		return
+	case core.ReportUnheld:
+		// Counted (countStats) and moot: acknowledged like a stale one,
+		// or its worker would send it to every leader for ever.
+		e.log.Debug("result for an attempt the worker does not hold; dropped", zap.String("worker", r.Worker),
+			zap.String("attempt", shortID(r.AttemptID)))
 	}
 	e.acks.add(ref)
 }
@@ -566,9 +599,10 @@ func (e *Engine) onWorker(ev WorkerEvent) {
 	case WorkerJoined:
 		e.execs[ev.ID] = ev.Exec
 		e.c.AddWorker(ev.ID, ev.Exec.Slots(), ev.Exec.Labels())
-		for _, id := range ev.InFlight {
-			e.c.Adopt(ev.ID, id)
-		}
+		// Only a worker the term before admitted to early attempts may
+		// hold one the log does not show (early.go).
+		e.c.AdmittedBefore(ev.ID, e.claimable[ev.ID])
+		e.adopt(ev.ID, ev.InFlight)
 		// A new stream: admitted to early attempts once it has confirmed
 		// this term (early.go), whatever the stream before had.
 		e.revokeEarly(ev.ID)
@@ -581,6 +615,10 @@ func (e *Engine) onWorker(ev WorkerEvent) {
 		e.c.AddWorker(ev.ID, 0, ev.Exec.Labels())
 		e.log.Info("worker disconnected", zap.String("worker", ev.ID))
 	case WorkerConfirmed:
+		// It refuses older leaders from now on: nothing it runs can come
+		// from one that the log has not recorded.
+		delete(e.claimable, ev.ID)
+		e.c.AdmittedBefore(ev.ID, false)
 		e.onConfirmed(ev.ID)
 		if ev.Standalone && ev.Exec.Slots() > 0 {
 			e.onEarlyJoin(ev.ID)
@@ -594,6 +632,61 @@ func (e *Engine) onWorker(ev WorkerEvent) {
 		e.m.WorkerBusy.DeleteLabelValues(ev.ID)
 		e.log.Warn("worker left; its running attempts are re-queued", zap.String("worker", ev.ID))
 	}
+}
+
+// adopt judges the attempts a worker's hello lists (core.Adopt): it keeps
+// what the log gave it and has the rest cancelled. One line says what was
+// refused: a stale claim follows every failover (an unacknowledged result
+// whose record committed); the others mean a worker claimed what was never
+// its own.
+func (e *Engine) adopt(worker string, claims []model.AttemptID) {
+	var refused map[core.Claim]int
+	var example map[core.Claim]model.AttemptID
+	for _, id := range claims {
+		v := e.c.Adopt(worker, id)
+		if v.Adopted() || v == 0 {
+			continue
+		}
+		if refused == nil {
+			refused, example = make(map[core.Claim]int), make(map[core.Claim]model.AttemptID)
+		}
+		if refused[v] == 0 {
+			example[v] = id
+		}
+		refused[v]++
+	}
+	if refused == nil {
+		return
+	}
+	var fields []zap.Field
+	foreign := false
+	for _, v := range core.Refusals() {
+		if refused[v] > 0 {
+			fields = append(fields, zap.Int(v.String(), refused[v]))
+			if v != core.ClaimStale {
+				fields = append(fields, zap.String(v.String()+"_example", shortID(example[v])))
+				foreign = true
+			}
+		}
+	}
+	switch {
+	case foreign:
+		e.log.Warn("worker claimed attempts the log never gave it; cancelled on the worker",
+			append([]zap.Field{zap.String("worker", worker)}, fields...)...)
+	case len(fields) > 0:
+		e.log.Debug("worker reported attempts the log has moved past; cancelled on the worker",
+			append([]zap.Field{zap.String("worker", worker)}, fields...)...)
+	}
+}
+
+// shortID prints an attempt id for a log line, cut short: a claim's ids
+// come from a worker and are not checked before the core looks them up.
+func shortID(id model.AttemptID) string {
+	s := id.String()
+	if len(s) > 160 {
+		return fmt.Sprintf("%q... (%d bytes)", s[:160], len(s))
+	}
+	return strconv.Quote(s)
 }
 
 func (e *Engine) runEffects() {

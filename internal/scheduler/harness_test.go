@@ -53,8 +53,16 @@ import (
 //	                            loop takes them before the join)
 //	term-record                 the term record in the store: who leads, and
 //	                            the workers it lists
-//	submit id=d1                Submit (async): one task per line, "b deps=a",
+//	submit id=d1 [max-active=N] Submit (async): one task per line, "b deps=a",
 //	                            "g pool=gpu"
+//	claim w1 d1/a#1 ...         w1 now runs these attempts, as if a leader
+//	                            before had sent them early: its next hello
+//	                            lists them
+//	result w1 d1/a#1 [outcome=failed]
+//	                            w1 sends a result for an attempt, held or not
+//	                            (and keeps it until acknowledged)
+//	claims                      the metrics of refused claims (by reason)
+//	                            and of stale and unheld results
 //	hook fail-after-apply|fail|fenced|too-large|block
 //	                            the next commit: applied and then an error;
 //	                            not applied, with an error; rejected by the
@@ -99,7 +107,7 @@ import (
 //	                            attempt, error, and the sizes of its tail and
 //	                            history
 //	poison                      the poison entries counted, by outcome
-//	wait leader|standby|answer NAME|dag D STATUS|started W N|acked W N|early W|committing D|loads N|dags N|elected|poison OUTCOME N
+//	wait leader|standby|answer NAME|dag D STATUS|task D/T STATUS|started W N|acked W N|early W|committing D|loads N|dags N|elected|poison OUTCOME N
 //	                            wait (bounded) until it holds (elected: the
 //	                            loop took its campaign's win, and may still
 //	                            wait for a re-read before it leads)
@@ -283,6 +291,7 @@ func (h *engineHarness) run(td *datadriven.TestData) string {
 		return fmt.Sprintf("leader=%s workers=[%s] incarnation=%s\n", h.st.term.Name, strings.Join(h.st.term.Workers, " "), inc)
 	case "submit":
 		d := h.spec(arg("id", ""), td.Input)
+		d.MaxActiveTasks, _ = strconv.Atoi(arg("max-active", "0"))
 		name := "submit " + d.ID
 		h.async(name, func(ctx context.Context) string {
 			res, err := h.eng.Submit(ctx, d)
@@ -426,6 +435,36 @@ func (h *engineHarness) run(td *datadriven.TestData) string {
 			h.results <- r
 		}
 		h.barrier()
+	case "claim":
+		h.mu.Lock()
+		w := h.ws[td.CmdArgs[0].Key]
+		h.mu.Unlock()
+		w.mu.Lock()
+		for _, a := range td.CmdArgs[1:] {
+			w.running = append(w.running, parseAttempt(h.t, a.Key))
+		}
+		w.mu.Unlock()
+	case "result":
+		h.mu.Lock()
+		w := h.ws[td.CmdArgs[0].Key]
+		h.mu.Unlock()
+		r := model.Result{AttemptID: parseAttempt(h.t, td.CmdArgs[1].Key), Worker: w.id,
+			Outcome: model.Outcome(arg("outcome", string(model.Succeeded))), StartedAt: h.clk.Now(), FinishedAt: h.clk.Now()}
+		w.finished([]model.Result{r})
+		h.results <- r
+		h.barrier()
+	case "claims":
+		h.barrier()
+		var b strings.Builder
+		b.WriteString("refused claims:")
+		for _, v := range core.Refusals() {
+			if n := testutil.ToFloat64(h.eng.m.RefusedClaims.WithLabelValues(v.String())); n > 0 {
+				fmt.Fprintf(&b, " %s=%.0f", v, n)
+			}
+		}
+		fmt.Fprintf(&b, "\nstale results=%.0f unheld results=%.0f\n", testutil.ToFloat64(h.eng.m.StaleResults),
+			testutil.ToFloat64(h.eng.m.UnheldResults))
+		return b.String()
 	case "wait":
 		h.wait(td)
 	case "retire":
@@ -787,6 +826,22 @@ func (h *engineHarness) wait(td *datadriven.TestData) {
 				}
 			})
 			return string(st) == args[2]
+		})
+	case "task":
+		// wait task d1/a running: the task's committed status.
+		dagID, taskID, _ := strings.Cut(args[1], "/")
+		h.waitFor(what, func() bool {
+			var st core.Status
+			_ = h.eng.Query(context.Background(), func(c *core.Core) {
+				if v, ok := c.DAG(dagID); ok {
+					for _, t := range v.Tasks {
+						if t.ID == taskID {
+							st = t.Status
+						}
+					}
+				}
+			})
+			return st.String() == args[2]
 		})
 	case "started":
 		n, _ := strconv.Atoi(args[2])

@@ -213,6 +213,11 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 		// them as long as a new leader would wait for it.
 		SilentGrace: max(cfg.WorkerReconnectGrace, cfg.OrphanGrace),
 		Logger:      log.Named("hub"),
+		MaxSlots:    cfg.WorkerMaxSlots,
+		MaxWorkers:  cfg.MaxWorkers,
+		MaxRate:     cfg.WorkerStreamMaxRate,
+		OnRefused:   func(reason string) { s.Metrics.RefusedHellos.WithLabelValues(reason).Inc() },
+		OnFlood:     s.Metrics.FloodedStreams.Inc,
 		Redirect: func() (string, string) {
 			addr, _ := view.LeaderAddr()
 			return addr.Name, addr.APIURL
@@ -341,7 +346,13 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 	go view.run(ectx)
 	go watchEtcdSpace(ectx, s.Client, s.Metrics, log, s.Member == nil)
 	go s.runEngine(s.ref.Get())
-	go func() { _ = s.agent.Run(ectx) }()
+	go func() {
+		// It returns early only if the leader refuses this replica's own
+		// slots (config validation keeps their id and count in bounds).
+		if err := s.agent.Run(ectx); err != nil {
+			s.log.Error("this replica's own slots were refused by the leader; they run nothing", zap.Error(err))
+		}
+	}()
 	go s.Events.Run(ectx)
 	if s.labeler != nil {
 		go s.labeler.Run(ectx)

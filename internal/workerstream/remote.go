@@ -231,11 +231,14 @@ type logReader struct {
 }
 
 // deliver hands a chunk over; the credit bounds how many can be waiting.
-func (lr *logReader) deliver(c LogChunk) {
+// It reports whether the chunk was within the credit.
+func (lr *logReader) deliver(c LogChunk) bool {
 	select {
 	case lr.chunks <- c:
+		return true
 	default:
 		lr.fail(fmt.Errorf("workerstream: worker %s sent log chunks beyond its credit", lr.w.id))
+		return false
 	}
 }
 
