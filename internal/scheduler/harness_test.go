@@ -107,6 +107,7 @@ import (
 //	                            attempt, error, and the sizes of its tail and
 //	                            history
 //	poison                      the poison entries counted, by outcome
+//	load-count                  how many times the engine read etcd whole
 //	wait leader|standby|answer NAME|dag D STATUS|task D/T STATUS|started W N|acked W N|early W|committing D|loads N|dags N|elected|poison OUTCOME N
 //	                            wait (bounded) until it holds (elected: the
 //	                            loop took its campaign's win, and may still
@@ -529,6 +530,11 @@ func (h *engineHarness) run(td *datadriven.TestData) string {
 	case "workers":
 		h.barrier()
 		return h.workerStats()
+	case "load-count":
+		// How often the engine read etcd whole: what a scenario claims
+		// about resyncs, without the batching that timing decides.
+		h.barrier()
+		return fmt.Sprintf("loads=%d\n", h.st.loadCount())
 	case "commits":
 		// The first N commit calls' entry counts: what a scenario claims
 		// about batching, without the later batches that timing decides.
