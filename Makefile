@@ -3,22 +3,22 @@ GO       ?= go
 BIN      := bin/orion
 PKGS     := ./...
 # Packages that own goroutines run under the race detector.
-RACE_PKGS := ./internal/scheduler/... ./internal/executor/... ./internal/api/... ./internal/etcdserver/... \
+RACE_PKGS := ./internal/engine/... ./internal/worker/executor/... ./internal/http/api/... ./internal/etcdmember/... \
              ./internal/server/... ./internal/client/... ./internal/cli/... ./internal/config/... \
-             ./internal/workerstream/... ./internal/drill/... ./internal/events/... ./internal/seedapi/... \
-             ./internal/kubelabel/... ./internal/httpguard/... ./internal/httpkit/... \
-             ./internal/store/... ./internal/demo/... ./internal/schedrun/...
+             ./internal/workerstream/... ./internal/tools/drill/... ./internal/http/events/... ./internal/http/seedapi/... \
+             ./internal/kubelabel/... ./internal/http/guard/... ./internal/http/kit/... \
+             ./internal/store/... ./internal/http/demo/... ./internal/schedule/firer/...
 # Pure packages run without it (the randomized core test is CPU-heavy).
-PURE_PKGS := ./internal/model/... ./internal/apitypes/... ./internal/core/... ./internal/dag/... ./internal/schedule/... ./internal/store/... ./internal/metrics/... ./internal/bench/... \
-             ./internal/console/... ./internal/procfs/...
+PURE_PKGS := ./internal/model/... ./internal/jsonguard/... ./internal/http/apitypes/... ./internal/core/... ./internal/dag/... ./internal/schedule ./internal/metrics/... ./internal/tools/bench/... \
+             ./internal/http/console/... ./internal/tools/procfs/...
 
-# The web console (internal/console/web, TypeScript) is built into
-# internal/console/dist, which go:embed takes into the binary. `make build`
+# The web console (internal/http/console/web, TypeScript) is built into
+# internal/http/console/dist, which go:embed takes into the binary. `make build`
 # (and so `make run`) builds it first when npm is installed; without npm,
 # orion still builds and serves a page at / that says to run `make console`.
 NPM          ?= npm
-CONSOLE_WEB  := internal/console/web
-CONSOLE_DIST := internal/console/dist/index.html
+CONSOLE_WEB  := internal/http/console/web
+CONSOLE_DIST := internal/http/console/dist/index.html
 CONSOLE_SRC  := $(wildcard $(CONSOLE_WEB)/src/*) $(CONSOLE_WEB)/index.html $(CONSOLE_WEB)/vite.config.ts \
                 $(CONSOLE_WEB)/tsconfig.json $(CONSOLE_WEB)/package.json $(CONSOLE_WEB)/package-lock.json
 HAVE_NPM     := $(shell command -v $(NPM) 2>/dev/null)
@@ -82,7 +82,7 @@ drills: build
 # Fuzz targets: package:target. make test runs each for FUZZ_SMOKE (their
 # seed corpora also run as ordinary tests): a count of executions, not a
 # time, so a slow machine never cuts a run short; make fuzz for FUZZTIME each.
-FUZZ_TARGETS := ./internal/dag:FuzzParse ./internal/seedapi:FuzzParseSubmission ./internal/store:FuzzDecode ./internal/core:FuzzApply
+FUZZ_TARGETS := ./internal/dag:FuzzParse ./internal/http/seedapi:FuzzParseSubmission ./internal/store:FuzzDecode ./internal/core:FuzzApply
 FUZZ_SMOKE   ?= 500x
 FUZZTIME     ?= 10m
 

@@ -15,7 +15,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/orion-sched/orion/internal/config"
-	"github.com/orion-sched/orion/internal/etcdserver"
+	"github.com/orion-sched/orion/internal/etcdmember"
 )
 
 func newEtcdCmd() *cobra.Command {
@@ -134,7 +134,7 @@ func runEtcd(ctx context.Context, cfg config.Etcd) error {
 			zap.String("name", c.Name), zap.String("initial_cluster", c.InitialCluster), zap.Duration("ready_timeout", c.ReadyTimeout))
 	}
 	begin := time.Now()
-	m, err := etcdserver.Start(ctx, c)
+	m, err := etcdmember.Start(ctx, c)
 	if err != nil {
 		if ctx.Err() != nil {
 			log.Info("interrupted while starting")

@@ -16,7 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/orion-sched/orion/internal/config"
-	"github.com/orion-sched/orion/internal/executor"
+	"github.com/orion-sched/orion/internal/worker/executor"
 	"github.com/orion-sched/orion/internal/workerstream"
 )
 

@@ -7,7 +7,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/orion-sched/orion/internal/apitypes"
+	"github.com/orion-sched/orion/internal/http/apitypes"
 	"github.com/orion-sched/orion/internal/model"
 )
 
@@ -87,7 +87,7 @@ func (e *Error) Error() string { return e.Msg }
 
 // ErrNotLeader refuses a leader-only request on a replica that is not. It is
 // the only not-leader error: the scheduler returns it too (as
-// scheduler.ErrNotLeader) when it loses leadership under a request.
+// engine.ErrNotLeader) when it loses leadership under a request.
 var ErrNotLeader = &Error{Code: apitypes.CodeNotLeader, Msg: "this replica is not the leader"}
 
 // IsLeader reports whether the core acts as leader.

@@ -14,8 +14,8 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/orion-sched/orion/internal/executor"
 	"github.com/orion-sched/orion/internal/model"
+	"github.com/orion-sched/orion/internal/worker/executor"
 )
 
 // hostname is this host's name as a hello reports it ("" if the kernel

@@ -14,7 +14,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/time/rate"
 
-	"github.com/orion-sched/orion/internal/hijack"
+	"github.com/orion-sched/orion/internal/http/hijack"
 	"github.com/orion-sched/orion/internal/model"
 )
 

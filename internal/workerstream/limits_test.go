@@ -11,8 +11,8 @@ import (
 
 	"github.com/gorilla/websocket"
 
-	"github.com/orion-sched/orion/internal/executor"
 	"github.com/orion-sched/orion/internal/model"
+	"github.com/orion-sched/orion/internal/worker/executor"
 )
 
 // counts records a hub's OnRefused and OnFlood calls.

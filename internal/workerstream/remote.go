@@ -7,8 +7,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/orion-sched/orion/internal/executor"
 	"github.com/orion-sched/orion/internal/model"
+	"github.com/orion-sched/orion/internal/worker/executor"
 )
 
 // logWindow is how many log chunks a worker may send ahead of the reader.

@@ -1054,7 +1054,7 @@ func TestOutletKeepsOrderBeyondItsBuffer(t *testing.T) {
 }
 
 // wrappedWriter is a middleware's ResponseWriter: it hides Hijack but
-// exposes Unwrap, as internal/api's does.
+// exposes Unwrap, as internal/http/api's does.
 type wrappedWriter struct{ http.ResponseWriter }
 
 func (w wrappedWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

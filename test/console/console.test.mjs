@@ -166,7 +166,7 @@ describe("console on a single node", { timeout: 480000 }, () => {
     node = await orion.node({ name: "n1", slots: 4, extra: demo ? ["--demo"] : [] });
     const r = await fetch(node.pageURL + "/");
     const html = await r.text();
-    assert.equal(r.status, 200, `GET / on the server: ${r.status}: the console is not mounted at / (wire console.Handler() in internal/api, or set ORION_CONSOLE_PROXY_BIN)`);
+    assert.equal(r.status, 200, `GET / on the server: ${r.status}: the console is not mounted at / (wire console.Handler() in internal/http/api, or set ORION_CONSOLE_PROXY_BIN)`);
     assert.match(html, /Orion console/, "GET / does not serve the built console (run `make console` before building orion)");
     b = await browser();
     page = b.page;

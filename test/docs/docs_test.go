@@ -155,7 +155,7 @@ func TestChecksCatchMistakes(t *testing.T) {
 		{"`TestNoSuchThing`, `orion_no_such_metric`,", "no test function TestNoSuchThing|no metric orion_no_such_metric"},
 		{"`internal/nowhere/x.go` and `make nothing`.", `no file internal/nowhere/x.go|no target "nothing"`},
 		{"`orion submit -f FILE [--wait] [--id ID]` is fine, and so are `test/cluster.sh`,", ""},
-		{"`internal/scheduler/testdata/*.txt`, `TestChecksCatchMistakes` and `orion_is_leader`.", ""},
+		{"`internal/engine/testdata/*.txt`, `TestChecksCatchMistakes` and `orion_is_leader`.", ""},
 	}
 	var src strings.Builder
 	for _, l := range lines {

@@ -25,7 +25,7 @@ import (
 	"github.com/orion-sched/orion/internal/core"
 	"github.com/orion-sched/orion/internal/model"
 	"github.com/orion-sched/orion/internal/store"
-	"github.com/orion-sched/orion/internal/testkit"
+	"github.com/orion-sched/orion/internal/testutil/testkit"
 	"github.com/orion-sched/orion/internal/workerstream"
 	"github.com/orion-sched/orion/test/internal/cluster"
 )

@@ -14,7 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/orion-sched/orion/internal/testkit"
+	"github.com/orion-sched/orion/internal/testutil/testkit"
 	"github.com/orion-sched/orion/test/internal/cluster"
 )
 

@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/orion-sched/orion/internal/model"
-	"github.com/orion-sched/orion/internal/testkit"
+	"github.com/orion-sched/orion/internal/testutil/testkit"
 	"github.com/orion-sched/orion/internal/workerstream"
 	"github.com/orion-sched/orion/test/internal/cluster"
 )
