@@ -9,7 +9,7 @@ RACE_PKGS := ./internal/engine/... ./internal/worker/executor/... ./internal/htt
              ./internal/kubelabel/... ./internal/http/guard/... ./internal/http/kit/... \
              ./internal/store/... ./internal/http/demo/... ./internal/schedule/firer/...
 # Pure packages run without it (the randomized core test is CPU-heavy).
-PURE_PKGS := ./internal/model/... ./internal/jsonguard/... ./internal/http/apitypes/... ./internal/core/... ./internal/dag/... ./internal/schedule ./internal/metrics/... ./internal/tools/bench/... \
+PURE_PKGS := ./internal/model/... ./internal/jsonguard/... ./internal/expr/... ./internal/http/apitypes/... ./internal/core/... ./internal/dag/... ./internal/schedule ./internal/metrics/... ./internal/tools/bench/... \
              ./internal/http/console/... ./internal/tools/procfs/...
 
 # The web console (internal/http/console/web, TypeScript) is built into
