@@ -15,6 +15,7 @@ import (
 	"github.com/orion-sched/orion/internal/http/apitypes"
 	"github.com/orion-sched/orion/internal/http/events"
 	"github.com/orion-sched/orion/internal/http/kit"
+	"github.com/orion-sched/orion/internal/http/openapi/openapitest"
 )
 
 // fakeScheduler counts crashes and recoveries instead of running an engine.
@@ -74,7 +75,7 @@ func newControls(t *testing.T, mod func(*Config)) (*fakeScheduler, *events.Hub, 
 	}
 	mux := http.NewServeMux()
 	for p, h := range New(cfg).Routes() {
-		mux.Handle(p, h)
+		mux.Handle(p, openapitest.Checked(t, h)) // answers the OpenAPI document allows
 	}
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
