@@ -250,6 +250,20 @@ func TestTargetRelaysToTheNamedReplica(t *testing.T) {
 	}
 }
 
+// A replica that does not answer a relayed control is a 502 naming it.
+func TestTargetUnreachable(t *testing.T) {
+	gone := httptest.NewServer(http.NotFoundHandler())
+	gone.Close() // nothing listens at its address any more
+	_, _, srv := newControls(t, func(c *Config) {
+		c.Timeout = 2 * time.Second
+		c.Cluster = cluster{[]apitypes.ReplicaAddr{{Name: "n2", APIURL: gone.URL}}}
+	})
+	msg := call(t, "POST", srv.URL+PathCrash+"?target=n2").wantError(t, http.StatusBadGateway, apitypes.CodeUnreachable)
+	if !strings.Contains(msg, "n2") {
+		t.Fatalf("message %q does not name the replica", msg)
+	}
+}
+
 func TestErrorsInTheCallersShape(t *testing.T) {
 	h := New(Config{Scheduler: &fakeScheduler{running: false}, Backend: emptyBackend{core.New(core.Config{})},
 		Events: events.NewHub(events.Config{})})
