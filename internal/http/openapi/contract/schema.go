@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"regexp"
 	"strings"
 	"time"
 
@@ -58,6 +59,10 @@ var (
 	unmarshalerType = reflect.TypeFor[json.Unmarshaler]()
 	textMarshaler   = reflect.TypeFor[encoding.TextMarshaler]()
 )
+
+// typeParams matches the sentences of a doc comment about type parameters
+// ("S is the type of its status (see the package comment).").
+var typeParams = regexp.MustCompile(`\s*[A-Z] is the type of [^.]*\.`)
 
 func ref(name string) *openapi3.SchemaRef {
 	return openapi3.NewSchemaRef("#/components/schemas/"+name, nil)
@@ -179,7 +184,9 @@ func (g *schemas) component(name string, t reflect.Type, build func() (*openapi3
 	}
 	if s.Description == "" && t.Name() != "" {
 		base, _, _ := strings.Cut(t.Name(), "[")
-		s.Description = g.src.TypeDoc(t.PkgPath(), base)
+		// A generic type's doc explains its type parameters, which the
+		// wire does not have.
+		s.Description = typeParams.ReplaceAllString(g.src.TypeDoc(t.PkgPath(), base), "")
 	}
 	g.comps[name] = openapi3.NewSchemaRef("", s)
 	return nil

@@ -631,7 +631,7 @@ export interface components {
             replicas: components["schemas"]["Replica"][];
             workers: components["schemas"]["Worker"][];
         };
-        /** @description DAG is one DAG with every task's live state: GET /api/v1/dags/{id}. D is the type of the DAG's status, T of its tasks'. */
+        /** @description DAG is one DAG with every task's live state: GET /api/v1/dags/{id}. */
         DAG: {
             counts: {
                 [key: string]: number;
@@ -682,7 +682,7 @@ export interface components {
          * @enum {string}
          */
         DAGStatus: "running" | "succeeded" | "failed" | "cancelled";
-        /** @description DAGSummary is a DAG as lists show it. S is the type of its status (see the package comment). */
+        /** @description DAGSummary is a DAG as lists show it. */
         DAGSummary: {
             counts: {
                 [key: string]: number;
@@ -1178,7 +1178,7 @@ export interface components {
             id: string;
             status?: string;
         };
-        /** @description Task is a task's spec and runtime state together: GET /api/v1/dags/{id}/tasks/{task}, and each task of a DAG. S is the type of its status. */
+        /** @description Task is a task's spec and runtime state together: GET /api/v1/dags/{id}/tasks/{task}, and each task of a DAG. */
         Task: {
             attempts: number;
             cascade?: boolean;
