@@ -14,7 +14,7 @@
 // store's Writer.
 //
 // Every `orion etcd` member says which node it runs on, at
-// etcdserver.NodePath on its client URL. Nothing is moved when the members
+// etcdmember.NodePath on its client URL. Nothing is moved when the members
 // say nothing (an etcd that is not Orion's), when every member runs on the
 // leader's node (one machine for everything), or when etcd refuses
 // MoveLeader (with etcd auth on, only the root role may ask).
@@ -36,7 +36,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/orion-sched/orion/internal/etcdserver"
+	"github.com/orion-sched/orion/internal/etcdmember"
 )
 
 // Config is what a Keeper needs.
@@ -112,7 +112,7 @@ func New(cfg Config) *Keeper {
 		cfg.Every = DefaultEvery
 	}
 	if cfg.Node == "" {
-		cfg.Node = etcdserver.DefaultNode()
+		cfg.Node = etcdmember.DefaultNode()
 	}
 	if cfg.HTTP == nil {
 		cfg.HTTP = &http.Client{Timeout: askTimeout}
@@ -264,14 +264,14 @@ func (k *Keeper) members(ctx context.Context) (*etcdserverpb.Member, []*etcdserv
 	return lead, others, nil
 }
 
-// nodeOf asks a member which node it runs on (etcdserver.NodePath).
+// nodeOf asks a member which node it runs on (etcdmember.NodePath).
 func (k *Keeper) nodeOf(ctx context.Context, m *etcdserverpb.Member) (string, error) {
 	if len(m.ClientURLs) == 0 {
 		return "", errors.New("no client URL")
 	}
 	actx, cancel := context.WithTimeout(ctx, askTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(actx, http.MethodGet, strings.TrimRight(m.ClientURLs[0], "/")+etcdserver.NodePath, nil)
+	req, err := http.NewRequestWithContext(actx, http.MethodGet, strings.TrimRight(m.ClientURLs[0], "/")+etcdmember.NodePath, nil)
 	if err != nil {
 		return "", err
 	}
@@ -281,11 +281,11 @@ func (k *Keeper) nodeOf(ctx context.Context, m *etcdserverpb.Member) (string, er
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("GET %s: %s", etcdserver.NodePath, resp.Status)
+		return "", fmt.Errorf("GET %s: %s", etcdmember.NodePath, resp.Status)
 	}
-	var info etcdserver.NodeInfo
+	var info etcdmember.NodeInfo
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 4096)).Decode(&info); err != nil {
-		return "", fmt.Errorf("GET %s: %w", etcdserver.NodePath, err)
+		return "", fmt.Errorf("GET %s: %w", etcdmember.NodePath, err)
 	}
 	return info.Node, nil
 }

@@ -11,9 +11,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/orion-sched/orion/internal/etcdserver"
-	"github.com/orion-sched/orion/internal/etcdtest"
-	"github.com/orion-sched/orion/internal/testkit"
+	"github.com/orion-sched/orion/internal/etcdmember"
+	"github.com/orion-sched/orion/internal/testutil/etcdtest"
+	"github.com/orion-sched/orion/internal/testutil/testkit"
 )
 
 func dial(ep string) (*clientv3.Client, error) {
@@ -21,13 +21,13 @@ func dial(ep string) (*clientv3.Client, error) {
 }
 
 // cluster starts 3 members on the given nodes.
-func cluster(t *testing.T, nodes ...string) ([]*etcdserver.Member, *clientv3.Client) {
+func cluster(t *testing.T, nodes ...string) ([]*etcdmember.Member, *clientv3.Client) {
 	t.Helper()
-	return etcdtest.StartCluster(t, len(nodes), func(i int, c *etcdserver.Config) { c.Node = nodes[i] })
+	return etcdtest.StartCluster(t, len(nodes), func(i int, c *etcdmember.Config) { c.Node = nodes[i] })
 }
 
 // leaderNode is the node of the member that leads etcd's raft group now.
-func leaderNode(t *testing.T, members []*etcdserver.Member, nodes []string) string {
+func leaderNode(t *testing.T, members []*etcdmember.Member, nodes []string) string {
 	t.Helper()
 	for i, m := range members {
 		if m.Server().Leader() == m.Server().MemberID() {

@@ -120,15 +120,6 @@ func etcdMembers(t *testing.T, c *cluster.Cluster) []etcdMember {
 	return out
 }
 
-func etcdClient(t *testing.T, url string) *clientv3.Client {
-	t.Helper()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{url}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cli
-}
-
 // etcdLeaderIndex is the index of the member that leads etcd's raft group.
 func etcdLeaderIndex(c *cluster.Cluster, members []etcdMember) (int, error) {
 	for _, m := range members {
