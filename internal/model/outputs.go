@@ -199,3 +199,7 @@ func setOutput(o Outputs, line int, name, value string) error {
 	o[name] = b
 	return nil
 }
+
+// OutputValue encodes a value as an output holds it: JSON, without HTML
+// escaping (as records are written).
+func OutputValue(v any) (json.RawMessage, error) { return marshalJSON(v) }
