@@ -60,6 +60,8 @@ export interface TaskSpec {
   timeout: string;
   pool?: string;
   selector?: Record<string, string>;
+  /** An http task's outputs: the body, and values at JSON paths. */
+  outputs?: { body?: string; json?: Record<string, string> };
 }
 
 export interface TaskView {
@@ -84,12 +86,25 @@ export interface TaskView {
   cause?: string;
   /** Why a ready task is not running yet: a DAG or pool limit, or no worker with its labels. */
   waiting?: string;
+  /** What the task published with its success: name → JSON value. */
+  outputs?: Record<string, unknown>;
   history?: AttemptSummary[];
   spec: TaskSpec;
   revision?: number;
 }
 
+/** A scheduled run's tick and data interval [interval_start, interval_end). */
+export interface ScheduledRun {
+  schedule: string;
+  tick: string;
+  interval_start: string;
+  interval_end: string;
+}
+
 export interface DAGView extends DAGSummary {
+  /** The parameters the DAG's runs use: its defaults and the submission's values. */
+  params?: Record<string, unknown>;
+  scheduled?: ScheduledRun;
   tasks: TaskView[];
   revision: number;
 }
