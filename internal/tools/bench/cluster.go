@@ -100,10 +100,10 @@ type ClusterResult struct {
 	// The outputs chain: ShellChain shell steps, each publishing an output
 	// the next one reads; OutputRoundTripMs is what that adds per step to
 	// a plain shell step (the mean of a shell chain before and after it).
-	OutputsChainMsPerStep float64 `json:"outputs_chain_ms_per_step"`
-	OutputRoundTripMs     float64 `json:"output_round_trip_ms"`
-	CPUScope                  string   `json:"cpu_scope"`                      // what the CPU figures include
-	CPUNotes                  []string `json:"cpu_notes,omitempty"`            // what could not be measured, and why
+	OutputsChainMsPerStep float64  `json:"outputs_chain_ms_per_step"`
+	OutputRoundTripMs     float64  `json:"output_round_trip_ms"`
+	CPUScope              string   `json:"cpu_scope"`           // what the CPU figures include
+	CPUNotes              []string `json:"cpu_notes,omitempty"` // what could not be measured, and why
 
 	// EtcdDBBytesPer1000 is the growth of the etcd database in use
 	// (dbSizeInUse) over the Orion phases per 1000 tasks they submitted:
