@@ -841,6 +841,8 @@ func FuzzParseDecodersAgree(f *testing.F) {
 		`{"name":"n","tasks":[]} {}`,
 		`{"name":"n","tasks":[{"id":"a","depends_on":null,"dependencies":["b"],"type":"bash","command":"echo \"x\""}]}`,
 		`{"max_active_tasks":-1,"tasks":[{"fail":true,"expect_status":200.0}]}`,
+		`{"name":"n","params":{"a":1.50,"b":null,"c":[ 1, {"d":"\u00e9"} ],"a":"x"},"tasks":[{"id":"a","kind":"http","outputs":{"body":"b","json":{"x":".a[0]"}}}]}`,
+		`{"name":"n","params":null,"tasks":[{"id":"a","outputs":null}]}`,
 	} {
 		f.Add([]byte(s))
 	}
