@@ -144,6 +144,11 @@ func (c *Core) StepDown() {
 			t.inflight, t.dispatching, t.stash, t.reserved, t.queued, t.cls = false, false, nil, nil, false, nil
 			t.early = nil
 		}
+		for _, tt := range d.tpls {
+			if tt != nil && tt != noTemplates {
+				tt.rendered = nil
+			}
+		}
 	}
 }
 
@@ -899,7 +904,7 @@ func (c *Core) proposeDispatch(t *task, w *worker, spec *model.Task, early bool)
 	if spec != nil && spec != t.spec() && !early {
 		// Kept for the dispatch effect, made once the record is applied.
 		tt := t.dag.templates(t)
-		tt.rendered, tt.renderedFor = spec, t.attempt()+1
+		tt.rendered, tt.renderedFor, tt.renderedRun = spec, t.attempt()+1, t.dag.rec.Run
 	}
 	c.proposeAttempt(t, w, t.attempt()+1, spec, early, early)
 }
