@@ -37,6 +37,7 @@ type Server struct {
 	Name                 string        `mapstructure:"name" json:"name"`
 	Listen               string        `mapstructure:"listen" json:"listen"`
 	AdvertiseURL         string        `mapstructure:"advertise_url" json:"advertise_url"`
+	NodeName             string        `mapstructure:"node_name" json:"node_name"`
 	KubeLeaderLabel      string        `mapstructure:"kube_leader_label" json:"kube_leader_label"`
 	MetricsNoAuth        bool          `mapstructure:"metrics_no_auth" json:"metrics_no_auth"`
 	AllowedHosts         []string      `mapstructure:"allowed_hosts" json:"allowed_hosts"`
@@ -117,6 +118,7 @@ var serverFlags = []Flag{
 	{"max-conns-per-client", 128, "open connections one non-loopback client address (an IPv4 address or an IPv6 /64) may hold; more are closed at once"},
 	{"etcd-max-request-bytes", 3 << 19, "etcd's --max-request-bytes (1.5 MiB by default): every record is checked against it before it is committed, and the embedded member uses it"},
 	{"advertise-url", "", "URL other replicas and workers use to reach this API (default http://<listen address>)"},
+	{"node-name", "", "the node (machine) this replica runs on, named as the 'orion etcd' members' --node-name names theirs: while it leads, etcd's raft leader is moved off this node (default: the host name; on Kubernetes, spec.nodeName)"},
 	{"stream-stale-after", 300 * time.Millisecond, "a worker or leader stream silent this long is treated as dead (the leader sends heartbeats every 100ms)"},
 	{"worker-reconnect-grace", 2 * time.Second, "how long a disconnected worker keeps its running attempts before they are re-queued"},
 	{"worker-max-slots", 1024, "most slots a worker (or a replica's own executor) may announce; a worker with more is refused and stops"},

@@ -55,6 +55,10 @@ type fakeStore struct {
 	loadGate chan struct{}
 	// wins records every Campaign that returned a term, as name@fence.
 	wins []string
+	// The next loseDeposes Depose requests are never answered (`depose
+	// lose=N`), as requests etcd forwarded to a raft leader that died;
+	// lostDeposes counts those, deposes those answered.
+	deposes, loseDeposes, lostDeposes int
 }
 
 // unavailable waits while etcd is down: nil once it is up, ctx's error if
@@ -500,7 +504,16 @@ func (s *fakeStore) CurrentLeader(ctx context.Context) (store.Leader, bool, erro
 
 func (s *fakeStore) Depose(ctx context.Context, suspect string) (bool, error) {
 	s.mu.Lock()
+	if s.loseDeposes > 0 {
+		// Forwarded to a raft leader that died: never answered.
+		s.loseDeposes--
+		s.lostDeposes++
+		s.mu.Unlock()
+		<-ctx.Done()
+		return false, ctx.Err()
+	}
 	defer s.mu.Unlock()
+	s.deposes++
 	if s.leader != suspect {
 		return false, nil
 	}

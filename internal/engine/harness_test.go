@@ -90,8 +90,13 @@ import (
 //	loads hold|release          every read of the whole state (Load) waits
 //	                            until released; the rest of etcd answers
 //	leader-answers yes|no       whether a suspected leader answers when asked
-//	suspect x                   the stream to leader x dropped (SuspectLeader);
+//	suspect x [async]           the stream to leader x dropped (SuspectLeader);
 //	                            waits until the depose attempt has ended
+//	                            (async: does not wait)
+//	depose [lose=N]             the next N requests to depose a leader are
+//	                            never answered (forwarded to an etcd raft
+//	                            leader that died); without lose=: how many
+//	                            were lost, and whether one was answered
 //	election                    who holds the election
 //	campaigns                   every campaign that won, as name@fence
 //	problem                     the problem the replica reports (readyz)
@@ -344,11 +349,30 @@ func (h *engineHarness) run(td *datadriven.TestData) string {
 		h.mu.Lock()
 		h.leaderAnswers = td.CmdArgs[0].Key == "yes"
 		h.mu.Unlock()
+	case "depose":
+		// depose lose=N: the next N requests to depose a leader are never
+		// answered; depose: how many requests were sent so far.
+		if len(td.CmdArgs) == 0 {
+			h.st.mu.Lock()
+			defer h.st.mu.Unlock()
+			return fmt.Sprintf("%d lost, answered: %v\n", h.st.lostDeposes, h.st.deposes > 0)
+		}
+		n, err := strconv.Atoi(arg("lose", "0"))
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		h.st.mu.Lock()
+		h.st.loseDeposes = n
+		h.st.mu.Unlock()
 	case "suspect":
 		// What the replica's worker agent reports when its stream to the
-		// leader drops; done once the depose attempt has ended.
+		// leader drops; done once the depose attempt has ended (async: at
+		// once, for a depose that waits for the clock).
 		h.eng.SuspectLeader(td.CmdArgs[0].Key)
 		h.barrier()
+		if len(td.CmdArgs) > 1 && td.CmdArgs[1].Key == "async" {
+			break
+		}
 		h.waitFor("the depose attempt to end", func() bool {
 			deposing := true
 			_ = h.eng.Query(context.Background(), func(*core.Core) { deposing = h.eng.deposing })

@@ -30,6 +30,7 @@ import (
 	"github.com/orion-sched/orion/internal/http/kit"
 	"github.com/orion-sched/orion/internal/http/seedapi"
 	"github.com/orion-sched/orion/internal/kubelabel"
+	"github.com/orion-sched/orion/internal/leaderapart"
 	"github.com/orion-sched/orion/internal/metrics"
 	"github.com/orion-sched/orion/internal/schedule/firer"
 	"github.com/orion-sched/orion/internal/store"
@@ -49,8 +50,9 @@ type Server struct {
 	HTTPAddr string // the address actually bound
 
 	log       *zap.Logger
-	route     *store.Route // the leader's transactions to etcd's raft leader
-	view      *leaderView  // who leads, which replicas are registered
+	route     *store.Route        // the leader's transactions to etcd's raft leader
+	apart     *leaderapart.Keeper // etcd's raft leader off this node while leading; nil on one member
+	view      *leaderView         // who leads, which replicas are registered
 	agent     *workerstream.Agent
 	labeler   *kubelabel.Labeler
 	http      *http.Server
@@ -143,6 +145,11 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 		return nil, err
 	}
 	s.route = store.NewRoute(s.Client, endpoints, memberDialer(cc), log.Named("commit-route"))
+	if len(endpoints) > 1 {
+		s.apart = leaderapart.New(leaderapart.Config{Client: s.Client, Node: cfg.NodeName, Dial: memberDialer(cc),
+			HTTP:   &http.Client{Timeout: time.Second, Transport: &http.Transport{TLSClientConfig: cc.TLS, Proxy: nil}},
+			Logger: log.Named("apart"), Moved: func(o string) { s.Metrics.EtcdLeaderMoves.WithLabelValues(o).Inc() }})
+	}
 
 	// The replica's own slots: a local executor driven by an agent that
 	// keeps a stream to the leader, like any worker's (an in-process pipe
@@ -273,6 +280,9 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 				}
 				s.Hub.SetLeading(leading)
 				s.firer.SetLeading(leading)
+				if s.apart != nil {
+					s.apart.Leading(leading)
+				}
 				if s.labeler != nil {
 					s.labeler.Leading(leading, term.Previous)
 				}
@@ -456,6 +466,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 }
 
 func (s *Server) closeResources() {
+	if s.apart != nil {
+		s.apart.Close()
+	}
 	if s.Hub != nil {
 		_ = s.Hub.Close()
 	}
