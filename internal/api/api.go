@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 
+	"github.com/orion-sched/orion/internal/apitypes"
 	"github.com/orion-sched/orion/internal/core"
 	"github.com/orion-sched/orion/internal/dag"
 	"github.com/orion-sched/orion/internal/executor"
@@ -99,6 +100,9 @@ type Config struct {
 	Hosts httpguard.Hosts
 	// Schedules serves /api/v1/schedules. Nil: no schedule routes.
 	Schedules Schedules
+	// Storage describes etcd's space for /readyz and the cluster view
+	// (nil, or a nil answer: not shown).
+	Storage func() *apitypes.Storage
 	// Routes are extra handlers mounted behind the same rate limit and
 	// authentication (the worker stream endpoint).
 	Routes map[string]http.Handler
@@ -179,6 +183,14 @@ func (s *server) node() string {
 		return s.cfg.Node
 	}
 	return s.status().Node
+}
+
+// storage is etcd's space as this replica measures it, or nil.
+func (s *server) storage() *apitypes.Storage {
+	if s.cfg.Storage == nil {
+		return nil
+	}
+	return s.cfg.Storage()
 }
 
 // status never returns nil.

@@ -125,8 +125,9 @@ func (c *Core) StepDown() {
 	c.workers, c.workerList, c.pendingSubmit = nil, nil, nil
 	c.classes, c.classList, c.poolReserved = nil, nil, nil
 	c.unsealed = nil
+	c.pendingLive = liveCount{}
 	for _, d := range c.dags {
-		d.inflight, d.wantCancel, d.reserved, d.classes = false, false, 0, nil
+		d.inflight, d.wantCancel, d.reserved, d.classes, d.retrying = false, false, 0, nil, false
 		for i := range d.tasks {
 			t := &d.tasks[i]
 			t.inflight, t.dispatching, t.stash, t.reserved, t.queued, t.cls = false, false, nil, nil, false, nil
@@ -293,6 +294,28 @@ func (c *Core) Submit(spec *model.DAG, now time.Time) (SubmitOutcome, error) {
 	if !c.leader {
 		return 0, ErrNotLeader
 	}
+	if out, err := c.Known(spec); out != 0 || err != nil {
+		return out, err
+	}
+	if err := c.admit(spec.ID, len(spec.Tasks)); err != nil {
+		return 0, err
+	}
+	rec := &DAGRecord{DAG: *spec, Status: DAGRunning, Run: 1, SubmittedAt: now.UTC()}
+	c.pendingSubmit[spec.ID] = rec
+	c.pendingLive.dags++
+	c.pendingLive.tasks += len(spec.Tasks)
+	c.outbox = append(c.outbox, Entry{DAG: spec.ID, D: rec})
+	return SubmitProposed, nil
+}
+
+// Known answers a submission of a DAG whose id the leader knows already, as
+// Submit would: SubmitDuplicate or SubmitPending for the same content, a
+// conflict for other content. It returns 0 and nil for a new id (or on a
+// standby), which Submit then admits or refuses.
+func (c *Core) Known(spec *model.DAG) (SubmitOutcome, error) {
+	if !c.leader {
+		return 0, nil
+	}
 	if d := c.dags[spec.ID]; d != nil {
 		if sameSpec(&d.rec.DAG, spec) {
 			return SubmitDuplicate, nil
@@ -305,10 +328,7 @@ func (c *Core) Submit(spec *model.DAG, now time.Time) (SubmitOutcome, error) {
 		}
 		return 0, &Error{Code: apitypes.CodeConflict, Msg: "DAG " + spec.ID + " is being submitted with different content"}
 	}
-	rec := &DAGRecord{DAG: *spec, Status: DAGRunning, Run: 1, SubmittedAt: now.UTC()}
-	c.pendingSubmit[spec.ID] = rec
-	c.outbox = append(c.outbox, Entry{DAG: spec.ID, D: rec})
-	return SubmitProposed, nil
+	return 0, nil
 }
 
 // WithdrawSubmit forgets the proposal of DAG id when etcd refused it without
@@ -316,10 +336,12 @@ func (c *Core) Submit(spec *model.DAG, now time.Time) (SubmitOutcome, error) {
 // log, so a later submission with this id is judged afresh. It reports
 // whether such a proposal was pending.
 func (c *Core) WithdrawSubmit(id string) bool {
-	if c.pendingSubmit[id] == nil {
+	p := c.pendingSubmit[id]
+	if p == nil {
 		return false
 	}
 	delete(c.pendingSubmit, id)
+	c.pendingLive.sub(len(p.Tasks))
 	return true
 }
 
@@ -385,6 +407,10 @@ func (c *Core) RetryDAG(id string, now time.Time) error {
 	case d.remaining != 0 || d.inflight:
 		return &Error{Code: apitypes.CodeConflict, Msg: "DAG " + id + " is still stopping its tasks; try again", Stopping: true}
 	}
+	if err := c.admit(id, len(d.tasks)); err != nil {
+		return err // a retry runs the DAG again: admitted as a submission is
+	}
+	c.proposeRetryLive(d)
 	rec := *d.rec
 	rec.Status, rec.Run, rec.FinishedAt = DAGRunning, d.rec.Run+1, nil
 	d.wantCancel = false
@@ -455,6 +481,47 @@ func (c *Core) Expire(cutoff time.Time) int {
 		}
 	}
 	return n
+}
+
+// ExpireOldest proposes the deletion of up to n finished DAGs ahead of
+// their retention, those that finished first first (then by id), and
+// returns their ids: what the leader does while etcd's database is above
+// its admission limit.
+func (c *Core) ExpireOldest(n int) []string {
+	if !c.leader || n <= 0 {
+		return nil
+	}
+	var done []*dagRun
+	for _, d := range c.dags {
+		if d.rec.Status.Terminal() && d.remaining == 0 && !d.inflight {
+			done = append(done, d)
+		}
+	}
+	sort.Slice(done, func(i, j int) bool {
+		a, b := done[i].rec.FinishedAt, done[j].rec.FinishedAt
+		switch {
+		case a == nil || b == nil:
+			if (a == nil) != (b == nil) {
+				return a == nil // a finish time lost (written by hand): first
+			}
+		case !a.Equal(*b):
+			return a.Before(*b)
+		}
+		return done[i].id < done[j].id
+	})
+	var ids []string
+	busy := c.onWorkers()
+	for _, d := range done {
+		if len(ids) == n {
+			break
+		}
+		if busy[d] {
+			continue // a cancelled attempt still on its worker (DeleteDAG)
+		}
+		c.proposeDelete(d)
+		ids = append(ids, d.id)
+	}
+	return ids
 }
 
 // Report takes a worker's result for an attempt. It reports whether it

@@ -56,6 +56,8 @@ type Metrics struct {
 	EtcdNoSpace        prometheus.Gauge
 	StorageFull        prometheus.Gauge
 	StorageFullRefused prometheus.Counter
+
+	Admission // global limits and storage admission (admission.go)
 }
 
 // New creates and registers every metric, plus the Go and process collectors.
@@ -109,6 +111,7 @@ func New() *Metrics {
 	m.WorkerSlots = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "orion_worker_slots", Help: "Executor slots per worker (leader's view)."}, []string{"worker"})
 	m.WorkerBusy = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "orion_worker_busy_slots", Help: "Busy executor slots per worker (leader's view)."}, []string{"worker"})
 	r.MustRegister(m.WorkerSlots, m.WorkerBusy)
+	m.Admission = newAdmission(f)
 	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -42,6 +42,7 @@ var _ Engine = (*scheduler.Engine)(nil)
 type Store interface {
 	Schedules(ctx context.Context) ([]store.StoredSchedule, []error, error)
 	Schedule(ctx context.Context, id string) (store.StoredSchedule, bool, error)
+	CountSchedules(ctx context.Context) (int, error)
 	PutSchedule(ctx context.Context, f store.Fence, sc *schedule.Schedule, modRev int64) (int64, error)
 	DeleteSchedule(ctx context.Context, f store.Fence, id string, modRev int64) (int64, error)
 	PutCursor(ctx context.Context, f store.Fence, id string, createRev int64, c store.Cursor) (int64, error)

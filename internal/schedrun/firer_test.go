@@ -74,6 +74,8 @@ func (s *fakeStore) Schedules(context.Context) ([]store.StoredSchedule, []error,
 	return out, nil, nil
 }
 
+func (s *fakeStore) CountSchedules(context.Context) (int, error) { return len(s.scheds), nil }
+
 func (s *fakeStore) Schedule(_ context.Context, id string) (store.StoredSchedule, bool, error) {
 	sc, ok := s.scheds[id]
 	return sc, ok, nil

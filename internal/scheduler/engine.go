@@ -60,6 +60,13 @@ type Config struct {
 	// deposed for that. Nil: a dropped stream is evidence enough.
 	LeaderAnswers func(ctx context.Context, name string) bool
 
+	// Storage, when set, is what the leader knows of etcd's space: new
+	// work is admitted only while the database in use stays under
+	// StorageAdmission (a share) of its quota, and above it the leader
+	// deletes finished DAGs early and compacts (admission.go).
+	Storage          Storage
+	StorageAdmission float64
+
 	// OnLeading is called on the loop goroutine when this replica starts or
 	// stops leading, so the worker hub accepts or closes connections (and the
 	// pod label follows); term says which term it leads (zero when not).
@@ -161,6 +168,11 @@ type Engine struct {
 	retireReq     chan chan struct{}        // Retire's requests
 	prevLeader    string                    // leader of the term before ours, from its term record
 
+	// Storage admission (admission.go): loop-owned.
+	press pressure
+	// Why the last attempt to open a session failed (set off the loop).
+	sessionErr atomic.Pointer[error]
+
 	status  atomic.Pointer[Status]
 	commits atomic.Int64 // transactions committed
 	entries atomic.Int64 // entries committed
@@ -189,6 +201,8 @@ type Status struct {
 	Workers []core.WorkerView
 	Counts  map[core.Status]int
 	DAGs    int
+	// LiveTasks counts the tasks of the DAGs running (core.Live).
+	LiveTasks int
 }
 
 // resultRef names a worker's result, to acknowledge once it is durable.
@@ -373,6 +387,7 @@ func (e *Engine) Run(ctx context.Context) error {
 				lastExpire = now
 				e.c.Expire(now.Add(-e.cfg.Retention))
 			}
+			e.relieve(ctx, now)
 			e.publishStatus()
 		}
 		e.afterEvent(ctx)
@@ -648,6 +663,7 @@ func (e *Engine) resetTimer() {
 func (e *Engine) publishStatus() {
 	s := &Status{Node: e.cfg.Node, Leader: e.c.IsLeader(), AppliedRev: e.c.Rev(), Loaded: true,
 		Counts: e.c.Counts(), DAGs: e.c.DAGCount(), Workers: e.c.Workers()}
+	_, s.LiveTasks = e.c.Live()
 	if e.term != nil {
 		s.LeaderSince, s.FirstCommitAt = e.term.Won(), e.firstCommitAt
 	}
@@ -662,6 +678,13 @@ func (e *Engine) publishStatus() {
 	switch {
 	case e.session == nil:
 		s.Problem = "no etcd session: etcd is unreachable or has no quorum; reopening it"
+		if err := e.sessionErr.Load(); err != nil && store.IsNoSpace(*err) {
+			// etcd answers, and refuses: under its NOSPACE alarm it grants
+			// no lease. Orion's own writes never raise it (store/space.go).
+			s.Problem = "no etcd session: etcd is full (its NOSPACE alarm is raised) and grants no lease, so this replica " +
+				"cannot campaign; it tries again until etcd has room (Orion's own etcd members reclaim it by themselves; " +
+				"otherwise compact, defragment and disarm it: README, \"Storage full\")"
+		}
 	case e.loading:
 		s.Problem = "re-reading the state from etcd"
 	}
@@ -673,6 +696,9 @@ func (e *Engine) publishStatus() {
 	}
 	e.status.Store(s)
 	e.m.ReplicaLag.Set(float64(s.Lag))
+	dags, _ := e.c.Live()
+	e.m.LiveDAGs.Set(float64(dags))
+	e.m.LiveTasks.Set(float64(s.LiveTasks))
 	counts := s.Counts
 	e.m.QueueSize.Set(float64(counts[core.Ready]))
 	e.m.Running.Set(float64(counts[core.Running]))

@@ -37,7 +37,11 @@ const sessionRetry = 200 * time.Millisecond
 func (e *Engine) tryOpenSession(ctx context.Context) (store.Session, error) {
 	host, _ := os.Hostname()
 	reg := store.ReplicaRecord{Name: e.cfg.Node, APIURL: e.cfg.APIURL, PID: os.Getpid(), Host: host, StartedAt: e.clock.Now().UTC()}
-	return e.st.OpenSession(ctx, e.cfg.SessionTTL, reg)
+	s, err := e.st.OpenSession(ctx, e.cfg.SessionTTL, reg)
+	if err != nil {
+		e.sessionErr.Store(&err) // the problem the status reports
+	}
+	return s, err
 }
 
 // openSessionAsync opens a new session in the background (the loop goes on
@@ -64,6 +68,7 @@ func (e *Engine) openSessionAsync(ctx context.Context) {
 // onSessionOpened takes a session opened in the background and campaigns.
 func (e *Engine) onSessionOpened(ctx context.Context, s store.Session) {
 	e.opening = false
+	e.sessionErr.Store(nil)
 	e.session = s
 	e.log.Info("etcd session open; campaigning")
 	e.startCampaign(ctx)
@@ -595,6 +600,7 @@ func (e *Engine) leaveLeadership(waitErr error) {
 	e.timers = nil
 	e.execs = make(map[string]Worker)
 	e.full = storageFull{} // the next term learns afresh whether etcd is full
+	e.press.deleting, e.press.starved = nil, false
 	e.awaiting = nil
 	e.m.AwaitedWorkers.Set(0)
 	e.m.StorageFull.Set(0)

@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/orion-sched/orion/internal/api"
+	"github.com/orion-sched/orion/internal/apitypes"
 	"github.com/orion-sched/orion/internal/config"
 	"github.com/orion-sched/orion/internal/console"
 	"github.com/orion-sched/orion/internal/core"
@@ -58,6 +59,7 @@ type Server struct {
 	ectx      context.Context
 	ref       demo.EngineRef           // the running engine (a demo crash replaces it)
 	firer     *schedrun.Firer          // fires schedule ticks while this replica leads
+	space     *store.SpaceGauge        // etcd's space: admission, the writes' guard (store/space.go)
 	newEngine func() *scheduler.Engine // builds an engine wired like the first
 	engineCh  chan error
 }
@@ -227,6 +229,8 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 	s.ectx, s.cancel = ectx, cancel
 	etcdStore := store.NewEtcd(s.Client)
 	etcdStore.CommitThrough(s.route.KV())
+	s.space = store.NewSpaceGauge(s.Client, 0)
+	etcdStore.GuardWith(s.space)
 	etcdStore.KnowLeaderFrom(view.ElectedLeader)
 	s.firer = schedrun.NewFirer(schedrun.Config{
 		Engine:    func() schedrun.Engine { return s.ref.Get() },
@@ -235,13 +239,15 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 		BadValues: s.Metrics.BadValues,
 		Logger:    log.Named("schedules"),
 	})
-	schedules := &schedrun.Service{Engine: func() schedrun.Engine { return s.ref.Get() }, Store: etcdStore, Firer: s.firer, Limits: limits}
+	schedules := &schedrun.Service{Engine: func() schedrun.Engine { return s.ref.Get() }, Store: etcdStore, Firer: s.firer, Limits: limits,
+		MaxSchedules: cfg.MaxSchedules, MinInterval: cfg.MinScheduleInterval, Refused: s.Metrics.Refused}
+	setLimitGauges(s.Metrics, cfg)
 	workerEvents := scheduler.HubWorkers(ectx, s.Hub.Events())
 	s.newEngine = func() *scheduler.Engine {
 		return scheduler.New(scheduler.Config{
 			Node:             cfg.Name,
 			APIURL:           apiURL,
-			Core:             core.Config{RetryBase: cfg.RetryBase, RetryCap: cfg.RetryCap, OrphanGrace: cfg.OrphanGrace, PoolLimits: cfg.PoolLimits},
+			Core:             coreConfig(cfg),
 			Limits:           limits,
 			CommitPipeline:   commitPipeline(cfg),
 			SessionTTL:       cfg.SessionTTL,
@@ -254,6 +260,8 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 			DispatchObserver: o.dispatchObserver,
 			OnReload:         s.Events.Reset,
 			LeaderAnswers:    view.leaderAnswers,
+			Storage:          s.space,
+			StorageAdmission: cfg.StorageAdmissionRatio,
 			OnLeading: func(leading bool, term scheduler.Leading) {
 				if leading {
 					s.Hub.SetTerm(workerstream.Term{Incarnation: term.Incarnation, Fence: term.Fence.Rev})
@@ -322,6 +330,9 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 		PID:           os.Getpid(),
 		Routes:        routes,
 		Schedules:     schedules,
+		Storage: func() *apitypes.Storage {
+			return scheduler.StorageView(s.space.Usage(), cfg.StorageAdmissionRatio, s.ref.Get().Status().LiveTasks)
+		},
 	})
 	s.http = &http.Server{
 		Handler:           handler,
@@ -334,6 +345,7 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 	}
 
 	go view.run(ectx)
+	go s.space.Run(ectx)
 	go watchEtcdSpace(ectx, s.Client, s.Metrics, log, s.Member == nil)
 	go s.runEngine(s.ref.Get())
 	go func() { _ = s.agent.Run(ectx) }()
@@ -347,6 +359,23 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 		}
 	}()
 	return s, nil
+}
+
+// coreConfig is the scheduling policy the settings give.
+func coreConfig(cfg config.Server) core.Config {
+	return core.Config{RetryBase: cfg.RetryBase, RetryCap: cfg.RetryCap, OrphanGrace: cfg.OrphanGrace, PoolLimits: cfg.PoolLimits,
+		MaxLiveDAGs: cfg.MaxLiveDAGs, MaxLiveTasks: cfg.MaxLiveTasks}
+}
+
+// setLimitGauges publishes the global limits beside the counts they bound.
+func setLimitGauges(m *metrics.Metrics, cfg config.Server) {
+	for limit, v := range map[string]float64{
+		"max_live_dags": float64(cfg.MaxLiveDAGs), "max_live_tasks": float64(cfg.MaxLiveTasks),
+		"max_schedules": float64(cfg.MaxSchedules), "min_schedule_interval": cfg.MinScheduleInterval.Seconds(),
+		"storage_admission_ratio": cfg.StorageAdmissionRatio,
+	} {
+		m.Limit.WithLabelValues(limit).Set(v)
+	}
 }
 
 // listenError says once what went wrong with the API address (net's own
