@@ -162,7 +162,7 @@ var serverFlags = []Flag{
 	{"max-live-tasks", 1000000, "most tasks in the DAGs running at once (finished or not, until their DAG finishes); more are refused with 429 too_many_live_tasks"},
 	{"max-schedules", 1000, "most schedules; more are refused with 429 too_many_schedules"},
 	{"min-schedule-interval", time.Second, "shortest time between two ticks of a schedule; a schedule that ticks more often is refused with 400 schedule_too_frequent"},
-	{"storage-admission-ratio", 0.75, "share of etcd's quota above which new DAGs, retries and schedules are refused with 507 storage_full (the rest is kept for what was admitted to finish, be cancelled and deleted, and for leases)"},
+	{"storage-admission-ratio", 0.5, "share of etcd's quota the database in use may reach, counting what running DAGs have yet to write, before new DAGs and retries are refused with 507 storage_full (the rest is kept for admitted work to finish, be cancelled and deleted, and for leases)"},
 }
 
 // serverSettings are `orion server`'s settings: env ORION_ + KEY, the

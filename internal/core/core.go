@@ -275,7 +275,7 @@ func (c *Core) applyDAG(e *Entry) error {
 		if c.leader {
 			if p := c.pendingSubmit[e.DAG]; p != nil {
 				delete(c.pendingSubmit, e.DAG)
-				c.pendingLive.sub(len(p.Tasks))
+				c.pendingLive.subSpec(&p.DAG)
 			}
 			c.reconcileDAG(d)
 		}

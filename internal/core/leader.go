@@ -302,8 +302,7 @@ func (c *Core) Submit(spec *model.DAG, now time.Time) (SubmitOutcome, error) {
 	}
 	rec := &DAGRecord{DAG: *spec, Status: DAGRunning, Run: 1, SubmittedAt: now.UTC()}
 	c.pendingSubmit[spec.ID] = rec
-	c.pendingLive.dags++
-	c.pendingLive.tasks += len(spec.Tasks)
+	c.pendingLive.addSpec(spec)
 	c.outbox = append(c.outbox, Entry{DAG: spec.ID, D: rec})
 	return SubmitProposed, nil
 }
@@ -341,7 +340,7 @@ func (c *Core) WithdrawSubmit(id string) bool {
 		return false
 	}
 	delete(c.pendingSubmit, id)
-	c.pendingLive.sub(len(p.Tasks))
+	c.pendingLive.subSpec(&p.DAG)
 	return true
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/orion-sched/orion/internal/apitypes"
+	"github.com/orion-sched/orion/internal/model"
 )
 
 // Global limits on live work (Config.MaxLiveDAGs, MaxLiveTasks). A DAG is
@@ -18,22 +19,44 @@ import (
 // place). Proposals not applied yet count too (pendingLive): a burst of
 // submissions in one group commit cannot overshoot.
 
-// liveCount is a number of DAGs and of their tasks.
-type liveCount struct{ dags, tasks int }
+// liveCount is a number of DAGs, of their tasks, and of the bytes their
+// records will take when written again (RecordBytes).
+type liveCount struct{ dags, tasks, bytes int }
 
 func (l *liveCount) add(d *dagRun, sign int) {
 	l.dags += sign
 	l.tasks += sign * len(d.tasks)
+	l.bytes += sign * RecordBytes(&d.rec.DAG)
 }
 
-// sub removes one pending DAG of n tasks.
-func (l *liveCount) sub(n int) {
+// addSpec and subSpec count a pending DAG.
+func (l *liveCount) addSpec(d *model.DAG) {
+	l.dags++
+	l.tasks += len(d.Tasks)
+	l.bytes += RecordBytes(d)
+}
+
+func (l *liveCount) subSpec(d *model.DAG) {
 	l.dags--
-	l.tasks -= n
+	l.tasks -= len(d.Tasks)
+	l.bytes -= RecordBytes(d)
 }
 
 // Live returns the DAGs running and their tasks, as applied.
 func (c *Core) Live() (dags, tasks int) { return c.live.dags, c.live.tasks }
+
+// LiveRecordBytes is what the records of the DAGs running will take when
+// each is written again, as it is when the DAG finishes or is cancelled:
+// the storage admission keeps room for it (scheduler/admission.go).
+func (c *Core) LiveRecordBytes() int { return c.live.bytes }
+
+// RecordBytes estimates the size of d's record in etcd from its strings
+// (model.DAG.DecodedBytes) and what JSON adds to each task: a function of
+// the spec alone, so every replica counts the same. A DAG's record holds
+// its whole spec, and every change of the DAG's status writes it again.
+func RecordBytes(d *model.DAG) int {
+	return int(d.DecodedBytes()) + 160*len(d.Tasks) + 512
+}
 
 // LimitError is a submission or retry refused by a global limit: Limit
 // names the setting, Max its value.
@@ -68,8 +91,7 @@ func (c *Core) admit(id string, n int) error {
 // proposeRetryLive counts a retry's DAG as pending until its record applies.
 func (c *Core) proposeRetryLive(d *dagRun) {
 	d.retrying = true
-	c.pendingLive.dags++
-	c.pendingLive.tasks += len(d.tasks)
+	c.pendingLive.addSpec(&d.rec.DAG)
 }
 
 // settleRetry ends the pending count of d's retry, when one was proposed:
@@ -77,6 +99,17 @@ func (c *Core) proposeRetryLive(d *dagRun) {
 func (c *Core) settleRetry(d *dagRun) {
 	if d.retrying {
 		d.retrying = false
-		c.pendingLive.sub(len(d.tasks))
+		c.pendingLive.subSpec(&d.rec.DAG)
 	}
+}
+
+// RetrySpec returns the spec of a finished DAG that a retry would run again
+// (failed or cancelled, its tasks stopped), or nil. The caller must not
+// modify it.
+func (c *Core) RetrySpec(id string) *model.DAG {
+	d := c.dags[id]
+	if d == nil || (d.rec.Status != DAGFailed && d.rec.Status != DAGCancelled) {
+		return nil
+	}
+	return &d.rec.DAG
 }

@@ -58,16 +58,15 @@ const (
 	// maintenanceStepTimeout bounds one compaction or alarm request.
 	maintenanceStepTimeout = 30 * time.Second
 	// DefragAboveRatio is the share of the quota past which a member whose
-	// database is at least DefragFreeShare free pages defragments itself
+	// database holds free pages worth DefragFreeShare of the quota (history
+	// compacted away, DAGs deleted) defragments itself
 	// without waiting for the NOSPACE alarm: etcd compares the whole file,
 	// free pages included, with the quota, and Orion's leader holds its
 	// writes short of it (store.Reserve) rather than raise the alarm, so
 	// without this the file would stay at its high-water mark once
 	// retention and compaction had freed its pages.
-	DefragAboveRatio = 0.8
+	DefragAboveRatio = 0.6
 	DefragFreeShare  = 0.25
-	// defragEvery spaces those defragmentations (each pauses the member).
-	defragEvery = time.Minute
 )
 
 // maintenanceMetrics are the loop's collectors, labelled by member: several
@@ -166,7 +165,7 @@ func (mt *maintainer) step(ctx context.Context, now time.Time) {
 		mt.repair(ctx)
 	}
 	if !raised && !now.Before(mt.nextDefrag) && mt.sparse() {
-		mt.nextDefrag = now.Add(defragEvery)
+		mt.nextDefrag = now.Add(mt.retry) // each pauses the member: spaced like the repairs
 		mt.defragSparse()
 	}
 	if mt.retention > 0 {
@@ -241,15 +240,15 @@ func (mt *maintainer) repair(ctx context.Context) {
 	mt.lg.Warn("NOSPACE alarm disarmed: etcd accepts writes again", zap.Int64("db_size_bytes", after), zap.Int64("quota_bytes", mt.quota))
 }
 
-// sparse reports a database past DefragAboveRatio of the quota with at
-// least DefragFreeShare of it free pages.
+// sparse reports a database past DefragAboveRatio of the quota with free
+// pages worth DefragFreeShare of the quota.
 func (mt *maintainer) sparse() bool {
 	if mt.quota <= 0 {
 		return false
 	}
 	be := mt.m.etcd.Server.Backend()
 	size, inUse := be.Size(), be.SizeInUse()
-	return float64(size) >= DefragAboveRatio*float64(mt.quota) && float64(size-inUse) >= DefragFreeShare*float64(size)
+	return float64(size) >= DefragAboveRatio*float64(mt.quota) && float64(size-inUse) >= DefragFreeShare*float64(mt.quota)
 }
 
 // defragSparse defragments the member ahead of the alarm (see sparse).
@@ -263,7 +262,7 @@ func (mt *maintainer) defragSparse() {
 		zap.Int64("db_size_bytes", before), zap.Int64("db_size_in_use_bytes", inUse), zap.Int64("quota_bytes", mt.quota))
 	started := time.Now()
 	if err := s.Defragment(); err != nil {
-		mt.lg.Error("defragmentation failed; retrying later", zap.Error(err), zap.Duration("retry_in", defragEvery))
+		mt.lg.Error("defragmentation failed; retrying later", zap.Error(err), zap.Duration("retry_in", mt.retry))
 		return
 	}
 	mt.met.defrags.WithLabelValues(mt.m.name).Inc()

@@ -8,6 +8,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/orion-sched/orion/internal/apitypes"
+	"github.com/orion-sched/orion/internal/core"
+	"github.com/orion-sched/orion/internal/model"
 	"github.com/orion-sched/orion/internal/store"
 )
 
@@ -64,10 +66,10 @@ type AdmissionError struct {
 }
 
 func (e *AdmissionError) Error() string {
-	return fmt.Sprintf("storage full: etcd's database holds %s in use of its %s quota (%s with what the DAGs running have yet to write "+
-		"and this one); new work is admitted up to %s (storage_admission_ratio %g), keeping the rest for the DAGs already admitted "+
-		"to finish or be cancelled. %s was not written. Finished DAGs are being deleted ahead of their retention, oldest first: "+
-		"retry later (with the same DAG id), cancel or delete DAGs, or raise the quota",
+	return fmt.Sprintf("storage full: etcd's database holds %s in use of its %s quota (%s with what the DAGs running have yet to "+
+		"write and this one); new work is admitted up to %s (storage_admission_ratio %g), keeping the rest for the DAGs already "+
+		"admitted to finish or be cancelled. %s was not written. Finished DAGs are being deleted ahead of their retention, "+
+		"oldest first: retry later (with the same DAG id), cancel or delete DAGs, or raise the quota",
 		mib(e.Usage.EstInUse()), mib(e.Usage.Quota), mib(e.Need), mib(e.Limit), e.Ratio, e.What)
 }
 
@@ -75,44 +77,76 @@ func (e *AdmissionError) Is(target error) bool { return target == ErrStorageFull
 
 func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
 
-// storageLimit is the admission limit for u, and the database in use the
-// admission counts with extra bytes and tasks more; ok is false when
-// there is no limit to apply (no gauge, no measurement, no quota).
-func (e *Engine) storageLimit(u store.Usage, extra int64, tasks int) (limit, need int64, ok bool) {
-	if e.cfg.Storage == nil || e.cfg.StorageAdmission <= 0 || !u.Known || u.Quota <= 0 {
-		return 0, 0, false
-	}
-	_, live := e.c.Live()
-	limit = int64(float64(u.Quota) * e.cfg.StorageAdmission)
-	need = u.EstInUse() + extra + perTaskReserve*int64(live+tasks)
-	return limit, need, true
+// storageNeed is the database in use that the admission counts: as
+// estimated now, plus what the DAGs running have yet to write (reserved:
+// each task's record, and each DAG's record once more, written when it
+// finishes or is cancelled), plus extra.
+func storageNeed(u store.Usage, reserved, extra int64) int64 { return u.EstInUse() + reserved + extra }
+
+// admissionLimit is the database in use above which new work is refused.
+func admissionLimit(u store.Usage, ratio float64) int64 { return int64(float64(u.Quota) * ratio) }
+
+// reserved is what the DAGs running have yet to write, as storageNeed
+// counts it.
+func (e *Engine) reserved() int64 {
+	_, tasks := e.c.Live()
+	return perTaskReserve*int64(tasks) + int64(e.c.LiveRecordBytes())
 }
 
-// admitStorage refuses new work of cost bytes and tasks tasks when it
-// would take the database above the admission limit.
-func (e *Engine) admitStorage(what string, cost int64, tasks int) error {
+// workCost is what new work counts for in the admission: its record
+// written now (cost), once more when it ends, and its tasks' records.
+func workCost(cost int64, d *model.DAG) int64 {
+	return cost + int64(core.RecordBytes(d)) + perTaskReserve*int64(len(d.Tasks))
+}
+
+// storageApplies reports whether the admission has something to judge by.
+func (e *Engine) storageApplies(u store.Usage) bool {
+	return e.cfg.Storage != nil && e.cfg.StorageAdmission > 0 && u.Known && u.Quota > 0
+}
+
+// admitStorage refuses new work when it would take the database above the
+// admission limit; work is what it counts for (workCost).
+func (e *Engine) admitStorage(what string, work int64) error {
 	if e.cfg.Storage == nil {
 		return nil
 	}
 	u := e.cfg.Storage.Usage()
-	limit, need, ok := e.storageLimit(u, cost, tasks)
-	if !ok || need <= limit {
+	if !e.storageApplies(u) {
+		return nil
+	}
+	limit, need := admissionLimit(u, e.cfg.StorageAdmission), storageNeed(u, e.reserved(), work)
+	if need <= limit {
 		return nil
 	}
 	e.m.StorageFullRefused.Inc()
 	e.m.Refused.WithLabelValues("storage_admission_ratio").Inc()
+	// The relief makes room for it: a DAG larger than what is left is
+	// refused until finished DAGs are deleted, whether or not the
+	// database is above the limit without it.
+	p := &e.press
+	if now := e.clock.Now(); work > p.demand || now.After(p.demandUntil) {
+		p.demand = work
+	}
+	p.demandUntil = e.clock.Now().Add(demandFor)
 	return &AdmissionError{What: what, Usage: u, Need: need, Limit: limit, Ratio: e.cfg.StorageAdmission}
 }
 
+// demandFor is how long a refusal keeps the relief making room for the
+// work it refused: its client is expected to try again within it.
+const demandFor = time.Minute
+
 // pressure is the leader's pressure relief (above); loop-owned.
 type pressure struct {
-	limited     bool            // above the limit at the last look
+	limited     bool  // above the limit at the last look
+	demand      int64 // the largest work refused lately (cost and tasks' reserve), until demandUntil
+	demandUntil time.Time
 	deleting    map[string]bool // this pass's deletes, until they apply
 	deletedRev  int64           // the revision of the pass's last delete
 	compacting  bool            // a compaction runs
 	compacted   int64           // the revision the last compaction reached
 	lastCompact time.Time
-	starved     bool // said once that nothing finished is left to delete
+	starved     bool      // said once that nothing finished is left to delete
+	saidAt      time.Time // when crossing the limit was last logged
 }
 
 // relieve looks at the space and, above the admission limit, deletes and
@@ -122,8 +156,12 @@ func (e *Engine) relieve(ctx context.Context, now time.Time) {
 		return
 	}
 	u := e.cfg.Storage.Usage()
-	limit, need, ok := e.storageLimit(u, 0, 0)
 	p := &e.press
+	if now.After(p.demandUntil) {
+		p.demand = 0
+	}
+	ok := e.storageApplies(u)
+	limit, need := admissionLimit(u, e.cfg.StorageAdmission), storageNeed(u, e.reserved(), p.demand)
 	if ok {
 		e.m.StorageInUse.Set(float64(u.EstInUse()))
 		e.m.StorageLimit.Set(float64(limit))
@@ -132,12 +170,18 @@ func (e *Engine) relieve(ctx context.Context, now time.Time) {
 	e.m.StorageLimited.Set(b2f(limited))
 	if limited != p.limited {
 		p.limited, p.starved = limited, false
-		if limited {
+		// Said at most once a minute: at the limit, each DAG admitted or
+		// finished can cross it.
+		quiet := now.Sub(p.saidAt) < time.Minute
+		if !quiet {
+			p.saidAt = now
+		}
+		if limited && !quiet {
 			e.log.Warn("etcd's database is above the storage admission limit: new DAGs and retries are refused with 507, "+
 				"and finished DAGs are deleted ahead of their retention, oldest first, until it is under",
 				zap.Int64("in_use_bytes", u.EstInUse()), zap.Int64("counted_bytes", need), zap.Int64("limit_bytes", limit),
 				zap.Int64("quota_bytes", u.Quota))
-		} else if ok {
+		} else if ok && !quiet {
 			e.log.Info("etcd's database is under the storage admission limit again: new work is admitted",
 				zap.Int64("in_use_bytes", u.EstInUse()), zap.Int64("limit_bytes", limit))
 		}
@@ -219,10 +263,24 @@ func b2f(b bool) float64 {
 	return 0
 }
 
+// storageView is StorageView for this replica: on the leader, counting
+// the work it refused lately.
+func (e *Engine) storageView() *apitypes.Storage {
+	if e.cfg.Storage == nil {
+		return nil
+	}
+	var demand int64
+	if e.c.IsLeader() && e.clock.Now().Before(e.press.demandUntil) {
+		demand = e.press.demand
+	}
+	return StorageView(e.cfg.Storage.Usage(), e.cfg.StorageAdmission, e.reserved(), demand)
+}
+
 // StorageView describes u as /readyz and the cluster view show it, with
-// the admission limit at ratio and liveTasks tasks running (nil before a
-// first measurement).
-func StorageView(u store.Usage, ratio float64, liveTasks int) *apitypes.Storage {
+// the admission limit at ratio, reserved bytes that the DAGs running have
+// yet to write and demand bytes of work refused lately (nil before a first
+// measurement).
+func StorageView(u store.Usage, ratio float64, reserved, demand int64) *apitypes.Storage {
 	if !u.Known {
 		return nil
 	}
@@ -232,8 +290,8 @@ func StorageView(u store.Usage, ratio float64, liveTasks int) *apitypes.Storage 
 		v.Message = "etcd does not report its quota (older than 3.6): no admission limit applies"
 		return v
 	}
-	v.AdmissionLimitBytes = int64(float64(u.Quota) * ratio)
-	need := u.EstInUse() + perTaskReserve*int64(liveTasks)
+	v.AdmissionLimitBytes = admissionLimit(u, ratio)
+	need := storageNeed(u, reserved, demand)
 	switch {
 	case u.Alarm:
 		v.State = apitypes.StorageFull
@@ -245,9 +303,10 @@ func StorageView(u store.Usage, ratio float64, liveTasks int) *apitypes.Storage 
 			"etcd's NOSPACE alarm; new DAGs get 507", mib(u.EstSize()), mib(store.Reserve(u.Quota)))
 	case need > v.AdmissionLimitBytes:
 		v.State = apitypes.StorageLimited
-		v.Message = fmt.Sprintf("storage full for new work: %s in use, %s with what the DAGs running have yet to write, over the "+
-			"admission limit of %s (storage_admission_ratio %g): new DAGs and retries get 507 while finished DAGs are deleted "+
-			"ahead of their retention; running DAGs go on", mib(u.EstInUse()), mib(need), mib(v.AdmissionLimitBytes), ratio)
+		v.Message = fmt.Sprintf("storage full for new work: %s in use, %s with what the DAGs running have yet to write and the "+
+			"work refused lately, over the admission limit of %s (storage_admission_ratio %g): new DAGs and retries get 507 while "+
+			"finished DAGs are deleted ahead of their retention; running DAGs go on", mib(u.EstInUse()), mib(need),
+			mib(v.AdmissionLimitBytes), ratio)
 	}
 	return v
 }

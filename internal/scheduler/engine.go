@@ -14,6 +14,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/orion-sched/orion/internal/apitypes"
 	"github.com/orion-sched/orion/internal/core"
 	"github.com/orion-sched/orion/internal/metrics"
 	"github.com/orion-sched/orion/internal/model"
@@ -203,6 +204,9 @@ type Status struct {
 	DAGs    int
 	// LiveTasks counts the tasks of the DAGs running (core.Live).
 	LiveTasks int
+	// Storage is etcd's space as this replica measures it (with
+	// Config.Storage; nil before a first measurement).
+	Storage *apitypes.Storage
 }
 
 // resultRef names a worker's result, to acknowledge once it is durable.
@@ -664,6 +668,7 @@ func (e *Engine) publishStatus() {
 	s := &Status{Node: e.cfg.Node, Leader: e.c.IsLeader(), AppliedRev: e.c.Rev(), Loaded: true,
 		Counts: e.c.Counts(), DAGs: e.c.DAGCount(), Workers: e.c.Workers()}
 	_, s.LiveTasks = e.c.Live()
+	s.Storage = e.storageView()
 	if e.term != nil {
 		s.LeaderSince, s.FirstCommitAt = e.term.Won(), e.firstCommitAt
 	}

@@ -559,6 +559,8 @@ func (e *Engine) count(en *core.Entry) {
 	case en.Delete && e.deleting[en.DAG]:
 		delete(e.deleting, en.DAG)
 		e.m.RequestedDeletes.Inc()
+	case en.Delete && e.pressureDeleted(en.DAG, en.Rev):
+		e.m.RetentionDeletes.Inc() // retention's, ahead of its time
 	case en.Delete:
 		e.m.RetentionDeletes.Inc()
 	case en.D.Status == core.DAGRunning && en.D.Run == 1:

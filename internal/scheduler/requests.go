@@ -75,7 +75,7 @@ func (e *Engine) Submit(ctx context.Context, d *model.DAG) (SubmitResult, error)
 		// idempotent retry of an accepted submission must not get 507).
 		out, err := e.c.Known(d)
 		if err == nil && out == 0 && e.c.IsLeader() {
-			err = e.admitStorage("DAG "+d.ID, cost, len(d.Tasks))
+			err = e.admitStorage("DAG "+d.ID, workCost(cost, d))
 		}
 		if err == nil && out == 0 {
 			out, err = e.c.Submit(d, e.clock.Now())
@@ -107,8 +107,9 @@ func (e *Engine) Cancel(ctx context.Context, id string) (core.DAGStatus, error) 
 // submission is (its tasks run and write again).
 func (e *Engine) Retry(ctx context.Context, id string) (core.DAGStatus, error) {
 	return e.dagChange(ctx, id, waitRetry, func(id string, now time.Time) error {
-		if s, ok := e.c.Summary(id); ok && e.c.IsLeader() && (s.Status == core.DAGFailed || s.Status == core.DAGCancelled) {
-			if err := e.admitStorage("the retry of DAG "+id, 0, s.TaskCount); err != nil {
+		if spec := e.c.RetrySpec(id); spec != nil && e.c.IsLeader() {
+			// Its record is written now and when it ends again.
+			if err := e.admitStorage("the retry of DAG "+id, workCost(int64(core.RecordBytes(spec)), spec)); err != nil {
 				return err
 			}
 		}

@@ -330,9 +330,7 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 		PID:           os.Getpid(),
 		Routes:        routes,
 		Schedules:     schedules,
-		Storage: func() *apitypes.Storage {
-			return scheduler.StorageView(s.space.Usage(), cfg.StorageAdmissionRatio, s.ref.Get().Status().LiveTasks)
-		},
+		Storage:       func() *apitypes.Storage { return s.ref.Get().Status().Storage },
 	})
 	s.http = &http.Server{
 		Handler:           handler,
