@@ -48,7 +48,7 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 			w.Header().Set("Retry-After", "5")
 		}
 		httpkit.WriteError(w, http.StatusTooManyRequests, le.Code, le.Msg,
-			[]string{fmt.Sprintf("%s: %d", le.Limit, le.Max)})
+			[]string{fmt.Sprintf("%s %d", le.Limit, le.Max)})
 	case errors.Is(err, scheduler.ErrStorageFull):
 		// A known outcome (nothing was written), unlike 503's "unknown":
 		// retrying at once would be refused the same way.

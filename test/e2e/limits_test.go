@@ -1,0 +1,236 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// apiError is the JSON of every /api/v1 error.
+type apiError struct {
+	Error struct {
+		Code    string   `json:"code"`
+		Message string   `json:"message"`
+		Details []string `json:"details"`
+	} `json:"error"`
+}
+
+// wantRefusal checks a refusal: its status, its code, and that its message
+// names the setting and its value.
+func wantRefusal(t *testing.T, what string, code int, body []byte, status int, errCode string, names ...string) {
+	t.Helper()
+	var e apiError
+	if code != status || json.Unmarshal(body, &e) != nil || e.Error.Code != errCode {
+		t.Fatalf("%s: want %d %s, got %d %s", what, status, errCode, code, body)
+	}
+	for _, n := range names {
+		if !strings.Contains(e.Error.Message, n) {
+			t.Errorf("%s: the message does not name %q: %s", what, n, e.Error.Message)
+		}
+	}
+}
+
+// metric reads one sample from the node's /metrics (0 when absent).
+func (n *node) metric(name string) float64 {
+	n.t.Helper()
+	_, body := n.do("GET", "/metrics", "", nil)
+	for _, line := range strings.Split(string(body), "\n") {
+		if rest, ok := strings.CutPrefix(line, name+" "); ok {
+			var v float64
+			fmt.Sscan(rest, &v)
+			return v
+		}
+	}
+	return 0
+}
+
+// The global limits, on the real binary: each refused with its JSON error
+// naming the setting and its value, counted in
+// orion_admission_refused_total, and the CLI printing the refusal. Nothing
+// refused is written: the DAG or schedule is not there afterwards.
+func TestGlobalLimits(t *testing.T) {
+	n := newNode(t, "--slots", "2", "--max-live-dags", "2", "--max-live-tasks", "5", "--max-tasks-per-dag", "5",
+		"--max-schedules", "2", "--min-schedule-interval", "10s")
+	n.start()
+
+	sleeping := func(id string, tasks int) []byte {
+		var ts []string
+		for i := range tasks {
+			ts = append(ts, fmt.Sprintf(`{"id": "t%d", "command": "sleep 600"}`, i))
+		}
+		return fmt.Appendf(nil, `{"id": %q, "name": %q, "tasks": [%s]}`, id, id, strings.Join(ts, ","))
+	}
+	post := func(body []byte) (int, []byte) { return n.do("POST", "/api/v1/dags", "application/json", body) }
+
+	// max_live_tasks: 3 + 3 is more than 5 tasks in running DAGs.
+	if code, out := post(sleeping("d1", 3)); code != 201 {
+		t.Fatalf("d1: %d %s", code, out)
+	}
+	code, out := post(sleeping("d2", 3))
+	wantRefusal(t, "a second DAG of 3 tasks", code, out, http.StatusTooManyRequests, "too_many_live_tasks", "max_live_tasks 5")
+	// max_live_dags: 2 DAGs run, a third is refused.
+	if code, out := post(sleeping("d3", 1)); code != 201 {
+		t.Fatalf("d3: %d %s", code, out)
+	}
+	code, out = post(sleeping("d4", 1))
+	wantRefusal(t, "a third DAG", code, out, http.StatusTooManyRequests, "too_many_live_dags", "max_live_dags 2")
+	if _, code := n.dag("d4"); code != http.StatusNotFound {
+		t.Errorf("the refused d4 exists: %d", code)
+	}
+	// Retry-After, and the CLI says it.
+	resp, err := http.Post(n.url()+"/api/v1/dags", "application/json", bytes.NewReader(sleeping("d5", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
+		t.Errorf("too_many_live_dags: %d, Retry-After %q", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	file := filepath.Join(t.TempDir(), "d6.json")
+	if err := os.WriteFile(file, sleeping("d6", 1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cli, err := n.orion("submit", "-f", file)
+	if err == nil || !strings.Contains(cli, "max_live_dags 2") {
+		t.Errorf("orion submit over the limit: %v\n%s", err, cli)
+	}
+	// Once a DAG finishes (cancelled), there is room again.
+	if code, out := n.do("POST", "/api/v1/dags/d1/cancel", "", nil); code != 200 {
+		t.Fatalf("cancel d1: %d %s", code, out)
+	}
+	if code, out := post(sleeping("d7", 1)); code != 201 {
+		t.Fatalf("d7 after a cancellation: %d %s", code, out)
+	}
+	if got := n.metric("orion_live_dags"); got != 2 {
+		t.Errorf("orion_live_dags %v, want 2", got)
+	}
+
+	// Schedules: the interval, then the count.
+	schedule := func(id, cron string) []byte {
+		return fmt.Appendf(nil, `{"id": %q, "schedule": {"cron": %q}, "tasks": [{"id": "a", "kind": "noop"}]}`, id, cron)
+	}
+	code, out = n.do("POST", "/api/v1/schedules", "application/json", schedule("fast", "@every 5s"))
+	wantRefusal(t, "a schedule every 5s", code, out, http.StatusBadRequest, "schedule_too_frequent", "min_schedule_interval 10s", "5s")
+	code, out = n.do("POST", "/api/v1/schedules", "application/json", schedule("fast2", "*/2 * * * * *"))
+	wantRefusal(t, "a schedule every 2 s by cron", code, out, http.StatusBadRequest, "schedule_too_frequent", "min_schedule_interval 10s")
+	for _, id := range []string{"s1", "s2"} {
+		if code, out := n.do("POST", "/api/v1/schedules", "application/json", schedule(id, "@every 1h")); code != 201 {
+			t.Fatalf("schedule %s: %d %s", id, code, out)
+		}
+	}
+	code, out = n.do("POST", "/api/v1/schedules", "application/json", schedule("s3", "@every 1h"))
+	wantRefusal(t, "a third schedule", code, out, http.StatusTooManyRequests, "too_many_schedules", "max_schedules 2")
+	// An update of one is not a new one.
+	if code, out := n.do("POST", "/api/v1/schedules", "application/json", schedule("s2", "@every 2h")); code != 200 {
+		t.Fatalf("updating s2 at the limit: %d %s", code, out)
+	}
+	if code, _ := n.do("GET", "/api/v1/schedules/s3", "", nil); code != http.StatusNotFound {
+		t.Errorf("the refused s3 exists: %d", code)
+	}
+	for limit, want := range map[string]float64{"max_live_dags": 2, "max_live_tasks": 1, "max_schedules": 1, "min_schedule_interval": 2} {
+		if got := n.metric(`orion_admission_refused_total{limit="` + limit + `"}`); got < want {
+			t.Errorf("orion_admission_refused_total{limit=%q} %v, want at least %v", limit, got, want)
+		}
+	}
+}
+
+// Storage, on the real binary with its embedded etcd at a small quota:
+// large DAGs posted past the first 507 are refused one after the other,
+// etcd raises no alarm, the leader keeps its term, and after kill -9 the
+// restarted server leads again (a lease, an election key and a term record
+// still fit) and says the storage is limited, not that etcd is unreachable.
+func TestStorageAdmissionRestart(t *testing.T) {
+	n := newNode(t, "--embedded-etcd-quota-bytes", fmt.Sprint(16<<20), "--slots", "2", "--session-ttl", "3s")
+	n.start()
+	large := func(id string) []byte {
+		var ts []string
+		for i := range 14 {
+			ts = append(ts, fmt.Sprintf(`{"id": "t%d", "command": "sleep 600 # %s"}`, i, strings.Repeat("x", 64000)))
+		}
+		return fmt.Appendf(nil, `{"id": %q, "name": %q, "tasks": [%s]}`, id, id, strings.Join(ts, ","))
+	}
+	accepted := 0
+	for ; accepted < 100; accepted++ {
+		code, out := n.do("POST", "/api/v1/dags", "application/json", large(fmt.Sprintf("large-%02d", accepted)))
+		if code == 201 {
+			continue
+		}
+		wantRefusal(t, "a large DAG at the limit", code, out, http.StatusInsufficientStorage, "storage_full", "storage_admission_ratio 0.5")
+		break
+	}
+	t.Logf("%d large DAGs accepted before the first 507", accepted)
+	var self struct {
+		LeaderSince time.Time `json:"leader_since"`
+	}
+	n.getJSON("/api/v1/cluster/self", &self)
+	for i := range 20 {
+		code, out := n.do("POST", "/api/v1/dags", "application/json", large(fmt.Sprintf("more-%02d", i)))
+		wantRefusal(t, "a large DAG past the first 507", code, out, http.StatusInsufficientStorage, "storage_full", "storage_admission_ratio")
+	}
+	var after struct {
+		LeaderSince time.Time `json:"leader_since"`
+	}
+	n.getJSON("/api/v1/cluster/self", &after)
+	if !after.LeaderSince.Equal(self.LeaderSince) {
+		t.Errorf("the leader's term moved: since %s → %s", self.LeaderSince, after.LeaderSince)
+	}
+	storage := func() (int, map[string]any) {
+		var r struct {
+			Problem string         `json:"problem"`
+			Storage map[string]any `json:"storage"`
+		}
+		code, body := n.do("GET", "/readyz", "", nil)
+		_ = json.Unmarshal(body, &r)
+		if r.Problem != "" {
+			t.Errorf("/readyz has a problem: %s", r.Problem)
+		}
+		return code, r.Storage
+	}
+	if code, st := storage(); code != 200 || st["state"] != "limited" || st["nospace_alarm"] == true {
+		t.Fatalf("/readyz at the limit: %d %v", code, st)
+	}
+	out, err := n.orion("cluster")
+	if err != nil || !strings.Contains(out, "etcd storage: limited") || strings.Contains(out, "NOSPACE on member") {
+		t.Errorf("orion cluster at the limit: %v\n%s", err, out)
+	}
+
+	n.kill9()
+	restarted := time.Now()
+	n.start()
+	// The killed process's election key lives on until its 3 s lease
+	// lapses, under the same name: wait for this process itself to lead.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var me struct {
+			Role          string     `json:"role"`
+			FirstCommitAt *time.Time `json:"first_commit_at"`
+		}
+		if n.getJSON("/api/v1/cluster/self", &me); me.Role == "leader" && me.FirstCommitAt != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the restarted server does not lead: %+v\n%s", me, n.logs())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("after kill -9 the restarted server led and was ready %v after its start", time.Since(restarted).Round(time.Millisecond))
+	code, out2 := n.do("POST", "/api/v1/dags", "application/json", large("after-restart"))
+	wantRefusal(t, "a large DAG after the restart", code, out2, http.StatusInsufficientStorage, "storage_full", "storage_admission_ratio")
+	// Limited for the work it refused (published within a quarter second).
+	deadline = time.Now().Add(5 * time.Second)
+	for code, st := storage(); code != 200 || st["state"] != "limited" || st["nospace_alarm"] == true; code, st = storage() {
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz after the restart: %d %v", code, st)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if d, code := n.dag("large-00"); code != 200 || d.Status != "running" {
+		t.Errorf("an accepted DAG after the restart: %d %+v", code, d)
+	}
+}
