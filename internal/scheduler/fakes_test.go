@@ -55,6 +55,9 @@ type fakeStore struct {
 	loadGate chan struct{}
 	// wins records every Campaign that returned a term, as name@fence.
 	wins []string
+	// leaseErr, when set, refuses every new session, as etcd under its
+	// NOSPACE alarm refuses every lease grant.
+	leaseErr error
 }
 
 // unavailable waits while etcd is down: nil once it is up, ctx's error if
@@ -263,6 +266,9 @@ func (s *fakeStore) OpenSession(ctx context.Context, ttl time.Duration, reg stor
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.leaseErr != nil {
+		return nil, s.leaseErr
+	}
 	fs := &fakeSession{done: make(chan struct{}), s: s}
 	s.sessions = append(s.sessions, fs)
 	return fs, nil
