@@ -391,7 +391,7 @@ func (e *Engine) Run(ctx context.Context) error {
 				lastExpire = now
 				e.c.Expire(now.Add(-e.cfg.Retention))
 			}
-			e.relieve(ctx, now)
+			e.relieve(ctx, e.clock.Now()) // not the tick's time, which may lag behind
 			e.publishStatus()
 		}
 		e.afterEvent(ctx)

@@ -91,7 +91,7 @@ import (
 //	finish w1 [outcome=failed]  w1 reports every attempt it runs (and keeps
 //	                            each result until acknowledged; it sends them
 //	                            again when it rejoins a new leader)
-//	wait leader|standby|answer NAME|dag D STATUS|started W N|acked W N|early W|committing D|loads N|dags N|gone D|elected
+//	wait leader|standby|answer NAME|dag D STATUS|started W N|acked W N|early W|committing D|loads N|dags N|gone D|session-refused|elected
 //	                            wait (bounded) until it holds (elected: the
 //	                            loop took its campaign's win, and may still
 //	                            wait for a re-read before it leads)
@@ -836,6 +836,9 @@ func (h *engineHarness) wait(td *datadriven.TestData) {
 			})
 			return taken
 		})
+	case "session-refused":
+		// An attempt to open a session failed.
+		h.waitFor(what, func() bool { return h.eng.sessionErr.Load() != nil })
 	case "gone":
 		h.waitFor(what, func() bool {
 			known := true
