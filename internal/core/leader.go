@@ -2,6 +2,7 @@ package core
 
 import (
 	"bytes"
+	"container/heap"
 	"encoding/json"
 	"reflect"
 	"sort"
@@ -490,37 +491,59 @@ func (c *Core) ExpireOldest(n int) []string {
 	if !c.leader || n <= 0 {
 		return nil
 	}
-	var done []*dagRun
+	// The n that finished first, kept in a heap whose top is the latest
+	// of them: a pass costs one walk of the DAGs, not a sort of them all.
+	busy := c.onWorkers()
+	h := &finishedHeap{}
 	for _, d := range c.dags {
-		if d.rec.Status.Terminal() && d.remaining == 0 && !d.inflight {
-			done = append(done, d)
+		if !d.rec.Status.Terminal() || d.remaining != 0 || d.inflight || busy[d] {
+			continue // busy: a cancelled attempt still on its worker (DeleteDAG)
+		}
+		switch {
+		case h.Len() < n:
+			heap.Push(h, d)
+		case finishedBefore(d, (*h)[0]):
+			(*h)[0] = d
+			heap.Fix(h, 0)
 		}
 	}
-	sort.Slice(done, func(i, j int) bool {
-		a, b := done[i].rec.FinishedAt, done[j].rec.FinishedAt
-		switch {
-		case a == nil || b == nil:
-			if (a == nil) != (b == nil) {
-				return a == nil // a finish time lost (written by hand): first
-			}
-		case !a.Equal(*b):
-			return a.Before(*b)
-		}
-		return done[i].id < done[j].id
-	})
-	var ids []string
-	busy := c.onWorkers()
-	for _, d := range done {
-		if len(ids) == n {
-			break
-		}
-		if busy[d] {
-			continue // a cancelled attempt still on its worker (DeleteDAG)
-		}
+	oldest := []*dagRun(*h)
+	sort.Slice(oldest, func(i, j int) bool { return finishedBefore(oldest[i], oldest[j]) })
+	ids := make([]string, 0, len(oldest))
+	for _, d := range oldest {
 		c.proposeDelete(d)
 		ids = append(ids, d.id)
 	}
 	return ids
+}
+
+// finishedBefore orders finished DAGs by their finish time, then id; one
+// whose finish time was lost (written by hand) comes first.
+func finishedBefore(x, y *dagRun) bool {
+	a, b := x.rec.FinishedAt, y.rec.FinishedAt
+	switch {
+	case a == nil || b == nil:
+		if (a == nil) != (b == nil) {
+			return a == nil
+		}
+	case !a.Equal(*b):
+		return a.Before(*b)
+	}
+	return x.id < y.id
+}
+
+// finishedHeap is a max-heap of finished DAGs by finishedBefore.
+type finishedHeap []*dagRun
+
+func (h finishedHeap) Len() int           { return len(h) }
+func (h finishedHeap) Less(i, j int) bool { return finishedBefore(h[j], h[i]) }
+func (h finishedHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *finishedHeap) Push(x any)        { *h = append(*h, x.(*dagRun)) }
+func (h *finishedHeap) Pop() any {
+	old := *h
+	d := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return d
 }
 
 // Report takes a worker's result for an attempt. It reports whether it

@@ -60,6 +60,8 @@ import (
 //	advance 2s                      move the clock, then fire every armed timer
 //	                                that is due, earliest first
 //	cancel d1 / retry d1 / delete d1 CancelDAG / RetryDAG / DeleteDAG
+//	expire-oldest N                 ExpireOldest: delete the N finished DAGs that
+//	                                finished first
 //	adopt w1 d1/a#1                 a worker reports an attempt it is running
 //	state                           Dump()
 //	live                            the running DAGs and their tasks (Live), on
@@ -223,6 +225,12 @@ func (h *harness) run(td *datadriven.TestData) string {
 		if err := h.c.DeleteDAG(h.bare(td, 0), h.now); err != nil {
 			h.printf("error: %s: %v\n", errCode(err), err)
 		}
+	case "expire-oldest":
+		n, err := strconv.Atoi(h.bare(td, 0))
+		if err != nil {
+			td.Fatalf(h.t, "expire-oldest N: %v", err)
+		}
+		h.printf("expired: %v\n", h.c.ExpireOldest(n))
 	case "adopt":
 		w, id := h.bare(td, 0), h.attemptID(td, h.bare(td, 1))
 		if h.c.Adopt(w, id) {
