@@ -17,23 +17,6 @@ import (
 	"github.com/orion-sched/orion/internal/testkit"
 )
 
-// fillToQuota puts large values under prefix until etcd refuses one with
-// NOSPACE; it fails the test if that never happens.
-func fillToQuota(t *testing.T, cli *clientv3.Client, prefix string, quota int64) {
-	t.Helper()
-	blob := strings.Repeat("x", 256<<10)
-	for i := 0; i < int(4*quota)/len(blob); i++ {
-		_, err := cli.Put(ctxT(t), fmt.Sprintf("%s%04d", prefix, i), blob)
-		if err == rpctypes.ErrNoSpace {
-			return
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Fatal("etcd never refused a put at its quota")
-}
-
 // fillWithLiveData fills the member with live data under prefix until it
 // refuses a put and its own process, having compacted, finds the live data
 // too large to disarm (a repair counted still_full). etcd refuses by the
