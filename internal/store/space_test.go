@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/orion-sched/orion/internal/core"
-	"github.com/orion-sched/orion/internal/etcdserver"
-	"github.com/orion-sched/orion/internal/etcdtest"
+	"github.com/orion-sched/orion/internal/etcdmember"
 	"github.com/orion-sched/orion/internal/model"
+	"github.com/orion-sched/orion/internal/testutil/etcdtest"
 )
 
 // The guard keeps the leader's writes short of etcd's quota: filled
@@ -22,7 +22,7 @@ import (
 // Deletes, which cost nothing against the quota, still go.
 func TestGuardStopsShortOfTheQuota(t *testing.T) {
 	const quota = 8 << 20
-	_, cli := etcdtest.Start(t, func(c *etcdserver.Config) { c.QuotaBackendBytes = quota })
+	_, cli := etcdtest.Start(t, func(c *etcdmember.Config) { c.QuotaBackendBytes = quota })
 	ctx := context.Background()
 	g := NewSpaceGauge(cli, time.Hour) // measured by hand below
 	g.Measure(ctx)

@@ -36,20 +36,6 @@ func wantRefusal(t *testing.T, what string, code int, body []byte, status int, e
 	}
 }
 
-// metric reads one sample from the node's /metrics (0 when absent).
-func (n *node) metric(name string) float64 {
-	n.t.Helper()
-	_, body := n.do("GET", "/metrics", "", nil)
-	for _, line := range strings.Split(string(body), "\n") {
-		if rest, ok := strings.CutPrefix(line, name+" "); ok {
-			var v float64
-			fmt.Sscan(rest, &v)
-			return v
-		}
-	}
-	return 0
-}
-
 // The global limits, on the real binary: each refused with its JSON error
 // naming the setting and its value, counted in
 // orion_admission_refused_total, and the CLI printing the refusal. Nothing
