@@ -1393,6 +1393,20 @@ export interface components {
                 };
             };
         };
+        /** @description 400 Bad Request: `bad_request`, `cycle`, `invalid_dag`, `invalid_schedule`, `parse_error`, `schedule_too_frequent`, `too_many_tasks` */
+        BadRequestOrCycleOrInvalidDagOrInvalidScheduleOrParseErrorOrScheduleTooFrequentOrTooManyTasks: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"] & {
+                    error?: {
+                        /** @enum {string} */
+                        code?: "bad_request" | "cycle" | "invalid_dag" | "invalid_schedule" | "parse_error" | "schedule_too_frequent" | "too_many_tasks";
+                    };
+                };
+            };
+        };
         /** @description 400 Bad Request: `bad_request`, `cycle`, `invalid_dag`, `invalid_schedule`, `parse_error`, `too_many_tasks` */
         BadRequestOrCycleOrInvalidDagOrInvalidScheduleOrParseErrorOrTooManyTasks: {
             headers: {
@@ -1632,8 +1646,40 @@ export interface components {
                 };
             };
         };
-        /** @description 429 Too Many Requests: `overloaded`, `rate_limited` */
-        RateLimited_SeedOverloaded: {
+        /** @description 429 Too Many Requests: `rate_limited`, `too_many_live_dags`, `too_many_live_tasks` */
+        RateLimitedOrTooManyLiveDagsOrTooManyLiveTasks: {
+            headers: {
+                /** @description seconds to wait before trying again */
+                "Retry-After"?: number;
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"] & {
+                    error?: {
+                        /** @enum {string} */
+                        code?: "rate_limited" | "too_many_live_dags" | "too_many_live_tasks";
+                    };
+                };
+            };
+        };
+        /** @description 429 Too Many Requests: `rate_limited`, `too_many_schedules` */
+        RateLimitedOrTooManySchedules: {
+            headers: {
+                /** @description seconds to wait before trying again */
+                "Retry-After"?: number;
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"] & {
+                    error?: {
+                        /** @enum {string} */
+                        code?: "rate_limited" | "too_many_schedules";
+                    };
+                };
+            };
+        };
+        /** @description 429 Too Many Requests: `overloaded`, `rate_limited`, `too_many_live_dags`, `too_many_live_tasks` */
+        RateLimited_SeedOverloadedOrTooManyLiveDagsOrTooManyLiveTasks: {
             headers: {
                 /** @description seconds to wait before trying again */
                 "Retry-After"?: number;
@@ -1647,7 +1693,7 @@ export interface components {
                     };
                 }) | (components["schemas"]["SeedErrorBody"] & {
                     /** @enum {string} */
-                    code?: "overloaded";
+                    code?: "overloaded" | "too_many_live_dags" | "too_many_live_tasks";
                 });
             };
         };
@@ -2059,7 +2105,7 @@ export interface operations {
             409: components["responses"]["SeedConflict"];
             413: components["responses"]["SeedBodyTooLargeOrDagTooLarge"];
             421: components["responses"]["HostNotAllowed"];
-            429: components["responses"]["RateLimited_SeedOverloaded"];
+            429: components["responses"]["RateLimited_SeedOverloadedOrTooManyLiveDagsOrTooManyLiveTasks"];
             500: components["responses"]["Internal_SeedInternal"];
             503: components["responses"]["SeedNotLeaderOrUnavailable"];
             504: components["responses"]["SeedTimeout"];
@@ -2175,7 +2221,7 @@ export interface operations {
             413: components["responses"]["BodyTooLargeOrDagTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             421: components["responses"]["HostNotAllowed"];
-            429: components["responses"]["RateLimited"];
+            429: components["responses"]["RateLimitedOrTooManyLiveDagsOrTooManyLiveTasks"];
             500: components["responses"]["Internal"];
             503: components["responses"]["NotLeaderOrUnavailable"];
             504: components["responses"]["Timeout"];
@@ -2313,7 +2359,7 @@ export interface operations {
             409: components["responses"]["Conflict"];
             413: components["responses"]["BodyTooLarge"];
             421: components["responses"]["HostNotAllowed"];
-            429: components["responses"]["RateLimited"];
+            429: components["responses"]["RateLimitedOrTooManyLiveDagsOrTooManyLiveTasks"];
             500: components["responses"]["Internal"];
             503: components["responses"]["NotLeaderOrUnavailable"];
             504: components["responses"]["Timeout"];
@@ -2694,14 +2740,14 @@ export interface operations {
                     "application/json": components["schemas"]["SchedulePutResponse"];
                 };
             };
-            400: components["responses"]["BadRequestOrCycleOrInvalidDagOrInvalidScheduleOrParseErrorOrTooManyTasks"];
+            400: components["responses"]["BadRequestOrCycleOrInvalidDagOrInvalidScheduleOrParseErrorOrScheduleTooFrequentOrTooManyTasks"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["CrossOrigin"];
             409: components["responses"]["Conflict"];
             413: components["responses"]["BodyTooLargeOrDagTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             421: components["responses"]["HostNotAllowed"];
-            429: components["responses"]["RateLimited"];
+            429: components["responses"]["RateLimitedOrTooManySchedules"];
             500: components["responses"]["Internal"];
             503: components["responses"]["NotLeaderOrUnavailable"];
             504: components["responses"]["Timeout"];
@@ -2920,7 +2966,7 @@ export interface operations {
             409: components["responses"]["Conflict"];
             413: components["responses"]["BodyTooLarge"];
             421: components["responses"]["HostNotAllowed"];
-            429: components["responses"]["RateLimited"];
+            429: components["responses"]["RateLimitedOrTooManyLiveDagsOrTooManyLiveTasks"];
             500: components["responses"]["Internal"];
             503: components["responses"]["NotLeaderOrUnavailable"];
             504: components["responses"]["Timeout"];
@@ -3071,6 +3117,7 @@ export const taskKindValues: ReadonlyArray<FlattenedDeepRequired<components>["sc
 export const taskKindInputValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["TaskKindInput"]> = ["shell", "http", "noop", "sleep"];
 export const taskStatusValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["TaskStatus"]> = ["pending", "ready", "running", "retrying", "succeeded", "failed", "upstream_failed", "cancelled"];
 export const componentsResponsesBadRequestContentApplicationJsonErrorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["BadRequest"]["content"]["application/json"]["error"]["code"]> = ["bad_request"];
+export const componentsResponsesBadRequestOrCycleOrInvalidDagOrInvalidScheduleOrParseErrorOrScheduleTooFrequentOrTooManyTasksContentApplicationJsonErrorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["BadRequestOrCycleOrInvalidDagOrInvalidScheduleOrParseErrorOrScheduleTooFrequentOrTooManyTasks"]["content"]["application/json"]["error"]["code"]> = ["bad_request", "cycle", "invalid_dag", "invalid_schedule", "parse_error", "schedule_too_frequent", "too_many_tasks"];
 export const componentsResponsesBadRequestOrCycleOrInvalidDagOrInvalidScheduleOrParseErrorOrTooManyTasksContentApplicationJsonErrorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["BadRequestOrCycleOrInvalidDagOrInvalidScheduleOrParseErrorOrTooManyTasks"]["content"]["application/json"]["error"]["code"]> = ["bad_request", "cycle", "invalid_dag", "invalid_schedule", "parse_error", "too_many_tasks"];
 export const componentsResponsesBodyTooLargeContentApplicationJsonErrorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["BodyTooLarge"]["content"]["application/json"]["error"]["code"]> = ["body_too_large"];
 export const componentsResponsesBodyTooLargeOrDagTooLargeContentApplicationJsonErrorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["BodyTooLargeOrDagTooLarge"]["content"]["application/json"]["error"]["code"]> = ["body_too_large", "dag_too_large"];
@@ -3108,14 +3155,16 @@ export const componentsResponsesNotFoundContentApplicationJsonErrorCodeValues: R
 export const componentsResponsesNotLeaderContentApplicationJsonErrorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["NotLeader"]["content"]["application/json"]["error"]["code"]> = ["not_leader"];
 export const componentsResponsesNotLeaderOrUnavailableContentApplicationJsonErrorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["NotLeaderOrUnavailable"]["content"]["application/json"]["error"]["code"]> = ["not_leader", "unavailable"];
 export const componentsResponsesRateLimitedContentApplicationJsonErrorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["RateLimited"]["content"]["application/json"]["error"]["code"]> = ["rate_limited"];
-export const componentsResponsesRateLimited_SeedOverloadedContentApplicationJsonOneOf0ErrorCodeValues: ReadonlyArray<Extract<Extract<FlattenedDeepRequired<components>["responses"]["RateLimited_SeedOverloaded"]["content"]["application/json"], {
+export const componentsResponsesRateLimitedOrTooManyLiveDagsOrTooManyLiveTasksContentApplicationJsonErrorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["RateLimitedOrTooManyLiveDagsOrTooManyLiveTasks"]["content"]["application/json"]["error"]["code"]> = ["rate_limited", "too_many_live_dags", "too_many_live_tasks"];
+export const componentsResponsesRateLimitedOrTooManySchedulesContentApplicationJsonErrorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["RateLimitedOrTooManySchedules"]["content"]["application/json"]["error"]["code"]> = ["rate_limited", "too_many_schedules"];
+export const componentsResponsesRateLimited_SeedOverloadedOrTooManyLiveDagsOrTooManyLiveTasksContentApplicationJsonOneOf0ErrorCodeValues: ReadonlyArray<Extract<Extract<FlattenedDeepRequired<components>["responses"]["RateLimited_SeedOverloadedOrTooManyLiveDagsOrTooManyLiveTasks"]["content"]["application/json"], {
     error: unknown;
 }>["error"], {
     code: unknown;
 }>["code"]> = ["rate_limited"];
-export const componentsResponsesRateLimited_SeedOverloadedContentApplicationJsonOneOf1CodeValues: ReadonlyArray<Extract<FlattenedDeepRequired<components>["responses"]["RateLimited_SeedOverloaded"]["content"]["application/json"], {
+export const componentsResponsesRateLimited_SeedOverloadedOrTooManyLiveDagsOrTooManyLiveTasksContentApplicationJsonOneOf1CodeValues: ReadonlyArray<Extract<FlattenedDeepRequired<components>["responses"]["RateLimited_SeedOverloadedOrTooManyLiveDagsOrTooManyLiveTasks"]["content"]["application/json"], {
     code: unknown;
-}>["code"]> = ["overloaded"];
+}>["code"]> = ["overloaded", "too_many_live_dags", "too_many_live_tasks"];
 export const componentsResponsesSeedBadRequestOrCycleOrInvalidDagOrParseErrorOrTooManyTasksContentApplicationJsonCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["SeedBadRequestOrCycleOrInvalidDagOrParseErrorOrTooManyTasks"]["content"]["application/json"]["code"]> = ["bad_request", "cycle", "invalid_dag", "parse_error", "too_many_tasks"];
 export const componentsResponsesSeedBodyTooLargeOrDagTooLargeContentApplicationJsonCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["SeedBodyTooLargeOrDagTooLarge"]["content"]["application/json"]["code"]> = ["body_too_large", "dag_too_large"];
 export const componentsResponsesSeedConflictContentApplicationJsonCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["SeedConflict"]["content"]["application/json"]["code"]> = ["conflict"];
