@@ -220,3 +220,156 @@ func TestStorageAdmissionRestart(t *testing.T) {
 		t.Errorf("an accepted DAG after the restart: %d %+v", code, d)
 	}
 }
+
+// The acceptance case of issue 27, on the real binary with its embedded
+// etcd at a 16 MiB quota: DAGs still running fill the storage up to the
+// admission limit; new DAGs get 507 with a JSON error naming the storage
+// and its setting, the leader keeps its term, etcd raises no alarm, and
+// /readyz and `orion cluster` say the storage is limited (not that etcd
+// is unreachable). The user then cancels every DAG, over HTTP and with
+// `orion cancel`: each cancellation gets through, and within a minute,
+// with no step by hand (no `etcdctl del`), a new DAG is accepted and runs:
+// the leader deleted the cancelled DAGs ahead of their retention.
+func TestStorageFullOfRunningDAGsCancelled(t *testing.T) {
+	// A 3 s lease: what the test watches is space, not whether a loaded
+	// machine lets a 1 s lease lapse (that would move the term it checks).
+	n := newNode(t, "--embedded-etcd-quota-bytes", fmt.Sprint(16<<20), "--slots", "2", "--session-ttl", "3s")
+	n.start()
+	// About 190 KiB each: 8 sleeping tasks with 24,000-byte commands.
+	padded := func(id, cmd string) []byte {
+		var ts []string
+		for i := range 8 {
+			ts = append(ts, fmt.Sprintf(`{"id": "t%d", "command": %q}`, i, cmd+" # "+strings.Repeat("x", 24000)))
+		}
+		return fmt.Appendf(nil, `{"id": %q, "name": %q, "tasks": [%s]}`, id, id, strings.Join(ts, ","))
+	}
+	post := func(body []byte) (int, []byte) { return n.do("POST", "/api/v1/dags", "application/json", body) }
+	var self struct {
+		LeaderSince time.Time `json:"leader_since"`
+	}
+	n.getJSON("/api/v1/cluster/self", &self)
+
+	id := func(i int) string { return fmt.Sprintf("fill-%03d", i) }
+	accepted := 0
+	for ; ; accepted++ {
+		if accepted == 200 {
+			t.Fatal("200 DAGs accepted and no 507: the admission limit never applied")
+		}
+		code, out := post(padded(id(accepted), "sleep 600"))
+		if code == http.StatusCreated {
+			continue
+		}
+		wantRefusal(t, "a DAG at the limit", code, out, http.StatusInsufficientStorage, "storage_full", "storage full", "storage_admission_ratio 0.5")
+		break
+	}
+	if accepted == 0 {
+		t.Fatal("the first DAG was refused")
+	}
+	t.Logf("%d DAGs of 8 sleeping tasks accepted before the first 507", accepted)
+	// A DAG whose tasks end at once is refused as well, as many times as
+	// it is posted, and what is refused is not written.
+	after := padded("after", "true")
+	for range 10 {
+		code, out := post(after)
+		wantRefusal(t, "a DAG past the first 507", code, out, http.StatusInsufficientStorage, "storage_full", "storage_admission_ratio 0.5")
+	}
+	if _, code := n.dag("after"); code != http.StatusNotFound {
+		t.Fatalf("the refused DAG exists: %d", code)
+	}
+
+	type ready struct {
+		Status  string `json:"status"`
+		Problem string `json:"problem"`
+		Storage struct {
+			State        string `json:"state"`
+			NoSpaceAlarm bool   `json:"nospace_alarm"`
+			Message      string `json:"message"`
+		} `json:"storage"`
+	}
+	// The engine publishes its storage view every quarter second: poll.
+	var r ready
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		r = ready{}
+		code, body := n.getJSON("/readyz", &r)
+		if code != 200 || r.Status != "ready" || r.Problem != "" || r.Storage.NoSpaceAlarm {
+			t.Fatalf("/readyz at the limit: %d %s", code, body)
+		}
+		if r.Storage.State == "limited" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz does not say the storage is limited: %s", body)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("/readyz at the limit: %s", r.Storage.Message)
+	if out, err := n.orion("cluster"); err != nil || !strings.Contains(out, "etcd storage: limited") || strings.Contains(out, "etcd alarm") ||
+		strings.Contains(out, "unreachable") {
+		t.Errorf("orion cluster at the limit: %v\n%s", err, out)
+	}
+
+	// The user cancels everything: one with the CLI, the rest over HTTP.
+	cancelled := time.Now()
+	if out, err := n.orion("cancel", id(0)); err != nil {
+		t.Fatalf("orion cancel %s: %v\n%s", id(0), err, out)
+	}
+	for i := 1; i < accepted; i++ {
+		if code, out := n.do("POST", "/api/v1/dags/"+id(i)+"/cancel", "", nil); code != http.StatusOK {
+			t.Fatalf("cancel %s under storage pressure: %d %s", id(i), code, out)
+		}
+	}
+	t.Logf("%d DAGs cancelled in %v", accepted, time.Since(cancelled).Round(time.Millisecond))
+	// Within a minute, by itself.
+	deadline = time.Now().Add(time.Minute)
+	for {
+		code, out := post(after)
+		if code == http.StatusCreated || code == http.StatusOK {
+			break
+		}
+		if code != http.StatusInsufficientStorage {
+			t.Fatalf("a new DAG after the cancellations: %d %s", code, out)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no new DAG accepted within a minute of the cancellations: %s\n%s", out, n.logs())
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	t.Logf("a new DAG accepted %v after the cancellations began", time.Since(cancelled).Round(time.Millisecond))
+	if d := n.waitDAG("after", time.Minute); d.Status != "succeeded" {
+		t.Fatalf("the new DAG: %+v", d)
+	}
+	// The first cancelled DAG went first (those that finished first are
+	// deleted first), long before its 24 h retention; the others that are
+	// still there are cancelled.
+	if _, code := n.dag(id(0)); code != http.StatusNotFound {
+		t.Errorf("the DAG cancelled first is still there (%d): nothing was deleted ahead of its retention", code)
+	}
+	left := 0
+	for i := range accepted {
+		d, code := n.dag(id(i))
+		if code == http.StatusOK {
+			left++
+			if d.Status != "cancelled" {
+				t.Errorf("%s: %s after its cancellation", id(i), d.Status)
+			}
+		}
+	}
+	deleted := n.metric("orion_storage_pressure_deleted_dags_total")
+	if deleted < 1 {
+		t.Error("orion_storage_pressure_deleted_dags_total is 0")
+	}
+	t.Logf("%.0f DAGs deleted ahead of their retention (%d cancelled left), %.0f compactions", deleted, left,
+		n.metric("orion_storage_pressure_compactions_total"))
+
+	var after2 struct {
+		LeaderSince time.Time `json:"leader_since"`
+	}
+	n.getJSON("/api/v1/cluster/self", &after2)
+	if !after2.LeaderSince.Equal(self.LeaderSince) {
+		t.Errorf("the leader's term moved: since %s → %s", self.LeaderSince, after2.LeaderSince)
+	}
+	if code, body := n.getJSON("/readyz", &r); code != 200 || r.Problem != "" || r.Storage.NoSpaceAlarm {
+		t.Errorf("/readyz at the end: %d %s", code, body)
+	}
+}
