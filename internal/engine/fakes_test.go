@@ -59,6 +59,9 @@ type fakeStore struct {
 	// lose=N`), as requests etcd forwarded to a raft leader that died;
 	// lostDeposes counts those, deposes those answered.
 	deposes, loseDeposes, lostDeposes int
+	// leaseErr, when set, refuses every new session, as etcd under its
+	// NOSPACE alarm refuses every lease grant.
+	leaseErr error
 }
 
 // unavailable waits while etcd is down: nil once it is up, ctx's error if
@@ -267,6 +270,9 @@ func (s *fakeStore) OpenSession(ctx context.Context, ttl time.Duration, reg stor
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.leaseErr != nil {
+		return nil, s.leaseErr
+	}
 	fs := &fakeSession{done: make(chan struct{}), s: s}
 	s.sessions = append(s.sessions, fs)
 	return fs, nil

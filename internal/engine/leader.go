@@ -37,7 +37,11 @@ const sessionRetry = 200 * time.Millisecond
 func (e *Engine) tryOpenSession(ctx context.Context) (store.Session, error) {
 	host, _ := os.Hostname()
 	reg := store.ReplicaRecord{Name: e.cfg.Node, APIURL: e.cfg.APIURL, PID: os.Getpid(), Host: host, StartedAt: e.clock.Now().UTC()}
-	return e.st.OpenSession(ctx, e.cfg.SessionTTL, reg)
+	s, err := e.st.OpenSession(ctx, e.cfg.SessionTTL, reg)
+	if err != nil {
+		e.sessionErr.Store(&err) // the problem the status reports
+	}
+	return s, err
 }
 
 // openSessionAsync opens a new session in the background (the loop goes on
@@ -64,6 +68,7 @@ func (e *Engine) openSessionAsync(ctx context.Context) {
 // onSessionOpened takes a session opened in the background and campaigns.
 func (e *Engine) onSessionOpened(ctx context.Context, s store.Session) {
 	e.opening = false
+	e.sessionErr.Store(nil)
 	e.session = s
 	e.log.Info("etcd session open; campaigning")
 	e.startCampaign(ctx)
@@ -568,6 +573,8 @@ func (e *Engine) count(en *core.Entry) {
 	case en.Delete && e.deleting[en.DAG]:
 		delete(e.deleting, en.DAG)
 		e.m.RequestedDeletes.Inc()
+	case en.Delete && e.pressureDeleted(en.DAG, en.Rev):
+		e.m.RetentionDeletes.Inc() // retention's, ahead of its time
 	case en.Delete:
 		e.m.RetentionDeletes.Inc()
 	case en.D.Status == core.DAGRunning && en.D.Run == 1:
@@ -609,6 +616,7 @@ func (e *Engine) leaveLeadership(waitErr error) {
 	e.timers = nil
 	e.execs = make(map[string]Worker)
 	e.full = storageFull{} // the next term learns afresh whether etcd is full
+	e.press.deleting, e.press.starved = nil, false
 	e.awaiting = nil
 	e.m.AwaitedWorkers.Set(0)
 	e.m.StorageFull.Set(0)

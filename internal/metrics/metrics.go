@@ -64,6 +64,7 @@ type Metrics struct {
 	// Keeping etcd's raft leader off the leader's node (leaderapart).
 	EtcdLeaderMoves *prometheus.CounterVec
 
+	Admission // global limits and storage admission (admission.go)
 	// Poison entries: records the store refused alone for what they hold.
 	PoisonEntries *prometheus.CounterVec
 }
@@ -127,6 +128,7 @@ func New() *Metrics {
 	m.WorkerSlots = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "orion_worker_slots", Help: "Executor slots per worker (leader's view)."}, []string{"worker"})
 	m.WorkerBusy = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "orion_worker_busy_slots", Help: "Busy executor slots per worker (leader's view)."}, []string{"worker"})
 	r.MustRegister(m.WorkerSlots, m.WorkerBusy)
+	m.Admission = newAdmission(f)
 	m.PoisonEntries = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orion_poison_entries_total",
 		Help: "Records etcd refused alone as too large, by what the leader did instead: shrunk (written again without output tail, error and earlier attempts), failed (a dispatch that cannot be recorded: the task failed), parked (nothing smaller: left for the next term)."},
 		[]string{"outcome"})

@@ -81,14 +81,21 @@ func (e *TooLargeError) Error() string {
 // a batch, so that one oversized record never fails the others committed
 // with it.
 func CheckSize(e *core.Entry, lim Limits) error {
-	_, n, err := Ops(e)
+	_, err := Measure(e, lim)
+	return err
+}
+
+// Measure is CheckSize that also returns what e's puts cost against etcd's
+// quota (space.go).
+func Measure(e *core.Entry, lim Limits) (cost int64, err error) {
+	ops, n, err := Ops(e)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if n > lim.RecordLimit() {
-		return &TooLargeError{DAG: e.DAG, Size: n, Limit: lim.RecordLimit()}
+		return 0, &TooLargeError{DAG: e.DAG, Size: n, Limit: lim.RecordLimit()}
 	}
-	return nil
+	return opsCost(ops), nil
 }
 
 // EntryOps is how many operations a transaction has for entries (and the
@@ -150,6 +157,7 @@ const CommitKey = Prefix + "commit"
 type Writer struct {
 	kv    clientv3.KV
 	fence Fence
+	guard *SpaceGauge // nil: no guard (space.go)
 
 	mu    sync.Mutex
 	base  string // CommitKey's value before the chain began (when known)
@@ -169,6 +177,7 @@ type txnSlot struct {
 	after   string // CommitKey's value once it applied
 	resent  bool   // refused for arriving before its predecessor applied, and sent again
 	retried int    // attempts sent again after no answer, or a dropped proposal
+	cost    int64  // what its puts cost against etcd's quota (counted when a guard is set)
 }
 
 func (t *txnSlot) finish(rev int64, after string, err error) {
@@ -317,6 +326,9 @@ func (p *Pending) Commit(ctx context.Context) (Committed, error) {
 			return out, err
 		}
 		t.finish(rev, after, nil)
+		if p.w.guard != nil {
+			p.w.guard.Wrote(t.cost)
+		}
 		out.Txns++
 		from := 0
 		if i > 0 {
@@ -370,6 +382,14 @@ func (w *Writer) send(ctx context.Context, t *txnSlot) (int64, string, error) {
 	}
 	if prev != nil && prev.failed() {
 		return 0, "", &PredecessorError{Err: prev.err}
+	}
+	if t.marker != "" && w.guard != nil {
+		// Checked once, before the first attempt: refused by the guard,
+		// nothing was sent, a known outcome like etcd's NOSPACE.
+		t.cost = opsCost(t.ops) + PutCost(CommitKey, len(t.marker))
+		if err := w.guard.Check(t.cost); err != nil {
+			return 0, "", err
+		}
 	}
 	for attempt := firstAttempt; ; attempt *= 2 {
 		expect, err := w.expectAfter(ctx, prev)
