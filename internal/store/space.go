@@ -86,9 +86,25 @@ type SpaceGauge struct {
 	mu      sync.Mutex
 	usage   Usage
 	written atomic.Int64 // cost of the puts committed, ever
-	base    int64        // written when the current measurement began
+	base    int64        // written before what the current measurement may not show
+	recent  [64]wrote    // the last commits' costs, a ring (mu)
+	next    int          // recent's next slot
 	polling sync.Mutex   // one measurement at a time
 }
+
+// wrote is one commit's cost: written was before it, at when it was counted.
+type wrote struct {
+	at     time.Time
+	before int64
+}
+
+// backendLag is how long a committed write may be missing from the size a
+// member reports: etcd commits its backend every 100 ms (its
+// --backend-batch-interval), and the size it reports, and checks its quota
+// against, is the backend's. Writes committed in the lag before a
+// measurement began are counted on top of it, or the guard would
+// undercount what a fast writer put in the last batch.
+const backendLag = 250 * time.Millisecond
 
 // DefaultSpaceEvery is how often the gauge measures.
 const DefaultSpaceEvery = time.Second
@@ -131,7 +147,8 @@ func (g *SpaceGauge) Measure(ctx context.Context) {
 	if len(eps) == 0 {
 		return
 	}
-	began, base := time.Now(), g.written.Load()
+	began := time.Now()
+	base := g.writtenBefore(began.Add(-backendLag))
 	sctx, cancel := context.WithTimeout(ctx, spaceTimeout)
 	defer cancel()
 	answers := make(chan *clientv3.StatusResponse, len(eps))
@@ -179,7 +196,30 @@ func (g *SpaceGauge) Usage() Usage {
 }
 
 // Wrote counts the cost of committed puts.
-func (g *SpaceGauge) Wrote(cost int64) { g.written.Add(cost) }
+func (g *SpaceGauge) Wrote(cost int64) {
+	now := g.written.Add(cost)
+	g.mu.Lock()
+	g.recent[g.next] = wrote{at: time.Now(), before: now - cost}
+	g.next = (g.next + 1) % len(g.recent)
+	g.mu.Unlock()
+}
+
+// writtenBefore is what was written by cutoff, or less: the count before
+// the first commit after it; when the ring no longer reaches back that far,
+// the current measurement's base (older still).
+func (g *SpaceGauge) writtenBefore(cutoff time.Time) int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	base := g.written.Load()
+	for i := 1; i <= len(g.recent); i++ {
+		w := g.recent[(g.next-i+len(g.recent))%len(g.recent)]
+		if w.at.IsZero() || !w.at.After(cutoff) {
+			return base // every commit after cutoff is counted
+		}
+		base = w.before
+	}
+	return min(base, g.base)
+}
 
 // Check refuses, with a *NoSpaceError that says it was Orion's own limit,
 // a write of cost that would take the database within Reserve of the quota.
