@@ -67,6 +67,8 @@ type rawTask struct {
 
 	Pool     string            `json:"pool" yaml:"pool"`
 	Selector map[string]string `json:"selector" yaml:"selector"`
+
+	Pod podDoc `json:"pod" yaml:"pod"`
 }
 
 // FormatOf maps a Content-Type header to a format. Types that clients send
@@ -315,6 +317,7 @@ func (r *rawDAG) toDAG() (*model.DAG, error) {
 			DependsOn: rt.DependsOn, Priority: rt.Priority,
 			MaxRetries: model.DefaultMaxRetries, Timeout: rt.Timeout,
 			Pool: rt.Pool, Selector: rt.Selector,
+			Pod: rt.Pod.canonical(),
 		}
 		if rt.MaxRetries != nil {
 			t.MaxRetries = *rt.MaxRetries
