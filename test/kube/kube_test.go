@@ -813,6 +813,8 @@ auth: {token: %s}
 activeService: {enabled: true}
 config: {rate_limit: 1000}
 workers:
+  slots: 60
+  podTasks: {enabled: true, stuckTimeout: 15s}
   extraVolumes:
     - {name: ledger, hostPath: {path: %s, type: Directory}}
   extraVolumeMounts:
@@ -848,6 +850,8 @@ workers:
 	t.Run("rollout restart", func(t *testing.T) { e.t = t; e.drillRollout() })
 	t.Run("worker pod delete", func(t *testing.T) { e.t = t; e.drillWorkerDelete() })
 	t.Run("etcd pod delete", func(t *testing.T) { e.t = t; e.drillEtcdDelete() })
+	// Pod tasks (issue 30): pods_test.go.
+	e.podDrills(func(name string, f func()) { t.Run(name, func(t *testing.T) { e.t = t; f() }) }, mode)
 	// Not in CI's reduced set: scale and upgrade take about a minute.
 	if mode == "full" {
 		t.Run("scale 3-5-3", func(t *testing.T) { e.t = t; e.drillScale() })
