@@ -896,7 +896,10 @@ func (c *Core) Schedule(now time.Time) int {
 			}
 		}
 		cl.q.pop()
-		c.proposeDispatch(t, w, w.early && !c.earlyOff)
+		// Not a pod task's: its pod takes seconds to start, and an
+		// attempt the log does not know yet could meet a pod being
+		// deleted under the same name.
+		c.proposeDispatch(t, w, w.early && !c.earlyOff && !isPod(t))
 		n++
 		if cl.head() != nil {
 			round.push(cl)
