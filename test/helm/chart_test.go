@@ -42,9 +42,9 @@ type expect struct {
 	slots         int    // config.slots
 	authSecret    string
 	authKey       string
-	chartSecret   bool // the chart renders the token Secret
-	monitoring    bool // ServiceMonitor and PrometheusRule
-	active        bool // the -active Service and its RBAC
+	chartSecret   bool   // the chart renders the token Secret
+	monitoring    bool   // ServiceMonitor and PrometheusRule
+	active        bool   // the -active Service and its RBAC
 	podTasks      string // namespace of pod tasks ("": disabled)
 	drainTimeout  string // the workers' --drain-timeout
 }
