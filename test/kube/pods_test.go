@@ -202,10 +202,11 @@ func (e *env) podLive() {
 		{namespace, []string{"list", "pods"}, "yes"},
 		{namespace, []string{"watch", "pods"}, "yes"},
 		{namespace, []string{"delete", "pods"}, "yes"},
-		{namespace, []string{"get", "pods/log"}, "yes"},
+		{namespace, []string{"get", "pods", "--subresource=log"}, "yes"},
 		{namespace, []string{"patch", "pods"}, "no"},
 		{namespace, []string{"update", "pods"}, "no"},
-		{namespace, []string{"create", "pods/exec"}, "no"},
+		{namespace, []string{"create", "pods", "--subresource=exec"}, "no"},
+		{namespace, []string{"create", "pods", "--subresource=eviction"}, "no"},
 		{namespace, []string{"get", "secrets"}, "no"},
 		{namespace, []string{"get", "configmaps"}, "no"},
 		{namespace, []string{"create", "deployments.apps"}, "no"},
@@ -514,6 +515,7 @@ func (e *env) drillPod100() {
 		t.Fatal(err)
 	}
 	maxPods := 0
+	var allCreated time.Duration
 	done := make(chan struct{})
 	var mu sync.Mutex
 	go func() {
@@ -521,11 +523,14 @@ func (e *env) drillPod100() {
 			select {
 			case <-done:
 				return
-			case <-time.After(time.Second):
+			case <-time.After(200 * time.Millisecond):
 			}
 			n := len(e.orionPods(id))
 			mu.Lock()
 			maxPods = max(maxPods, n)
+			if n == len(tasks) && allCreated == 0 {
+				allCreated = time.Since(t0)
+			}
 			mu.Unlock()
 		}
 	}()
@@ -537,10 +542,10 @@ func (e *env) drillPod100() {
 	}
 	e.checkPodsOnce(id, ids(tasks))
 	mu.Lock()
-	peak := maxPods
+	peak, created := maxPods, allCreated
 	mu.Unlock()
-	figure(t, "pod tasks: 100 at once", "100 pod tasks (1 s each) on the 2-core node in %.1f s: %.1f pod tasks/s; up to %d of their pods at once; each once",
-		took.Seconds(), 100/took.Seconds(), peak)
+	figure(t, "pod tasks: 100 at once", "100 pod tasks (1 s each) on the 2-core node in %.1f s: %.1f pod tasks/s; all 100 pods created %.1f s after the submission (0: never all at once), up to %d at once; each once",
+		took.Seconds(), 100/took.Seconds(), created.Seconds(), peak)
 }
 
 // --- overhead and chains -----------------------------------------------------------------
