@@ -157,3 +157,26 @@ func TestWorkerDrainsOnSIGTERM(t *testing.T) {
 		t.Fatalf("after the drain: %+v", d)
 	}
 }
+
+// A pod task is checked at submission like every other kind (a bad
+// quantity is a 400 naming the field), and, with no worker that reaches
+// Kubernetes, waits and says why instead of failing on a worker that
+// cannot run it.
+func TestPodTaskValidatedAndWaitsForAPodWorker(t *testing.T) {
+	n := newNode(t)
+	n.start()
+	bad := `{"id":"pods-bad","tasks":[{"id":"train","pod":{"image":"busybox:1.36","resources":{"limits":{"memory":"2Gx"}}}}]}`
+	code, out := n.do("POST", "/api/v1/dags", "application/json", []byte(bad))
+	if code != 400 || !strings.Contains(string(out), `"invalid_dag"`) ||
+		!strings.Contains(string(out), `pod.resources.limits.memory: \"2Gx\" is not a quantity`) {
+		t.Fatalf("a bad quantity: %d %s", code, out)
+	}
+	id := n.submit("id: pods\ntasks:\n  - {id: train, pod: {image: busybox:1.36, command: [sh, -c, 'echo hi']}}\n  - {id: after, command: 'true', depends_on: [train]}\n")
+	testkit.WaitFor(t, 10*time.Second, "the pod task to say why it waits", func() bool {
+		d, code := n.dag(id)
+		return code == 200 && strings.Contains(d.Task("train").Waiting, "no connected worker has labels orion.io/pods=true")
+	})
+	if d, _ := n.dag(id); d.Task("train").Attempts != 0 || d.Task("train").Status != "ready" {
+		t.Fatalf("the pod task on a cluster without pod workers: %+v", d.Task("train"))
+	}
+}
