@@ -636,7 +636,7 @@ func (e *Engine) onWorker(ev WorkerEvent) {
 		e.c.RemoveWorker(ev.ID, e.clock.Now())
 		e.m.WorkerSlots.DeleteLabelValues(ev.ID)
 		e.m.WorkerBusy.DeleteLabelValues(ev.ID)
-		e.log.Warn("worker left; its running attempts are re-queued", zap.String("worker", ev.ID))
+		e.log.Warn("worker left; its running attempts are re-queued (a pod task's is handed over to another worker)", zap.String("worker", ev.ID))
 	}
 }
 
