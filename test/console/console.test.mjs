@@ -179,6 +179,20 @@ describe("console on a single node", { timeout: 480000 }, () => {
     await orion.stop();
   });
 
+  test("the server serves the OpenAPI document the console's types were generated from", async () => {
+    // src/api.gen.ts is generated from internal/http/openapi/openapi.json
+    // (make test checks it is up to date): the page must get that document.
+    const served = await page.evaluate(async () => {
+      const r = await fetch("/api/v1/openapi.json");
+      return { status: r.status, type: r.headers.get("Content-Type"), text: await r.text() };
+    });
+    assert.equal(served.status, 200);
+    assert.match(served.type ?? "", /application\/json/);
+    const doc = JSON.parse(served.text);
+    assert.equal(doc.openapi, "3.1.0");
+    assert.deepEqual(doc, JSON.parse(readFileSync(join(REPO, "internal/http/openapi/openapi.json"), "utf8")));
+  });
+
   test("a template runs live: every node succeeds, a task shows its output tail and log", async () => {
     // The page follows the event stream (SSE), not polls.
     await waitFor("the live stream", async () => /live/.test((await page.textContent('[data-testid="conn"]')) ?? ""), 15000);

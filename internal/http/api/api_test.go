@@ -28,6 +28,7 @@ import (
 	"github.com/orion-sched/orion/internal/http/apitypes"
 	"github.com/orion-sched/orion/internal/http/guard"
 	"github.com/orion-sched/orion/internal/http/kit"
+	"github.com/orion-sched/orion/internal/http/openapi/openapitest"
 	"github.com/orion-sched/orion/internal/metrics"
 	"github.com/orion-sched/orion/internal/model"
 	"github.com/orion-sched/orion/internal/worker/executor"
@@ -194,7 +195,8 @@ func newEnv(t *testing.T, mod func(*Config)) *env {
 		mod(&cfg)
 	}
 	h := New(cfg)
-	srv := httptest.NewServer(h)
+	// Every answer a test provokes must be one the OpenAPI document allows.
+	srv := httptest.NewServer(openapitest.Checked(t, h))
 	t.Cleanup(srv.Close)
 	return &env{f: f, h: h, srv: srv, m: m, ex: ex}
 }
@@ -402,7 +404,7 @@ func TestBadFixtures(t *testing.T) {
 		"self-dep.yaml":    dag.CodeInvalid,
 		"unknown-dep.json": dag.CodeInvalid,
 	}
-	dir := filepath.Join("..", "..", "test", "fixtures", "bad")
+	dir := filepath.Join("..", "..", "..", "test", "fixtures", "bad")
 	files, err := filepath.Glob(filepath.Join(dir, "*"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no fixtures in %s: %v", dir, err)

@@ -69,7 +69,7 @@ func (s *server) submit(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil && schedule.HasSchedule(body, ct) {
 		msg := "this DAG file has a schedule: block: create the schedule with POST /api/v1/schedules (orion submit -f does)"
-		kit.WriteError(w, http.StatusBadRequest, apitypes.Code(schedule.CodeInvalid), msg, []string{msg})
+		kit.WriteError(w, http.StatusBadRequest, apitypes.CodeInvalidSchedule, msg, []string{msg})
 		return
 	}
 	if err != nil {
@@ -339,7 +339,7 @@ func (s *server) change(w http.ResponseWriter, r *http.Request,
 }
 
 func (s *server) healthz(w http.ResponseWriter, r *http.Request) {
-	kit.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	kit.WriteJSON(w, http.StatusOK, apitypes.Health{Status: "ok"})
 }
 
 func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
