@@ -183,6 +183,9 @@ func (w Worker) Validate() error {
 	}
 	if _, reserved := w.Labels[model.PodsLabel]; reserved {
 		errs = append(errs, s.Invalid("labels", w.LabelsSetting, model.PodsLabel+" is the worker's own: --pods sets it"))
+	} else if w.Pods && len(w.Labels) >= model.MaxLabels {
+		// The leader refuses a hello with more labels, for good.
+		errs = append(errs, s.Invalid("labels", w.LabelsSetting, fmt.Sprintf("%d labels: with --pods at most %d (--pods adds %s)", len(w.Labels), model.MaxLabels-1, model.PodsLabel)))
 	}
 	return errors.Join(errs...)
 }

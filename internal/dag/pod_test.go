@@ -3,6 +3,7 @@ package dag
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -92,6 +93,10 @@ func TestPodTaskParsesInBothFormats(t *testing.T) {
 }
 
 func TestPodTaskErrorsNameTheField(t *testing.T) {
+	var selector []string // the most labels a task may require
+	for i := range model.MaxLabels {
+		selector = append(selector, fmt.Sprintf(`"k%d":"v"`, i))
+	}
 	base := func(pod string) string {
 		return `{"name":"p","tasks":[{"id":"a","kind":"pod","pod":` + pod + `}]}`
 	}
@@ -126,6 +131,8 @@ func TestPodTaskErrorsNameTheField(t *testing.T) {
 		{"pod on a shell task", `{"name":"p","tasks":[{"id":"a","kind":"shell","command":"true","pod":{"image":"busybox"}}]}`,
 			[]string{"pod is for pod tasks (kind: pod), not shell"}},
 		{"pod not an object", base(`["busybox"]`), []string{"pod: want an object"}},
+		{"selector too large with the pods label", `{"name":"p","tasks":[{"id":"a","kind":"pod","pod":{"image":"busybox"},"selector":{` +
+			strings.Join(selector, ",") + `}}]}`, []string{"selector has 32 labels; at most 31"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

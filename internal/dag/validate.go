@@ -287,8 +287,12 @@ func validateSelector(p *problems, label taskLabel, t *model.Task) {
 	if t.Pool != "" && !model.ValidLabel(t.Pool) {
 		p.addf("%s: pool %q is invalid: want %s", label, t.Pool, model.LabelRule)
 	}
-	if len(t.Selector) > model.MaxLabels {
-		p.addf("%s: selector has %d labels; at most %d", label, len(t.Selector), model.MaxLabels)
+	most := model.MaxLabels
+	if t.Kind == model.KindPod {
+		most-- // a pod task requires model.PodsLabel besides
+	}
+	if len(t.Selector) > most {
+		p.addf("%s: selector has %d labels; at most %d", label, len(t.Selector), most)
 		return
 	}
 	keys := make([]string, 0, len(t.Selector))
