@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
 )
@@ -13,7 +14,9 @@ func newGetDAGCmd() *cobra.Command {
 		Long: `Show a DAG: its status and run, then one line per task with its
 latest attempt. ERROR is shortened; use 'orion get task' for all of it. A
 ready task that waits for a worker with its labels, or for a DAG or pool
-limit, says so there ("waiting: ...").`,
+limit, says so there ("waiting: ..."). The DAG's parameters are listed with
+the values its runs use, and a scheduled run's tick and data interval.
+'orion get task' shows a task's outputs.`,
 		Example: `  orion get dag 20260102-150405-a1b2c3
   orion get dag nightly-etl -o json`,
 		Args: cobra.ExactArgs(1),
@@ -39,8 +42,18 @@ limit, says so there ("waiting: ...").`,
 			row(hw, "Finished:", formatTime(d.FinishedAt))
 			row(hw, "Duration:", dagDuration(&d.DAGSummary))
 			row(hw, "Tasks:", fmt.Sprintf("%d (%s)", len(d.Tasks), formatCounts(d.Counts)))
+			if s := d.Scheduled; s != nil {
+				row(hw, "Scheduled:", fmt.Sprintf("%s, tick %s (interval %s to %s)", s.Schedule,
+					s.Tick.UTC().Format(time.RFC3339), s.IntervalStart.UTC().Format(time.RFC3339), s.IntervalEnd.UTC().Format(time.RFC3339)))
+			}
 			if err := hw.Flush(); err != nil {
 				return err
+			}
+			if len(d.Params) > 0 {
+				fmt.Fprintln(out, "\nParams:")
+				if err := printValues(out, d.Params); err != nil {
+					return err
+				}
 			}
 			fmt.Fprintln(out)
 			tw := newTable(out)

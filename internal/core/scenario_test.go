@@ -1,6 +1,7 @@
 package core
 
 import (
+	"encoding/json"
 	"fmt"
 	"sort"
 	"strconv"
@@ -24,7 +25,7 @@ import (
 //
 // The language (arguments in [brackets] are optional):
 //
-//	config [retry-base=1s] [retry-cap=30s] [orphan-grace=2s] [pool-limits=(gpu=2,...)]
+//	config [retry-base=1s] [retry-cap=30s] [orphan-grace=2s] [pool-limits=(gpu=2,...)] [max-output-bytes=N]
 //	    start over with an empty core using this policy (first command only)
 //	worker id=w1 [slots=1] [labels=(pool=gpu,...)] [early] [before]
 //	                                register (or resize, or relabel) a live worker;
@@ -38,10 +39,13 @@ import (
 //	                                and timers are lost; a new core (not yet
 //	                                leader, no workers) is built by applying
 //	                                the committed log
-//	submit id=d1 [max-active=N]     propose a DAG; one task per input line:
+//	submit id=d1 [max-active=N] [params=(region=eu,n=3,...)]
+//	                                propose a DAG; one task per input line:
 //	    a                             id
 //	    b deps=a,c prio=1 retries=2   dependencies, priority, max_retries
 //	    c pool=gpu sel=(zone=a,...)   required labels
+//	    d deps=a | echo {{ x }}       a shell task: its command after " | "
+//	                                (param values read as -p reads them)
 //	commit [n=K]                    commit the oldest K proposals (all by
 //	                                default) in one transaction (one
 //	                                revision), JSON round-trip and apply them;
@@ -59,7 +63,9 @@ import (
 //	                                succeeded, 1 for failed, -1 otherwise);
 //	                                error-bytes and tail-bytes give it an error
 //	                                or output tail of N bytes (printed as
-//	                                their length)
+//	                                their length); input lines, if any, are
+//	                                its outputs as a task writes them
+//	                                (name=value lines or a JSON object)
 //	poison                          the store refuses the oldest proposal alone
 //	                                for its size (Poisoned): what the leader
 //	                                does, and the entry it proposes in its
@@ -108,8 +114,9 @@ type harness struct {
 	log     []Entry // committed entries as decoded, with their revisions
 	rev     int64
 	now     time.Time
-	timers  []Effect // armed and not yet fired
-	shown   int      // proposals in the outbox already printed
+	timers  []Effect        // armed and not yet fired
+	sent    []model.Attempt // every attempt dispatched, in order
+	shown   int             // proposals in the outbox already printed
 	out     strings.Builder
 	started bool
 }
@@ -139,6 +146,7 @@ func (h *harness) run(td *datadriven.TestData) string {
 		cfg.RetryBase = h.durArg(td, "retry-base")
 		cfg.RetryCap = h.durArg(td, "retry-cap")
 		cfg.OrphanGrace = h.durArg(td, "orphan-grace")
+		td.MaybeScanArgs(h.t, "max-output-bytes", &cfg.MaxOutputBytes)
 		if td.HasArg("pool-limits") {
 			var pairs []string
 			td.ScanArgs(h.t, "pool-limits", &pairs)
@@ -157,6 +165,9 @@ func (h *harness) run(td *datadriven.TestData) string {
 		h.printf("retry-base=%s retry-cap=%s orphan-grace=%s\n", c.RetryBase, c.RetryCap, c.OrphanGrace)
 		if len(c.PoolLimits) > 0 {
 			h.printf("pool-limits=%s\n", model.FormatLabels(limitsText(c.PoolLimits)))
+		}
+		if c.MaxOutputBytes != model.DefaultMaxOutputBytes {
+			h.printf("max-output-bytes=%d\n", c.MaxOutputBytes)
 		}
 	case "worker":
 		var id string
@@ -296,6 +307,9 @@ func (h *harness) flush(indent string) {
 		if ef.Kind == EffectTimer {
 			h.timers = append(h.timers, ef)
 		}
+		if ef.Kind == EffectDispatch {
+			h.sent = append(h.sent, ef.Attempt)
+		}
 	}
 }
 
@@ -344,15 +358,28 @@ func (h *harness) submit(td *datadriven.TestData) {
 	td.ScanArgs(h.t, "id", &id)
 	spec := &model.DAG{ID: id, Name: id}
 	td.MaybeScanArgs(h.t, "max-active", &spec.MaxActiveTasks)
+	if td.HasArg("params") {
+		var pairs []string
+		td.ScanArgs(h.t, "params", &pairs)
+		spec.Params = model.Params{}
+		for _, p := range pairs {
+			k, v, _ := strings.Cut(p, "=")
+			spec.Params[k] = model.ParamValue(nil, v)
+		}
+	}
 	for _, line := range strings.Split(td.Input, "\n") {
 		if strings.TrimSpace(line) == "" {
 			continue
 		}
+		line, command, shell := strings.Cut(line, " | ")
 		tid, args, err := datadriven.ParseLine(line)
 		if err != nil {
 			td.Fatalf(h.t, "%v", err)
 		}
 		tk := model.Task{ID: tid, Kind: model.KindNoop, Timeout: model.Duration(time.Minute)}
+		if shell {
+			tk.Kind, tk.Command = model.KindShell, command
+		}
 		for _, a := range args {
 			if a.Key == "sel" {
 				tk.Selector = parseLabelVals(td, h.t, a.Vals)
@@ -382,6 +409,10 @@ func (h *harness) submit(td *datadriven.TestData) {
 			if err != nil {
 				td.Fatalf(h.t, "task %s: %s: %v", tid, a.Key, err)
 			}
+		}
+		if tk.Kind == model.KindPod && tk.Command != "" {
+			// A pod task has no command: " | text" is its env ARG.
+			tk.Env, tk.Command = map[string]string{"ARG": tk.Command}, ""
 		}
 		spec.Tasks = append(spec.Tasks, tk)
 	}
@@ -489,6 +520,19 @@ func (h *harness) report(td *datadriven.TestData) {
 	if td.MaybeScanArgs(h.t, "tail-bytes", &n) {
 		r.OutputTail = strings.Repeat("o", n-1) + "O"
 	}
+	if strings.TrimSpace(td.Input) != "" {
+		// As a worker may send them: not checked (the leader checks). A
+		// JSON object is taken as it is, lines as ParseOutputs reads them.
+		var err error
+		if in := strings.TrimSpace(td.Input); in[0] == '{' {
+			err = json.Unmarshal([]byte(in), &r.Outputs)
+		} else {
+			r.Outputs, err = model.ParseOutputs([]byte(td.Input), model.MaxMaxOutputBytes)
+		}
+		if err != nil {
+			td.Fatalf(h.t, "outputs: %v", err)
+		}
+	}
 	switch h.c.Report(r, h.now) {
 	case ReportStale:
 		h.printf("stale result dropped\n")
@@ -569,6 +613,12 @@ func fmtEffect(ef Effect) string {
 		if ef.Attempt.Stop {
 			s += " (stop: delete its pod, create none)"
 		}
+		if ef.Attempt.Spec.Kind == model.KindShell {
+			s += fmt.Sprintf(" command=%q", ef.Attempt.Spec.Command)
+		}
+		if arg, ok := ef.Attempt.Spec.Env["ARG"]; ok && ef.Attempt.Spec.Kind == model.KindPod {
+			s += fmt.Sprintf(" env.ARG=%q", arg)
+		}
 		return s
 	case EffectCancel:
 		if ef.Release {
@@ -613,7 +663,7 @@ func fmtEntry(e *Entry) string {
 			fmt.Fprintf(&b, " cascade cause=%s", r.Cause)
 		}
 		switch {
-		case len(r.Error) > 160 && !strings.HasPrefix(r.Error, "orion: "):
+		case len(r.Error) > 160 && !strings.HasPrefix(r.Error, "orion: ") && !strings.HasPrefix(r.Error, "cannot render"):
 			// Long errors are the scenarios' own (error-bytes), or cut:
 			// their size, and whether they were, say more.
 			fmt.Fprintf(&b, " error=<%d bytes%s>", len(r.Error), cutMark(r.Error))
@@ -636,6 +686,10 @@ func fmtEntry(e *Entry) string {
 		}
 		if r.HistoryOmitted > 0 {
 			fmt.Fprintf(&b, " history_omitted=%d", r.HistoryOmitted)
+		}
+		if len(r.Outputs) > 0 {
+			o, _ := json.Marshal(r.Outputs)
+			fmt.Fprintf(&b, " outputs=%s", o)
 		}
 	default:
 		fmt.Fprintf(&b, "%s/%s (no record)", e.DAG, e.Task)

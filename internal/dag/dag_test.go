@@ -36,7 +36,7 @@ func asVE(t *testing.T, err error) *ValidationError {
 }
 
 func TestGoodFixtures(t *testing.T) {
-	for _, name := range []string{"etl.yaml", "seed-pipeline.yaml", "diamond.json", "mixed.yaml"} {
+	for _, name := range []string{"etl.yaml", "seed-pipeline.yaml", "diamond.json", "mixed.yaml", "etl-params.yaml"} {
 		t.Run(name, func(t *testing.T) {
 			d, err := ParseFile(filepath.Join(fixtures, name))
 			if err != nil {
@@ -153,6 +153,7 @@ func TestBadFixtures(t *testing.T) {
 		{"bad-timeout.yaml", CodeInvalid, []string{`task "a"`, "timeout 48h0m0s"}},
 		{"empty.json", CodeInvalid, []string{"no tasks"}},
 		{"not-json.json", CodeParse, []string{"invalid JSON at line 1"}},
+		{"bad-template.yaml", CodeInvalid, []string{`task "a": command: tasks.b is not upstream of a`, `task "b": command: "echo {{ params.region": a {{ without its }}`}},
 	}
 	seen := map[string]bool{}
 	for _, c := range cases {
@@ -840,6 +841,8 @@ func FuzzParseDecodersAgree(f *testing.F) {
 		`{"name":"n","tasks":[]} {}`,
 		`{"name":"n","tasks":[{"id":"a","depends_on":null,"dependencies":["b"],"type":"bash","command":"echo \"x\""}]}`,
 		`{"max_active_tasks":-1,"tasks":[{"fail":true,"expect_status":200.0}]}`,
+		`{"name":"n","params":{"a":1.50,"b":null,"c":[ 1, {"d":"\u00e9"} ],"a":"x"},"tasks":[{"id":"a","kind":"http","outputs":{"body":"b","json":{"x":".a[0]"}}}]}`,
+		`{"name":"n","params":null,"tasks":[{"id":"a","outputs":null}]}`,
 	} {
 		f.Add([]byte(s))
 	}

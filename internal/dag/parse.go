@@ -38,6 +38,8 @@ type rawDAG struct {
 	Tasks []rawTask `json:"tasks" yaml:"tasks"`
 
 	MaxActiveTasks int `json:"max_active_tasks" yaml:"max_active_tasks"`
+
+	Params model.Params `json:"params" yaml:"params"`
 }
 
 type rawTask struct {
@@ -68,7 +70,8 @@ type rawTask struct {
 	Pool     string            `json:"pool" yaml:"pool"`
 	Selector map[string]string `json:"selector" yaml:"selector"`
 
-	Pod podDoc `json:"pod" yaml:"pod"`
+	Pod     podDoc             `json:"pod" yaml:"pod"`
+	Outputs *model.HTTPOutputs `json:"outputs" yaml:"outputs"`
 }
 
 // FormatOf maps a Content-Type header to a format. Types that clients send
@@ -305,7 +308,7 @@ var seedTypes = map[string]struct {
 }
 
 func (r *rawDAG) toDAG() (*model.DAG, error) {
-	d := &model.DAG{ID: r.ID, Name: r.Name, Tasks: make([]model.Task, len(r.Tasks)), MaxActiveTasks: r.MaxActiveTasks}
+	d := &model.DAG{ID: r.ID, Name: r.Name, Tasks: make([]model.Task, len(r.Tasks)), MaxActiveTasks: r.MaxActiveTasks, Params: r.Params}
 	var p problems
 	for i := range r.Tasks {
 		rt := &r.Tasks[i]
@@ -316,7 +319,7 @@ func (r *rawDAG) toDAG() (*model.DAG, error) {
 			Duration: rt.Duration, Fail: rt.Fail,
 			DependsOn: rt.DependsOn, Priority: rt.Priority,
 			MaxRetries: model.DefaultMaxRetries, Timeout: rt.Timeout,
-			Pool: rt.Pool, Selector: rt.Selector,
+			Pool: rt.Pool, Selector: rt.Selector, Outputs: rt.Outputs,
 			Pod: rt.Pod.canonical(),
 		}
 		if rt.MaxRetries != nil {

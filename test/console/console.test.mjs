@@ -388,6 +388,37 @@ describe("console on a single node", { timeout: 480000 }, () => {
     if (i >= 0) b.errors.splice(i, 1);
   });
 
+  test("a DAG's params and a task's outputs are shown", async () => {
+    const text = [
+      "id: with-outputs",
+      "params:",
+      "  region: eu",
+      "  limit: 3",
+      "tasks:",
+      "  - id: produce",
+      "    command: |",
+      `      echo rows=42 >> "$ORION_OUTPUTS"`,
+      `      echo region={{ params.region }} >> "$ORION_OUTPUTS"`,
+      "  - id: consume",
+      "    command: echo {{ tasks.produce.outputs.rows }}",
+      "    depends_on: [produce]",
+      "",
+    ].join("\n");
+    await page.fill('[data-testid="dag-text"]', text);
+    await page.click('[data-testid="submit"]');
+    await waitDAG(page, "with-outputs", "succeeded", 30000);
+    await waitFor("the params", async () => /limit=3/.test((await page.textContent('[data-testid="dag-params"]')) ?? ""), 10000);
+    assert.match(await page.textContent('[data-testid="dag-params"]'), /region=eu/);
+    await clickNode(page, "produce");
+    await waitFor("the outputs", async () => (await page.locator('[data-testid="task-outputs"]').count()) > 0, 10000);
+    const outputs = await page.textContent('[data-testid="task-outputs"]');
+    assert.match(outputs, /rows\s*42/);
+    assert.match(outputs, /region\s*eu/);
+    await clickNode(page, "consume");
+    assert.match(await page.textContent('[data-testid="output-tail"]'), /^42/);
+    await shot(page, "params-outputs");
+  });
+
   test("the 200-task random DAG is laid out and readable, and finishes", async () => {
     const id = await submitTemplate(page, "random200");
     await waitLayout(page, 200);

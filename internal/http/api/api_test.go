@@ -395,14 +395,15 @@ func TestIdempotencyKey(t *testing.T) {
 
 func TestBadFixtures(t *testing.T) {
 	want := map[string]string{
-		"bad-kind.json":    dag.CodeInvalid,
-		"bad-timeout.yaml": dag.CodeInvalid,
-		"cycle.yaml":       dag.CodeCycle,
-		"dup-id.yaml":      dag.CodeInvalid,
-		"empty.json":       dag.CodeInvalid,
-		"not-json.json":    dag.CodeParse,
-		"self-dep.yaml":    dag.CodeInvalid,
-		"unknown-dep.json": dag.CodeInvalid,
+		"bad-kind.json":     dag.CodeInvalid,
+		"bad-template.yaml": dag.CodeInvalid,
+		"bad-timeout.yaml":  dag.CodeInvalid,
+		"cycle.yaml":        dag.CodeCycle,
+		"dup-id.yaml":       dag.CodeInvalid,
+		"empty.json":        dag.CodeInvalid,
+		"not-json.json":     dag.CodeParse,
+		"self-dep.yaml":     dag.CodeInvalid,
+		"unknown-dep.json":  dag.CodeInvalid,
 	}
 	dir := filepath.Join("..", "..", "..", "test", "fixtures", "bad")
 	files, err := filepath.Glob(filepath.Join(dir, "*"))

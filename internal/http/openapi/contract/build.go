@@ -410,6 +410,13 @@ func specials(src *Source) (map[reflect.Type]Special, error) {
 					Description: `A duration: Go syntax ("30s", "1m30s") or a number of seconds.`}, nil
 			},
 		},
+		reflect.TypeFor[model.Params](): {
+			Name: "Params",
+			Output: func() (*openapi3.Schema, error) {
+				return &openapi3.Schema{Type: types("object"), AdditionalProperties: openapi3.AdditionalProperties{Schema: openapi3.NewSchemaRef("", &openapi3.Schema{})},
+					Description: "A DAG's parameters: name → JSON value (null: required, no default). Templates read them as params.NAME."}, nil
+			},
+		},
 		reflect.TypeFor[model.Probability](): {
 			Name: "Probability",
 			Output: func() (*openapi3.Schema, error) {

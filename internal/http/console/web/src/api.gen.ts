@@ -640,12 +640,16 @@ export interface components {
             finished_at?: string;
             id: string;
             name: string;
+            /** @description Params are the values the DAG's runs use: its defaults and the submission's overrides. */
+            params?: components["schemas"]["Params"];
             /**
              * Format: int64
              * @description Revision is the etcd revision the answering replica had applied.
              */
             revision: number;
             run: number;
+            /** @description Scheduled is set on a schedule's run: its tick and data interval. */
+            scheduled?: components["schemas"]["ScheduledRun"];
             status: components["schemas"]["DAGStatus"];
             /** Format: date-time */
             submitted_at: string;
@@ -666,6 +670,10 @@ export interface components {
             /** @description MaxActiveTasks bounds how many of the DAG's tasks run at once; 0 is no bound. */
             max_active_tasks?: number;
             name: string;
+            /** @description Params are the DAG's parameters (params.go): declarations in a DAG file, the values its runs use once submitted. */
+            params?: components["schemas"]["Params"];
+            /** @description Scheduled is set on a schedule's run: its tick and data interval. */
+            scheduled?: components["schemas"]["ScheduledRun"];
             tasks: components["schemas"]["TaskSpec"][];
         };
         /** @description DAG is a workflow as submitted, after Normalize. */
@@ -675,6 +683,10 @@ export interface components {
             /** @description MaxActiveTasks bounds how many of the DAG's tasks run at once; 0 is no bound. */
             max_active_tasks?: number;
             name?: string;
+            /** @description Params are the DAG's parameters (params.go): declarations in a DAG file, the values its runs use once submitted. */
+            params?: components["schemas"]["Params"];
+            /** @description Scheduled is set on a schedule's run: its tick and data interval. */
+            scheduled?: components["schemas"]["ScheduledRunInput"];
             tasks?: components["schemas"]["TaskSpecInput"][];
         };
         /**
@@ -817,6 +829,8 @@ export interface components {
             metrics?: components["schemas"]["EventMetrics"];
             name?: string;
             node?: string;
+            /** @description OutputBytes is the size of the outputs a success published. */
+            output_bytes?: number;
             retries?: number;
             /** Format: date-time */
             retry_at?: string;
@@ -912,6 +926,20 @@ export interface components {
             id: string;
             slots: number;
         };
+        /** @description HTTPOutputs are the outputs an http task publishes from its response body: Body names an output that takes the whole body as a string; JSON maps output names to paths into the body read as JSON (JSONPath). */
+        HTTPOutputs: {
+            body?: string;
+            json?: {
+                [key: string]: string;
+            };
+        };
+        /** @description HTTPOutputs are the outputs an http task publishes from its response body: Body names an output that takes the whole body as a string; JSON maps output names to paths into the body read as JSON (JSONPath). */
+        HTTPOutputsInput: {
+            body?: string;
+            json?: {
+                [key: string]: string;
+            };
+        };
         /** @description Health answers /healthz: the process serves (whatever its leadership). */
         Health: {
             /** @description "ok" */
@@ -931,6 +959,10 @@ export interface components {
              * @description the etcd revision the view reflects
              */
             revision: number;
+        };
+        /** @description A DAG's parameters: name → JSON value (null: required, no default). Templates read them as params.NAME. */
+        Params: {
+            [key: string]: unknown;
         };
         /** @description A pod task's pod (docs/dag-file.md#pod-tasks): a Kubernetes container's and pod's fields, spelled as in a Pod manifest, in one object; nested objects are Kubernetes' own (core/v1). */
         PodTaskSpec: {
@@ -1064,6 +1096,26 @@ export interface components {
             revision: number;
             runs: components["schemas"]["ScheduleRun"][];
             schedule: string;
+        };
+        /** @description ScheduledRun is what a scheduled run stands for: its schedule, its tick and its data interval [IntervalStart, IntervalEnd), the tick before this one to this one (Airflow's data interval). Templates read it as run.tick, run.interval_start and run.interval_end. */
+        ScheduledRun: {
+            /** Format: date-time */
+            interval_end: string;
+            /** Format: date-time */
+            interval_start: string;
+            schedule: string;
+            /** Format: date-time */
+            tick: string;
+        };
+        /** @description ScheduledRun is what a scheduled run stands for: its schedule, its tick and its data interval [IntervalStart, IntervalEnd), the tick before this one to this one (Airflow's data interval). Templates read it as run.tick, run.interval_start and run.interval_end. */
+        ScheduledRunInput: {
+            /** Format: date-time */
+            interval_end?: string;
+            /** Format: date-time */
+            interval_start?: string;
+            schedule?: string;
+            /** Format: date-time */
+            tick?: string;
         };
         /** @description Counts are the seed's task counters. */
         SeedCounts: {
@@ -1226,6 +1278,10 @@ export interface components {
             kind: components["schemas"]["TaskKind"];
             max_retries: number;
             output_tail: string;
+            /** @description Outputs are what the task published with its success. */
+            outputs?: {
+                [key: string]: unknown;
+            };
             priority: number;
             retries: number;
             /** Format: date-time */
@@ -1287,6 +1343,8 @@ export interface components {
             method?: string;
             /** @description Name is a free-form label. Seed-format files identify tasks by name alone; Normalize then moves it into ID, so Name is set only when a task gives both. */
             name?: string;
+            /** @description Outputs says which outputs an http task takes from its response (a shell task writes its own to $ORION_OUTPUTS). */
+            outputs?: components["schemas"]["HTTPOutputs"];
             /** @description pod: a JSON object spelled as a Kubernetes Pod's and its container's fields (image, command, args, env, resources, volumes...; see internal/kube/podspec, which validates it and writes it in one canonical form at submission). The scheduling core never reads it. */
             pod?: components["schemas"]["PodTaskSpec"];
             /** @description Pool is shorthand for the label requirement pool=<Pool>. */
@@ -1325,6 +1383,8 @@ export interface components {
             method?: string;
             /** @description Name is a free-form label. Seed-format files identify tasks by name alone; Normalize then moves it into ID, so Name is set only when a task gives both. */
             name?: string;
+            /** @description Outputs says which outputs an http task takes from its response (a shell task writes its own to $ORION_OUTPUTS). */
+            outputs?: components["schemas"]["HTTPOutputsInput"];
             /** @description pod: a JSON object spelled as a Kubernetes Pod's and its container's fields (image, command, args, env, resources, volumes...; see internal/kube/podspec, which validates it and writes it in one canonical form at submission). The scheduling core never reads it. */
             pod?: components["schemas"]["PodTaskSpec"];
             /** @description Pool is shorthand for the label requirement pool=<Pool>. */
@@ -1379,7 +1439,11 @@ export interface components {
             /** @description MaxActiveTasks bounds how many of the DAG's tasks run at once; 0 is no bound. */
             max_active_tasks?: number;
             name?: string;
+            /** @description Params are the DAG's parameters (params.go): declarations in a DAG file, the values its runs use once submitted. */
+            params?: components["schemas"]["Params"];
             schedule?: components["schemas"]["SpecInput"];
+            /** @description Scheduled is set on a schedule's run: its tick and data interval. */
+            scheduled?: components["schemas"]["ScheduledRunInput"];
             tasks?: components["schemas"]["TaskSpecInput"][];
         };
     };
