@@ -129,8 +129,16 @@ func (c *Core) handedOver(t *task) {
 // handoverDispatch is the dispatch of t's current attempt to w, which
 // adopts its pod (or deletes it, in a cancelled DAG).
 func (c *Core) handoverDispatch(t *task, w *worker) Effect {
+	// The attempt's spec as it was first sent: its templates rendered
+	// again over the same committed values (a pure function of them), so
+	// that a worker which must still create the pod creates the same one.
+	spec := t.spec()
+	if s, err := c.attemptSpec(t); err == nil {
+		spec = s
+	}
 	return Effect{Kind: EffectDispatch, Worker: w.id,
-		Attempt: model.Attempt{AttemptID: t.attemptID(), Spec: *t.spec(), Handover: true, Stop: t.dag.rec.Status == DAGCancelled}}
+		Attempt: model.Attempt{AttemptID: t.attemptID(), Spec: *spec, MaxOutputBytes: c.cfg.MaxOutputBytes,
+			Handover: true, Stop: t.dag.rec.Status == DAGCancelled}}
 }
 
 // abandonHandover gives up t's hand-over proposal, which will never apply.
