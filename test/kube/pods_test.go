@@ -76,14 +76,15 @@ func (e *env) podTasks(prefix string, n int, args string) []map[string]any {
 
 // taskView is what the drills read of a task.
 type taskView struct {
-	ID         string `json:"id"`
-	Status     string `json:"status"`
-	Attempts   int    `json:"attempts"`
-	Worker     string `json:"worker"`
-	ExitCode   *int   `json:"exit_code"`
-	Error      string `json:"error"`
-	OutputTail string `json:"output_tail"`
-	Event      string `json:"event"`
+	ID         string                     `json:"id"`
+	Status     string                     `json:"status"`
+	Attempts   int                        `json:"attempts"`
+	Worker     string                     `json:"worker"`
+	ExitCode   *int                       `json:"exit_code"`
+	Error      string                     `json:"error"`
+	OutputTail string                     `json:"output_tail"`
+	Event      string                     `json:"event"`
+	Outputs    map[string]json.RawMessage `json:"outputs"`
 }
 
 func (e *env) tasksOf(id string) (string, []taskView, error) {
@@ -247,7 +248,8 @@ func (e *env) drillPodMixed() {
 		podTask("p1", e.podSpec(`echo "mode=$MODE token=$TOKEN"; exec orion testtask --sleep 2s --outputs rows=42,status=ok`,
 			map[string]any{"env": env, "labels": map[string]any{"team": "drills"}}), "s1"),
 		podTask("p2", e.podSpec("exec orion testtask --sleep 1s", nil), "s1"),
-		shellTask("s2", `echo "$ORION_DAG_ID/$ORION_TASK_ID $ORION_ATTEMPT $(hostname)" >> /ledger/runs.log`, "p1", "p2"),
+		// p1's outputs, from its termination message, rendered into s2's command.
+		shellTask("s2", `echo "$ORION_DAG_ID/$ORION_TASK_ID $ORION_ATTEMPT $(hostname)" >> /ledger/runs.log; echo "p1 rows={{ tasks.p1.outputs.rows }}"`, "p1", "p2"),
 	)
 	t0 := time.Now()
 	if err := e.submit(d, 10*time.Second); err != nil {
@@ -263,7 +265,10 @@ func (e *env) drillPodMixed() {
 			t.Errorf("%s: %d attempts", tk.ID, tk.Attempts)
 		}
 		if tk.ID == "p1" {
-			for _, want := range []string{"mode=fast token=s3cr3t-" + runID, "testtask end", "outputs (ORION_OUTPUTS): rows, status", "created pod orion/"} {
+			if got := string(tk.Outputs["rows"]) + " " + string(tk.Outputs["status"]); got != `"42" "ok"` {
+				t.Errorf("p1's outputs: %s, want rows 42 and status ok", got)
+			}
+			for _, want := range []string{"mode=fast token=s3cr3t-" + runID, "testtask end", "created pod orion/"} {
 				if !strings.Contains(tk.OutputTail, want) {
 					t.Errorf("p1's output lacks %q:\n%s", want, tk.OutputTail)
 				}
@@ -271,6 +276,9 @@ func (e *env) drillPodMixed() {
 			if strings.HasPrefix(tk.Worker, "orion-scheduler") {
 				t.Errorf("p1 ran on %s, not a worker", tk.Worker)
 			}
+		}
+		if tk.ID == "s2" && !strings.Contains(tk.OutputTail, "p1 rows=42") {
+			t.Errorf("s2 did not get p1's output rows:\n%s", tk.OutputTail)
 		}
 	}
 	// The full log, as `orion logs` reads it, through the API.

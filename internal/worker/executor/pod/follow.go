@@ -245,12 +245,13 @@ func (f *follower) observe(p *corev1.Pod, stuckTimer *time.Timer) bool {
 			t := cs.State.Terminated
 			f.res.ExitCode = int(t.ExitCode)
 			if t.ExitCode == 0 {
+				// Published only by a success, as a shell task's.
 				f.res.Outcome = model.Succeeded
+				f.outputs(t.Message)
 			} else {
 				f.res.Outcome = model.Failed
 				f.res.Error = exitError(t, f.a)
 			}
-			f.outputs(t.Message)
 			return true
 		case cs.State.Running != nil:
 			f.stuckSince, f.stuckReason = time.Time{}, ""

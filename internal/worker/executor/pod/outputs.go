@@ -1,73 +1,36 @@
 package pod
 
 import (
-	"encoding/json"
 	"fmt"
-	"sort"
-	"strings"
+
+	"github.com/orion-sched/orion/internal/model"
 )
 
-// A pod task publishes outputs as every task does, by writing key=value
-// lines or a JSON object to the file named by ORION_OUTPUTS. For a pod
-// that file is the container's termination message (/dev/termination-log):
-// Kubernetes copies it into the pod's status when the container ends,
-// bounded to 4 KiB, and the worker reads it there, so outputs need neither
-// a volume nor the log. (Task outputs, model.Result.Outputs, are being
-// added beside pod tasks: until then the worker notes in the task's log
-// which outputs the pod wrote.)
+// A pod task publishes outputs as every task does, by writing them to the
+// file named by ORION_OUTPUTS (model.ParseOutputs: name=value lines,
+// name<<DELIM blocks, or one JSON object). For a pod that file is the
+// container's termination message (/dev/termination-log): Kubernetes
+// copies it into the pod's status when the container ends, so outputs need
+// neither a volume nor the log, and a worker that adopts the pod reads
+// them there too. The kubelet keeps at most 4 KiB of it and cuts the rest
+// silently: a message of that size may have been cut (a value short, a
+// name lost), so it fails the attempt, saying so.
 
-// parseOutputs reads a termination message as outputs: a JSON object of
-// strings, or key=value lines (blank lines and lines starting with # are
-// skipped).
-func parseOutputs(msg string) (map[string]string, error) {
-	msg = strings.TrimSpace(msg)
-	if msg == "" {
-		return nil, nil
-	}
-	if strings.HasPrefix(msg, "{") {
-		var raw map[string]any
-		if err := json.Unmarshal([]byte(msg), &raw); err != nil {
-			return nil, fmt.Errorf("outputs: not a JSON object: %v", err)
-		}
-		out := make(map[string]string, len(raw))
-		for k, v := range raw {
-			if s, ok := v.(string); ok {
-				out[k] = s
-			} else {
-				b, _ := json.Marshal(v)
-				out[k] = string(b)
-			}
-		}
-		return out, nil
-	}
-	out := map[string]string{}
-	for i, line := range strings.Split(msg, "\n") {
-		line = strings.TrimSpace(line)
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		k, v, ok := strings.Cut(line, "=")
-		if !ok || strings.TrimSpace(k) == "" {
-			return nil, fmt.Errorf("outputs: line %d: want key=value", i+1)
-		}
-		out[strings.TrimSpace(k)] = v
-	}
-	return out, nil
-}
+// maxMessage is the kubelet's bound on a container's termination message.
+const maxMessage = 4096
 
-// outputs notes in the attempt's log what the container wrote to
-// ORION_OUTPUTS.
+// outputs publishes what a succeeded container wrote to ORION_OUTPUTS;
+// outputs it cannot publish fail the attempt, as for shell tasks.
 func (f *follower) outputs(msg string) {
-	kv, err := parseOutputs(msg)
-	switch {
-	case err != nil:
-		f.o.note("%v", err)
-	case len(kv) > 0:
-		keys := make([]string, 0, len(kv))
-		for k := range kv {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		f.o.note("outputs (ORION_OUTPUTS): %s", strings.Join(keys, ", "))
+	if len(msg) >= maxMessage {
+		f.res.Outcome = model.Failed
+		f.res.Error = fmt.Sprintf("outputs of %d bytes or more: Kubernetes cuts a container's termination message (ORION_OUTPUTS) at %d bytes, so they may be cut: not published, the attempt fails", maxMessage, maxMessage)
+		return
 	}
+	o, err := model.ParseOutputs([]byte(msg), f.a.MaxOutputBytes)
+	if err != nil {
+		f.res.Outcome, f.res.Error = model.Failed, err.Error()
+		return
+	}
+	f.res.Outputs = o
 }

@@ -2,7 +2,7 @@ package pod
 
 import (
 	"context"
-	"fmt"
+	"encoding/json"
 	"io"
 	"strings"
 	"testing"
@@ -119,7 +119,10 @@ func TestSucceedsStreamsItsLogAndIsDeletedOnceRecorded(t *testing.T) {
 		t.Fatalf("result %+v", res)
 	}
 	log := readLog(t, w, a.AttemptID)
-	for _, want := range []string{"orion: created pod jobs/" + name(a), "hello from the pod\nsecond line\n", "outputs (ORION_OUTPUTS): rows, status"} {
+	if got, _ := json.Marshal(res.Outputs); string(got) != `{"rows":"42","status":"ok"}` {
+		t.Errorf("outputs %s, want rows and status from the termination message", got)
+	}
+	for _, want := range []string{"orion: created pod jobs/" + name(a), "hello from the pod\nsecond line\n"} {
 		if !strings.Contains(log, want) || !strings.Contains(res.OutputTail, want) {
 			t.Errorf("log and tail lack %q:\n%s", want, log)
 		}
@@ -382,22 +385,34 @@ func TestSweepDeletesOnlyLongFinishedPods(t *testing.T) {
 	}
 }
 
-func TestParseOutputs(t *testing.T) {
+// Outputs that cannot be published fail the attempt, as a shell task's.
+func TestBadOutputsFailTheAttempt(t *testing.T) {
 	t.Parallel()
-	for in, want := range map[string]string{
-		"":                            "map[]",
-		"a=1\n# c\n\nb = x=y":         "map[a:1 b: x=y]",
-		`{"a":"1","n":2,"o":{"k":1}}`: `map[a:1 n:2 o:{"k":1}]`,
-	} {
-		got, err := parseOutputs(in)
-		if err != nil {
-			t.Fatalf("%q: %v", in, err)
-		}
-		if s := fmt.Sprint(got); s != want {
-			t.Errorf("%q: %s, want %s", in, s, want)
-		}
+	r := newRig(t, Config{})
+	a := attempt("a", 1, busybox, time.Minute)
+	r.api.OnCreate = func(n string) {
+		go func() {
+			r.api.Run(n)
+			r.api.Finish(n, 0, "Completed", `{"rows": 42`)
+		}()
 	}
-	if _, err := parseOutputs("just text"); err == nil {
-		t.Error("a line without = was taken")
+	w := r.worker("w1")
+	w.Start(a)
+	res := result(t, w)
+	if res.Outcome != model.Failed || !strings.Contains(res.Error, "outputs file is not a JSON object") || res.Outputs != nil {
+		t.Fatalf("result %+v", res)
+	}
+	// A message of the kubelet's bound may have been cut: not published.
+	b := attempt("b", 1, busybox, time.Minute)
+	r.api.OnCreate = func(n string) {
+		go func() {
+			r.api.Run(n)
+			r.api.Finish(n, 0, "Completed", "rows="+strings.Repeat("9", 4091))
+		}()
+	}
+	w.Start(b)
+	res = result(t, w)
+	if res.Outcome != model.Failed || !strings.Contains(res.Error, "cuts a container's termination message") || res.Outputs != nil {
+		t.Fatalf("result %+v", res)
 	}
 }
