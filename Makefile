@@ -6,7 +6,7 @@ PKGS     := ./...
 RACE_PKGS := ./internal/engine/... ./internal/worker/executor/... ./internal/http/api/... ./internal/etcdmember/... \
              ./internal/server/... ./internal/client/... ./internal/cli/... ./internal/config/... \
              ./internal/workerstream/... ./internal/tools/drill/... ./internal/http/events/... ./internal/http/seedapi/... \
-             ./internal/kubelabel/... ./internal/http/guard/... ./internal/http/kit/... \
+             ./internal/kubelabel/... ./internal/kube/... ./internal/http/guard/... ./internal/http/kit/... \
              ./internal/store/... ./internal/http/demo/... ./internal/schedule/firer/... ./internal/leaderapart/...
 # Pure packages run without it (the randomized core test is CPU-heavy).
 PURE_PKGS := ./internal/model/... ./internal/jsonguard/... ./internal/expr/... ./internal/http/apitypes/... ./internal/core/... ./internal/dag/... ./internal/schedule ./internal/metrics/... ./internal/tools/bench/... \

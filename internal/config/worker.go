@@ -2,13 +2,16 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"net/url"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
 	"go.uber.org/zap/zapcore"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/orion-sched/orion/internal/client"
 	"github.com/orion-sched/orion/internal/model"
@@ -29,6 +32,19 @@ type Worker struct {
 	// the worker's hello.
 	LabelsSetting any          `mapstructure:"labels" json:"-"`
 	Labels        model.Labels `mapstructure:"-" json:"labels,omitempty"`
+	// DrainTimeout is how long a worker told to stop (SIGTERM) lets the
+	// attempts it runs finish before it cancels them.
+	DrainTimeout time.Duration `mapstructure:"drain_timeout" json:"drain_timeout"`
+
+	// Pod tasks (kind: pod): Pods makes the worker run them on the
+	// Kubernetes API of the cluster it runs in, in PodNamespace (empty:
+	// its own pod's namespace).
+	Pods               bool          `mapstructure:"pods" json:"pods"`
+	PodNamespace       string        `mapstructure:"pod_namespace" json:"pod_namespace,omitempty"`
+	PodStuckTimeout    time.Duration `mapstructure:"pod_stuck_timeout" json:"pod_stuck_timeout"`
+	PodDeleteSucceeded time.Duration `mapstructure:"pod_delete_succeeded" json:"pod_delete_succeeded"`
+	PodDeleteFailed    time.Duration `mapstructure:"pod_delete_failed" json:"pod_delete_failed"`
+	PodGCAfter         time.Duration `mapstructure:"pod_gc_after" json:"pod_gc_after"`
 }
 
 // Environment variables of `orion worker` that it shares with the client
@@ -37,6 +53,10 @@ const (
 	EnvServer = "ORION_SERVER"
 	EnvToken  = "ORION_AUTH_TOKEN"
 )
+
+// DefaultDrainTimeout is --drain-timeout's default: below the 30 s a
+// Kubernetes pod gets between SIGTERM and SIGKILL by default.
+const DefaultDrainTimeout = 25 * time.Second
 
 // DefaultServer is the API a worker (and a client command) reaches when
 // neither --server nor ORION_SERVER is given.
@@ -62,6 +82,13 @@ var workerSettings = Settings{
 		{Name: "log-dir", Default: "", Usage: "where attempt logs are kept (default <tmp>/orion-logs)"},
 		{Name: "log-level", Default: "info", Usage: "debug, info, warn or error"},
 		{Name: "log-format", Default: "console", Usage: "console or json"},
+		{Name: "drain-timeout", Default: DefaultDrainTimeout, Usage: "on SIGTERM, how long the attempts running get to finish (the worker takes no new ones meanwhile) before they are cancelled and re-queued; pod tasks' pods are left running for another worker"},
+		{Name: "pods", Default: false, Usage: "run pod tasks (kind: pod): one pod per attempt, on the Kubernetes API of the cluster this worker runs in, with its service account"},
+		{Name: "pod-namespace", Default: "", Usage: "namespace of pod tasks' pods (default: the worker pod's own)"},
+		{Name: "pod-stuck-timeout", Default: 2 * time.Minute, Usage: "a pod task fails when its container waits this long on an image it cannot pull or a Secret or ConfigMap that does not exist"},
+		{Name: "pod-delete-succeeded", Default: time.Duration(0), Usage: "how long a succeeded pod task's pod is kept once its result is recorded"},
+		{Name: "pod-delete-failed", Default: 10 * time.Minute, Usage: "how long a failed pod task's pod is kept once its result is recorded (for kubectl logs and describe)"},
+		{Name: "pod-gc-after", Default: time.Hour, Usage: "finished pod tasks' pods still there this long after they ended (their worker died first) are deleted by any worker"},
 	},
 	EnvPrefix: WorkerEnvPrefix,
 	Env:       map[string]string{"server": EnvServer, "token": EnvToken},
@@ -73,7 +100,7 @@ var workerSettings = Settings{
 func BindWorkerFlags(fs *pflag.FlagSet, v *viper.Viper) {
 	workerSettings.Bind(fs, v)
 	v.SetDefault(Key("server"), DefaultServer)
-	fs.String("config", "", "config file; its keys are the flag names with underscores (server, token, slots, labels, name, log_dir, log_level, log_format); env "+workerSettings.ConfigEnv)
+	fs.String("config", "", "config file; its keys are the flag names with underscores (server, token, slots, labels, name, log_dir, log_level, log_format, drain_timeout, pods, pod_namespace...); env "+workerSettings.ConfigEnv)
 }
 
 // LoadWorker resolves the worker's configuration, in increasing
@@ -133,6 +160,32 @@ func (w Worker) Validate() error {
 	case "console", "json":
 	default:
 		errs = append(errs, s.Invalid("log-format", w.LogFormat, "must be console or json"))
+	}
+	if w.DrainTimeout < 0 {
+		errs = append(errs, s.Invalid("drain-timeout", w.DrainTimeout, "must not be negative"))
+	}
+	if w.PodNamespace != "" && len(validation.IsDNS1123Label(w.PodNamespace)) > 0 {
+		errs = append(errs, s.Invalid("pod-namespace", w.PodNamespace, "not a namespace name: "+validation.IsDNS1123Label(w.PodNamespace)[0]))
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"pod-stuck-timeout", w.PodStuckTimeout}, {"pod-gc-after", w.PodGCAfter}} {
+		if d.v <= 0 {
+			errs = append(errs, s.Invalid(d.name, d.v, "must be more than 0"))
+		}
+	}
+	if w.PodDeleteSucceeded < 0 || w.PodDeleteFailed < 0 {
+		errs = append(errs, s.Invalid("pod-delete-failed", w.PodDeleteFailed, "pod-delete-succeeded and pod-delete-failed must not be negative"))
+	}
+	if keep := max(w.PodDeleteSucceeded, w.PodDeleteFailed); w.PodGCAfter > 0 && w.PodGCAfter <= keep {
+		errs = append(errs, s.Invalid("pod-gc-after", w.PodGCAfter, fmt.Sprintf("must be longer than pods are kept (%s): the sweep would delete them first", keep)))
+	}
+	if _, reserved := w.Labels[model.PodsLabel]; reserved {
+		errs = append(errs, s.Invalid("labels", w.LabelsSetting, model.PodsLabel+" is the worker's own: --pods sets it"))
+	} else if w.Pods && len(w.Labels) >= model.MaxLabels {
+		// The leader refuses a hello with more labels, for good.
+		errs = append(errs, s.Invalid("labels", w.LabelsSetting, fmt.Sprintf("%d labels: with --pods at most %d (--pods adds %s)", len(w.Labels), model.MaxLabels-1, model.PodsLabel)))
 	}
 	return errors.Join(errs...)
 }

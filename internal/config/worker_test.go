@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"github.com/orion-sched/orion/internal/model"
 
 	"os"
@@ -178,5 +179,19 @@ func TestWorkerLabels(t *testing.T) {
 	}
 	if _, err := loadWorker(t, "", nil, "--labels", "pool=a b"); err == nil || !strings.Contains(err.Error(), "--labels (env ORION_WORKER_LABELS)") {
 		t.Fatalf("bad labels: %v", err)
+	} // --pods adds a label: a worker with the most labels and --pods would
+	// be refused by the leader at its hello, for good; it is refused here.
+	var most []string
+	for i := range model.MaxLabels {
+		most = append(most, fmt.Sprintf("k%d=v", i))
+	}
+	if _, err := loadWorker(t, "", nil, "--labels", strings.Join(most, ",")); err != nil {
+		t.Fatalf("%d labels: %v", model.MaxLabels, err)
+	}
+	if _, err := loadWorker(t, "", nil, "--pods", "--labels", strings.Join(most, ",")); err == nil || !strings.Contains(err.Error(), "with --pods at most 31") {
+		t.Fatalf("%d labels and --pods: %v", model.MaxLabels, err)
+	}
+	if _, err := loadWorker(t, "", nil, "--pods", "--labels", strings.Join(most[1:], ",")); err != nil {
+		t.Fatalf("%d labels and --pods: %v", model.MaxLabels-1, err)
 	}
 }

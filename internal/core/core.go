@@ -100,6 +100,9 @@ type Core struct {
 	// pendingLive counts the DAGs (and their tasks) proposed to run, by a
 	// submission or a retry, whose record is not applied yet (limits.go).
 	pendingLive liveCount
+	// handovers are the pod attempts whose worker is gone, waiting for
+	// another (handover.go).
+	handovers []*task
 }
 
 type dagRun struct {
@@ -147,6 +150,10 @@ type task struct {
 	// transaction (Seal) a success reported for the attempt is written into
 	// it, so the task costs one record instead of two.
 	early *TaskRecord
+	// homeless: leader: a pod attempt whose worker is gone, in
+	// Core.handovers; handingOver: the proposal in flight hands it over to
+	// the worker reserved (handover.go).
+	homeless, handingOver bool
 }
 
 func (t *task) spec() *model.Task { return &t.dag.rec.Tasks[t.idx] }
@@ -243,6 +250,9 @@ func (c *Core) applyDelete(e *Entry) {
 		if t.dispatching {
 			c.unreserve(t)
 			t.dispatching = false
+		}
+		if t.handingOver {
+			c.abandonHandover(t)
 		}
 		if c.leader && t.early != nil {
 			c.cancelEarly(t) // its dispatch record now cannot apply
@@ -477,12 +487,14 @@ func (c *Core) checkTask(e *Entry, t *task) error {
 	// success in one record (ready → succeeded), or a dispatch that could
 	// not be recorded and failed the task (ready → failed): its attempt
 	// number is used up, as the attempt may have been sent.
-	starts := to == Running || from == Ready && (to == Succeeded || to == Failed)
+	starts := to == Running && from != Running || from == Ready && (to == Succeeded || to == Failed)
 	switch {
 	case rec.Run != d.rec.Run:
 		return applyErr(e, "record of run %d, DAG is in run %d", rec.Run, d.rec.Run)
 	case !recordAllowed(from, to):
 		return applyErr(e, "a record cannot move a task from %s to %s", from, to)
+	case from == Running && to == Running:
+		return checkHandover(e, t)
 	case starts && rec.Attempt != t.attempt()+1:
 		return applyErr(e, "%s of attempt %d after attempt %d", startName(to), rec.Attempt, t.attempt())
 	case !starts && rec.Attempt != t.attempt():

@@ -36,6 +36,10 @@ type Effect struct {
 	Timer   TimerKind       // EffectTimer
 	At      time.Time       // EffectTimer
 	ReadyAt time.Time       // EffectDispatch: when the task became ready
+	// Release (EffectCancel): the worker lets the attempt go rather than
+	// stop it: it is another worker's now, or being handed over. A pod
+	// it follows keeps running; anything else stops as on a cancel.
+	Release bool
 }
 
 // TimerKind names what a timer is for.
@@ -137,7 +141,7 @@ func (c *Core) StepDown() {
 	c.outbox, c.effects, c.ahead = nil, nil, nil
 	c.workers, c.workerList, c.pendingSubmit = nil, nil, nil
 	c.classes, c.classList, c.poolReserved = nil, nil, nil
-	c.unsealed = nil
+	c.unsealed, c.handovers = nil, nil
 	c.pendingLive = liveCount{}
 	for _, d := range c.dags {
 		d.inflight, d.wantCancel, d.reserved, d.classes = false, false, 0, nil
@@ -146,6 +150,7 @@ func (c *Core) StepDown() {
 			t := &d.tasks[i]
 			t.inflight, t.dispatching, t.stash, t.reserved, t.queued, t.cls = false, false, nil, nil, false, nil
 			t.early = nil
+			t.homeless, t.handingOver = false, false
 		}
 		for _, tt := range d.tpls {
 			if tt != nil && tt != noTemplates {
@@ -305,6 +310,10 @@ func (c *Core) Adopt(workerID string, id model.AttemptID) Claim {
 	switch v {
 	case ClaimHeld:
 		c.hold(w, id, t)
+		if t.dag.rec.Status == DAGCancelled {
+			// Its cancellation waited for a worker to hold it (handover.go).
+			c.reconcileTask(t)
+		}
 	case ClaimRecorded:
 		// A leader before us sent this attempt with its dispatch proposal
 		// and died (or was deposed) before the record committed: the
@@ -313,7 +322,12 @@ func (c *Core) Adopt(workerID string, id model.AttemptID) Claim {
 		c.proposeAttempt(t, w, id.Attempt, nil, true, false)
 	default:
 		c.stats.RefusedClaims[v]++
-		c.effects = append(c.effects, Effect{Kind: EffectCancel, Worker: workerID, ID: id})
+		// A pod attempt that is the log's current one, held by another
+		// worker or being handed over: this worker lets it go, and the
+		// pod it follows runs on for its holder. Anything else is
+		// stopped (a pod deleted).
+		release := t != nil && !t.dag.deleted && isPod(t) && id.Attempt == t.attempt() && t.status == Running
+		c.effects = append(c.effects, Effect{Kind: EffectCancel, Worker: workerID, ID: id, Release: release})
 	}
 	return v
 }
@@ -758,6 +772,11 @@ func (c *Core) decide(t *task, r model.Result) {
 	case model.Succeeded:
 		rec.Status, rec.Event = Succeeded, "succeed"
 	case model.Cancelled:
+		if isPod(t) {
+			// Its pod may be running: another worker adopts it.
+			c.loseAttempt(t)
+			return
+		}
 		// The worker gave the attempt up without being asked (it is shutting
 		// down): run it again without consuming a retry.
 		rec.Status, rec.Event = Ready, "requeue"
@@ -892,6 +911,10 @@ func (c *Core) attemptAlive(t *task) bool {
 }
 
 func (c *Core) requeueOrphan(t *task, why string) {
+	if isPod(t) {
+		c.loseAttempt(t) // its pod outlives the worker: hand it over
+		return
+	}
 	c.stats.Orphans++
 	c.releaseAttempt(t.attemptID(), t.rec.Worker)
 	rec := c.nextRecord(t)
@@ -919,6 +942,7 @@ func (c *Core) Schedule(now time.Time) int {
 	if !c.leader {
 		return 0
 	}
+	n := c.scheduleHandovers()
 	ahead := c.ahead
 	c.ahead = c.ahead[:0]
 	sort.SliceStable(ahead, func(i, j int) bool { return less(ahead[i], ahead[j]) })
@@ -928,7 +952,6 @@ func (c *Core) Schedule(now time.Time) int {
 			round.push(cl)
 		}
 	}
-	n := 0
 	for len(round) > 0 || len(ahead) > 0 {
 		w := c.pickWorker(nil)
 		if w == nil {
@@ -975,7 +998,10 @@ func (c *Core) Schedule(now time.Time) int {
 		if spec, err := c.attemptSpec(t); err != nil {
 			c.proposeRenderFailure(t, err)
 		} else {
-			c.proposeDispatch(t, w, spec, w.early && !c.earlyOff)
+			// Not a pod task's early: its pod takes seconds to start, and
+			// an attempt the log does not know yet could meet a pod being
+			// deleted under the same name.
+			c.proposeDispatch(t, w, spec, w.early && !c.earlyOff && !isPod(t))
 			n++
 		}
 		if cl.head() != nil {
@@ -1090,6 +1116,10 @@ func (c *Core) afterTaskApplied(t *task, from Status, prev *TaskRecord) {
 	}
 	switch rec.Status {
 	case Running:
+		if t.handingOver && rec.Event == "handover" {
+			c.handedOver(t)
+			break
+		}
 		if !dispatched {
 			break
 		}
@@ -1144,7 +1174,7 @@ func (c *Core) afterTaskApplied(t *task, from Status, prev *TaskRecord) {
 	if t.stash != nil {
 		r := *t.stash
 		t.stash = nil
-		if t.status == Running && t.attempt() == r.Attempt {
+		if t.status == Running && t.attempt() == r.Attempt && t.rec.Worker == r.Worker {
 			c.decide(t, r)
 		} else {
 			c.stats.StaleResults++
@@ -1203,9 +1233,17 @@ func (c *Core) reconcileTask(t *task) {
 	d := t.dag
 	switch d.rec.Status {
 	case DAGCancelled:
+		if t.status == Running && isPod(t) && !c.attemptAlive(t) {
+			// Nobody would delete its pod: cancelled once a worker holds
+			// the attempt (handover.go).
+			return
+		}
 		rec := c.nextRecord(t)
 		rec.Status, rec.Event = Cancelled, "cancel"
 		rec.FinishedAt = timePtr(c.now)
+		if t.status == Running {
+			rec.Error = "" // a running attempt's is a hand-over's note
+		}
 		c.proposeTask(t, rec)
 	case DAGRunning:
 		if t.status == Running {

@@ -108,6 +108,9 @@ func (c *Core) Poisoned(e Entry, why string, now time.Time) (*Entry, []Entry, Po
 	if t.dispatching {
 		c.abandonDispatch(t)
 	}
+	if t.handingOver {
+		c.abandonHandover(t)
+	}
 	var drop []Entry
 	if rec.Status == Succeeded {
 		// Dependents dispatched right behind the success (Schedule) would

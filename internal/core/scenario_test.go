@@ -185,7 +185,15 @@ func (h *harness) run(td *datadriven.TestData) string {
 		slots := 1
 		td.ScanArgs(h.t, "id", &id)
 		td.MaybeScanArgs(h.t, "slots", &slots)
-		h.c.AddWorker(id, slots, h.labelsArg(td, "labels"))
+		labels := h.labelsArg(td, "labels")
+		if td.HasArg("pods") {
+			// A worker that reaches Kubernetes: it runs pod tasks.
+			if labels == nil {
+				labels = model.Labels{}
+			}
+			labels[model.PodsLabel] = "true"
+		}
+		h.c.AddWorker(id, slots, labels)
 		h.c.AllowEarly(id, td.HasArg("early"))
 		h.c.AdmittedBefore(id, td.HasArg("before"))
 	case "remove-worker":
@@ -416,12 +424,21 @@ func (h *harness) submit(td *datadriven.TestData) {
 				tk.MaxRetries, err = strconv.Atoi(v)
 			case "pool":
 				tk.Pool = v
+			case "kind":
+				tk.Kind = model.Kind(v)
+				if tk.Kind == model.KindPod {
+					tk.Pod = []byte(`{"image":"busybox"}`)
+				}
 			default:
 				td.Fatalf(h.t, "task %s: unknown key %s", tid, a.Key)
 			}
 			if err != nil {
 				td.Fatalf(h.t, "task %s: %s: %v", tid, a.Key, err)
 			}
+		}
+		if tk.Kind == model.KindPod && tk.Command != "" {
+			// A pod task has no command: " | text" is its env ARG.
+			tk.Env, tk.Command = map[string]string{"ARG": tk.Command}, ""
 		}
 		spec.Tasks = append(spec.Tasks, tk)
 	}
@@ -632,11 +649,23 @@ func fmtEffect(ef Effect) string {
 	switch ef.Kind {
 	case EffectDispatch:
 		s := fmt.Sprintf("dispatch %s to %s", ef.Attempt.AttemptID, ef.Worker)
+		if ef.Attempt.Handover {
+			s += " (hand-over: adopt its pod)"
+		}
+		if ef.Attempt.Stop {
+			s += " (stop: delete its pod, create none)"
+		}
 		if ef.Attempt.Spec.Kind == model.KindShell {
 			s += fmt.Sprintf(" command=%q", ef.Attempt.Spec.Command)
 		}
+		if arg, ok := ef.Attempt.Spec.Env["ARG"]; ok && ef.Attempt.Spec.Kind == model.KindPod {
+			s += fmt.Sprintf(" env.ARG=%q", arg)
+		}
 		return s
 	case EffectCancel:
+		if ef.Release {
+			return fmt.Sprintf("release %s on %s", ef.ID, ef.Worker)
+		}
 		return fmt.Sprintf("cancel %s on %s", ef.ID, ef.Worker)
 	case EffectTimer:
 		return fmt.Sprintf("timer %s %s at %s", timerName(ef.Timer), ef.ID, rel(ef.At))

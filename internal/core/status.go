@@ -87,6 +87,8 @@ const (
 //	                            (Core.Poisoned)
 //	running  → succeeded|failed|retrying
 //	running  → ready            written: orphan or requeue; no retry consumed
+//	running  → running          written: a pod task's attempt handed over to
+//	                            another worker, same attempt (handover.go)
 //	retrying → ready            written: the backoff timer fired
 //	pending|ready|running|retrying → upstream_failed   written: cascade from a failed ancestor
 //	pending|ready|running|retrying → cancelled         written: the DAG was cancelled
@@ -100,7 +102,7 @@ var taskTransitions = func() (t [numStatuses][numStatuses]transitionKind) {
 	allow(derived, Pending, Ready)
 	allow(written, Pending, UpstreamFailed, Cancelled)
 	allow(written, Ready, Running, Succeeded, Failed, UpstreamFailed, Cancelled)
-	allow(written, Running, Succeeded, Failed, Retrying, Ready, UpstreamFailed, Cancelled)
+	allow(written, Running, Running, Succeeded, Failed, Retrying, Ready, UpstreamFailed, Cancelled)
 	allow(written, Retrying, Ready, UpstreamFailed, Cancelled)
 	allow(derived, Failed, Pending)
 	allow(derived, UpstreamFailed, Pending)

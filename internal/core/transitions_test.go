@@ -141,6 +141,7 @@ func documentedTaskTransitions() map[[2]Status]bool {
 	add(Ready, Failed)                        // its dispatch record cannot be stored (poison)
 	add(Running, Succeeded, Failed, Retrying) //
 	add(Running, Ready)                       // orphan: no retry consumed
+	add(Running, Running)                     // a pod attempt handed over (TestHandoverRecord)
 	add(Retrying, Ready)                      // the backoff timer fired
 	add(Pending, Cancelled)                   // * → cancelled (non-terminal states)
 	add(Ready, Cancelled)                     //
@@ -229,6 +230,11 @@ func TestTaskTransitionsApply(t *testing.T) {
 				attempt := taskStates[from](r)
 				if got := r.status("d", "x"); got != from {
 					t.Fatalf("setup reached %s, want %s", got, from)
+				}
+				if from == Running && to == Running {
+					// Only a pod task's hand-over: TestHandoverRecord.
+					r.refuse(taskPut("d", "x", rec(to, 1, attempt)), "except to hand its attempt over")
+					return
 				}
 				if to == Running || (from == Ready && (to == Succeeded || to == Failed)) {
 					attempt++ // a record that starts an attempt
@@ -584,4 +590,33 @@ func TestAppendEffectsReusesSlices(t *testing.T) {
 	if len(c.TakeEffects()) != 0 {
 		t.Fatal("effects taken twice")
 	}
+}
+
+// TestHandoverRecord pins the one running → running record: a pod task's
+// current attempt handed over to another worker. Any other is refused and
+// changes nothing.
+func TestHandoverRecord(t *testing.T) {
+	pod := tk("x")
+	pod.Kind = model.KindPod
+	pod.Pod = []byte(`{"image":"busybox"}`)
+	shell := tk("s")
+	d := spec("d", pod, shell)
+	handover := func(task string, attempt int, worker, event string) Entry {
+		r := rec(Running, 1, attempt)
+		r.Worker, r.Event = worker, event
+		return taskPut("d", task, r)
+	}
+	r := newRig(t).must(dagPut(d, DAGRunning, 1), handover("x", 1, "w1", "dispatch"), handover("s", 1, "w1", "dispatch"))
+	r.refuse(handover("s", 1, "w2", "handover"), "only a pod task's attempt outlives its worker")
+	r.refuse(handover("x", 1, "w2", "dispatch"), "except to hand its attempt over")
+	r.refuse(handover("x", 2, "w2", "handover"), "hand-over of attempt 2, latest is 1")
+	r.refuse(handover("x", 1, "w1", "handover"), "holds the attempt already")
+	r.must(handover("x", 1, "w2", "handover"))
+	if v, _ := r.c.Task("d", "x"); v.Status != Running || v.Attempts != 1 || v.Worker != "w2" {
+		t.Fatalf("after the hand-over: %+v", v)
+	}
+	// And on: the same attempt ends on its new worker.
+	done := rec(Succeeded, 1, 1)
+	done.Worker = "w2"
+	r.must(taskPut("d", "x", done))
 }

@@ -70,6 +70,7 @@ type rawTask struct {
 	Pool     string            `json:"pool" yaml:"pool"`
 	Selector map[string]string `json:"selector" yaml:"selector"`
 
+	Pod     podDoc             `json:"pod" yaml:"pod"`
 	Outputs *model.HTTPOutputs `json:"outputs" yaml:"outputs"`
 }
 
@@ -319,6 +320,7 @@ func (r *rawDAG) toDAG() (*model.DAG, error) {
 			DependsOn: rt.DependsOn, Priority: rt.Priority,
 			MaxRetries: model.DefaultMaxRetries, Timeout: rt.Timeout,
 			Pool: rt.Pool, Selector: rt.Selector, Outputs: rt.Outputs,
+			Pod: rt.Pod.canonical(),
 		}
 		if rt.MaxRetries != nil {
 			t.MaxRetries = *rt.MaxRetries

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/orion-sched/orion/internal/expr"
+	"github.com/orion-sched/orion/internal/kube/podspec"
 	"github.com/orion-sched/orion/internal/model"
 )
 
@@ -259,8 +260,13 @@ func validateTask(p *problems, label taskLabel, t *model.Task) {
 			p.addf("%s: duration %s is out of range: want 0 to %s", label, t.Duration.D(), MaxDuration)
 		}
 	case model.KindNoop:
+	case model.KindPod:
+		validatePod(p, label, t)
 	default:
-		p.addf("%s: unknown kind %q (want shell, http, noop or sleep)", label, t.Kind)
+		p.addf("%s: unknown kind %q (want shell, http, noop, sleep or pod)", label, t.Kind)
+	}
+	if len(t.Pod) > 0 && t.Kind != model.KindPod {
+		p.addf("%s: pod is for pod tasks (kind: pod), not %s", label, t.Kind)
 	}
 	// Written as a negation so NaN (which YAML can express) fails too.
 	if !(t.Fail >= 0 && t.Fail <= 1) {
@@ -285,8 +291,12 @@ func validateSelector(p *problems, label taskLabel, t *model.Task) {
 	if t.Pool != "" && !model.ValidLabel(t.Pool) {
 		p.addf("%s: pool %q is invalid: want %s", label, t.Pool, model.LabelRule)
 	}
-	if len(t.Selector) > model.MaxLabels {
-		p.addf("%s: selector has %d labels; at most %d", label, len(t.Selector), model.MaxLabels)
+	most := model.MaxLabels
+	if t.Kind == model.KindPod {
+		most-- // a pod task requires model.PodsLabel besides
+	}
+	if len(t.Selector) > most {
+		p.addf("%s: selector has %d labels; at most %d", label, len(t.Selector), most)
 		return
 	}
 	keys := make([]string, 0, len(t.Selector))
@@ -305,6 +315,32 @@ func validateSelector(p *problems, label taskLabel, t *model.Task) {
 	}
 	if sp, ok := t.Selector[model.PoolLabel]; ok && t.Pool != "" && sp != t.Pool {
 		p.addf("%s: selector is unsatisfiable: pool %q and selector pool %q can never both hold (a worker has one value per label)", label, t.Pool, sp)
+	}
+}
+
+// validatePod checks a pod task: its `pod` object (podspec.Validate names
+// each field), and none of the fields of the other kinds, which would be
+// silently ignored.
+func validatePod(p *problems, label taskLabel, t *model.Task) {
+	if len(t.Pod) == 0 {
+		p.addf("%s: pod task needs a pod object, with at least an image", label)
+		return
+	}
+	switch {
+	case t.Command != "":
+		p.addf("%s: command is for shell tasks; a pod task's command is pod.command (a list, as in Kubernetes)", label)
+	case t.Interpreter != "" || t.Workdir != "":
+		p.addf("%s: interpreter and workdir are for shell tasks; a pod task's working directory is pod.workingDir", label)
+	case t.URL != "":
+		p.addf("%s: url is for http tasks", label)
+	}
+	for k, v := range t.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
+			p.addf("%s: env %q: names must be non-empty without '=' or NUL, values without NUL", label, k)
+		}
+	}
+	for _, msg := range podspec.Validate(t.Pod) {
+		p.addf("%s: %s", label, msg)
 	}
 }
 

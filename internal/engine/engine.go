@@ -91,6 +91,7 @@ const (
 	WorkerDisconnected                            // stream dropped: no new dispatches until it is back
 	WorkerLeft                                    // did not come back in time: its attempts are orphans
 	WorkerConfirmed                               // joined this term: it refuses older leaders from now on
+	WorkerDraining                                // stopping: no new attempts; it finishes what it runs
 )
 
 // WorkerEvent is a remote worker's arrival or departure.
@@ -526,7 +527,7 @@ func (b *resultsBeforeJoin) reset() { *b = resultsBeforeJoin{} }
 func (e *Engine) ackResults(refs []resultRef) {
 	for _, r := range refs {
 		if w := e.execs[r.worker]; w != nil {
-			w.Ack(r.id)
+			w.Ack(r.id, e.c.Recorded(r.worker, r.id))
 		}
 	}
 }
@@ -633,6 +634,11 @@ func (e *Engine) onWorker(ev WorkerEvent) {
 		// No new work until it reconnects; its attempts stay its own.
 		e.c.AddWorker(ev.ID, 0, ev.Exec.Labels())
 		e.log.Info("worker disconnected", zap.String("worker", ev.ID))
+	case WorkerDraining:
+		// Stopping (SIGTERM, a rollout): no new work; it finishes what it
+		// runs, and its pod tasks' attempts go to others when it leaves.
+		e.c.AddWorker(ev.ID, 0, ev.Exec.Labels())
+		e.log.Info("worker draining: no new attempts for it", zap.String("worker", ev.ID))
 	case WorkerConfirmed:
 		// It refuses older leaders from now on: nothing it runs can come
 		// from one that the log has not recorded.
@@ -649,7 +655,7 @@ func (e *Engine) onWorker(ev WorkerEvent) {
 		e.c.RemoveWorker(ev.ID, e.clock.Now())
 		e.m.WorkerSlots.DeleteLabelValues(ev.ID)
 		e.m.WorkerBusy.DeleteLabelValues(ev.ID)
-		e.log.Warn("worker left; its running attempts are re-queued", zap.String("worker", ev.ID))
+		e.log.Warn("worker left; its running attempts are re-queued (a pod task's is handed over to another worker)", zap.String("worker", ev.ID))
 	}
 }
 
@@ -730,10 +736,15 @@ func (e *Engine) runEffects() {
 			if e.term != nil {
 				a.Fence = e.term.Fence().Rev
 			}
+			a.Incarnation = e.incarnation
 			ex.Start(a)
 		case core.EffectCancel:
 			if ex := e.execs[ef.Worker]; ex != nil {
-				ex.Cancel(ef.ID)
+				if ef.Release {
+					ex.Release(ef.ID)
+				} else {
+					ex.Cancel(ef.ID)
+				}
 			}
 		case core.EffectTimer:
 			e.timers.push(timerItem{at: ef.At, kind: ef.Timer, id: ef.ID})

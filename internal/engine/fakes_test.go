@@ -580,7 +580,9 @@ type fakeWorker struct {
 	acks         int
 }
 
-func (w *fakeWorker) Ack(id model.AttemptID) {
+func (w *fakeWorker) Release(id model.AttemptID) { w.Cancel(id) }
+
+func (w *fakeWorker) Ack(id model.AttemptID, _ bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for i, r := range w.unacked {

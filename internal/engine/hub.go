@@ -34,6 +34,8 @@ func HubWorkers(ctx context.Context, in <-chan workerstream.Event) <-chan Worker
 				we.Kind = WorkerDisconnected
 			case workerstream.Left:
 				we.Kind = WorkerLeft
+			case workerstream.Draining:
+				we.Kind = WorkerDraining
 			default:
 				continue
 			}

@@ -49,12 +49,20 @@ type Worker interface {
 	Start(a model.Attempt)
 	// Cancel asks the worker to stop an attempt; it never blocks.
 	Cancel(id model.AttemptID)
+	// Release tells the worker that an attempt it follows is not its own
+	// any more (another worker holds it, or is being given it): it lets it
+	// go without stopping what the attempt started (a pod). It never
+	// blocks.
+	Release(id model.AttemptID)
 	// Ack tells the worker that its result for id is durable (committed,
 	// or moot because the log had moved on), so it may forget it. Until
 	// then the worker keeps the result and sends it again to every leader
 	// it connects to: a result is never lost with a leader that took it
-	// and died (or resynchronised) before committing it.
-	Ack(id model.AttemptID)
+	// and died (or resynchronised) before committing it. recorded says
+	// that the result is the one the log recorded as its attempt's end:
+	// the worker may then clean up after it (delete a pod task's pod),
+	// since no other worker will be given the attempt.
+	Ack(id model.AttemptID, recorded bool)
 }
 
 // Clock is the engine's only source of time, so that a test can drive

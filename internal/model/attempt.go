@@ -25,6 +25,19 @@ type Attempt struct {
 	// reaches a shell task as ORION_LEADER_FENCE, so that a task, or a
 	// drill recording its runs, can tell which leader's term ran it.
 	Fence int64 `json:"fence,omitempty"`
+	// Incarnation is the keyspace's incarnation (the term record's): a
+	// pod task's pod is named after it and the attempt, so that an etcd
+	// wiped and started again, whose attempt numbers start over, never
+	// takes an old pod for one of its own.
+	Incarnation string `json:"incarnation,omitempty"`
+	// Handover marks the dispatch of an attempt that another worker
+	// started and lost (a pod task's): its pod may exist already, and is
+	// adopted by name rather than created again.
+	Handover bool `json:"handover,omitempty"`
+	// Stop marks the hand-over of an attempt whose DAG was cancelled
+	// while it had no worker: its pod, if it exists, is deleted, and none
+	// is created.
+	Stop bool `json:"stop,omitempty"`
 	// MaxOutputBytes bounds the outputs the attempt may publish (the
 	// leader's max_output_bytes; 0: DefaultMaxOutputBytes). Over it the
 	// attempt fails: the leader would refuse them.

@@ -12,7 +12,7 @@ func (d *DAG) DecodedBytes() int64 {
 	for i := range d.Tasks {
 		t := &d.Tasks[i]
 		n += int64(len(t.ID) + len(t.Name) + len(t.Kind) + len(t.Command) + len(t.Interpreter) + len(t.Workdir) +
-			len(t.URL) + len(t.Method) + len(t.Pool))
+			len(t.URL) + len(t.Method) + len(t.Pool) + len(t.Pod))
 		n += int64(t.EnvBytes())
 		for k, v := range t.Selector {
 			n += int64(len(k) + len(v))

@@ -27,7 +27,15 @@ const (
 	KindHTTP  Kind = "http"  // one HTTP request, success on ExpectStatus
 	KindNoop  Kind = "noop"  // succeeds at once: demos, tests, benchmarks
 	KindSleep Kind = "sleep" // sleeps Duration, then fails with probability Fail
+	KindPod   Kind = "pod"   // one Kubernetes pod per attempt, created and followed by a worker (Pod)
 )
+
+// PodsLabel is the label of a worker that can run pod tasks: it reaches a
+// Kubernetes API with the right to create pods. A worker started with its
+// Kubernetes settings announces PodsLabel=true, and every pod task
+// requires it (Requires), so a pod task waits for such a worker, and says
+// so, rather than failing on one that cannot run it.
+const PodsLabel = "orion.io/pods"
 
 // Defaults applied by Normalize where a task leaves a field empty.
 const (
@@ -71,6 +79,12 @@ type Task struct {
 	URL          string `json:"url,omitempty"`
 	Method       string `json:"method,omitempty"`
 	ExpectStatus int    `json:"expect_status,omitempty"`
+
+	// pod: a JSON object spelled as a Kubernetes Pod's and its container's
+	// fields (image, command, args, env, resources, volumes...; see
+	// internal/kube/podspec, which validates it and writes it in one
+	// canonical form at submission). The scheduling core never reads it.
+	Pod json.RawMessage `json:"pod,omitempty"`
 
 	// sleep
 	Duration Duration `json:"duration,omitempty"`
@@ -122,17 +136,23 @@ const PoolLabel = "pool"
 // plus pool=Pool. It is nil when the task runs on any worker. Validate
 // refuses a task whose Pool and Selector's pool disagree.
 func (t *Task) Requires() map[string]string {
-	if t.Pool == "" {
+	pod := t.Kind == KindPod
+	if t.Pool == "" && !pod {
 		return t.Selector
 	}
-	if len(t.Selector) == 0 {
+	if len(t.Selector) == 0 && !pod {
 		return map[string]string{PoolLabel: t.Pool}
 	}
-	out := make(map[string]string, len(t.Selector)+1)
+	out := make(map[string]string, len(t.Selector)+2)
 	for k, v := range t.Selector {
 		out[k] = v
 	}
-	out[PoolLabel] = t.Pool
+	if t.Pool != "" {
+		out[PoolLabel] = t.Pool
+	}
+	if pod {
+		out[PodsLabel] = "true"
+	}
 	return out
 }
 
@@ -335,8 +355,11 @@ func (d *DAG) Normalize() {
 		t.Kind = Kind(strings.ToLower(strings.TrimSpace(string(t.Kind))))
 		if t.Kind == "" {
 			t.Kind = KindNoop
-			if strings.TrimSpace(t.Command) != "" {
+			switch {
+			case strings.TrimSpace(t.Command) != "":
 				t.Kind = KindShell
+			case len(t.Pod) > 0:
+				t.Kind = KindPod
 			}
 		}
 		if t.Kind == KindHTTP {
@@ -366,6 +389,9 @@ func (d *DAG) Normalize() {
 		}
 		if len(t.Selector) == 0 {
 			t.Selector = nil
+		}
+		if len(t.Pod) == 0 {
+			t.Pod = nil
 		}
 		if t.Outputs != nil && t.Outputs.Body == "" && len(t.Outputs.JSON) == 0 {
 			t.Outputs = nil

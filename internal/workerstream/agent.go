@@ -78,10 +78,11 @@ type Agent struct {
 	syncReqs  chan chan int
 	running   atomic.Bool
 
-	mu      sync.Mutex
-	cur     *session // the stream results go to, once it said hello
-	unacked resultLog
-	joined  *Term // the newest term the agent joined: it refuses older ones
+	mu       sync.Mutex
+	cur      *session // the stream results go to, once it said hello
+	unacked  resultLog
+	joined   *Term // the newest term the agent joined: it refuses older ones
+	draining bool  // StopTaking was called: every leader hears it
 }
 
 // NewAgent returns an agent; Run starts it.
@@ -244,6 +245,21 @@ func (a *Agent) Drain(ctx context.Context) error {
 	}
 }
 
+// StopTaking tells the leader, now and on every stream after, that this
+// worker is stopping: it is dispatched no new attempts and finishes those
+// it runs (the worker's drain on SIGTERM).
+func (a *Agent) StopTaking() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.draining {
+		return
+	}
+	a.draining = true
+	if a.cur != nil {
+		a.cur.send(Msg{Type: TypeDraining})
+	}
+}
+
 // Leader names the leader of the current stream, if one has welcomed us.
 func (a *Agent) Leader() (string, bool) {
 	a.mu.Lock()
@@ -321,7 +337,8 @@ func (a *Agent) hello(s *session, results <-chan model.Result) {
 		}
 	})
 	s.send(Msg{Type: TypeHello, Hello: &Hello{Worker: a.cfg.Exec.ID(), Slots: a.cfg.Exec.Slots(), InFlight: inflight,
-		Replica: a.cfg.Replica, Version: ProtocolVersion, Labels: a.cfg.Labels, Host: hostname, PID: os.Getpid(), Instance: a.instance}})
+		Replica: a.cfg.Replica, Version: ProtocolVersion, Labels: a.cfg.Labels, Host: hostname, PID: os.Getpid(), Instance: a.instance,
+		Draining: a.draining}})
 	a.unacked.each(func(r model.Result) {
 		s.send(Msg{Type: TypeResult, Result: &r})
 	})
@@ -330,11 +347,16 @@ func (a *Agent) hello(s *session, results <-chan model.Result) {
 
 // ack forgets a result the leader has committed (or found moot). Until then
 // it stays queued and goes to every leader the agent connects to, however
-// long that takes: an ack means durable, not received.
-func (a *Agent) ack(id model.AttemptID) {
+// long that takes: an ack means durable, not received. A result the log
+// recorded as its attempt's end is passed on to an executor that cleans
+// up after its attempts (executor.Recorder).
+func (a *Agent) ack(id model.AttemptID, recorded bool) {
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	a.unacked.ack(id)
+	a.mu.Unlock()
+	if rec, ok := a.cfg.Exec.(executor.Recorder); ok && recorded {
+		rec.Recorded(id)
+	}
 }
 
 // welcome records the leader that answered the hello, unless its term is
@@ -473,9 +495,17 @@ func (s *session) handle(m Msg) {
 		if m.ID != nil {
 			a.cfg.Exec.Cancel(*m.ID)
 		}
+	case TypeRelease:
+		if m.ID != nil {
+			if r, ok := a.cfg.Exec.(executor.Releaser); ok {
+				r.Release(*m.ID)
+			} else {
+				a.cfg.Exec.Cancel(*m.ID)
+			}
+		}
 	case TypeAck:
 		if m.ID != nil {
-			a.ack(*m.ID)
+			a.ack(*m.ID, m.Recorded)
 		}
 	case TypeLogRequest:
 		if m.LogReq != nil {

@@ -213,7 +213,7 @@ func nextResult(t *testing.T, h *Hub) model.Result {
 	t.Helper()
 	r := pendingResult(t, h)
 	if w := h.Worker(r.Worker); w != nil {
-		w.Ack(r.AttemptID)
+		w.Ack(r.AttemptID, true)
 	}
 	return r
 }

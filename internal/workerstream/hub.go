@@ -99,6 +99,9 @@ const (
 	// every leader older than this one from now on (see Term). Once per
 	// stream, after its Joined.
 	Confirmed
+	// Draining: the worker is stopping: no new attempts for it (its Slots
+	// are 0 from now on); it finishes those it runs, then leaves.
+	Draining
 )
 
 func (k EventKind) String() string {
@@ -111,6 +114,8 @@ func (k EventKind) String() string {
 		return "left"
 	case Confirmed:
 		return "confirmed"
+	case Draining:
+		return "draining"
 	}
 	return fmt.Sprintf("EventKind(%d)", int(k))
 }
@@ -568,6 +573,7 @@ func (h *Hub) join(hc *hubConn, hello *Hello) (ok bool, full string) {
 		}
 	}
 	w.slots, w.replica, w.labels, w.host, w.pid, w.instance = hello.Slots, hello.Replica, hello.Labels, hello.Host, hello.PID, hello.Instance
+	w.draining = hello.Draining
 	w.conn, hc.worker, w.since = hc, w, now
 	w.reported = make(map[model.AttemptID]struct{}, len(hello.InFlight))
 	for _, id := range hello.InFlight {
@@ -735,6 +741,14 @@ func (h *Hub) handle(hc *hubConn, m Msg) (free bool) {
 		if w := hc.worker; w != nil && !hc.confirmed && m.Term != nil && hc.term != nil && *m.Term == *hc.term {
 			hc.confirmed = true
 			h.events.push(Event{Kind: Confirmed, ID: w.id, Worker: w})
+		}
+		h.mu.Unlock()
+	case TypeDraining:
+		h.mu.Lock()
+		if w := hc.worker; w != nil && !w.draining {
+			w.draining = true
+			h.events.push(Event{Kind: Draining, ID: w.id, Worker: w})
+			h.log.Info("worker draining: it takes no new attempts", zap.String("worker", w.id))
 		}
 		h.mu.Unlock()
 	case TypeHello:

@@ -16,10 +16,10 @@
 // Msg values themselves travel, unserialized.
 //
 //	worker → leader   hello (first), joined (after the welcome), result,
-//	                  heartbeat, log_chunk
-//	leader → worker   welcome (answers hello), dispatch, cancel, ack,
-//	                  heartbeat, log_request, peers, not_leader or refused
-//	                  (then the leader closes)
+//	                  heartbeat, log_chunk, draining
+//	leader → worker   welcome (answers hello), dispatch, cancel, release,
+//	                  ack, heartbeat, log_request, peers, not_leader or
+//	                  refused (then the leader closes)
 //
 // Both sides send a heartbeat every heartbeat interval and drop a stream on
 // which nothing arrived for the stale timeout. Results are acknowledged
@@ -65,6 +65,15 @@ const (
 	TypePeers      = "peers"       // leader → worker: Peers, after welcome and whenever they change
 	TypeJoined     = "joined"      // worker → leader: Term, the welcome's, now the oldest it accepts
 	TypeRefused    = "refused"     // leader → worker: Refusal; the stream is then closed
+	// TypeRelease (leader → worker: ID): the attempt is another worker's
+	// now: stop following it without stopping what it started (a pod
+	// task's pod runs on for its new holder). A worker of an earlier
+	// version ignores it; it runs no pod tasks.
+	TypeRelease = "release"
+	// TypeDraining (worker → leader, no payload): the worker is stopping;
+	// it takes no new attempts and finishes those it runs. A hub of an
+	// earlier version ignores it.
+	TypeDraining = "draining"
 )
 
 // Msg is one message of the stream. Type says which payload field is set.
@@ -81,6 +90,9 @@ type Msg struct {
 	Peers    []Peer           `json:"peers,omitempty"`
 	Term     *Term            `json:"term,omitempty"`
 	Refusal  *Refusal         `json:"refusal,omitempty"`
+	// Recorded (ack): the log recorded the result as its attempt's end,
+	// so the worker may clean up after it (Worker.Ack in package engine).
+	Recorded bool `json:"recorded,omitempty"`
 }
 
 // Refusal says why the leader closes a stream: its hello (a worker id,
@@ -141,6 +153,9 @@ type Hello struct {
 	// two empty ones (an earlier version, restarted or not) are taken as
 	// the same process, as before.
 	Instance string `json:"instance,omitempty"`
+	// Draining: the worker is stopping (TypeDraining): it takes no new
+	// attempts, whatever its slots.
+	Draining bool `json:"draining,omitempty"`
 }
 
 // Welcome accepts a worker. The worker sends heartbeats at least every

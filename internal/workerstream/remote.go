@@ -40,6 +40,7 @@ type RemoteWorker struct {
 	reported    map[model.AttemptID]struct{}   // in the last hello, no result yet
 	cancels     []model.AttemptID              // asked while disconnected
 	logs        map[uint64]*logReader
+	draining    bool // it said it is stopping: no slots for new attempts
 }
 
 type outAttempt struct {
@@ -56,6 +57,9 @@ func (w *RemoteWorker) ID() string { return w.id }
 func (w *RemoteWorker) Slots() int {
 	w.hub.mu.Lock()
 	defer w.hub.mu.Unlock()
+	if w.draining {
+		return 0
+	}
 	return w.slots
 }
 
@@ -118,15 +122,34 @@ func (w *RemoteWorker) Cancel(id model.AttemptID) {
 	w.cancels = append(w.cancels, id)
 }
 
+// Release tells the worker that an attempt is another worker's now: it
+// stops following it without stopping what it started (a pod). It never
+// blocks. The worker sends no result for it, so it is no longer
+// outstanding here: it is not sent to the worker again when it reconnects.
+func (w *RemoteWorker) Release(id model.AttemptID) {
+	h := w.hub
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if w.left {
+		return
+	}
+	delete(w.outstanding, id)
+	if w.conn != nil {
+		w.conn.send(Msg{Type: TypeRelease, ID: &id})
+	}
+}
+
 // Ack tells the worker its result for id is committed, so it may forget it;
-// it never blocks. A worker that is disconnected gets no ack: it sends the
-// result again when it reconnects, and the scheduler acks it then.
-func (w *RemoteWorker) Ack(id model.AttemptID) {
+// it never blocks. recorded says the log took the result as the attempt's
+// end (package engine's Worker.Ack). A worker that is disconnected gets no
+// ack: it sends the result again when it reconnects, and the scheduler
+// acks it then.
+func (w *RemoteWorker) Ack(id model.AttemptID, recorded bool) {
 	h := w.hub
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if w.conn != nil {
-		w.conn.send(Msg{Type: TypeAck, ID: &id})
+		w.conn.send(Msg{Type: TypeAck, ID: &id, Recorded: recorded})
 	}
 }
 

@@ -328,7 +328,7 @@ func TestResultKeptUntilAcknowledged(t *testing.T) {
 	}
 
 	// Acknowledged now; a probe proves nothing else was queued before it.
-	ev.Worker.Ack(first.AttemptID)
+	ev.Worker.Ack(first.AttemptID, true)
 	probe := attempt("d1", "probe", 1, noop())
 	ev.Worker.Start(probe)
 	if r := nextResult(t, h1); r.AttemptID != probe.AttemptID {

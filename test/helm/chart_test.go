@@ -42,14 +42,18 @@ type expect struct {
 	slots         int    // config.slots
 	authSecret    string
 	authKey       string
-	chartSecret   bool // the chart renders the token Secret
-	monitoring    bool // ServiceMonitor and PrometheusRule
-	active        bool // the -active Service and its RBAC
+	chartSecret   bool   // the chart renders the token Secret
+	monitoring    bool   // ServiceMonitor and PrometheusRule
+	active        bool   // the -active Service and its RBAC
+	podTasks      string // namespace of pod tasks ("": disabled)
+	drainTimeout  string // the workers' --drain-timeout
 }
 
 // matrix: every file in test/helm/values and what it must give.
 var matrix = map[string]expect{
 	"defaults.yaml": {etcd: 3, scheduler: 3, workers: 2, workerSlots: 16,
+		authSecret: "orion-auth", authKey: "token", chartSecret: true},
+	"pod-tasks.yaml": {etcd: 3, scheduler: 3, workers: 2, workerSlots: 16, podTasks: "jobs", drainTimeout: "55s",
 		authSecret: "orion-auth", authKey: "token", chartSecret: true},
 	"external-etcd-tls.yaml": {etcd: 0, etcdTLS: true, etcdAuth: "orion-etcd-auth", scheduler: 3, workers: 2, workerSlots: 16,
 		etcdEndpoints: []string{"https://etcd-a.db.example.internal:2379", "https://etcd-b.db.example.internal:2379", "https://etcd-c.db.example.internal:2379"},
@@ -125,7 +129,12 @@ func checkCommon(t *testing.T, r *Rendered, e expect) {
 			t.Fatal(err)
 		}
 		where := o.Kind + "/" + o.Name
-		if m.GetNamespace() != namespace {
+		podTasksRBAC := (o.Kind == "Role" || o.Kind == "RoleBinding") && o.Name == workerDeploy+"-pod-tasks"
+		if podTasksRBAC && e.podTasks != "" {
+			if m.GetNamespace() != e.podTasks {
+				t.Errorf("%s: namespace %q, want the pod tasks' %q", where, m.GetNamespace(), e.podTasks)
+			}
+		} else if m.GetNamespace() != namespace {
 			t.Errorf("%s: namespace %q, want %q", where, m.GetNamespace(), namespace)
 		}
 		for _, l := range standardLabels {
@@ -763,12 +772,17 @@ func checkWorkers(t *testing.T, r *Rendered, e expect) {
 		t.Errorf("workers: replicas %v, want %d and no HPA", d.Spec.Replicas, e.workers)
 	}
 	spec := &d.Spec.Template.Spec
-	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
-		t.Errorf("workers run arbitrary tasks: they must not mount a service account token")
-	}
 	c := container(spec, "worker")
 	if c == nil || len(c.Args) == 0 || c.Args[0] != "worker" {
 		t.Fatalf("worker container: want `orion worker ...`, got %+v", c)
+	}
+	checkPodTasks(t, r, e, spec, c)
+	drain := e.drainTimeout
+	if drain == "" {
+		drain = "25s" // terminationGracePeriodSeconds (30) less 5
+	}
+	if v, _ := flagValue(c.Args, "drain-timeout"); v != drain {
+		t.Errorf("worker --drain-timeout %q, want %q: the pod's grace less 5 s", v, drain)
 	}
 	if !strings.HasSuffix(c.Image, "-worker") {
 		t.Errorf("worker image %s: want the Dockerfile's worker target (tag suffix -worker, it has /bin/sh)", c.Image)
@@ -916,5 +930,45 @@ func TestChartSecret(t *testing.T) {
 	r = render(t, "", "--set", "auth.existingSecret=mine")
 	if len(r.All("Secret")) != 0 {
 		t.Errorf("auth.existingSecret set, but the chart renders a Secret")
+	}
+}
+
+// checkPodTasks: with pod tasks, the workers' own ServiceAccount holds
+// exactly the rights pod tasks take, in their namespace (a Role, not a
+// ClusterRole), and the workers mount its token; without, no token at all.
+func checkPodTasks(t *testing.T, r *Rendered, e expect, spec *corev1.PodSpec, c *corev1.Container) {
+	role, _ := r.Get("Role", workerDeploy+"-pod-tasks").(*rbacv1.Role)
+	binding, _ := r.Get("RoleBinding", workerDeploy+"-pod-tasks").(*rbacv1.RoleBinding)
+	automount := spec.AutomountServiceAccountToken != nil && *spec.AutomountServiceAccountToken
+	_, pods := flagValue(c.Args, "pods")
+	if e.podTasks == "" {
+		if automount {
+			t.Errorf("workers run arbitrary tasks: without pod tasks they must not mount a service account token")
+		}
+		if role != nil || binding != nil || pods {
+			t.Errorf("pod tasks disabled: want no Role, RoleBinding or --pods")
+		}
+		return
+	}
+	if !automount || spec.ServiceAccountName != workerDeploy || !pods {
+		t.Fatalf("pod tasks: want the workers on ServiceAccount %s with its token and --pods; got %q, automount %v, --pods %v",
+			workerDeploy, spec.ServiceAccountName, automount, pods)
+	}
+	if ns, _ := flagValue(c.Args, "pod-namespace"); ns != e.podTasks {
+		t.Errorf("--pod-namespace %q, want %q", ns, e.podTasks)
+	}
+	if len(r.All("ClusterRole"))+len(r.All("ClusterRoleBinding")) > 0 {
+		t.Errorf("pod tasks need no cluster-wide rights")
+	}
+	want := []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"create", "get", "list", "watch", "delete"}},
+		{APIGroups: []string{""}, Resources: []string{"pods/log"}, Verbs: []string{"get"}},
+	}
+	if role == nil || !reflect.DeepEqual(role.Rules, want) {
+		t.Fatalf("pod tasks Role: want %+v, got %+v", want, role)
+	}
+	if binding == nil || binding.RoleRef.Name != role.Name || len(binding.Subjects) != 1 ||
+		binding.Subjects[0].Name != workerDeploy || binding.Subjects[0].Namespace != namespace {
+		t.Errorf("pod tasks RoleBinding %+v does not bind Role %s to ServiceAccount %s/%s", binding, role.Name, namespace, workerDeploy)
 	}
 }

@@ -44,6 +44,9 @@ func TestSchemaRejects(t *testing.T) {
 		{"bad compaction mode", []string{"--set", "etcd.autoCompaction.mode=sometimes"}, "etcd.autoCompaction.mode"},
 		{"bad HPA target", []string{"--set", "workers.autoscaling.targetCPUUtilizationPercentage=150"}, "targetCPUUtilizationPercentage"},
 		{"long fullname", []string{"--set", "fullnameOverride=" + strings.Repeat("o", 41)}, "fullnameOverride"},
+		{"bad pod tasks namespace", []string{"--set", "workers.podTasks.namespace=Jobs_1"}, "workers.podTasks.namespace"},
+		{"bad pod tasks duration", []string{"--set", "workers.podTasks.deleteFailed=ten minutes"}, "workers.podTasks.deleteFailed"},
+		{"unknown pod tasks key", []string{"--set", "workers.podTasks.clusterRole=true"}, "clusterRole"},
 		// The chart's own checks (templates/_helpers.tpl orion.validate).
 		{"no one runs tasks", []string{"--set", "workers.enabled=false"}, "config.slots"},
 		{"txn larger than etcd allows", []string{"--set", "config.max_txn_ops=2048"}, "max_txn_ops"},

@@ -385,7 +385,7 @@ serializeImagePulls: false
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 evictionHard: {memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%}
-maxPods: 60
+maxPods: 150
 podPidsLimit: 4096
 EOF
   start kubelet "$KBIN/kubelet" --config="$STATE/kubelet.yaml" --kubeconfig="$P/kubelet.kubeconfig" \

@@ -67,6 +67,9 @@ fi
 ) &
 WATCHDOG=$!
 cleanup() {
+  # Its sleep first: killed alone, the subshell leaves it running, holding
+  # whatever the run inherited (a `flock` on the shared lock, for 40 min).
+  pkill -P "$WATCHDOG" 2>/dev/null
   kill "$WATCHDOG" 2>/dev/null
   local t=$(date +%s)
   $HERE/cluster.sh down >/dev/null 2>&1 || say "teardown reported an error (state in /var/lib/orion-kube, /run/orion-kube)"

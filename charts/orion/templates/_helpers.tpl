@@ -29,6 +29,8 @@ Names. The full name is capped at 40 characters: StatefulSet pods get
 {{- define "orion.scheduler.fullname" -}}{{ include "orion.fullname" . }}-scheduler{{- end }}
 {{- define "orion.scheduler.headless" -}}{{ include "orion.fullname" . }}-scheduler-headless{{- end }}
 {{- define "orion.worker.fullname" -}}{{ include "orion.fullname" . }}-worker{{- end }}
+{{- define "orion.worker.serviceAccountName" -}}{{ include "orion.fullname" . }}-worker{{- end }}
+{{- define "orion.podTasks.namespace" -}}{{ default .Release.Namespace .Values.workers.podTasks.namespace }}{{- end }}
 {{- define "orion.api.service" -}}{{ include "orion.fullname" . }}{{- end }}
 {{- define "orion.active.service" -}}{{ include "orion.fullname" . }}-active{{- end }}
 {{- define "orion.config.name" -}}{{ include "orion.fullname" . }}-config{{- end }}

@@ -32,3 +32,17 @@ type Executor interface {
 	// Close cancels everything running and waits for it to stop.
 	Close() error
 }
+
+// Releaser is an executor that can let an attempt go without stopping what
+// it started: a pod task's pod runs on for the worker the attempt was
+// handed to. For anything else Release is Cancel.
+type Releaser interface {
+	Release(id model.AttemptID)
+}
+
+// Recorder is an executor told when the log has recorded one of its
+// results as its attempt's end: no other worker will be given the attempt,
+// so what it left behind (a pod task's pod) may go.
+type Recorder interface {
+	Recorded(id model.AttemptID)
+}

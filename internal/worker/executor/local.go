@@ -43,6 +43,9 @@ type LocalConfig struct {
 	// KillGrace is the delay between SIGTERM and SIGKILL to a shell attempt's
 	// process group on cancel/timeout. <= 0: DefaultKillGrace.
 	KillGrace time.Duration
+	// Pods runs pod tasks. Nil: this executor runs none (the leader never
+	// sends it one: it does not announce model.PodsLabel).
+	Pods PodRunner
 }
 
 // Local runs attempts on this machine. It implements Executor.
@@ -72,6 +75,7 @@ type Local struct {
 	http      *http.Client
 	killGrace time.Duration
 	baseEnv   []string // os.Environ() at construction
+	pods      PodRunner
 
 	// ownerDir holds journal, the record of this executor's running
 	// attempts (package reap); journal is nil when it could not be created,
@@ -100,6 +104,7 @@ type Local struct {
 	shells    map[model.AttemptID]struct{} // shell attempts run here: a missing log is an empty one
 	shellIDs  []model.AttemptID            // the same in order, to forget the oldest
 	closing   bool                         // Close called: no new attempts
+	draining  bool                         // StopTaking called: no new attempts but pod tasks'
 	pumpDone  bool                         // pump exited: emit is best-effort
 	active    int                          // attempt goroutines holding a slot
 	runs      map[model.AttemptID]*entry   // queued and running attempts
@@ -119,6 +124,7 @@ type entry struct {
 	cancel    context.CancelCauseFunc
 	cancelled bool // Cancel (or Close) accepted; guarded by Local.mu
 	queued    bool // waiting for a slot; guarded by Local.mu
+	letGo     bool // a pod attempt let go (Close, Release): nothing to report; guarded by Local.mu
 }
 
 var (
@@ -162,6 +168,7 @@ func NewLocal(cfg LocalConfig) (*Local, error) {
 		http:      cfg.HTTPClient,
 		killGrace: cfg.KillGrace,
 		baseEnv:   os.Environ(),
+		pods:      cfg.Pods,
 		ctx:       ctx,
 		stop:      stop,
 		results:   make(chan model.Result, max(1024, 4*cfg.Slots)),
@@ -234,6 +241,15 @@ func (l *Local) Start(a model.Attempt) {
 		l.mu.Unlock()
 		return
 	case model.KindShell, model.KindHTTP, model.KindSleep:
+	case model.KindPod:
+		if l.pods == nil {
+			l.mu.Lock()
+			now := time.Now()
+			l.emitLocked(model.Result{AttemptID: a.AttemptID, Worker: l.id, Outcome: model.Failed, ExitCode: -1,
+				Error: "this worker runs no pod tasks: it has no Kubernetes API (orion worker --kube-namespace)", StartedAt: now, FinishedAt: now})
+			l.mu.Unlock()
+			return
+		}
 	default:
 		l.mu.Lock()
 		now := time.Now()
@@ -245,7 +261,9 @@ func (l *Local) Start(a model.Attempt) {
 
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.closing {
+	if l.closing || l.draining && a.Spec.Kind != model.KindPod {
+		// Not started: the leader runs it elsewhere, without consuming a
+		// retry (a pod attempt, without a second pod: core hands it over).
 		now := time.Now()
 		l.emitLocked(model.Result{AttemptID: a.AttemptID, Worker: l.id, Outcome: model.Cancelled, ExitCode: -1,
 			Error: errClosed.Error(), StartedAt: now, FinishedAt: now})
@@ -307,6 +325,18 @@ func (l *Local) run(e *entry) {
 	defer l.wg.Done()
 	r := model.Result{AttemptID: e.a.AttemptID, Worker: l.id, ExitCode: -1, StartedAt: time.Now()}
 	ctx := e.ctx
+	if e.a.Spec.Kind == model.KindPod {
+		// The pod runner keeps the attempt's time itself (PodRunner).
+		reported := l.runPod(ctx, e.a, &r)
+		r.FinishedAt = time.Now()
+		if !reported {
+			l.mu.Lock()
+			e.letGo = true
+			l.mu.Unlock()
+		}
+		l.finish(e, r)
+		return
+	}
 	if t := e.a.Spec.Timeout.D(); t > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeoutCause(ctx, t, timeoutError(t))
@@ -352,6 +382,16 @@ func (l *Local) finish(e *entry, r model.Result) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	delete(l.runs, e.a.AttemptID)
+	if e.letGo {
+		// A pod attempt let go: its pod runs on, another worker follows
+		// it, and this worker reports nothing of it.
+		if next := l.dequeueLocked(); next != nil {
+			l.launchLocked(next)
+		} else {
+			l.active--
+		}
+		return
+	}
 	if e.cancelled && r.Outcome != model.Cancelled {
 		if r.Error == "" || r.Outcome == model.Succeeded {
 			r.Error = errCancelled.Error()
@@ -527,7 +567,14 @@ func (l *Local) Close() error {
 	}
 	l.closing = true
 	for _, e := range l.runs {
-		if !e.cancelled {
+		switch {
+		case e.cancelled:
+		case e.a.Spec.Kind == model.KindPod && !e.queued:
+			// Its pod outlives this process: the worker the leader
+			// hands the attempt to next adopts it.
+			e.letGo = true
+			l.cancelLocked(e, ErrLetGo)
+		default:
 			l.cancelLocked(e, errClosed)
 		}
 	}

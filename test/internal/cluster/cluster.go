@@ -446,7 +446,7 @@ func Define(t *testing.T, o Options) *Cluster {
 		c.Workers = append(c.Workers, &Proc{t: t, Name: name, Dir: filepath.Join(c.Dir, name),
 			LogPath: filepath.Join(c.Dir, name+".log"),
 			Args: []string{"worker", "--server", strings.Join(apiURLs, ","), "--slots", "4", "--name", name,
-				"--log-dir", filepath.Join(c.Dir, name, "logs")}})
+				"--log-dir", filepath.Join(c.Dir, name, "logs"), "--drain-timeout", "3s"}})
 		if o.Token != "" {
 			c.Workers[i-1].Args = append(c.Workers[i-1].Args, "--token", o.Token)
 		}

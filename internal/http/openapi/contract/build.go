@@ -25,8 +25,17 @@ import (
 
 	"github.com/orion-sched/orion/internal/core"
 	"github.com/orion-sched/orion/internal/http/apitypes"
+	"github.com/orion-sched/orion/internal/kube/podspec"
 	"github.com/orion-sched/orion/internal/model"
 )
+
+// rawObjects are the json.RawMessage fields that hold an object of known
+// fields, by "package.Type.Field".
+var rawObjects = map[string]RawObject{
+	"model.Task.Pod": {Name: "PodTaskSpec", Type: reflect.TypeFor[podspec.Spec](),
+		Doc: "A pod task's pod (docs/dag-file.md#pod-tasks): a Kubernetes container's and pod's fields, " +
+			"spelled as in a Pod manifest, in one object; nested objects are Kubernetes' own (core/v1)."},
+}
 
 // Build returns the document, reading comments and enums through src.
 func Build(src *Source) (*openapi3.T, error) {

@@ -238,7 +238,13 @@ func (g *schemas) fields(s *openapi3.Schema, t reflect.Type, m mode) error {
 			return fmt.Errorf("%s.%s: the ,string option is not described", t, f.Name)
 		}
 		omitempty := strings.Contains(opts, "omitempty") || strings.Contains(opts, "omitzero")
-		fr, err := g.ref(f.Type, m)
+		var fr *openapi3.SchemaRef
+		var err error
+		if obj, ok := rawObjects[t.String()+"."+f.Name]; ok && f.Type == rawType {
+			fr, err = g.rawObject(obj)
+		} else {
+			fr, err = g.ref(f.Type, m)
+		}
 		if err != nil {
 			return fmt.Errorf("%s.%s: %w", t, f.Name, err)
 		}
@@ -277,4 +283,67 @@ func describe(r *openapi3.SchemaRef, doc string) *openapi3.SchemaRef {
 	c := *r.Value
 	c.Description = doc
 	return openapi3.NewSchemaRef("", &c)
+}
+
+// RawObject describes a json.RawMessage field that holds an object another
+// package decodes strictly (a pod task's `pod`): its top-level fields and
+// their JSON kinds, read from that package's Go type, and nothing else.
+type RawObject struct {
+	Name string       // the component's name
+	Type reflect.Type // the struct the object decodes into
+	Doc  string
+}
+
+// rawObject is the component of o: an object of o.Type's json fields, each
+// of the JSON kind its Go type has (nested objects are not described
+// further: they are spelled as the package that decodes them says), no
+// other fields, and the fields without omitempty required.
+func (g *schemas) rawObject(o RawObject) (*openapi3.SchemaRef, error) {
+	err := g.component(o.Name, o.Type, func() (*openapi3.Schema, error) {
+		no := false
+		s := &openapi3.Schema{Type: types("object"), Properties: openapi3.Schemas{}, Description: o.Doc,
+			AdditionalProperties: openapi3.AdditionalProperties{Has: &no}}
+		for i := range o.Type.NumField() {
+			f := o.Type.Field(i)
+			name, opts, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if name == "" || name == "-" || !f.IsExported() {
+				return nil, fmt.Errorf("%s.%s: name its wire field", o.Type, f.Name)
+			}
+			s.Properties[name] = shallow(f.Type)
+			if !strings.Contains(opts, "omitempty") {
+				s.Required = append(s.Required, name)
+			}
+		}
+		return s, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return ref(o.Name), nil
+}
+
+// shallow is the JSON kind of t, one level deep.
+func shallow(t reflect.Type) *openapi3.SchemaRef {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return inline("string", "")
+	case reflect.Bool:
+		return inline("boolean", "")
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return inline("integer", "")
+	case reflect.Float32, reflect.Float64:
+		return inline("number", "")
+	case reflect.Slice, reflect.Array:
+		return openapi3.NewSchemaRef("", &openapi3.Schema{Type: types("array"), Items: shallow(t.Elem())})
+	case reflect.Map:
+		return openapi3.NewSchemaRef("", &openapi3.Schema{Type: types("object"),
+			AdditionalProperties: openapi3.AdditionalProperties{Schema: shallow(t.Elem())}})
+	case reflect.Struct:
+		return inline("object", "")
+	}
+	return openapi3.NewSchemaRef("", &openapi3.Schema{})
 }

@@ -204,6 +204,9 @@ func TestLiveAnswers(t *testing.T) {
 		sleeper = `{"id":"s1","tasks":[{"id":"z","kind":"sleep","duration":"1m"},{"id":"after","kind":"noop","depends_on":["z"]}]}`
 		cron    = `{"id":"nightly","schedule":{"cron":"0 2 * * *","timezone":"UTC"},"tasks":[{"id":"a","kind":"noop"}]}`
 		failing = `{"id":"f1","tasks":[{"id":"a","command":"exit 3","max_retries":0}]}`
+		// No worker runs pods here: the pod task waits, its spec is answered as stored.
+		pod    = `{"id":"p1","tasks":[{"id":"a","kind":"pod","pod":{"image":"busybox:1.36","command":["sh","-c","echo hi"],"resources":{"limits":{"memory":"64Mi"}},"nodeSelector":{"disk":"ssd"}}}]}`
+		badPod = `{"id":"p2","tasks":[{"id":"a","kind":"pod","pod":{"image":"busybox","resources":{"limits":{"memory":"lots"}}}}]}`
 	)
 	// Small in bytes, large once its aliases are expanded: over the decoded budget (twice max_body_bytes).
 	var env []string
@@ -231,6 +234,9 @@ func TestLiveAnswers(t *testing.T) {
 		{method: "POST", path: "/api/v1/dags", body: alias, hdr: []string{"Content-Type", "application/yaml"}, status: 413, code: apitypes.CodeDAGTooLarge},
 		{method: "POST", path: "/api/v1/dags", body: `{"id":"y","tasks":[{"id":"a","kind":"noop"}]}`, hdr: []string{"Content-Type", "application/yaml"}, status: 201},
 		{method: "POST", path: "/api/v1/dags", body: sleeper, status: 201},
+		{method: "POST", path: "/api/v1/dags", body: pod, status: 201},
+		{method: "GET", path: "/api/v1/dags/p1", status: 200},
+		{method: "POST", path: "/api/v1/dags", body: badPod, status: 400, code: apitypes.CodeInvalidDAG},
 		{method: "GET", path: "/api/v1/dags", status: 200},
 		{method: "GET", path: "/api/v1/dags?status=running&limit=5", status: 200},
 		{method: "GET", path: "/api/v1/dags?status=sleeping", status: 400, code: apitypes.CodeBadRequest},

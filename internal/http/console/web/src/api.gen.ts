@@ -970,6 +970,34 @@ export interface components {
         Params: {
             [key: string]: unknown;
         };
+        /** @description A pod task's pod (docs/dag-file.md#pod-tasks): a Kubernetes container's and pod's fields, spelled as in a Pod manifest, in one object; nested objects are Kubernetes' own (core/v1). */
+        PodTaskSpec: {
+            affinity?: Record<string, never>;
+            annotations?: {
+                [key: string]: string;
+            };
+            args?: string[];
+            command?: string[];
+            env?: Record<string, never>[];
+            envFrom?: Record<string, never>[];
+            image: string;
+            imagePullPolicy?: string;
+            imagePullSecrets?: Record<string, never>[];
+            labels?: {
+                [key: string]: string;
+            };
+            nodeSelector?: {
+                [key: string]: string;
+            };
+            priorityClassName?: string;
+            resources?: Record<string, never>;
+            securityContext?: Record<string, never>;
+            serviceAccountName?: string;
+            tolerations?: Record<string, never>[];
+            volumeMounts?: Record<string, never>[];
+            volumes?: Record<string, never>[];
+            workingDir?: string;
+        };
         /** @description A probability between 0 and 1. */
         Probability: number;
         /** @description A probability between 0 and 1; true means 1, false 0. */
@@ -1307,9 +1335,10 @@ export interface components {
          *     - `http`: one HTTP request, success on ExpectStatus
          *     - `noop`: succeeds at once: demos, tests, benchmarks
          *     - `sleep`: sleeps Duration, then fails with probability Fail
+         *     - `pod`: one Kubernetes pod per attempt, created and followed by a worker (Pod)
          * @enum {string}
          */
-        TaskKind: "shell" | "http" | "noop" | "sleep";
+        TaskKind: "shell" | "http" | "noop" | "sleep" | "pod";
         /**
          * @description What a task runs (case and surrounding spaces are ignored; absent: shell with a command, noop otherwise).
          *
@@ -1317,9 +1346,10 @@ export interface components {
          *     - `http`: one HTTP request, success on ExpectStatus
          *     - `noop`: succeeds at once: demos, tests, benchmarks
          *     - `sleep`: sleeps Duration, then fails with probability Fail
+         *     - `pod`: one Kubernetes pod per attempt, created and followed by a worker (Pod)
          * @enum {string}
          */
-        TaskKindInput: "shell" | "http" | "noop" | "sleep";
+        TaskKindInput: "shell" | "http" | "noop" | "sleep" | "pod";
         /** @description Task is one node of the graph. */
         TaskSpec: {
             /** @description shell */
@@ -1344,6 +1374,8 @@ export interface components {
             name?: string;
             /** @description Outputs says which outputs an http task takes from its response (a shell task writes its own to $ORION_OUTPUTS). */
             outputs?: components["schemas"]["HTTPOutputs"];
+            /** @description pod: a JSON object spelled as a Kubernetes Pod's and its container's fields (image, command, args, env, resources, volumes...; see internal/kube/podspec, which validates it and writes it in one canonical form at submission). The scheduling core never reads it. */
+            pod?: components["schemas"]["PodTaskSpec"];
             /** @description Pool is shorthand for the label requirement pool=<Pool>. */
             pool?: string;
             /** @description lower runs first; 0 is the most urgent */
@@ -1382,6 +1414,8 @@ export interface components {
             name?: string;
             /** @description Outputs says which outputs an http task takes from its response (a shell task writes its own to $ORION_OUTPUTS). */
             outputs?: components["schemas"]["HTTPOutputsInput"];
+            /** @description pod: a JSON object spelled as a Kubernetes Pod's and its container's fields (image, command, args, env, resources, volumes...; see internal/kube/podspec, which validates it and writes it in one canonical form at submission). The scheduling core never reads it. */
+            pod?: components["schemas"]["PodTaskSpec"];
             /** @description Pool is shorthand for the label requirement pool=<Pool>. */
             pool?: string;
             /** @description lower runs first; 0 is the most urgent */
@@ -3177,8 +3211,8 @@ type ReadonlyArray<T> = [
 ] ? Readonly<Exclude<T, undefined>> : Readonly<Exclude<T, undefined>[]>;
 export const dAGStatusValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["DAGStatus"]> = ["running", "succeeded", "failed", "cancelled"];
 export const errorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ErrorCode"]> = ["parse_error", "unsupported_media_type", "invalid_dag", "cycle", "too_many_tasks", "dag_too_large", "invalid_schedule", "bad_request", "unauthorized", "forbidden", "cross_origin", "demo_disabled", "not_found", "method_not_allowed", "conflict", "host_not_allowed", "body_too_large", "rate_limited", "overloaded", "internal", "unreachable", "not_leader", "unavailable", "timeout", "storage_full", "too_many_live_dags", "too_many_live_tasks", "too_many_schedules", "schedule_too_frequent"];
-export const taskKindValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["TaskKind"]> = ["shell", "http", "noop", "sleep"];
-export const taskKindInputValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["TaskKindInput"]> = ["shell", "http", "noop", "sleep"];
+export const taskKindValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["TaskKind"]> = ["shell", "http", "noop", "sleep", "pod"];
+export const taskKindInputValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["TaskKindInput"]> = ["shell", "http", "noop", "sleep", "pod"];
 export const taskStatusValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["TaskStatus"]> = ["pending", "ready", "running", "retrying", "succeeded", "failed", "upstream_failed", "cancelled"];
 export const componentsResponsesBadRequestContentApplicationJsonErrorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["BadRequest"]["content"]["application/json"]["error"]["code"]> = ["bad_request"];
 export const componentsResponsesBadRequestOrCycleOrInvalidDagOrInvalidScheduleOrParseErrorOrScheduleTooFrequentOrTooManyTasksContentApplicationJsonErrorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["BadRequestOrCycleOrInvalidDagOrInvalidScheduleOrParseErrorOrScheduleTooFrequentOrTooManyTasks"]["content"]["application/json"]["error"]["code"]> = ["bad_request", "cycle", "invalid_dag", "invalid_schedule", "parse_error", "schedule_too_frequent", "too_many_tasks"];

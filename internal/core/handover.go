@@ -1,0 +1,185 @@
+package core
+
+import (
+	"github.com/orion-sched/orion/internal/model"
+)
+
+// Hand-over: the attempts that outlive their worker.
+//
+// A shell attempt dies with its worker, so an attempt whose worker is gone
+// is an orphan: it goes back to ready and runs again as a new attempt
+// (requeueOrphan). A pod task's attempt is a pod, which outlives the
+// worker that created and followed it: running it again would make a
+// second pod beside one that may still be running. So an orphaned pod
+// attempt keeps its number and is handed over instead: the leader
+// proposes a record that moves the task from running to running, same
+// attempt, on another worker, event "handover", and once it is committed
+// dispatches the same attempt to that worker, which finds the pod by name
+// (create-if-absent: the name is a function of the attempt) and follows it
+// to its end. The transition table admits running → running only as such
+// a record (checkTask), so leader and standby apply it alike.
+//
+// Which attempts wait for a worker, and which worker takes each, is the
+// leader's volatile knowledge like the ready queue: a new leader rebuilds
+// it from the log (a running attempt nobody reports within the orphan
+// grace) and the record says who holds the attempt.
+//
+// A cancelled DAG whose pod attempt has no worker is not cancelled past it:
+// nobody would delete the pod. The attempt is handed over with Stop set
+// (the worker deletes the pod if there is one and creates none), and the
+// task's cancellation is proposed once a worker holds it.
+
+// isPod reports whether t's attempts are pods.
+func isPod(t *task) bool { return t.spec().Kind == model.KindPod }
+
+// loseAttempt is requeueOrphan for a pod attempt: it waits for another
+// worker (Schedule hands it over) instead of running again.
+func (c *Core) loseAttempt(t *task) {
+	c.stats.Orphans++
+	c.releaseAttempt(t.attemptID(), t.rec.Worker)
+	if !t.homeless {
+		t.homeless = true
+		c.handovers = append(c.handovers, t)
+	}
+}
+
+// handoverable reports whether t still waits to be handed over.
+func (c *Core) handoverable(t *task) bool {
+	return t.homeless && t.status == Running && !t.inflight && !t.dag.deleted && !t.dag.inflight && !c.attemptAlive(t)
+}
+
+// scheduleHandovers hands the pod attempts that lost their worker to
+// workers with a free slot and the labels they require, oldest first. They
+// go before ready tasks: they are running already, and hold their limits.
+func (c *Core) scheduleHandovers() int {
+	if len(c.handovers) == 0 {
+		return 0
+	}
+	n := 0
+	kept := c.handovers[:0]
+	for _, t := range c.handovers {
+		if !c.handoverable(t) {
+			if t.homeless && t.status == Running && !t.dag.deleted && (t.inflight || t.dag.inflight) {
+				kept = append(kept, t) // decided once what is in flight applies
+			} else {
+				t.homeless = false
+			}
+			continue
+		}
+		w := c.pickWorker(t.spec().Requires())
+		if w == nil {
+			kept = append(kept, t)
+			continue
+		}
+		if w.id == t.rec.Worker {
+			// The worker the log names gave the attempt up and is the one
+			// free now: it takes it again, and the log already says so.
+			t.homeless = false
+			w.busy++
+			w.attempts[t.attemptID()] = t
+			c.effects = append(c.effects, c.handoverDispatch(t, w))
+		} else {
+			c.proposeHandover(t, w)
+		}
+		n++
+	}
+	clear(c.handovers[len(kept):])
+	c.handovers = kept
+	return n
+}
+
+// proposeHandover proposes that t's running attempt continue on w,
+// reserving one of w's slots until the record is applied.
+func (c *Core) proposeHandover(t *task, w *worker) {
+	rec := c.nextRecord(t)
+	rec.Status, rec.Event = Running, "handover"
+	rec.Error = "worker " + t.rec.Worker + " lost the attempt; " + w.id + " adopts its pod"
+	rec.Worker = w.id
+	w.busy++
+	t.homeless = false
+	t.handingOver, t.reserved = true, w
+	c.proposeTask(t, rec)
+}
+
+// handedOver is the leader's reaction to an applied hand-over record: the
+// attempt goes to its new worker, to be adopted by name (or, in a
+// cancelled DAG, to have its pod deleted).
+func (c *Core) handedOver(t *task) {
+	reserved := t.reserved
+	t.handingOver, t.reserved = false, nil
+	w := c.workers[t.rec.Worker]
+	if w == nil {
+		if reserved != nil {
+			reserved.busy--
+		}
+		// Gone while the record was being committed: wait for the next.
+		c.loseAttempt(t)
+		return
+	}
+	if w != reserved {
+		w.busy++ // rejoined since the slot was reserved
+		if reserved != nil {
+			reserved.busy--
+		}
+	}
+	w.attempts[t.attemptID()] = t
+	c.effects = append(c.effects, c.handoverDispatch(t, w))
+}
+
+// handoverDispatch is the dispatch of t's current attempt to w, which
+// adopts its pod (or deletes it, in a cancelled DAG).
+func (c *Core) handoverDispatch(t *task, w *worker) Effect {
+	// The attempt's spec as it was first sent: its templates rendered
+	// again over the same committed values (a pure function of them), so
+	// that a worker which must still create the pod creates the same one.
+	spec := t.spec()
+	if s, err := c.attemptSpec(t); err == nil {
+		spec = s
+	}
+	return Effect{Kind: EffectDispatch, Worker: w.id,
+		Attempt: model.Attempt{AttemptID: t.attemptID(), Spec: *spec, MaxOutputBytes: c.cfg.MaxOutputBytes,
+			Handover: true, Stop: t.dag.rec.Status == DAGCancelled}}
+}
+
+// abandonHandover gives up t's hand-over proposal, which will never apply.
+func (c *Core) abandonHandover(t *task) {
+	if w := t.reserved; w != nil {
+		w.busy--
+	}
+	t.handingOver, t.reserved = false, nil
+}
+
+// checkHandover validates a running → running record: only a hand-over of
+// a pod task's current attempt to another worker.
+func checkHandover(e *Entry, t *task) error {
+	rec := e.T
+	switch {
+	case rec.Event != "handover":
+		return applyErr(e, "a record cannot move a task from running to running except to hand its attempt over (event %q)", rec.Event)
+	case !isPod(t):
+		return applyErr(e, "hand-over of a %s task: only a pod task's attempt outlives its worker", t.spec().Kind)
+	case rec.Attempt != t.attempt():
+		return applyErr(e, "hand-over of attempt %d, latest is %d", rec.Attempt, t.attempt())
+	case rec.Worker == "" || rec.Worker == t.rec.Worker:
+		return applyErr(e, "hand-over to worker %q, which holds the attempt already", rec.Worker)
+	}
+	return nil
+}
+
+// Recorded reports whether the log records worker's result as attempt id's
+// end: the task's latest record is that attempt's, on that worker, and its
+// event is the attempt's end (succeed, fail, timeout). Once it is, no
+// worker will be given the attempt again, and its worker may clean up after
+// it (delete a pod task's pod). A result the log did not take (stale,
+// another worker's, moot in a cancelled DAG) is not recorded.
+func (c *Core) Recorded(worker string, id model.AttemptID) bool {
+	t := c.lookup(id.DAG, id.Task)
+	if t == nil || t.rec == nil || t.rec.Attempt != id.Attempt || t.rec.Worker != worker {
+		return false
+	}
+	switch t.rec.Event {
+	case "succeed", "fail", "timeout":
+		return true
+	}
+	return false
+}
