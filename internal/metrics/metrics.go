@@ -56,6 +56,9 @@ type Metrics struct {
 	EtcdNoSpace        prometheus.Gauge
 	StorageFull        prometheus.Gauge
 	StorageFullRefused prometheus.Counter
+
+	// Event streams refused by a limit, by the limit's config key.
+	SubscribersRefused *prometheus.CounterVec
 }
 
 // New creates and registers every metric, plus the Go and process collectors.
@@ -92,6 +95,9 @@ func New() *Metrics {
 	m.BadValues = f.counter("orion_bad_values_total", "Values under /orion/v1/ that did not decode and were skipped.")
 	m.StaleResults = f.counter("orion_stale_results_total", "Results for attempts that were no longer current, discarded.")
 	m.DroppedEvents = f.counter("orion_dropped_events_total", "Live events dropped because a subscriber was too slow.")
+	m.SubscribersRefused = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orion_event_subscribers_refused_total",
+		Help: "Event streams refused because a limit was reached, by limit (max_event_subscribers: 503; max_event_subscribers_per_client: 429)."}, []string{"limit"})
+	r.MustRegister(m.SubscribersRefused)
 	m.RateLimited = f.counter("orion_rate_limited_total", "API requests refused by the rate limit.")
 	m.HostRefused = f.counter("orion_http_host_refused_total", "Requests refused because their Host is not in the allow-list (DNS rebinding or a missing allowed_hosts entry).")
 	m.ConnsRefused = f.counter("orion_http_connections_refused_total", "Connections closed at once because their client address already held its limit of open connections.")

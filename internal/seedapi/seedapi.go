@@ -138,6 +138,9 @@ func New(cfg Config) *Handler {
 	if cfg.HTTP.Logger == nil {
 		cfg.HTTP.Logger = cfg.Logger
 	}
+	if cfg.HTTP.SendBuffer <= 0 {
+		cfg.HTTP.SendBuffer = events.DefaultSendBuffer
+	}
 	return &Handler{cfg: cfg, log: cfg.Logger}
 }
 

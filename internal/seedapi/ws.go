@@ -3,6 +3,7 @@ package seedapi
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"sort"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 	"github.com/orion-sched/orion/internal/core"
 	"github.com/orion-sched/orion/internal/events"
 	"github.com/orion-sched/orion/internal/hijack"
+	"github.com/orion-sched/orion/internal/httpguard"
 )
 
 // TaskEvent is the seed's event JSON (its models.TaskEvent), plus the DAG a
@@ -242,8 +244,20 @@ func (t *Translator) releaseAll() {
 // clients cannot resume; they reload /api/v1/dag/state on system.recover,
 // which is also what a resync becomes).
 func (h *Handler) ws(w http.ResponseWriter, r *http.Request) {
-	sub, err := h.cfg.Hub.SubscribeLive()
-	if err != nil {
+	sub, err := h.cfg.Hub.SubscribeLive(events.As(httpguard.AddrKey(r.RemoteAddr)))
+	var le *events.LimitError
+	switch {
+	case errors.As(err, &le):
+		// The API's answer to a limit (events.SubscribeError), in the
+		// seed's error shape.
+		status := http.StatusServiceUnavailable
+		if le.Limit == events.LimitPerClient {
+			status = http.StatusTooManyRequests
+		}
+		w.Header().Set("Retry-After", strconv.Itoa(events.LimitRetryAfter))
+		writeError(w, status, apitypes.CodeTooManyStreams, le.Error())
+		return
+	case err != nil:
 		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusServiceUnavailable, apitypes.CodeUnavailable, "the event stream is shutting down")
 		return
@@ -253,6 +267,7 @@ func (h *Handler) ws(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return // the upgrader has answered
 	}
+	_ = hijack.SetSendBuffer(conn.UnderlyingConn(), h.cfg.HTTP.SendBuffer)
 	tr := NewTranslator()
 	hb := h.cfg.HTTP.Heartbeat
 	if hb <= 0 {
