@@ -1200,6 +1200,14 @@ func TestForwardedWriteSentAgainIsAnsweredAsTheFirst(t *testing.T) {
 	if r := e.do(t, "POST", "/api/v1/dags", body, "Idempotency-Key", key); r.code != http.StatusOK {
 		t.Fatalf("a client's repeat: %d %s, want 200", r.code, r.body)
 	}
+	// A client's id: sent again by a standby that did not see the DAG
+	// before the first send, the first send created it.
+	if r := e.do(t, "POST", "/api/v1/dags", body, append(fwd, "Idempotency-Key", key, httpkit.ExistedHeader, "0")...); r.code != http.StatusCreated {
+		t.Fatalf("a client-named DAG sent again: %d %s, want 201", r.code, r.body)
+	}
+	if r := e.do(t, "POST", "/api/v1/dags", body, append(fwd, "Idempotency-Key", key, httpkit.ExistedHeader, "1")...); r.code != http.StatusOK {
+		t.Fatalf("a client-named DAG that existed before: %d %s, want 200", r.code, r.body)
+	}
 	// Not from a standby, the hint is ignored.
 	if r := e.do(t, "POST", "/api/v1/dags", body, "Idempotency-Key", key, httpkit.IDAssignedHeader, "1"); r.code != http.StatusOK {
 		t.Fatalf("a hint without forwarding: %d %s, want 200", r.code, r.body)

@@ -77,12 +77,19 @@ func (s *server) submit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	wr := httpkit.Write{Body: body}
-	if d.ID == "" && s.forwards(r) {
+	switch {
+	case !s.forwards(r):
+	case d.ID == "":
 		// A standby names the DAG before it forwards it, so that a second
 		// send (to a new leader, the first having frozen) is the same
 		// submission, created once.
 		d.ID = dag.NewID(time.Now())
 		wr.Set = map[string]string{"Idempotency-Key": d.ID, httpkit.IDAssignedHeader: "1"}
+	default:
+		// The client named it: a second send that finds it was created
+		// by the first if it did not exist before.
+		_, _, ok := s.dagState(r, d.ID)
+		wr.ResendSet = map[string]string{httpkit.ExistedHeader: existed(ok)}
 	}
 	if s.forward(w, r, wr, "DAG "+d.ID) {
 		return
@@ -97,7 +104,7 @@ func (s *server) submit(w http.ResponseWriter, r *http.Request) {
 	if res.ID == "" {
 		res.ID = d.ID
 	}
-	if !res.Created && hint(r, httpkit.IDAssignedHeader, "1") {
+	if !res.Created && (hint(r, httpkit.IDAssignedHeader, "1") || hint(r, httpkit.ExistedHeader, "0")) {
 		res.Created = true // an earlier send of this very submission created it
 	}
 	w.Header().Set("Location", dagPath(res.ID))
