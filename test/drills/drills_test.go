@@ -381,14 +381,15 @@ func (d *drill) checkStandbyWrites(w *cluster.StandbyWrites) {
 		d.addAccepted(id)
 	}
 	d.res.fwdWrites, d.res.fwd503, d.res.fwdSlowest = rep.Writes, rep.Answered503, rep.Slowest
-	d.res.notes = append(d.res.notes, fmt.Sprintf("%s: %d writes through the standbys, %d answered 2xx, %d 503; slowest %s (%s %s via %s, %d)",
-		d.prefix, rep.Writes, rep.Answered2xx, rep.Answered503, ms(rep.Slowest), rep.SlowestWrite.Kind, rep.SlowestWrite.Name,
+	d.res.notes = append(d.res.notes, fmt.Sprintf("%s: %d writes through the standbys, %d answered 2xx, %d 503, %d retries 409 (not failed yet at the leader); slowest %s (%s %s via %s, %d)",
+		d.prefix, rep.Writes, rep.Answered2xx, rep.Answered503, rep.Answered409, ms(rep.Slowest), rep.SlowestWrite.Kind, rep.SlowestWrite.Name,
 		rep.SlowestWrite.Via, rep.SlowestWrite.Code))
 	if len(rep.Unanswered) > 0 {
 		d.t.Errorf("%s: writes sent to standbys not answered within %v: %s", d.prefix, cluster.StandbyWriteTimeout, strings.Join(first(rep.Unanswered, 10), "; "))
 	}
 	if len(rep.Unexpected) > 0 {
-		d.t.Errorf("%s: writes answered neither 2xx nor 503 with Retry-After: %s", d.prefix, strings.Join(first(rep.Unexpected, 10), "; "))
+		d.t.Errorf("%s: writes answered neither 2xx nor 503 with Retry-After: %s\nretries: %s", d.prefix, strings.Join(first(rep.Unexpected, 10), "; "),
+			strings.Join(rep.RetryHistory, "\n  "))
 	}
 	if len(rep.NotOnce) > 0 {
 		d.t.Errorf("%s: writes not applied exactly once: %s", d.prefix, strings.Join(first(rep.NotOnce, 10), "; "))

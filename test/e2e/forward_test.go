@@ -63,8 +63,8 @@ func TestWritesThroughStandbysRideOutAFrozenLeader(t *testing.T) {
 	for _, wr := range during {
 		slowest = max(slowest, wr.Took)
 	}
-	t.Logf("%d writes through the standbys (%d sent around the fault): %d answered 2xx, %d answered 503 with Retry-After; slowest %v (%s %s via %s, %d); "+
-		"slowest around the fault %v", rep.Writes, len(during), rep.Answered2xx, rep.Answered503, rep.Slowest.Round(time.Millisecond),
+	t.Logf("%d writes through the standbys (%d sent around the fault): %d answered 2xx, %d answered 503 with Retry-After, %d retries 409 (not failed yet at the leader); "+
+		"slowest %v (%s %s via %s, %d); slowest around the fault %v", rep.Writes, len(during), rep.Answered2xx, rep.Answered503, rep.Answered409, rep.Slowest.Round(time.Millisecond),
 		rep.SlowestWrite.Kind, rep.SlowestWrite.Name, rep.SlowestWrite.Via, rep.SlowestWrite.Code, slowest.Round(time.Millisecond))
 	if len(rep.Unanswered) > 0 {
 		t.Errorf("writes not answered within %v while the leader was frozen: %s", cluster.StandbyWriteTimeout, strings.Join(rep.Unanswered, "; "))

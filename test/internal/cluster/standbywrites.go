@@ -35,6 +35,7 @@ type StandbyWrites struct {
 	cancels []string // DAGs to cancel, running before the fault
 	retried string   // the DAG retried over and over
 	runs    []string // what the retry loop saw that it should not have
+	history []string // the retry loop's steps, for a failure's message
 }
 
 // Write is one write sent to a standby and its answer.
@@ -227,6 +228,12 @@ func (w *StandbyWrites) retryLoop() {
 	for n := 1; n <= StandbyWriteMax && !w.stopped(); n++ {
 		wr := w.send("retry", w.retried, "/api/v1/dags/"+w.retried+"/retry", nil, n)
 		applied := wr.Err == nil && wr.Code/100 == 2
+		if wr.Code == 409 {
+			w.pause(50 * time.Millisecond) // see Answered409
+		}
+		w.mu.Lock()
+		w.history = append(w.history, fmt.Sprintf("%s retry %d of run %d via %s: %d in %v", wr.Sent.Format("15:04:05.000"), n, run, wr.Via, wr.Code, wr.Took.Round(time.Millisecond)))
+		w.mu.Unlock()
 		most := run + 1
 		if unsure {
 			most++
@@ -244,6 +251,9 @@ func (w *StandbyWrites) retryLoop() {
 				return
 			}
 			if d != nil && d.Status == "failed" && (d.Run >= run+1 || !applied) {
+				w.mu.Lock()
+				w.history = append(w.history, fmt.Sprintf("%s read failed at run %d (revision %d)", time.Now().Format("15:04:05.000"), d.Run, d.Revision))
+				w.mu.Unlock()
 				run, unsure = d.Run, !applied
 				break
 			}
@@ -274,12 +284,14 @@ func (w *StandbyWrites) readDAG(id string) *DAGState {
 // StandbyWritesReport is what Check found.
 type StandbyWritesReport struct {
 	Writes, Answered2xx, Answered503 int
+	Answered409                      int // retries refused: the leader had not applied the failure the standby showed
 	Slowest                          time.Duration
 	SlowestWrite                     Write
 	Unanswered                       []string // sent and not answered (no answer within the client's timeout)
 	Unexpected                       []string // answered neither 2xx nor 503 with Retry-After
 	NotOnce                          []string // applied other than exactly once
 	Accepted                         []string // the DAG ids submitted and accepted (to be checked as finished)
+	RetryHistory                     []string // the retry loop's steps (to explain a failure)
 }
 
 // Check waits for the state the writes leave (reading through base, a
@@ -291,6 +303,7 @@ func (w *StandbyWrites) Check(base string) StandbyWritesReport {
 	rep := StandbyWritesReport{Writes: len(writes)}
 	w.mu.Lock()
 	rep.NotOnce = append(rep.NotOnce, w.runs...)
+	rep.RetryHistory = slices.Clone(w.history)
 	w.mu.Unlock()
 	for _, wr := range writes {
 		switch {
@@ -301,8 +314,15 @@ func (w *StandbyWrites) Check(base string) StandbyWritesReport {
 			rep.Answered2xx++
 		case wr.Code == 503 && wr.RetryAfter != "":
 			rep.Answered503++
+		case wr.Kind == "retry" && wr.Code == 409 && strings.Contains(wr.Body, "still running"):
+			// The standby the loop reads from may show the DAG failed
+			// before the leader does: a standby applies a commit from
+			// etcd's watch, the leader once its transaction's answer
+			// is back. The leader refuses the retry until then.
+			rep.Answered409++
 		default:
-			rep.Unexpected = append(rep.Unexpected, fmt.Sprintf("%s %s via %s: %d Retry-After %q %s", wr.Kind, wr.Name, wr.Via, wr.Code, wr.RetryAfter, wr.Body))
+			rep.Unexpected = append(rep.Unexpected, fmt.Sprintf("%s %s via %s at %s (took %v): %d Retry-After %q %s", wr.Kind, wr.Name, wr.Via,
+				wr.Sent.Format("15:04:05.000"), wr.Took.Round(time.Millisecond), wr.Code, wr.RetryAfter, wr.Body))
 		}
 		if wr.Took > rep.Slowest {
 			rep.Slowest, rep.SlowestWrite = wr.Took, wr
