@@ -19,8 +19,8 @@ import (
 // work on a 2-core node (a thousand event streams filling their sockets, a
 // GC cycle, another process) took longer than that, and the leader lost
 // its lease with nothing wrong. LeaseSession renews every TTL/4 from a
-// goroutine of its own, each renewal bounded by the time the lease has
-// left: 750 ms of slack.
+// goroutine of its own, on the clock, each renewal bounded by the time the
+// lease has left: 750 ms of slack.
 type LeaseSession struct {
 	cli    *clientv3.Client
 	id     clientv3.LeaseID
@@ -64,37 +64,70 @@ func NewSession(ctx context.Context, cli *clientv3.Client, ttl time.Duration) (*
 // before the lease would have expired (deadline, counted from when each
 // answered renewal was sent, so never later than etcd's own expiry). Then
 // Done is closed.
+//
+// Renewals go out on the clock, not one after the answer to the other: a
+// renewal slowed down (a busy etcd member forwarding it to its leader, a
+// node short of CPU) does not hold back the next, which may get through
+// first. At most maxRenewals are in flight, each bounded by the deadline.
 func (s *LeaseSession) keepAlive(deadline time.Time) {
 	defer close(s.donec)
 	defer s.cancel()
-	every := s.ttl / 4
-	t := time.NewTimer(every)
-	defer t.Stop()
+	type answer struct {
+		sent time.Time
+		ttl  int64
+		err  error
+	}
+	answers := make(chan answer, maxRenewals)
+	inFlight := 0
+	tick := time.NewTicker(s.ttl / 4)
+	defer tick.Stop()
+	expiry := time.NewTimer(time.Until(deadline))
+	defer expiry.Stop()
 	for {
 		select {
-		case <-t.C:
+		case <-tick.C:
+			if inFlight == maxRenewals {
+				continue
+			}
+			inFlight++
+			sent := time.Now()
+			kctx, cancel := context.WithDeadline(s.ctx, deadline)
+			go func() {
+				defer cancel()
+				resp, err := s.cli.KeepAliveOnce(kctx, s.id)
+				a := answer{sent: sent, err: err}
+				if err == nil {
+					a.ttl = resp.TTL
+				}
+				answers <- a
+			}()
+		case a := <-answers:
+			inFlight--
+			switch {
+			case a.err == nil && a.ttl > 0:
+				if d := a.sent.Add(time.Duration(a.ttl) * time.Second); d.After(deadline) {
+					deadline = d
+					expiry.Reset(time.Until(deadline))
+				}
+			case errors.Is(a.err, rpctypes.ErrLeaseNotFound):
+				return // revoked or expired
+			}
+			// A failed renewal (no etcd leader, a member down) is tried
+			// again at the next tick, for as long as the lease may live.
+		case <-expiry.C:
+			if time.Now().Before(deadline) {
+				expiry.Reset(time.Until(deadline))
+				continue
+			}
+			return
 		case <-s.ctx.Done():
 			return
 		}
-		sent := time.Now()
-		kctx, cancel := context.WithDeadline(s.ctx, deadline)
-		resp, err := s.cli.KeepAliveOnce(kctx, s.id)
-		cancel()
-		switch {
-		case err == nil && resp.TTL > 0:
-			deadline = sent.Add(time.Duration(resp.TTL) * time.Second)
-		case errors.Is(err, rpctypes.ErrLeaseNotFound):
-			return // revoked or expired
-		}
-		// A failed renewal (no etcd leader, a member down) is tried again
-		// at the next tick, for as long as the lease may still live.
-		left := time.Until(deadline)
-		if left <= 0 {
-			return
-		}
-		t.Reset(min(every, left))
 	}
 }
+
+// maxRenewals bounds a session's renewals in flight at once.
+const maxRenewals = 4
 
 // Client returns the etcd client the lease was granted with.
 func (s *LeaseSession) Client() *clientv3.Client { return s.cli }
