@@ -21,10 +21,11 @@ const (
 	// DefaultMaxSubscribers bounds the subscriptions of a hub in all, and
 	// DefaultMaxSubscribersPerClient those of one client address (loopback
 	// included: every local process shares 127.0.0.1). A subscription
-	// holds a batch of at most 64 events (22 KiB) and a socket's send
-	// buffer (HTTPConfig.SendBuffer), so 512 cost at most about 80 MiB; a
-	// browser holds at most 6 connections per origin, and the flood
-	// drill's 300 streams come from 4 addresses.
+	// holds a batch of at most 64 events (22 KiB), a write of at most
+	// 16 KiB and its socket's send buffer (64 KiB: HTTPConfig.SendBuffer,
+	// doubled by the kernel), so 512 cost at most about 50 MiB; a browser
+	// holds at most 6 connections per origin, and the flood drill's 300
+	// streams come from 4 addresses.
 	DefaultMaxSubscribers          = 512
 	DefaultMaxSubscribersPerClient = 128
 )
