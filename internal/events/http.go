@@ -103,7 +103,7 @@ func (h *Hub) SSEHandler(cfg HTTPConfig) http.Handler {
 		}
 		sub, err := h.subscribeParam(since, As(httpguard.AddrKey(r.RemoteAddr)))
 		if err != nil {
-			SubscribeError(w, err)
+			subscribeError(w, err)
 			return
 		}
 		defer sub.Close()
@@ -200,7 +200,7 @@ func (h *Hub) WSHandler(cfg HTTPConfig) http.Handler {
 		}
 		sub, err := h.subscribeParam(r.URL.Query().Get("since"), As(httpguard.AddrKey(r.RemoteAddr)))
 		if err != nil {
-			SubscribeError(w, err)
+			subscribeError(w, err)
 			return
 		}
 		defer sub.Close()
@@ -277,11 +277,11 @@ func (h *Hub) subscribeParam(since string, opts ...SubscribeOption) (*Sub, error
 // would only be refused again.
 const LimitRetryAfter = 5
 
-// SubscribeError answers a refused subscription in the API's error shape:
+// subscribeError answers a refused subscription in the API's error shape:
 // 400 for a bad cursor; for a limit (LimitError) 429 when it is the
 // client's own share, 503 when the replica serves all it may, both with
 // Retry-After and the limit named; 503 when the hub is closing.
-func SubscribeError(w http.ResponseWriter, err error) {
+func subscribeError(w http.ResponseWriter, err error) {
 	var (
 		ce *CursorError
 		le *LimitError

@@ -248,8 +248,8 @@ func (h *Handler) ws(w http.ResponseWriter, r *http.Request) {
 	var le *events.LimitError
 	switch {
 	case errors.As(err, &le):
-		// The API's answer to a limit (events.SubscribeError), in the
-		// seed's error shape.
+		// The event-stream endpoints' answer to a limit, in the seed's
+		// error shape.
 		status := http.StatusServiceUnavailable
 		if le.Limit == events.LimitPerClient {
 			status = http.StatusTooManyRequests
