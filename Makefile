@@ -3,28 +3,28 @@ GO       ?= go
 BIN      := bin/orion
 PKGS     := ./...
 # Packages that own goroutines run under the race detector.
-RACE_PKGS := ./internal/scheduler/... ./internal/executor/... ./internal/api/... ./internal/etcdserver/... \
+RACE_PKGS := ./internal/engine/... ./internal/worker/executor/... ./internal/http/api/... ./internal/etcdmember/... \
              ./internal/server/... ./internal/client/... ./internal/cli/... ./internal/config/... \
-             ./internal/workerstream/... ./internal/drill/... ./internal/events/... ./internal/seedapi/... \
-             ./internal/kubelabel/... ./internal/httpguard/... ./internal/httpkit/... \
-             ./internal/store/... ./internal/demo/... ./internal/schedrun/...
+             ./internal/workerstream/... ./internal/tools/drill/... ./internal/http/events/... ./internal/http/seedapi/... \
+             ./internal/kubelabel/... ./internal/http/guard/... ./internal/http/kit/... \
+             ./internal/store/... ./internal/http/demo/... ./internal/schedule/firer/...
 # Pure packages run without it (the randomized core test is CPU-heavy).
-PURE_PKGS := ./internal/model/... ./internal/apitypes/... ./internal/core/... ./internal/dag/... ./internal/schedule/... ./internal/store/... ./internal/metrics/... ./internal/bench/... \
-             ./internal/console/... ./internal/procfs/...
+PURE_PKGS := ./internal/model/... ./internal/jsonguard/... ./internal/expr/... ./internal/http/apitypes/... ./internal/core/... ./internal/dag/... ./internal/schedule ./internal/metrics/... ./internal/tools/bench/... \
+             ./internal/http/console/... ./internal/tools/procfs/... ./internal/http/openapi/...
 
-# The web console (internal/console/web, TypeScript) is built into
-# internal/console/dist, which go:embed takes into the binary. `make build`
+# The web console (internal/http/console/web, TypeScript) is built into
+# internal/http/console/dist, which go:embed takes into the binary. `make build`
 # (and so `make run`) builds it first when npm is installed; without npm,
 # orion still builds and serves a page at / that says to run `make console`.
 NPM          ?= npm
-CONSOLE_WEB  := internal/console/web
-CONSOLE_DIST := internal/console/dist/index.html
+CONSOLE_WEB  := internal/http/console/web
+CONSOLE_DIST := internal/http/console/dist/index.html
 CONSOLE_SRC  := $(wildcard $(CONSOLE_WEB)/src/*) $(CONSOLE_WEB)/index.html $(CONSOLE_WEB)/vite.config.ts \
                 $(CONSOLE_WEB)/tsconfig.json $(CONSOLE_WEB)/package.json $(CONSOLE_WEB)/package-lock.json
 HAVE_NPM     := $(shell command -v $(NPM) 2>/dev/null)
 
 .PHONY: all build run test deps test-fuzz fuzz test-unit test-race test-e2e drills bench lint fmt clean cluster cluster-down cluster-status \
-        chart-test chart-manifests console test-console kube-up kube-test kube-down kube-build
+        chart-test chart-manifests console test-console kube-up kube-test kube-down kube-build openapi openapi-check
 
 all: build
 
@@ -34,7 +34,7 @@ build: $(if $(HAVE_NPM),console)
 run: build
 	$(BIN) server --config config/orion.yaml
 
-test: deps lint test-unit test-race test-fuzz test-e2e chart-test test-console
+test: deps lint openapi-check test-unit test-race test-fuzz test-e2e chart-test test-console
 
 # What make test needs beyond Go (.ci/run installs it on a fresh machine):
 # command:Debian package.
@@ -82,7 +82,7 @@ drills: build
 # Fuzz targets: package:target. make test runs each for FUZZ_SMOKE (their
 # seed corpora also run as ordinary tests): a count of executions, not a
 # time, so a slow machine never cuts a run short; make fuzz for FUZZTIME each.
-FUZZ_TARGETS := ./internal/dag:FuzzParse ./internal/seedapi:FuzzParseSubmission ./internal/store:FuzzDecode ./internal/core:FuzzApply
+FUZZ_TARGETS := ./internal/dag:FuzzParse ./internal/http/seedapi:FuzzParseSubmission ./internal/store:FuzzDecode ./internal/core:FuzzApply
 FUZZ_SMOKE   ?= 500x
 FUZZTIME     ?= 10m
 
@@ -156,8 +156,8 @@ chart-manifests: $(HELM)
 # and CoreDNS built from their Go modules at pinned versions, containerd,
 # runc, CNI plugins and etcd from Debian, images written locally. Binaries
 # and images are cached in /var/cache/orion-kube (ORION_KUBE_CACHE), outside
-# the checkout: the first build takes 6-20 minutes on 2 cores (README,
-# Kubernetes), later runs reuse it. kube-test installs the chart, runs
+# the checkout: the first build takes 6-20 minutes on 2 cores
+# (docs/kubernetes.md), later runs reuse it. kube-test installs the chart, runs
 # `helm test` and the drills (test/kube/kube_test.go), prints the figures
 # and tears down.
 # ORION_KUBE_DRILLS=ci runs the reduced set; ORION_KUBE_TIMEOUT bounds it all.
@@ -183,6 +183,18 @@ $(CONSOLE_WEB)/node_modules/.package-lock.json: $(CONSOLE_WEB)/package.json $(CO
 
 $(CONSOLE_DIST): $(CONSOLE_WEB)/node_modules/.package-lock.json $(CONSOLE_SRC)
 	cd $(CONSOLE_WEB) && $(NPM) run build
+
+# The API's contract: internal/http/openapi/openapi.json is generated from the
+# Go wire types and the route table (internal/http/openapi/contract), the
+# console's TypeScript types (src/api.gen.ts) from it. `make openapi`
+# regenerates both; make test fails until they are in step (the document in
+# test-unit, the TypeScript here).
+openapi: $(CONSOLE_WEB)/node_modules/.package-lock.json
+	$(GO) test -count=1 -run '^TestDocumentUpToDate$$' ./internal/http/openapi/contract -update
+	cd $(CONSOLE_WEB) && $(NPM) run --silent gen
+
+openapi-check: $(CONSOLE_WEB)/node_modules/.package-lock.json
+	cd $(CONSOLE_WEB) && $(NPM) run --silent gen:check
 
 # Browser tests of the console: the real binary and Debian's chromium
 # (/usr/bin/chromium; CHROMIUM=... to use another), through playwright-core.

@@ -14,7 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/orion-sched/orion/internal/bench"
+	"github.com/orion-sched/orion/internal/tools/bench"
 )
 
 func newBenchCmd() *cobra.Command {

@@ -207,6 +207,67 @@ func TestSubmitServerRejects(t *testing.T) {
 	}
 }
 
+// With the event stream, --wait reads the DAG once, follows its events and
+// reads it again only when its record says it ended: no polling.
+func TestSubmitWaitFollowsEvents(t *testing.T) {
+	cleanEnv(t)
+	f := newFake(t)
+	f.stream = true
+	file := writeFile(t, "d.yaml", `id: ev-dag
+name: pipeline
+tasks:
+  - {id: a, command: echo a}
+  - {id: b, command: echo b, depends_on: [a]}
+  - {id: c, depends_on: [a]}
+`)
+	r := run(t, "", "submit", "-f", file, "--wait", "--server", f.URL)
+	must(t, r, 0)
+	contains(t, "stdout", r.out, "running  pending=3\n", "succeeded succeeded=3\n", "\ndag ev-dag succeeded in ")
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var reads, streams []string
+	for _, q := range f.requests {
+		switch {
+		case q == "GET /api/v1/dags/ev-dag":
+			reads = append(reads, q)
+		case strings.HasPrefix(q, "GET /api/v1/events"):
+			streams = append(streams, q)
+		}
+	}
+	if len(reads) != 2 || len(streams) != 1 || streams[0] != "GET /api/v1/events?since=12" {
+		t.Errorf("want one read, one stream from the read's revision and the final read; requests: %q", f.requests)
+	}
+}
+
+// A stream that breaks (its replica died) is followed again from a fresh
+// read, and the wait still ends with the DAG.
+func TestSubmitWaitStreamBreaks(t *testing.T) {
+	cleanEnv(t)
+	f := newFake(t)
+	f.stream, f.breakAfter = true, 1
+	file := writeFile(t, "d.yaml", `id: ev-break
+name: pipeline
+tasks:
+  - {id: a, command: echo a}
+  - {id: b, command: echo b, depends_on: [a]}
+  - {id: c, command: exit 1, depends_on: [b]}
+`)
+	r := run(t, "", "submit", "-f", file, "--wait", "--server", f.URL)
+	must(t, r, 1)
+	contains(t, "stdout", r.out, "\ndag ev-break failed in ")
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	streams := 0
+	for _, q := range f.requests {
+		if strings.HasPrefix(q, "GET /api/v1/events") {
+			streams++
+		}
+	}
+	if streams < 2 {
+		t.Errorf("the stream was not opened again after it broke: %q", f.requests)
+	}
+}
+
 func TestSubmitWaitSucceeded(t *testing.T) {
 	cleanEnv(t)
 	f := newFake(t)
@@ -544,4 +605,19 @@ func TestFormatters(t *testing.T) {
 	if got := truncate("abcdefghij", 8); got != "abcde..." {
 		t.Errorf("truncate = %q", got)
 	}
+}
+
+// A task retried more often than a record keeps attempts lists the last
+// ones and says how many came before them: Attempts still counts them all.
+func TestGetTaskSaysHowManyAttemptsAreNotKept(t *testing.T) {
+	tk := &client.Task{ID: "a", Kind: "http", Status: client.StatusFailed, Attempts: 32, Retries: 15, MaxRetries: 15, HistoryOmitted: 26}
+	for i := 27; i <= 31; i++ {
+		tk.History = append(tk.History, client.Attempt{Attempt: i, Worker: "w1", Outcome: "fail", Error: "connection refused"})
+	}
+	var b strings.Builder
+	if err := printTask(&b, "d1", tk); err != nil {
+		t.Fatal(err)
+	}
+	contains(t, "stdout", b.String(), "Attempts:    32 (retries used 15 of 15)\n",
+		"\nHistory (the last 5 earlier attempts; 26 before them are counted, not kept):\nATTEMPT", "\n27 ", "\n31 ")
 }

@@ -68,7 +68,7 @@ func TestWorkerRefusesBadSettings(t *testing.T) {
 		{nil, []string{"--slots", "0"}, `--slots (env ORION_WORKER_SLOTS) "0": must be at least 1`},
 		{map[string]string{"ORION_WORKER_SLOTS": "lots"}, nil, `--slots (env ORION_WORKER_SLOTS) "lots": not an integer`},
 		{map[string]string{"ORION_SERVER": " , "}, nil, `--server (env ORION_SERVER): no URL given`},
-		{map[string]string{"ORION_WORKER_NAME": "a/b"}, nil, `--name (env ORION_WORKER_NAME) "a/b": no slashes or spaces`},
+		{map[string]string{"ORION_WORKER_NAME": "a/b"}, nil, `--name (env ORION_WORKER_NAME) "a/b": want 1-200 letters, digits, '.', '_' or '-', starting with a letter or digit`},
 		{nil, []string{"--log-level", "loud"}, `--log-level (env ORION_WORKER_LOG_LEVEL) "loud"`},
 		{nil, []string{"--config", "/nonexistent/worker.yaml"}, `config file /nonexistent/worker.yaml`},
 	} {

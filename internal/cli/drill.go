@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/orion-sched/orion/internal/client"
-	"github.com/orion-sched/orion/internal/drill"
+	"github.com/orion-sched/orion/internal/tools/drill"
 )
 
 func newDrillCmd() *cobra.Command {

@@ -15,7 +15,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/orion-sched/orion/internal/config"
-	"github.com/orion-sched/orion/internal/etcdserver"
+	"github.com/orion-sched/orion/internal/etcdmember"
 )
 
 func newEtcdCmd() *cobra.Command {
@@ -51,8 +51,8 @@ TLS: --cert-file and --key-file serve the client URL over https
 certificate); --peer-cert-file, --peer-key-file, --peer-trusted-ca-file and
 --peer-client-cert-auth do the same for raft traffic, and every peer URL
 (--initial-cluster's too) is then https. Authentication (users and roles) is
-etcd's own: enable it with etcdctl once the cluster runs (see the README's
-Security section). Without TLS, keep the client URL on loopback (the default)
+etcd's own: enable it with etcdctl once the cluster runs (see
+docs/security.md). Without TLS, keep the client URL on loopback (the default)
 and the peer URLs on a trusted network.`,
 		Example: `  # A single member for one 'orion server --etcd-endpoints http://127.0.0.1:2379'
   orion etcd --data-dir ./etcd-data
@@ -134,7 +134,7 @@ func runEtcd(ctx context.Context, cfg config.Etcd) error {
 			zap.String("name", c.Name), zap.String("initial_cluster", c.InitialCluster), zap.Duration("ready_timeout", c.ReadyTimeout))
 	}
 	begin := time.Now()
-	m, err := etcdserver.Start(ctx, c)
+	m, err := etcdmember.Start(ctx, c)
 	if err != nil {
 		if ctx.Err() != nil {
 			log.Info("interrupted while starting")

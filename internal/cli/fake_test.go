@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -35,7 +36,13 @@ type fakeServer struct {
 	requests  []string // "METHOD path?query"
 	unavail   int      // answer this many upcoming requests with 503
 	noAdvance bool     // freeze DAG states
-	clock     time.Time
+	// stream serves GET /api/v1/events: the newest DAG advances as the
+	// stream is read, each change an event (404 without it, like a server
+	// that has no stream). breakAfter > 0 ends each stream after that many
+	// events, as a replica that dies would.
+	stream     bool
+	breakAfter int
+	clock      time.Time
 }
 
 type submission struct {
@@ -58,6 +65,7 @@ func newFake(t *testing.T) *fakeServer {
 	mux.HandleFunc("POST /api/v1/dags/{id}/retry", f.retry)
 	mux.HandleFunc("DELETE /api/v1/dags/{id}", f.delete)
 	mux.HandleFunc("GET /api/v1/cluster", f.cluster)
+	mux.HandleFunc("GET /api/v1/events", f.events)
 	f.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
 		f.requests = append(f.requests, r.Method+" "+r.URL.RequestURI())
@@ -257,6 +265,60 @@ func (f *fakeServer) getDAG(w http.ResponseWriter, r *http.Request) {
 	}{d, 12}
 	apiJSON(w, 200, out)
 	f.advance(d) // the next poll sees progress
+}
+
+// events streams the newest DAG's progress as the server's event stream
+// does: a task event per task whose status changed, then the DAG's record
+// once it ended; the stream then stays open, as a real one does.
+func (f *fakeServer) events(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	if !f.stream || len(f.order) == 0 {
+		f.mu.Unlock()
+		apiErr(w, 404, "not_found", "no route")
+		return
+	}
+	d, breakAfter := f.dags[f.order[len(f.order)-1]], f.breakAfter
+	f.mu.Unlock()
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.WriteHeader(200)
+	fmt.Fprint(w, "retry: 1000\n: orion events\n\n")
+	rc := http.NewResponseController(w)
+	rev, sent := int64(100+len(f.requests)*10), 0
+	send := func(ev map[string]any) bool {
+		rev++
+		ev["rev"], ev["dag"] = rev, d.ID
+		b, _ := json.Marshal(ev)
+		fmt.Fprintf(w, "id: %d:1\ndata: %s\n\n: heartbeat\n\n", rev, b)
+		rc.Flush()
+		sent++
+		return breakAfter == 0 || sent < breakAfter
+	}
+	for {
+		f.mu.Lock()
+		before := map[string]string{}
+		for _, t := range d.Tasks {
+			before[t.ID] = t.Status
+		}
+		f.advance(d)
+		var changed []map[string]any
+		for _, t := range d.Tasks {
+			if t.Status != before[t.ID] {
+				changed = append(changed, map[string]any{"type": "task", "task": t.ID, "status": t.Status})
+			}
+		}
+		status := d.Status
+		f.mu.Unlock()
+		for _, ev := range changed {
+			if !send(ev) {
+				return
+			}
+		}
+		if status != client.DAGRunning {
+			send(map[string]any{"type": "dag", "status": status, "unknown_field": true})
+			<-r.Context().Done()
+			return
+		}
+	}
 }
 
 func (f *fakeServer) task(w http.ResponseWriter, r *http.Request) *client.Task {

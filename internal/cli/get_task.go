@@ -83,7 +83,11 @@ func printTask(out io.Writer, dagID string, t *client.Task) error {
 	}
 
 	if len(t.History) > 0 {
-		fmt.Fprintln(out, "\nHistory:")
+		if t.HistoryOmitted > 0 {
+			fmt.Fprintf(out, "\nHistory (the last %d earlier attempts; %d before them are counted, not kept):\n", len(t.History), t.HistoryOmitted)
+		} else {
+			fmt.Fprintln(out, "\nHistory:")
+		}
 		tw := newTable(out)
 		row(tw, "ATTEMPT", "WORKER", "OUTCOME", "EXIT", "DURATION", "STARTED", "ERROR")
 		for i := range t.History {

@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -207,9 +209,13 @@ func validateLocally(d *model.DAG) error {
 // lag rather than an error.
 const notFoundGrace = 5 * time.Second
 
-// waitForDAG polls until the DAG reaches a terminal status, printing a
-// progress line to progress whenever its status or counts change. Temporary
-// errors (a leader change, a restart) are ridden out until the timeout.
+// waitForDAG follows a DAG until it reaches a terminal status, printing a
+// progress line to progress whenever its status or counts change. It reads
+// the DAG once, then follows the event stream from the revision that read
+// reflects, so the end is seen the moment a replica applies it; a server
+// without the stream (or a stream that breaks) is polled instead, every
+// pollInterval, until a stream opens again. Temporary errors (a leader
+// change, a restart) are ridden out until the timeout.
 func waitForDAG(ctx context.Context, c *client.Client, id string, timeout time.Duration, progress, warn io.Writer) (*client.DAG, error) {
 	parent := ctx
 	if timeout > 0 {
@@ -217,28 +223,35 @@ func waitForDAG(ctx context.Context, c *client.Client, id string, timeout time.D
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	var last, lastStatus string
+	w := &dagWatch{id: id, progress: progress}
+	defer w.flush(true)
 	warned := false
 	start := time.Now()
+	noStream := false // the server has no event stream: poll
 	for {
 		d, err := c.GetDAG(ctx, id)
 		switch {
 		case err == nil:
 			warned = false
-			lastStatus = d.Status
-			if line := fmt.Sprintf("%-8s %s", d.Status, formatCounts(d.Counts)); line != last {
-				fmt.Fprintf(progress, "%s %s\n", now().Format("15:04:05"), line)
-				last = line
-			}
-			if client.DAGTerminal(d.Status) {
+			if w.reset(d) {
 				return d, nil
+			}
+			if !noStream {
+				err := w.follow(ctx, c, d.Revision)
+				var ae *client.APIError
+				if errors.As(err, &ae) && (ae.Status == http.StatusNotFound || ae.Status == http.StatusNotAcceptable) {
+					noStream = true
+				}
+				if err == nil || ctx.Err() != nil {
+					continue // the DAG ended (read it), or the wait ends below
+				}
 			}
 		case ctx.Err() != nil:
 			// Reported below.
 		case client.IsTemporary(err),
 			// A replica that has not yet applied the submission may not
 			// know the DAG for a moment.
-			lastStatus == "" && client.IsNotFound(err) && time.Since(start) < notFoundGrace:
+			w.status == "" && client.IsNotFound(err) && time.Since(start) < notFoundGrace:
 			if !warned {
 				fmt.Fprintf(warn, "warning: %v; still waiting\n", err)
 				warned = true
@@ -251,15 +264,121 @@ func waitForDAG(ctx context.Context, c *client.Client, id string, timeout time.D
 		case <-ctx.Done():
 			t.Stop()
 			if parent.Err() == nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				if lastStatus == "" {
-					lastStatus = "unknown"
+				status := w.status
+				if status == "" {
+					status = "unknown"
 				}
-				return nil, fmt.Errorf("timed out after %s waiting for dag %s (status %s)", timeout, id, lastStatus)
+				return nil, fmt.Errorf("timed out after %s waiting for dag %s (status %s)", timeout, id, status)
 			}
 			return nil, fmt.Errorf("stopped waiting for dag %s: %w", id, parent.Err())
 		case <-t.C:
 		}
 	}
+}
+
+// dagWatch is the state `submit --wait` keeps of the DAG it follows: the
+// status of every task, from a read and the task events after it.
+type dagWatch struct {
+	id       string
+	progress io.Writer
+	status   string            // the DAG's
+	tasks    map[string]string // task id → status
+	printed  string            // the last progress line printed
+	shown    time.Time         // when it was printed
+}
+
+// progressEvery bounds how often a following wait prints a line: a DAG of a
+// thousand short tasks changes its counts thousands of times a second.
+const progressEvery = 200 * time.Millisecond
+
+// reset takes a fresh read of the DAG and reports whether it has ended.
+func (w *dagWatch) reset(d *client.DAG) bool {
+	w.status = d.Status
+	w.tasks = make(map[string]string, len(d.Tasks))
+	for i := range d.Tasks {
+		w.tasks[d.Tasks[i].ID] = d.Tasks[i].Status
+	}
+	w.show(formatCounts(d.Counts), true)
+	return client.DAGTerminal(d.Status)
+}
+
+// follow reads the event stream after revision rev until the DAG's record
+// says it ended (nil: read it again), the stream asks for a re-read
+// (resync) or it fails (an error).
+func (w *dagWatch) follow(ctx context.Context, c *client.Client, rev int64) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := c.Events(ctx, strconv.FormatInt(rev, 10))
+	if err != nil {
+		return err
+	}
+	defer stream.Close()
+	events := make(chan client.Event)
+	failed := make(chan error, 1)
+	go func() {
+		for {
+			ev, err := stream.Next()
+			if err != nil {
+				failed <- err
+				return
+			}
+			select {
+			case events <- ev:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	tick := time.NewTicker(progressEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-failed:
+			return err
+		case <-tick.C:
+			w.flush(false)
+		case ev := <-events:
+			switch {
+			case ev.Type == "resync":
+				return nil // events were lost: read the DAG again
+			case ev.DAG != w.id || ev.Rev <= rev:
+			case ev.Type == "task":
+				w.tasks[ev.Task] = ev.Status
+				w.flush(false)
+			case ev.Type == "dag":
+				w.status = ev.Status
+				if client.DAGTerminal(ev.Status) {
+					return nil // read the final DAG
+				}
+			case ev.Type == "dag_deleted":
+				return nil // the read answers 404
+			}
+		}
+	}
+}
+
+// flush prints the progress line if it changed, at most every
+// progressEvery unless force is set.
+func (w *dagWatch) flush(force bool) {
+	if w.tasks == nil {
+		return
+	}
+	counts := make(map[string]int, 8)
+	for _, st := range w.tasks {
+		counts[st]++
+	}
+	w.show(formatCounts(counts), force)
+}
+
+func (w *dagWatch) show(counts string, force bool) {
+	line := fmt.Sprintf("%-8s %s", w.status, counts)
+	if line == w.printed || (!force && time.Since(w.shown) < progressEvery) {
+		return
+	}
+	fmt.Fprintf(w.progress, "%s %s\n", now().Format("15:04:05"), line)
+	w.printed, w.shown = line, time.Now()
 }
 
 func printWaitResult(w io.Writer, d *client.DAG) {

@@ -16,7 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/orion-sched/orion/internal/config"
-	"github.com/orion-sched/orion/internal/executor"
+	"github.com/orion-sched/orion/internal/worker/executor"
 	"github.com/orion-sched/orion/internal/workerstream"
 )
 
@@ -116,7 +116,10 @@ func runWorker(cfg config.Worker, log *zap.Logger) error {
 
 	select {
 	case <-sig.Done():
-	case err := <-done: // only on a configuration error
+	case err := <-done:
+		// A configuration error, or the leader refused this worker (its
+		// id, slots or labels): the same hello would be refused again,
+		// so it exits with the leader's reason rather than reconnect.
 		_ = exec.Close()
 		return err
 	}

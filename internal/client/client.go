@@ -27,8 +27,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/orion-sched/orion/internal/apitypes"
 	"github.com/orion-sched/orion/internal/dag"
+	"github.com/orion-sched/orion/internal/http/apitypes"
 )
 
 // RetryPolicy bounds the retries of one call.

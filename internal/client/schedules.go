@@ -5,10 +5,10 @@ import (
 	"net/http"
 	"net/url"
 
-	"github.com/orion-sched/orion/internal/apitypes"
+	"github.com/orion-sched/orion/internal/http/apitypes"
 )
 
-// Schedule wire types (internal/apitypes).
+// Schedule wire types (internal/http/apitypes).
 type (
 	Schedule            = apitypes.Schedule
 	ScheduleList        = apitypes.ScheduleList

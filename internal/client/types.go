@@ -1,8 +1,8 @@
 package client
 
-import "github.com/orion-sched/orion/internal/apitypes"
+import "github.com/orion-sched/orion/internal/http/apitypes"
 
-// The API's JSON types are declared once, in internal/apitypes, for the
+// The API's JSON types are declared once, in internal/http/apitypes, for the
 // server and this client alike. The names below are that package's types as
 // the client decodes them: the views instantiated with string statuses, so
 // decoding stays lenient (a status a newer server adds decodes fine; unknown

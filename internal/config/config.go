@@ -51,6 +51,9 @@ type Server struct {
 	Demo                 bool          `mapstructure:"demo" json:"demo"`
 	StreamStaleAfter     time.Duration `mapstructure:"stream_stale_after" json:"stream_stale_after"`
 	WorkerReconnectGrace time.Duration `mapstructure:"worker_reconnect_grace" json:"worker_reconnect_grace"`
+	WorkerMaxSlots       int           `mapstructure:"worker_max_slots" json:"worker_max_slots"`
+	MaxWorkers           int           `mapstructure:"max_workers" json:"max_workers"`
+	WorkerStreamMaxRate  float64       `mapstructure:"worker_stream_max_rate" json:"worker_stream_max_rate"`
 	DataDir              string        `mapstructure:"data_dir" json:"data_dir"`
 	EtcdEndpoints        []string      `mapstructure:"etcd_endpoints" json:"etcd_endpoints"`
 	EtcdUsername         string        `mapstructure:"etcd_username" json:"etcd_username,omitempty"`
@@ -119,6 +122,9 @@ var serverFlags = []Flag{
 	{"advertise-url", "", "URL other replicas and workers use to reach this API (default http://<listen address>)"},
 	{"stream-stale-after", 300 * time.Millisecond, "a worker or leader stream silent this long is treated as dead (the leader sends heartbeats every 100ms)"},
 	{"worker-reconnect-grace", 2 * time.Second, "how long a disconnected worker keeps its running attempts before they are re-queued"},
+	{"worker-max-slots", 1024, "most slots a worker (or a replica's own executor) may announce; a worker with more is refused and stops"},
+	{"max-workers", 1000, "most workers the leader holds (replicas' own slots included, connected or within their reconnect grace); one more is refused until one leaves"},
+	{"worker-stream-max-rate", 1000.0, "messages per second a worker stream may send besides the results of its attempts (heartbeats, every 100ms, are 10), with a burst of as many; a stream over it is closed"},
 	{"data-dir", "./data", "directory for the embedded etcd member and task logs"},
 	{"etcd-endpoints", []string{}, "comma-separated etcd client URLs; empty: embed a single etcd member in --data-dir"},
 	{"etcd-username", "", "etcd user (auth enabled clusters)"},
@@ -284,6 +290,11 @@ func (s *Server) parseMaps() error {
 	return errors.Join(errs...)
 }
 
+// MinTokenLen is the shortest auth_token a server listening beyond
+// loopback accepts: 16 random characters are beyond guessing through a
+// rate-limited API, a word or a PIN is not.
+const MinTokenLen = 16
+
 // Validate checks the settings that would make the server unsafe or unable
 // to start, with messages that name the setting.
 func (s Server) Validate() error {
@@ -293,6 +304,9 @@ func (s Server) Validate() error {
 		errs = append(errs, fmt.Errorf("listen %q: want HOST:PORT (%v)", s.Listen, err))
 	} else if !IsLoopbackHost(host) && s.AuthToken == "" && !s.InsecureNoAuth {
 		errs = append(errs, fmt.Errorf("listen %q is not loopback: set --auth-token (or ORION_AUTH_TOKEN), or --insecure-no-auth to accept anyone who can reach it running shell commands", s.Listen))
+	} else if !IsLoopbackHost(host) && s.AuthToken != "" && len(s.AuthToken) < MinTokenLen {
+		errs = append(errs, fmt.Errorf("auth_token is %d characters: on a non-loopback listen (%q) it is all that stands between the network and shell commands; use at least %d (such as `head -c 32 /dev/urandom | base64`)",
+			len(s.AuthToken), s.Listen, MinTokenLen))
 	}
 	if err == nil && s.Demo && !IsLoopbackHost(host) && s.AuthToken == "" {
 		errs = append(errs, fmt.Errorf("demo mode on a non-loopback listen %q needs --auth-token (--insecure-no-auth is not enough: demo mode can crash the scheduler)", s.Listen))
@@ -302,6 +316,23 @@ func (s Server) Validate() error {
 	}
 	if s.Slots < 0 {
 		errs = append(errs, fmt.Errorf("slots %d: must be ≥ 0", s.Slots))
+	}
+	if s.WorkerMaxSlots < 1 || s.WorkerMaxSlots > maxWorkerMaxSlots {
+		errs = append(errs, fmt.Errorf("worker_max_slots %d: must be 1 to %d", s.WorkerMaxSlots, maxWorkerMaxSlots))
+	} else if s.Slots > s.WorkerMaxSlots {
+		// The replica's own slots join the leader like any worker's.
+		errs = append(errs, fmt.Errorf("slots %d: must be at most worker_max_slots (%d)", s.Slots, s.WorkerMaxSlots))
+	}
+	if s.MaxWorkers < 1 {
+		errs = append(errs, fmt.Errorf("max_workers %d: must be ≥ 1", s.MaxWorkers))
+	}
+	if s.WorkerStreamMaxRate < 20 {
+		errs = append(errs, fmt.Errorf("worker_stream_max_rate %v: must be ≥ 20 (a worker's heartbeats alone are 10 a second)", s.WorkerStreamMaxRate))
+	}
+	// The name is the election value and the prefix of the ids of the
+	// replica's own slots, which the leader checks (model.ValidWorkerID).
+	if !model.ValidWorkerName(s.Name) {
+		errs = append(errs, fmt.Errorf("name %q: want %s", s.Name, model.WorkerNameRule))
 	}
 	if s.MaxTasksPerDAG < 1 {
 		errs = append(errs, fmt.Errorf("max_tasks_per_dag %d: must be ≥ 1", s.MaxTasksPerDAG))
@@ -347,6 +378,9 @@ func (s Server) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// maxWorkerMaxSlots bounds worker_max_slots (workerstream.MaxSlotsCeiling).
+const maxWorkerMaxSlots = 1 << 20
 
 // IsLoopbackHost reports whether a listen host only accepts local clients.
 func IsLoopbackHost(host string) bool {

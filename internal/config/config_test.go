@@ -61,7 +61,15 @@ func TestNonLoopbackNeedsAuth(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "--auth-token") {
 		t.Fatalf("non-loopback without token: %v", err)
 	}
-	if _, err := load(t, "", nil, "--listen", "0.0.0.0:8080", "--auth-token", "s3cret"); err != nil {
+	if _, err := load(t, "", nil, "--listen", "0.0.0.0:8080", "--auth-token", "s3cret-0123456789"); err != nil {
+		t.Fatal(err)
+	}
+	// A token short enough to guess is refused where it is the only guard,
+	// and accepted on loopback.
+	if _, err := load(t, "", nil, "--listen", "0.0.0.0:8080", "--auth-token", "x"); err == nil || !strings.Contains(err.Error(), "auth_token is 1 characters") {
+		t.Fatalf("a 1-character token on a network bind: %v", err)
+	}
+	if _, err := load(t, "", nil, "--listen", "127.0.0.1:8080", "--auth-token", "x"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := load(t, "", nil, "--listen", "0.0.0.0:8080", "--insecure-no-auth"); err != nil {

@@ -12,7 +12,7 @@ import (
 	"github.com/spf13/viper"
 	"go.uber.org/zap/zapcore"
 
-	"github.com/orion-sched/orion/internal/etcdserver"
+	"github.com/orion-sched/orion/internal/etcdmember"
 )
 
 // Etcd is the resolved configuration of one `orion etcd` member.
@@ -59,27 +59,27 @@ var etcdSettings = Settings{
 	Flags: []Flag{
 		{Name: "name", Default: "", Usage: "member name, unique in the cluster; required with --initial-cluster (a single member defaults to the host name)"},
 		{Name: "data-dir", Default: "", Usage: "member data directory: WAL, snapshots, db (required; created if missing)"},
-		{Name: "listen-client-url", Default: etcdserver.DefaultClientURL, Usage: "client URL to listen on (an IP, or 0.0.0.0 with --advertise-client-url), also advertised unless --advertise-client-url is set; a non-loopback host needs --allow-remote-clients"},
-		{Name: "listen-peer-url", Default: etcdserver.DefaultPeerURL, Usage: "peer (raft) URL to listen on (an IP, or 0.0.0.0 with --advertise-peer-url), also advertised unless --advertise-peer-url is set"},
+		{Name: "listen-client-url", Default: etcdmember.DefaultClientURL, Usage: "client URL to listen on (an IP, or 0.0.0.0 with --advertise-client-url), also advertised unless --advertise-client-url is set; a non-loopback host needs --allow-remote-clients"},
+		{Name: "listen-peer-url", Default: etcdmember.DefaultPeerURL, Usage: "peer (raft) URL to listen on (an IP, or 0.0.0.0 with --advertise-peer-url), also advertised unless --advertise-peer-url is set"},
 		{Name: "advertise-client-url", Default: "", Usage: "client URL published to clients and the cluster (default: --listen-client-url); required when that host is 0.0.0.0"},
 		{Name: "advertise-peer-url", Default: "", Usage: "peer URL published to the other members, as listed in --initial-cluster (default: --listen-peer-url); required when that host is 0.0.0.0"},
 		{Name: "initial-cluster", Default: "", Usage: "every member of a new cluster, \"e1=http://127.0.0.1:2380,e2=...\"; empty: a single member; ignored once --data-dir holds a member"},
 		{Name: "initial-cluster-state", Default: "new", Usage: "new (bootstrap) or existing (join a member added with 'etcdctl member add')"},
-		{Name: "initial-cluster-token", Default: etcdserver.DefaultClusterToken, Usage: "token that keeps clusters bootstrapped from the same --initial-cluster apart"},
+		{Name: "initial-cluster-token", Default: etcdmember.DefaultClusterToken, Usage: "token that keeps clusters bootstrapped from the same --initial-cluster apart"},
 		// 50 ms / 250 ms, not etcd's 100 ms / 1000 ms: etcd grants no lease
 		// shorter than 1.5 election timeouts rounded up to whole seconds, and
 		// orion's leadership session is a 1 s lease. With etcd's defaults that
 		// lease would silently become 2 s and every failover a second slower.
-		// See etcdserver.MinLeaseTTL.
-		{Name: "heartbeat-ms", Default: etcdserver.DefaultHeartbeatMs, Usage: "raft heartbeat interval in ms"},
-		{Name: "election-ms", Default: etcdserver.DefaultElectionMs, Usage: "raft election timeout in ms, at least 5x --heartbeat-ms; at most 650 with a 50 ms heartbeat keeps 1 s leases (orion's session TTL) possible"},
-		{Name: "auto-compaction-mode", Default: etcdserver.DefaultAutoCompactionMode, Usage: "revision or periodic"},
+		// See etcdmember.MinLeaseTTL.
+		{Name: "heartbeat-ms", Default: etcdmember.DefaultHeartbeatMs, Usage: "raft heartbeat interval in ms"},
+		{Name: "election-ms", Default: etcdmember.DefaultElectionMs, Usage: "raft election timeout in ms, at least 5x --heartbeat-ms; at most 650 with a 50 ms heartbeat keeps 1 s leases (orion's session TTL) possible"},
+		{Name: "auto-compaction-mode", Default: etcdmember.DefaultAutoCompactionMode, Usage: "revision or periodic"},
 		// No default here: an unset retention follows the mode.
-		{Name: "auto-compaction-retention", Default: "", Usage: "revisions to keep (revision mode; default " + etcdserver.DefaultAutoCompactionRetention + "), or a duration such as 1h (periodic mode; default " + etcdserver.DefaultPeriodicCompactionRetention + ")"},
-		{Name: "quota-backend-bytes", Default: etcdserver.DefaultQuotaBackendBytes, Usage: "backend size at which etcd raises a NOSPACE alarm and refuses writes"},
+		{Name: "auto-compaction-retention", Default: "", Usage: "revisions to keep (revision mode; default " + etcdmember.DefaultAutoCompactionRetention + "), or a duration such as 1h (periodic mode; default " + etcdmember.DefaultPeriodicCompactionRetention + ")"},
+		{Name: "quota-backend-bytes", Default: etcdmember.DefaultQuotaBackendBytes, Usage: "backend size at which etcd raises a NOSPACE alarm and refuses writes"},
 		{Name: "max-txn-ops", Default: DefaultEtcdMaxTxnOps, Usage: "most operations in one transaction (orion server batches up to 512 against external members)"},
-		{Name: "max-request-bytes", Default: int64(etcdserver.DefaultMaxRequestBytes), Usage: "largest client request in bytes"},
-		{Name: "log-level", Default: etcdserver.DefaultLogLevel, Usage: "level of etcd's own logs: debug, info, warn, error (orion's start and stop lines are always shown)"},
+		{Name: "max-request-bytes", Default: int64(etcdmember.DefaultMaxRequestBytes), Usage: "largest client request in bytes"},
+		{Name: "log-level", Default: etcdmember.DefaultLogLevel, Usage: "level of etcd's own logs: debug, info, warn, error (orion's start and stop lines are always shown)"},
 		{Name: "allow-remote-clients", Default: false, Usage: "allow a non-loopback --listen-client-url without --client-cert-auth; etcd then serves ANYONE who can reach it (unless etcd auth is on)"},
 		// etcd's own flag names, so that an operator's etcd habits carry over.
 		{Name: "cert-file", Default: "", Usage: "TLS certificate (PEM) the client URL presents; the client URLs are then https"},
@@ -225,8 +225,8 @@ func (e Etcd) checkTLS(prefix, side, cert, key, ca string, clientAuth bool, urlF
 }
 
 // Member is the etcdserver configuration of the member (without a logger).
-func (e Etcd) Member() etcdserver.Config {
-	return etcdserver.Config{
+func (e Etcd) Member() etcdmember.Config {
+	return etcdmember.Config{
 		Name:                    e.Name,
 		DataDir:                 e.DataDir,
 		ClientURL:               e.ListenClientURL,
@@ -246,7 +246,7 @@ func (e Etcd) Member() etcdserver.Config {
 		LogLevel:                e.LogLevel,
 		AllowRemoteClients:      e.AllowRemoteClients,
 		ReadyTimeout:            e.ReadyTimeout,
-		ClientTLS:               etcdserver.TLS{CertFile: e.CertFile, KeyFile: e.KeyFile, TrustedCAFile: e.TrustedCAFile, ClientCertAuth: e.ClientCertAuth},
-		PeerTLS:                 etcdserver.TLS{CertFile: e.PeerCertFile, KeyFile: e.PeerKeyFile, TrustedCAFile: e.PeerTrustedCAFile, ClientCertAuth: e.PeerClientCertAuth},
+		ClientTLS:               etcdmember.TLS{CertFile: e.CertFile, KeyFile: e.KeyFile, TrustedCAFile: e.TrustedCAFile, ClientCertAuth: e.ClientCertAuth},
+		PeerTLS:                 etcdmember.TLS{CertFile: e.PeerCertFile, KeyFile: e.PeerKeyFile, TrustedCAFile: e.PeerTrustedCAFile, ClientCertAuth: e.PeerClientCertAuth},
 	}
 }

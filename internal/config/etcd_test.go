@@ -9,7 +9,7 @@ import (
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
 
-	"github.com/orion-sched/orion/internal/etcdserver"
+	"github.com/orion-sched/orion/internal/etcdmember"
 )
 
 func loadEtcd(t *testing.T, file string, env map[string]string, args ...string) (Etcd, error) {
@@ -38,10 +38,10 @@ func TestEtcdPrecedence(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := e.Member()
-	if m.ClientURL != etcdserver.DefaultClientURL || m.PeerURL != etcdserver.DefaultPeerURL || m.HeartbeatMs != 50 ||
-		m.ElectionMs != 250 || m.ClusterState != "new" || m.ClusterToken != etcdserver.DefaultClusterToken ||
-		m.AutoCompactionMode != "revision" || m.AutoCompactionRetention != "" || m.QuotaBackendBytes != etcdserver.DefaultQuotaBackendBytes ||
-		m.MaxTxnOps != DefaultEtcdMaxTxnOps || m.MaxRequestBytes != etcdserver.DefaultMaxRequestBytes ||
+	if m.ClientURL != etcdmember.DefaultClientURL || m.PeerURL != etcdmember.DefaultPeerURL || m.HeartbeatMs != 50 ||
+		m.ElectionMs != 250 || m.ClusterState != "new" || m.ClusterToken != etcdmember.DefaultClusterToken ||
+		m.AutoCompactionMode != "revision" || m.AutoCompactionRetention != "" || m.QuotaBackendBytes != etcdmember.DefaultQuotaBackendBytes ||
+		m.MaxTxnOps != DefaultEtcdMaxTxnOps || m.MaxRequestBytes != etcdmember.DefaultMaxRequestBytes ||
 		m.LogLevel != "warn" || m.AllowRemoteClients || m.ReadyTimeout != 5*time.Minute || m.DataDir != "/tmp/d" {
 		t.Fatalf("defaults: %+v", m)
 	}

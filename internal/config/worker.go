@@ -122,8 +122,9 @@ func (w Worker) Validate() error {
 	if w.Slots < 1 {
 		errs = append(errs, s.Invalid("slots", w.Slots, "must be at least 1"))
 	}
-	if strings.ContainsAny(w.Name, "/ \t\n") {
-		errs = append(errs, s.Invalid("name", w.Name, "no slashes or spaces"))
+	if !model.ValidWorkerName(w.Name) {
+		// It prefixes the worker's id, which the leader checks.
+		errs = append(errs, s.Invalid("name", w.Name, "want "+model.WorkerNameRule))
 	}
 	if _, err := zapcore.ParseLevel(w.LogLevel); err != nil {
 		errs = append(errs, s.Invalid("log-level", w.LogLevel, "must be debug, info, warn or error"))

@@ -140,8 +140,9 @@ func TestWorkerBadValues(t *testing.T) {
 		{nil, []string{"--server", ""}, `--server (env ORION_SERVER): no URL given`},
 		{map[string]string{"ORION_SERVER": ","}, nil, `--server (env ORION_SERVER): no URL given`},
 		{nil, []string{"--server", "http://"}, `--server (env ORION_SERVER) "http:": want http://host:port`},
-		{nil, []string{"--name", "a/b"}, `--name (env ORION_WORKER_NAME) "a/b": no slashes or spaces`},
-		{nil, []string{"--name", "a b"}, `--name (env ORION_WORKER_NAME) "a b": no slashes or spaces`},
+		{nil, []string{"--name", "a/b"}, `--name (env ORION_WORKER_NAME) "a/b": want 1-200 letters, digits, '.', '_' or '-', starting with a letter or digit`},
+		{nil, []string{"--name", "a b"}, `--name (env ORION_WORKER_NAME) "a b": want 1-200 letters, digits, '.', '_' or '-', starting with a letter or digit`},
+		{nil, []string{"--name", "gpu\x1b[2J"}, "--name (env ORION_WORKER_NAME) \"gpu\\x1b[2J\": want 1-200 letters, digits, '.', '_' or '-', starting with a letter or digit"},
 		{nil, []string{"--log-level", "loud"}, `--log-level (env ORION_WORKER_LOG_LEVEL) "loud": must be debug, info, warn or error`},
 		{map[string]string{"ORION_WORKER_LOG_FORMAT": "xml"}, nil, `--log-format (env ORION_WORKER_LOG_FORMAT) "xml": must be console or json`},
 	} {

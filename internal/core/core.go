@@ -101,6 +101,7 @@ type dagRun struct {
 	wantCancel bool     // leader: cancel once the in-flight proposal is applied
 	reserved   int32    // leader: dispatches proposed and not yet applied
 	classes    []*class // leader: the classes bound to this DAG's max_active_tasks
+	parked     bool     // leader: the store refused its record in flight (Poisoned)
 }
 
 type task struct {
@@ -430,9 +431,11 @@ func (c *Core) applyTask(e *Entry) error {
 func (c *Core) checkTask(e *Entry, t *task) error {
 	d, rec := t.dag, e.T
 	from, to := t.status, rec.Status
-	// A record that starts an attempt: a dispatch, or a dispatch and its
-	// success in one record (ready → succeeded).
-	starts := to == Running || from == Ready && to == Succeeded
+	// A record that starts an attempt: a dispatch, a dispatch and its
+	// success in one record (ready → succeeded), or a dispatch that could
+	// not be recorded and failed the task (ready → failed): its attempt
+	// number is used up, as the attempt may have been sent.
+	starts := to == Running || from == Ready && (to == Succeeded || to == Failed)
 	switch {
 	case rec.Run != d.rec.Run:
 		return applyErr(e, "record of run %d, DAG is in run %d", rec.Run, d.rec.Run)
@@ -452,8 +455,11 @@ func (c *Core) checkTask(e *Entry, t *task) error {
 
 // startName names a record that starts an attempt, for errors.
 func startName(to Status) string {
-	if to == Succeeded {
+	switch to {
+	case Succeeded:
 		return "dispatch and success"
+	case Failed:
+		return "dispatch and failure"
 	}
 	return "dispatch"
 }
@@ -494,7 +500,9 @@ func (c *Core) Restore(rev int64, dags, tasks []Entry) []error {
 	if c.leader {
 		panic("core: Restore on a leader; call StepDown first")
 	}
-	*c = Core{cfg: c.cfg, dags: make(map[string]*dagRun, len(dags)), rev: rev}
+	// The leader-side counters are kept: they count events, not state,
+	// and must not run backwards.
+	*c = Core{cfg: c.cfg, dags: make(map[string]*dagRun, len(dags)), rev: rev, stats: c.stats}
 	var errs []error
 	sort.SliceStable(dags, func(i, j int) bool { return dags[i].Rev < dags[j].Rev })
 	for k := range dags {

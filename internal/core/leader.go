@@ -7,7 +7,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/orion-sched/orion/internal/apitypes"
+	"github.com/orion-sched/orion/internal/http/apitypes"
 	"github.com/orion-sched/orion/internal/model"
 )
 
@@ -45,10 +45,18 @@ const (
 	TimerOrphan                      // a new leader's grace for an attempt ran out
 )
 
-// Stats counts leader-side events the log does not show.
+// Stats counts leader-side events the log does not show. It is comparable,
+// so that a caller can tell cheaply whether anything was counted.
 type Stats struct {
 	StaleResults int64 // results for attempts that are no longer current
-	Orphans      int64 // attempts re-queued because their worker vanished
+	// UnheldResults counts results for attempts their worker does not
+	// hold: never dispatched to it, another worker's, or of a task the
+	// leader does not know (see ReportUnheld).
+	UnheldResults int64
+	Orphans       int64 // attempts re-queued because their worker vanished
+	// RefusedClaims counts the attempts workers' hellos listed and Adopt
+	// refused (cancelled on the worker), by verdict (a Claim).
+	RefusedClaims [numClaims]int64
 }
 
 type worker struct {
@@ -58,6 +66,10 @@ type worker struct {
 	busy     int
 	attempts map[model.AttemptID]*task
 	early    bool // attempts go out with their dispatch proposal (AllowEarly)
+	// before: the term before's record admitted it to early attempts, so
+	// its hello may list attempts whose dispatch never committed
+	// (AdmittedBefore).
+	before bool
 }
 
 // Error is a request the core refuses; Code is apitypes.CodeNotFound,
@@ -75,7 +87,7 @@ func (e *Error) Error() string { return e.Msg }
 
 // ErrNotLeader refuses a leader-only request on a replica that is not. It is
 // the only not-leader error: the scheduler returns it too (as
-// scheduler.ErrNotLeader) when it loses leadership under a request.
+// engine.ErrNotLeader) when it loses leadership under a request.
 var ErrNotLeader = &Error{Code: apitypes.CodeNotLeader, Msg: "this replica is not the leader"}
 
 // IsLeader reports whether the core acts as leader.
@@ -126,7 +138,7 @@ func (c *Core) StepDown() {
 	c.classes, c.classList, c.poolReserved = nil, nil, nil
 	c.unsealed = nil
 	for _, d := range c.dags {
-		d.inflight, d.wantCancel, d.reserved, d.classes = false, false, 0, nil
+		d.inflight, d.wantCancel, d.reserved, d.classes, d.parked = false, false, 0, nil, false
 		for i := range d.tasks {
 			t := &d.tasks[i]
 			t.inflight, t.dispatching, t.stash, t.reserved, t.queued, t.cls = false, false, nil, nil, false, nil
@@ -138,7 +150,14 @@ func (c *Core) StepDown() {
 // AddWorker registers a live worker with its slot count and labels (or
 // updates them). Only tasks whose required labels the worker has are
 // dispatched to it.
+//
+// A worker whose id is longer than model.MaxWorkerIDBytes is not
+// registered, so it gets no work: its id would be written into the record
+// of every attempt it ran, past the records' bound.
 func (c *Core) AddWorker(id string, slots int, labels model.Labels) {
+	if len(id) > model.MaxWorkerIDBytes {
+		return
+	}
 	if c.workers == nil {
 		c.workers = make(map[string]*worker)
 	}
@@ -182,46 +201,153 @@ func (c *Core) EarlyAllowed(id string) bool {
 	return w != nil && w.early
 }
 
-// Adopt records that a live worker is running an attempt, as it reports after
-// a leader change; the attempt is not run again. Attempts the log no longer
-// considers current are cancelled on the worker instead.
-func (c *Core) Adopt(workerID string, id model.AttemptID) bool {
+// AdmittedBefore says whether the term before's record admitted a
+// registered worker to early attempts (AllowEarly). Only such a worker may
+// hold an attempt the log does not show: one a leader before this one sent
+// with its dispatch proposal and died before the record committed. Its
+// hello may list one, and Adopt records its dispatch then; any other
+// worker's claim of an attempt the log never gave it is refused. The
+// engine admits the workers the term record lists until they confirm
+// this term: from then on nothing of an older leader's reaches them.
+func (c *Core) AdmittedBefore(id string, ok bool) {
+	if w := c.workers[id]; w != nil {
+		w.before = ok
+	}
+}
+
+// Claim is Adopt's verdict on an attempt a worker's hello lists.
+type Claim uint8
+
+const (
+	// ClaimHeld: the log (or this leader's own early dispatch) gives the
+	// worker the attempt; it runs on, adopted.
+	ClaimHeld Claim = iota + 1
+	// ClaimRecorded: a leader before this one sent the attempt early and
+	// its record never committed; its dispatch is proposed now.
+	ClaimRecorded
+	// The refusals: each attempt is cancelled on the worker.
+
+	// ClaimStale: an attempt the log has moved past (finished, re-queued,
+	// being replaced); a worker's unacknowledged result after a failover.
+	ClaimStale
+	// ClaimUnknown: no such DAG or task (deleted, or never submitted).
+	ClaimUnknown
+	// ClaimOtherWorker: the log gives the attempt to another worker.
+	ClaimOtherWorker
+	// ClaimNotDispatched: the log never dispatched the attempt, and it
+	// cannot be an early attempt of the worker's: the worker was not
+	// admitted to early attempts by the term before (AdmittedBefore), the
+	// number is not the task's next, or the task is not ready.
+	ClaimNotDispatched
+	// ClaimLabels: an early attempt of a task that requires labels (a
+	// pool) the worker does not have.
+	ClaimLabels
+	// ClaimLimit: an early attempt its DAG's max_active_tasks or its
+	// pool's limit has no room for.
+	ClaimLimit
+	numClaims
+)
+
+var claimNames = [numClaims]string{ClaimHeld: "held", ClaimRecorded: "recorded", ClaimStale: "stale",
+	ClaimUnknown: "unknown", ClaimOtherWorker: "other_worker", ClaimNotDispatched: "not_dispatched",
+	ClaimLabels: "labels", ClaimLimit: "limit"}
+
+// String names the verdict as the metric labels do.
+func (v Claim) String() string {
+	if v < numClaims && claimNames[v] != "" {
+		return claimNames[v]
+	}
+	return "none"
+}
+
+// Adopted reports whether the worker keeps the attempt.
+func (v Claim) Adopted() bool { return v == ClaimHeld || v == ClaimRecorded }
+
+// Refusals lists the verdicts that refuse a claim, in order.
+func Refusals() []Claim {
+	return []Claim{ClaimStale, ClaimUnknown, ClaimOtherWorker, ClaimNotDispatched, ClaimLabels, ClaimLimit}
+}
+
+// Adopt judges an attempt that a live worker's hello lists, as it reports
+// after a leader change or a reconnection: running, or finished with its
+// result unacknowledged. A worker holds only what the log gave it: an
+// attempt its committed dispatch record names it for (this worker id,
+// this process or an earlier one under the id), or one this leader sent it
+// early. Such an attempt is adopted, not run again. One that no record
+// shows is accepted only as an early attempt of a leader before
+// (AdmittedBefore), and only where the task's labels and limits allow it;
+// its dispatch is then recorded. Everything else is cancelled on the
+// worker and counted (Stats.RefusedClaims). It returns 0 on a replica
+// that does not lead or for a worker not registered.
+func (c *Core) Adopt(workerID string, id model.AttemptID) Claim {
 	if !c.leader {
-		return false
+		return 0
 	}
 	w := c.workers[workerID]
-	t := c.lookup(id.DAG, id.Task)
 	if w == nil {
-		return false
+		return 0
 	}
+	t := c.lookup(id.DAG, id.Task)
 	if t != nil && t.sentEarly(id.Attempt, workerID) {
 		// Sent before its dispatch record, which is still being committed.
-		if _, ok := w.attempts[id]; !ok {
-			w.attempts[id] = t
-			w.busy++
-		}
-		return true
+		c.hold(w, id, t)
+		return ClaimHeld
 	}
-	if t != nil && t.status == Ready && !t.inflight && id.Attempt == t.attempt()+1 && !t.dag.deleted &&
-		t.dag.rec.Status == DAGRunning && !t.dag.inflight {
+	v := c.judgeClaim(w, t, id)
+	switch v {
+	case ClaimHeld:
+		c.hold(w, id, t)
+	case ClaimRecorded:
 		// A leader before us sent this attempt with its dispatch proposal
 		// and died (or was deposed) before the record committed: the
 		// worker runs it, so record its dispatch now instead of running
 		// the task again elsewhere.
 		c.proposeAttempt(t, w, id.Attempt, true, false)
-		return true
-	}
-	// An attempt whose task has a proposal in flight (an orphan requeue,
-	// typically) is being replaced: stop it rather than let two run at once.
-	if t == nil || t.status != Running || t.attempt() != id.Attempt || t.rec.Worker != workerID || t.inflight {
+	default:
+		c.stats.RefusedClaims[v]++
 		c.effects = append(c.effects, Effect{Kind: EffectCancel, Worker: workerID, ID: id})
-		return false
 	}
+	return v
+}
+
+// judgeClaim checks a claimed attempt against the committed state (see
+// Adopt); sentEarly has been ruled out.
+func (c *Core) judgeClaim(w *worker, t *task, id model.AttemptID) Claim {
+	switch {
+	case t == nil || t.dag.deleted:
+		return ClaimUnknown
+	case id.Attempt < 1:
+		return ClaimNotDispatched
+	case id.Attempt == t.attempt() && t.rec.Worker != w.id:
+		return ClaimOtherWorker
+	case id.Attempt == t.attempt() && t.status == Running && !t.inflight:
+		return ClaimHeld
+	case id.Attempt <= t.attempt():
+		// Finished, re-queued, or running with a proposal in flight (an
+		// orphan requeue, typically: it is being replaced, so stop it
+		// rather than let two run at once).
+		return ClaimStale
+	case id.Attempt != t.attempt()+1 || t.status != Ready || t.inflight || t.dag.rec.Status != DAGRunning || t.dag.inflight:
+		return ClaimNotDispatched
+	case !w.before:
+		return ClaimNotDispatched
+	}
+	s := t.spec()
+	if !w.labels.Matches(s.Requires()) {
+		return ClaimLabels
+	}
+	if c.limitReason(t.dag, s.PoolName()) != "" {
+		return ClaimLimit
+	}
+	return ClaimRecorded
+}
+
+// hold counts an adopted attempt among its worker's.
+func (c *Core) hold(w *worker, id model.AttemptID, t *task) {
 	if _, ok := w.attempts[id]; !ok {
 		w.attempts[id] = t
 		w.busy++
 	}
-	return true
 }
 
 // RemoveWorker forgets a worker that is gone; its attempts are re-queued
@@ -367,6 +493,10 @@ func (c *Core) requested(id string, now time.Time) (*dagRun, error) {
 	if d == nil {
 		return nil, &Error{Code: apitypes.CodeNotFound, Msg: "no DAG " + id}
 	}
+	if d.parked {
+		return nil, &Error{Code: apitypes.CodeConflict, Msg: "etcd refused DAG " + id + "'s record as too large (the members' " +
+			"--max-request-bytes is below etcd_max_request_bytes): the DAG stays as it is until the next leader; raise their limit"}
+	}
 	return d, nil
 }
 
@@ -457,13 +587,33 @@ func (c *Core) Expire(cutoff time.Time) int {
 	return n
 }
 
-// Report takes a worker's result for an attempt. It reports whether it
-// holds the result until the task's record in flight is applied (see
-// Holds): the result is not durable before the record it then becomes.
-func (c *Core) Report(r model.Result, now time.Time) (held bool) {
+// Reported says what Report did with a result.
+type Reported uint8
+
+const (
+	// ReportDecided: the result is taken; the record it makes is
+	// proposed (or it was moot: its DAG is being cancelled).
+	ReportDecided Reported = iota + 1
+	// ReportHeld: it waits for the task's record in flight to apply
+	// (Holds): it is not durable before the record it then becomes.
+	ReportHeld
+	// ReportStale: for an attempt of the worker's that the log has moved
+	// past (a repeat, a re-queued or cancelled attempt): dropped, moot.
+	ReportStale
+	// ReportUnheld: for an attempt the worker does not hold: never
+	// dispatched to it, another worker's, or of a task the leader does
+	// not know (never submitted, or deleted): dropped, moot.
+	ReportUnheld
+)
+
+// Report takes a worker's result for an attempt. Only a result for an
+// attempt its worker holds (as the log, or this leader's early dispatch,
+// says) changes anything; the others are counted (Stats) and dropped. It
+// returns 0 on a replica that does not lead.
+func (c *Core) Report(r model.Result, now time.Time) Reported {
 	c.now = now
 	if !c.leader {
-		return false
+		return 0
 	}
 	c.releaseAttempt(r.AttemptID, r.Worker)
 	t := c.lookup(r.DAG, r.Task)
@@ -471,21 +621,25 @@ func (c *Core) Report(r model.Result, now time.Time) (held bool) {
 		// The attempt's dispatch record is not committed yet.
 		if c.foldable(t) && r.Outcome == model.Succeeded && t.dag.rec.Status == DAGRunning && !t.dag.inflight {
 			c.fold(t, r)
-			return false
+			return ReportDecided
 		}
 		t.stash = &r // decided once the dispatch record is applied
-		return true
+		return ReportHeld
 	}
-	if t == nil || t.status != Running || t.attempt() != r.Attempt || t.rec.Worker != r.Worker {
+	switch {
+	case t == nil || t.dag.deleted || r.Attempt < 1 || r.Attempt > t.attempt() ||
+		r.Attempt == t.attempt() && t.rec.Worker != r.Worker:
+		c.stats.UnheldResults++
+		return ReportUnheld
+	case t.status != Running || t.attempt() != r.Attempt:
 		c.stats.StaleResults++
-		return false
-	}
-	if t.inflight {
+		return ReportStale
+	case t.inflight:
 		t.stash = &r
-		return true
+		return ReportHeld
 	}
 	c.decide(t, r)
-	return false
+	return ReportDecided
 }
 
 // Holds reports whether a result for attempt id waits for its task's
@@ -553,6 +707,7 @@ func (c *Core) setResult(rec *TaskRecord, r model.Result) {
 func (c *Core) fold(t *task, r model.Result) {
 	rec := t.early
 	c.setResult(rec, r)
+	bound(rec) // proposed before its result was written in
 	rec.Status, rec.Event, rec.Outcome = Succeeded, "succeed", "succeed"
 	c.noteAhead(t)
 }
@@ -740,7 +895,11 @@ func (c *Core) proposeDispatch(t *task, w *worker, early bool) {
 func (c *Core) proposeAttempt(t *task, w *worker, attempt int, early, send bool) {
 	rec := c.nextRecord(t)
 	if t.rec != nil && t.rec.Attempt > 0 {
-		rec.History = append(append([]AttemptSummary(nil), t.rec.History...), summarize(t.rec))
+		// A fresh slice (the applied record keeps its own), of the
+		// attempts that proposeTask's bound keeps.
+		h := t.rec.History[max(0, len(t.rec.History)+1-model.HistoryKept):]
+		rec.History = append(append(make([]AttemptSummary, 0, len(h)+1), h...), summarize(t.rec))
+		rec.HistoryOmitted += len(t.rec.History) - len(h)
 	}
 	rec.Status, rec.Event, rec.Outcome = Running, "dispatch", ""
 	rec.Attempt = attempt
@@ -979,6 +1138,7 @@ func (c *Core) proposeDAG(d *dagRun, rec *DAGRecord) {
 }
 
 func (c *Core) proposeTask(t *task, rec *TaskRecord) {
+	bound(rec)
 	t.inflight = true
 	c.outbox = append(c.outbox, Entry{DAG: t.dag.id, Task: t.id(), T: rec})
 }
@@ -1001,7 +1161,7 @@ func summarize(r *TaskRecord) AttemptSummary {
 		outcome = r.Event
 	}
 	return AttemptSummary{Attempt: r.Attempt, Worker: r.Worker, StartedAt: r.StartedAt, FinishedAt: r.FinishedAt,
-		Outcome: outcome, ExitCode: r.ExitCode, Error: r.Error}
+		Outcome: outcome, ExitCode: r.ExitCode, Error: model.CutMiddle(r.Error, model.MaxHistoryErrorBytes)}
 }
 
 func timePtr(t time.Time) *time.Time {

@@ -321,6 +321,12 @@ func (s *sim) crashLeader() {
 	}
 	for _, w := range liveWorkers(s.workers) {
 		fresh.AddWorker(w, 1+s.rng.IntN(3), s.labels[w])
+		// The term record lists the workers a term admitted to early
+		// attempts, and those its own term before listed (the engine
+		// keeps them listed until they leave): their hellos may claim
+		// attempts the log does not show.
+		old := s.c.workers[w]
+		fresh.AdmittedBefore(w, old != nil && (old.early || old.before))
 		fresh.AllowEarly(w, s.rng.IntN(3) > 0)
 	}
 	s.c = fresh
@@ -329,11 +335,17 @@ func (s *sim) crashLeader() {
 	// Every live worker says hello, listing what it runs and the results
 	// no leader acknowledged, before the new leader dispatches anything
 	// (the engine's barrier): attempts sent before their dispatch record
-	// committed are adopted, not run again.
+	// committed are adopted, not run again. A legitimate claim is never
+	// refused for a reason other than staleness: the log, or the term
+	// before's early dispatch within the same labels and limits, gave it.
 	for _, id := range s.runningIDs() {
 		a := s.running[id]
-		if !s.c.Adopt(a.worker, id) {
+		v := s.c.Adopt(a.worker, id)
+		if !v.Adopted() {
 			a.cancelled = true
+		}
+		if !v.Adopted() && v != ClaimStale {
+			s.t.Fatalf("a legitimate claim of %s by %s refused: %s", id, a.worker, v)
 		}
 	}
 	var results []model.AttemptID

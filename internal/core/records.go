@@ -49,9 +49,24 @@ type TaskRecord struct {
 	// replaying them must never run retry logic.
 	Cascade bool   `json:"cascade,omitempty"`
 	Cause   string `json:"cause,omitempty"` // the failed task a cascade started from
-	// History holds the attempts before the latest one.
+	// History holds the attempts before the latest one: the last
+	// model.HistoryKept of them.
 	History []AttemptSummary `json:"history,omitempty"`
+	// HistoryOmitted counts the earlier attempts no longer listed in
+	// History, so that a task retried a hundred times rewrites a record
+	// of constant size, not one that grows with each attempt.
+	HistoryOmitted int `json:"history_omitted,omitempty"`
 }
+
+// MaxTaskRecordBytes is the most a task record encodes to, whatever its
+// text: the leader cuts every field that carries text it did not choose
+// (bound) to its model bound, and lists the last model.HistoryKept earlier
+// attempts. It holds with every character escaped as JSON's longest form
+// (\u0001 for a byte), and it is below the smallest record limit Orion
+// accepts (etcd_max_request_bytes ≥ 64 KiB, less the store's 4 KiB for key
+// and framing), so a task record never makes a transaction too large for
+// etcd; the store's tests check both.
+const MaxTaskRecordBytes = 60 << 10
 
 // AttemptSummary is one finished attempt kept in a task's history.
 type AttemptSummary struct {

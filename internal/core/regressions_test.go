@@ -277,7 +277,7 @@ func TestRegressionAdoptWhileRequeueInFlight(t *testing.T) {
 	h.now = h.now.Add(2 * time.Second)
 	h.c.Fire(TimerOrphan, model.AttemptID{DAG: "d1", Task: "a", Attempt: 1}, h.now) // re-queue proposed
 	h.c.AddWorker("w1", 1, nil)
-	adopted := h.c.Adopt("w1", model.AttemptID{DAG: "d1", Task: "a", Attempt: 1})
+	adopted := h.c.Adopt("w1", model.AttemptID{DAG: "d1", Task: "a", Attempt: 1}).Adopted()
 	cancelled := false
 	for _, ef := range h.c.TakeEffects() {
 		cancelled = cancelled || ef.Kind == EffectCancel

@@ -26,10 +26,12 @@ import (
 //
 //	config [retry-base=1s] [retry-cap=30s] [orphan-grace=2s] [pool-limits=(gpu=2,...)]
 //	    start over with an empty core using this policy (first command only)
-//	worker id=w1 [slots=1] [labels=(pool=gpu,...)] [early]
+//	worker id=w1 [slots=1] [labels=(pool=gpu,...)] [early] [before]
 //	                                register (or resize, or relabel) a live worker;
 //	                                early: its attempts go out with their
-//	                                dispatch proposal (AllowEarly)
+//	                                dispatch proposal (AllowEarly); before: the
+//	                                term before admitted it to early attempts,
+//	                                so it may claim some (AdmittedBefore)
 //	remove-worker w1                the worker is gone
 //	become-leader                   the core takes over as leader
 //	restart                         the leader dies: its uncommitted proposals
@@ -52,13 +54,22 @@ import (
 //	                                change
 //	schedule                        dispatch ready tasks onto free slots
 //	report d1/a#1 worker=w1 outcome=succeeded|failed|timed_out|cancelled [exit=N] [error=text]
+//	       [error-bytes=N] [tail-bytes=N]
 //	                                a worker's result (exit defaults to 0 for
-//	                                succeeded, 1 for failed, -1 otherwise)
+//	                                succeeded, 1 for failed, -1 otherwise);
+//	                                error-bytes and tail-bytes give it an error
+//	                                or output tail of N bytes (printed as
+//	                                their length)
+//	poison                          the store refuses the oldest proposal alone
+//	                                for its size (Poisoned): what the leader
+//	                                does, and the entry it proposes in its
+//	                                place, first in line
 //	fire retry|orphan d1/a#1        a timer fires now (whether or not armed)
 //	advance 2s                      move the clock, then fire every armed timer
 //	                                that is due, earliest first
 //	cancel d1 / retry d1 / delete d1 CancelDAG / RetryDAG / DeleteDAG
-//	adopt w1 d1/a#1                 a worker reports an attempt it is running
+//	adopt w1 d1/a#1                 a worker's hello lists an attempt (Adopt's
+//	                                verdict is printed)
 //	state                           Dump()
 //	workers                         each worker's slots and busy count
 //	waiting                         each ready task's wait reason on the
@@ -154,6 +165,7 @@ func (h *harness) run(td *datadriven.TestData) string {
 		td.MaybeScanArgs(h.t, "slots", &slots)
 		h.c.AddWorker(id, slots, h.labelsArg(td, "labels"))
 		h.c.AllowEarly(id, td.HasArg("early"))
+		h.c.AdmittedBefore(id, td.HasArg("before"))
 	case "remove-worker":
 		h.c.RemoveWorker(h.bare(td, 0), h.now)
 	case "become-leader":
@@ -180,6 +192,8 @@ func (h *harness) run(td *datadriven.TestData) string {
 		}
 	case "report":
 		h.report(td)
+	case "poison":
+		h.poison()
 	case "fire":
 		kind := map[string]TimerKind{"retry": TimerRetry, "orphan": TimerOrphan}[h.bare(td, 0)]
 		if kind == 0 {
@@ -216,10 +230,10 @@ func (h *harness) run(td *datadriven.TestData) string {
 		}
 	case "adopt":
 		w, id := h.bare(td, 0), h.attemptID(td, h.bare(td, 1))
-		if h.c.Adopt(w, id) {
-			h.printf("adopted\n")
+		if v := h.c.Adopt(w, id); v.Adopted() {
+			h.printf("adopted: %s\n", v)
 		} else {
-			h.printf("refused\n")
+			h.printf("refused: %s\n", v)
 		}
 	case "state":
 		h.printf("%s", h.c.Dump())
@@ -235,7 +249,16 @@ func (h *harness) run(td *datadriven.TestData) string {
 		h.waiting()
 	case "stats":
 		s := h.c.Stats()
-		h.printf("stale_results=%d orphans=%d\n", s.StaleResults, s.Orphans)
+		h.printf("stale_results=%d unheld_results=%d orphans=%d\n", s.StaleResults, s.UnheldResults, s.Orphans)
+		var refused []string
+		for _, v := range Refusals() {
+			if n := s.RefusedClaims[v]; n > 0 {
+				refused = append(refused, fmt.Sprintf("%s=%d", v, n))
+			}
+		}
+		if len(refused) > 0 {
+			h.printf("refused_claims: %s\n", strings.Join(refused, " "))
+		}
 	case "replay":
 		want := h.c.Dump()
 		if got := h.replay().Dump(); got != want {
@@ -446,13 +469,53 @@ func (h *harness) report(td *datadriven.TestData) {
 	}
 	td.MaybeScanArgs(h.t, "exit", &r.ExitCode)
 	td.MaybeScanArgs(h.t, "error", &r.Error)
-	stale := h.c.Stats().StaleResults
-	h.c.Report(r, h.now)
-	if h.c.Stats().StaleResults > stale {
+	var n int
+	if td.MaybeScanArgs(h.t, "error-bytes", &n) {
+		r.Error = "E" + strings.Repeat("e", n-1)
+	}
+	if td.MaybeScanArgs(h.t, "tail-bytes", &n) {
+		r.OutputTail = strings.Repeat("o", n-1) + "O"
+	}
+	switch h.c.Report(r, h.now) {
+	case ReportStale:
 		h.printf("stale result dropped\n")
+	case ReportUnheld:
+		h.printf("result dropped: the worker does not hold the attempt\n")
 	}
 	if t := h.c.lookup(id.DAG, id.Task); t != nil && t.stash != nil {
 		h.printf("result held until the task's in-flight record is applied\n")
+	}
+}
+
+// poison plays a store that refuses the oldest proposal alone for its size,
+// and an engine that puts what the leader proposes in its place first in
+// line and drops the entries it withdraws.
+func (h *harness) poison() {
+	if len(h.c.outbox) == 0 {
+		h.printf("nothing to refuse\n")
+		return
+	}
+	batch := h.c.TakeProposals(1)
+	h.c.Seal(batch)
+	repl, drop, out := h.c.Poisoned(batch[0], "etcdserver: request is too large", h.now)
+	h.printf("refused: %s\n", fmtEntry(&batch[0]))
+	h.printf("outcome: %s\n", out)
+	for _, d := range drop {
+		for i, e := range h.c.outbox {
+			if e.DAG == d.DAG && e.Task == d.Task {
+				h.printf("withdrawn: %s\n", fmtEntry(&e))
+				h.c.outbox = append(h.c.outbox[:i], h.c.outbox[i+1:]...)
+				break
+			}
+		}
+	}
+	if repl != nil {
+		h.c.outbox = append([]Entry{*repl}, h.c.outbox...)
+		h.printf("in its place: %s\n", fmtEntry(repl))
+	}
+	h.shown = len(h.c.outbox)
+	for _, ef := range h.c.TakeEffects() {
+		h.printf("effect: %s\n", fmtEffect(ef))
 	}
 }
 
@@ -526,20 +589,49 @@ func fmtEntry(e *Entry) string {
 		if r.Cascade {
 			fmt.Fprintf(&b, " cascade cause=%s", r.Cause)
 		}
-		if r.Error != "" {
+		switch {
+		case len(r.Error) > 160 && !strings.HasPrefix(r.Error, "orion: "):
+			// Long errors are the scenarios' own (error-bytes), or cut:
+			// their size, and whether they were, say more.
+			fmt.Fprintf(&b, " error=<%d bytes%s>", len(r.Error), cutMark(r.Error))
+		case r.Error != "":
 			fmt.Fprintf(&b, " error=%q", r.Error)
+		}
+		if r.OutputTail != "" {
+			fmt.Fprintf(&b, " tail=<%d bytes%s>", len(r.OutputTail), cutMark(r.OutputTail))
 		}
 		if len(r.History) > 0 {
 			var hs []string
 			for _, a := range r.History {
-				hs = append(hs, fmt.Sprintf("#%d:%s", a.Attempt, a.Outcome))
+				h := fmt.Sprintf("#%d:%s", a.Attempt, a.Outcome)
+				if len(a.Error) > 160 {
+					h += fmt.Sprintf("(error %d bytes%s)", len(a.Error), cutMark(a.Error))
+				}
+				hs = append(hs, h)
 			}
 			fmt.Fprintf(&b, " history=%s", strings.Join(hs, ","))
+		}
+		if r.HistoryOmitted > 0 {
+			fmt.Fprintf(&b, " history_omitted=%d", r.HistoryOmitted)
 		}
 	default:
 		fmt.Fprintf(&b, "%s/%s (no record)", e.DAG, e.Task)
 	}
 	return b.String()
+}
+
+// cutMark says whether a text was cut, and where the cut is.
+func cutMark(s string) string {
+	i := strings.Index(s, "[orion: ")
+	switch {
+	case i < 0:
+		return ""
+	case i == 0:
+		return ", cut at the start"
+	case strings.HasSuffix(s, " bytes cut]"):
+		return ", cut at the end"
+	}
+	return ", cut in the middle"
 }
 
 func (h *harness) labelsArg(td *datadriven.TestData, key string) model.Labels {

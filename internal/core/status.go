@@ -82,6 +82,9 @@ const (
 //	                            in one record (the attempt was sent before its
 //	                            dispatch record, and succeeded before that
 //	                            record was sent: see Core.AllowEarly)
+//	ready    → failed           written: the store refused every form of the
+//	                            task's dispatch record, so it cannot run
+//	                            (Core.Poisoned)
 //	running  → succeeded|failed|retrying
 //	running  → ready            written: orphan or requeue; no retry consumed
 //	retrying → ready            written: the backoff timer fired
@@ -96,7 +99,7 @@ var taskTransitions = func() (t [numStatuses][numStatuses]transitionKind) {
 	}
 	allow(derived, Pending, Ready)
 	allow(written, Pending, UpstreamFailed, Cancelled)
-	allow(written, Ready, Running, Succeeded, UpstreamFailed, Cancelled)
+	allow(written, Ready, Running, Succeeded, Failed, UpstreamFailed, Cancelled)
 	allow(written, Running, Succeeded, Failed, Retrying, Ready, UpstreamFailed, Cancelled)
 	allow(written, Retrying, Ready, UpstreamFailed, Cancelled)
 	allow(derived, Failed, Pending)

@@ -138,6 +138,7 @@ func documentedTaskTransitions() map[[2]Status]bool {
 	add(Retrying, UpstreamFailed)             //
 	add(Ready, Running)                       // the leader dispatched an attempt
 	add(Ready, Succeeded)                     // dispatch and success in one record
+	add(Ready, Failed)                        // its dispatch record cannot be stored (poison)
 	add(Running, Succeeded, Failed, Retrying) //
 	add(Running, Ready)                       // orphan: no retry consumed
 	add(Retrying, Ready)                      // the backoff timer fired
@@ -229,7 +230,7 @@ func TestTaskTransitionsApply(t *testing.T) {
 				if got := r.status("d", "x"); got != from {
 					t.Fatalf("setup reached %s, want %s", got, from)
 				}
-				if to == Running || (from == Ready && to == Succeeded) {
+				if to == Running || (from == Ready && (to == Succeeded || to == Failed)) {
 					attempt++ // a record that starts an attempt
 				}
 				e := taskPut("d", "x", rec(to, 1, attempt))

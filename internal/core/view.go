@@ -5,10 +5,10 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/orion-sched/orion/internal/apitypes"
+	"github.com/orion-sched/orion/internal/http/apitypes"
 )
 
-// The views are the API's JSON types (internal/apitypes declares them once)
+// The views are the API's JSON types (internal/http/apitypes declares them once)
 // instantiated with the core's typed statuses, which marshal to the same
 // spellings the client decodes as strings.
 type (
@@ -45,6 +45,7 @@ func (t *task) view() TaskView {
 		for _, h := range r.History {
 			v.History = append(v.History, apitypes.Attempt(h))
 		}
+		v.HistoryOmitted = r.HistoryOmitted
 		if r.StartedAt != nil && r.FinishedAt != nil && !r.Cascade {
 			ms := r.FinishedAt.Sub(*r.StartedAt).Milliseconds()
 			v.DurationMs = &ms

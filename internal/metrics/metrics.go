@@ -38,6 +38,10 @@ type Metrics struct {
 	ApplyErrors      prometheus.Counter
 	BadValues        prometheus.Counter
 	StaleResults     prometheus.Counter
+	UnheldResults    prometheus.Counter
+	RefusedClaims    *prometheus.CounterVec
+	RefusedHellos    *prometheus.CounterVec
+	FloodedStreams   prometheus.Counter
 	DroppedEvents    prometheus.Counter
 	RateLimited      prometheus.Counter
 	HostRefused      prometheus.Counter
@@ -57,6 +61,8 @@ type Metrics struct {
 	StorageFull        prometheus.Gauge
 	StorageFullRefused prometheus.Counter
 
+	// Poison entries: records the store refused alone for what they hold.
+	PoisonEntries *prometheus.CounterVec
 	// Event streams refused by a limit, by the limit's config key.
 	SubscribersRefused *prometheus.CounterVec
 }
@@ -94,6 +100,11 @@ func New() *Metrics {
 	m.ApplyErrors = f.counter("orion_apply_errors_total", "Committed entries the state machine refused (a bug, or values edited by hand).")
 	m.BadValues = f.counter("orion_bad_values_total", "Values under /orion/v1/ that did not decode and were skipped.")
 	m.StaleResults = f.counter("orion_stale_results_total", "Results for attempts that were no longer current, discarded.")
+	m.UnheldResults = f.counter("orion_unheld_results_total", "Results for attempts their worker does not hold (never dispatched to it, another worker's, or of a task the leader does not know), discarded.")
+	m.RefusedClaims = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orion_worker_claims_refused_total", Help: "Attempts a worker's hello listed that the log did not give it, cancelled on the worker, by reason (stale: the log moved past them, as after a failover; the others: never its to hold)."}, []string{"reason"})
+	m.RefusedHellos = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orion_worker_hellos_refused_total", Help: "Worker streams refused at their hello, by reason (id, slots, labels, hello, version, workers)."}, []string{"reason"})
+	r.MustRegister(m.RefusedClaims, m.RefusedHellos)
+	m.FloodedStreams = f.counter("orion_worker_streams_flooded_total", "Worker streams closed for sending more messages than worker_stream_max_rate allows.")
 	m.DroppedEvents = f.counter("orion_dropped_events_total", "Live events dropped because a subscriber was too slow.")
 	m.SubscribersRefused = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orion_event_subscribers_refused_total",
 		Help: "Event streams refused because a limit was reached, by limit (max_event_subscribers: 503; max_event_subscribers_per_client: 429)."}, []string{"limit"})
@@ -115,6 +126,10 @@ func New() *Metrics {
 	m.WorkerSlots = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "orion_worker_slots", Help: "Executor slots per worker (leader's view)."}, []string{"worker"})
 	m.WorkerBusy = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "orion_worker_busy_slots", Help: "Busy executor slots per worker (leader's view)."}, []string{"worker"})
 	r.MustRegister(m.WorkerSlots, m.WorkerBusy)
+	m.PoisonEntries = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orion_poison_entries_total",
+		Help: "Records etcd refused alone as too large, by what the leader did instead: shrunk (written again without output tail, error and earlier attempts), failed (a dispatch that cannot be recorded: the task failed), parked (nothing smaller: left for the next term)."},
+		[]string{"outcome"})
+	r.MustRegister(m.PoisonEntries)
 	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -177,6 +177,26 @@ func TestPlanBounds(t *testing.T) {
 	}
 }
 
+// No tick falls past LastTick, whatever the expression: a time beyond year
+// 9999 has no RFC 3339 form, and would fail every JSON answer listing it.
+func TestTicksStopAtTheHorizon(t *testing.T) {
+	for _, cron := range []string{"@every 1m", "* * * * * *", "0 0 * * *", "@yearly"} {
+		start := at("9999-12-31T23:58:00Z")
+		c := compile(t, Spec{Cron: cron, Start: &start})
+		for _, tick := range c.Upcoming(at("9999-12-31T00:00:00Z"), 100) {
+			if tick.After(LastTick) {
+				t.Fatalf("%s: tick %v after the horizon", cron, tick)
+			}
+			if _, err := tick.MarshalJSON(); err != nil {
+				t.Fatalf("%s: tick %v does not encode: %v", cron, tick, err)
+			}
+		}
+		if n := c.Next(LastTick); !n.IsZero() {
+			t.Errorf("%s: a tick after the horizon: %v", cron, n)
+		}
+	}
+}
+
 func TestTimeZones(t *testing.T) {
 	// 09:00 in Berlin is 08:00 UTC in winter, 07:00 in summer.
 	c := compile(t, Spec{Cron: "0 9 * * *", Timezone: "Europe/Berlin"})
@@ -302,6 +322,14 @@ func TestValidateNamesTheField(t *testing.T) {
 		{func(s *Schedule) { s.Grace = model.Duration(-time.Second) }, "schedule.grace"},
 		{func(s *Schedule) { s.ID = "" }, "id: a schedule needs an id"},
 		{func(s *Schedule) { s.ID = strings.Repeat("x", MaxIDLen+1) }, "id:"},
+		// A start at the horizon has no tick after it: refused, not stored
+		// to break every later listing (its next tick has no RFC 3339 form).
+		{func(s *Schedule) { t := at("9999-12-31T23:59:59Z"); s.Start = &t }, "schedule.start: no tick of \"@hourly\" falls between"},
+		{func(s *Schedule) { t := at("9999-12-31T23:30:00Z"); s.Start = &t }, "falls between"},
+		{func(s *Schedule) {
+			a, b := at("2026-11-25T10:01:00Z"), at("2026-11-25T10:59:00Z")
+			s.Start, s.End = &a, &b
+		}, "no tick of \"@hourly\" falls between start 2026-11-25T10:01:00Z and 2026-11-25T10:59:00Z"},
 	} {
 		s := base()
 		tc.edit(s)

@@ -131,8 +131,9 @@ func (s *Schedule) Validate(limits dag.Limits) error {
 	case len(s.ID) > MaxIDLen:
 		add("id: %q is longer than %d characters (a run's id adds the tick time to it)", s.ID, MaxIDLen)
 	}
-	if c, err := s.Compile(); err != nil {
-		details = append(details, err.(*fieldErrors).list...)
+	c, cerr := s.Compile()
+	if cerr != nil {
+		details = append(details, cerr.(*fieldErrors).list...)
 	} else if c.next(neverRef).IsZero() {
 		// Day and month fields no date has (30 2 *, 31 4 *): cron finds
 		// no tick within five years of any time, since only February 29
@@ -166,6 +167,12 @@ func (s *Schedule) Validate(limits dag.Limits) error {
 	}
 	if s.Start != nil && s.End != nil && !s.End.After(*s.Start) {
 		add("schedule.end: %s is not after start %s", s.End.Format(time.RFC3339), s.Start.Format(time.RFC3339))
+	} else if s.Start != nil && s.Start.After(LastTick) {
+		add("schedule.start: %s is after %s, the last time a tick may have", s.Start.Format(time.RFC3339), LastTick.Format(time.RFC3339))
+	} else if cerr == nil && s.Start != nil && c.Next(s.Start.Add(-time.Nanosecond)).IsZero() {
+		// A window with no tick in it (start too close to the horizon,
+		// or to end) would be a schedule that silently never fires.
+		add("schedule.start: no tick of %q falls between start %s and %s", s.Cron, s.Start.Format(time.RFC3339), c.lastFire().Format(time.RFC3339))
 	}
 	if len(details) > 0 {
 		msg := details[0]
@@ -303,14 +310,31 @@ func (c *Compiled) repeated(n time.Time) bool {
 	return a.Hour() == b.Hour() && a.Minute() == b.Minute() && a.Second() == b.Second() && a.Day() == b.Day()
 }
 
+// LastTick is the horizon of every schedule: no tick falls after it. Times
+// past year 9999 have no RFC 3339 form, so neither JSON nor a run's id could
+// carry them; a tick beyond it is no tick.
+var LastTick = time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC)
+
+// lastFire is the latest time a tick of the schedule may have: its end, or
+// the horizon.
+func (c *Compiled) lastFire() time.Time {
+	if !c.end.IsZero() && c.end.Before(LastTick) {
+		return c.end
+	}
+	return LastTick
+}
+
 // Next is the first tick strictly after t within the schedule's bounds, or
 // the zero time when there is none.
 func (c *Compiled) Next(t time.Time) time.Time {
 	if !c.start.IsZero() && t.Before(c.start) {
 		t = c.start.Add(-time.Nanosecond)
 	}
+	if !t.Before(c.lastFire()) {
+		return time.Time{}
+	}
 	n := c.next(t)
-	if n.IsZero() || (!c.end.IsZero() && n.After(c.end)) {
+	if n.IsZero() || n.After(c.lastFire()) {
 		return time.Time{}
 	}
 	return n

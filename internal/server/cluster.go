@@ -7,7 +7,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/orion-sched/orion/internal/apitypes"
+	"github.com/orion-sched/orion/internal/http/apitypes"
 	"github.com/orion-sched/orion/internal/store"
 )
 
@@ -52,7 +52,7 @@ func (c *clusterInfo) LeaderAddr(ctx context.Context) (apitypes.ReplicaAddr, boo
 
 // WatchLeader is the view's leader and a channel closed when the view
 // changes: a forwarded write is abandoned the moment its leader is deposed
-// (httpkit.LeaderWatch).
+// (kit.LeaderWatch).
 func (c *clusterInfo) WatchLeader() (apitypes.ReplicaAddr, bool, <-chan struct{}) {
 	l, known, changed := c.view.Leader()
 	if !known || l.Leader == "" {

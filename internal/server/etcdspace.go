@@ -20,7 +20,7 @@ const spaceEvery = 10 * time.Second
 // when it is raised and when it is gone. With an external etcd (external
 // true) the space may need reclaiming by hand, so the log line carries
 // the etcdctl recipe; Orion's own members (embedded, `orion etcd`) recover
-// by themselves (internal/etcdserver).
+// by themselves (internal/etcdmember).
 func watchEtcdSpace(ctx context.Context, cli *clientv3.Client, m *metrics.Metrics, log *zap.Logger, external bool) {
 	raised := false
 	tick := time.NewTicker(spaceEvery)

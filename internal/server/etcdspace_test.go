@@ -9,17 +9,17 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
 
-	"github.com/orion-sched/orion/internal/etcdserver"
-	"github.com/orion-sched/orion/internal/etcdtest"
+	"github.com/orion-sched/orion/internal/etcdmember"
 	"github.com/orion-sched/orion/internal/metrics"
-	"github.com/orion-sched/orion/internal/testkit"
+	"github.com/orion-sched/orion/internal/testutil/etcdtest"
+	"github.com/orion-sched/orion/internal/testutil/testkit"
 )
 
 // A full etcd shows: the cluster endpoint lists the NOSPACE alarm, and the
 // metrics the alert rules watch say so, with the quota.
 func TestNoSpaceShows(t *testing.T) {
 	const quota = 8 << 20
-	_, cli := etcdtest.Start(t, func(c *etcdserver.Config) {
+	_, cli := etcdtest.Start(t, func(c *etcdmember.Config) {
 		c.QuotaBackendBytes = quota
 		c.MaintenanceInterval = -1 // keep the alarm: this test looks at it
 	})
@@ -41,6 +41,6 @@ func TestNoSpaceShows(t *testing.T) {
 			// Refused at the quota: the database holds at least the live
 			// data that FillToQuota put (over the disarm mark; the file may
 			// stay under the quota by less than the refused put).
-			testutil.ToFloat64(m.EtcdDBSizeBytes) >= etcdserver.NoSpaceDisarmRatio*quota
+			testutil.ToFloat64(m.EtcdDBSizeBytes) >= etcdmember.NoSpaceDisarmRatio*quota
 	})
 }

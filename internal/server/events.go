@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/orion-sched/orion/internal/events"
+	"github.com/orion-sched/orion/internal/http/events"
 )
 
 // newEventSnapshot fills the event stream's metrics messages from the

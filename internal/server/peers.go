@@ -1,7 +1,7 @@
 package server
 
 import (
-	"github.com/orion-sched/orion/internal/apitypes"
+	"github.com/orion-sched/orion/internal/http/apitypes"
 	"github.com/orion-sched/orion/internal/workerstream"
 )
 

@@ -10,8 +10,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/orion-sched/orion/internal/etcdtest"
 	"github.com/orion-sched/orion/internal/store"
+	"github.com/orion-sched/orion/internal/testutil/etcdtest"
 	"github.com/orion-sched/orion/internal/workerstream"
 )
 

@@ -19,30 +19,30 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/orion-sched/orion/internal/api"
 	"github.com/orion-sched/orion/internal/config"
-	"github.com/orion-sched/orion/internal/console"
 	"github.com/orion-sched/orion/internal/core"
-	"github.com/orion-sched/orion/internal/demo"
-	"github.com/orion-sched/orion/internal/etcdserver"
-	"github.com/orion-sched/orion/internal/events"
-	"github.com/orion-sched/orion/internal/executor"
-	"github.com/orion-sched/orion/internal/hijack"
-	"github.com/orion-sched/orion/internal/httpguard"
-	"github.com/orion-sched/orion/internal/httpkit"
+	"github.com/orion-sched/orion/internal/engine"
+	"github.com/orion-sched/orion/internal/etcdmember"
+	"github.com/orion-sched/orion/internal/http/api"
+	"github.com/orion-sched/orion/internal/http/console"
+	"github.com/orion-sched/orion/internal/http/demo"
+	"github.com/orion-sched/orion/internal/http/events"
+	"github.com/orion-sched/orion/internal/http/guard"
+	"github.com/orion-sched/orion/internal/http/hijack"
+	"github.com/orion-sched/orion/internal/http/kit"
+	"github.com/orion-sched/orion/internal/http/seedapi"
 	"github.com/orion-sched/orion/internal/kubelabel"
 	"github.com/orion-sched/orion/internal/metrics"
-	"github.com/orion-sched/orion/internal/schedrun"
-	"github.com/orion-sched/orion/internal/scheduler"
-	"github.com/orion-sched/orion/internal/seedapi"
+	"github.com/orion-sched/orion/internal/schedule/firer"
 	"github.com/orion-sched/orion/internal/store"
+	"github.com/orion-sched/orion/internal/worker/executor"
 	"github.com/orion-sched/orion/internal/workerstream"
 )
 
 // Server is a running replica.
 type Server struct {
 	Config   config.Server
-	Member   *etcdserver.Member // nil with external etcd
+	Member   *etcdmember.Member // nil with external etcd
 	Client   *clientv3.Client
 	Local    *executor.Local // nil with --slots 0
 	Hub      *workerstream.Hub
@@ -58,9 +58,9 @@ type Server struct {
 	http      *http.Server
 	cancel    context.CancelFunc
 	ectx      context.Context
-	ref       demo.EngineRef           // the running engine (a demo crash replaces it)
-	firer     *schedrun.Firer          // fires schedule ticks while this replica leads
-	newEngine func() *scheduler.Engine // builds an engine wired like the first
+	ref       demo.EngineRef        // the running engine (a demo crash replaces it)
+	firer     *firer.Firer          // fires schedule ticks while this replica leads
+	newEngine func() *engine.Engine // builds an engine wired like the first
 	engineCh  chan error
 }
 
@@ -110,7 +110,7 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 
 	endpoints := cfg.EtcdEndpoints
 	if len(endpoints) == 0 {
-		m, err := etcdserver.Start(ctx, etcdserver.Config{
+		m, err := etcdmember.Start(ctx, etcdmember.Config{
 			Name:                    cfg.Name,
 			DataDir:                 filepath.Join(cfg.DataDir, "etcd"),
 			ClientURL:               cfg.EmbeddedClientURL,
@@ -120,7 +120,7 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 			AutoCompactionMode:      "revision",
 			AutoCompactionRetention: cfg.EmbeddedCompaction,
 			QuotaBackendBytes:       cfg.EmbeddedQuotaBytes,
-			MaxTxnOps:               max(uint(cfg.MaxTxnOps), etcdserver.DefaultMaxTxnOps),
+			MaxTxnOps:               max(uint(cfg.MaxTxnOps), etcdmember.DefaultMaxTxnOps),
 			MaxRequestBytes:         uint(cfg.EtcdMaxRequestBytes),
 			Logger:                  log,
 			LogLevel:                cfg.EmbeddedEtcdLogLevel,
@@ -168,22 +168,26 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 	}
 
 	s.HTTPAddr = ln.Addr().String()
-	apiURL := cfg.AdvertiseURL
-	if apiURL == "" {
-		apiURL = "http://" + s.HTTPAddr
+	apiURL, derived, err := advertisedURL(cfg.AdvertiseURL, cfg.Listen, s.HTTPAddr, net.InterfaceAddrs)
+	if err != nil {
+		return nil, err
+	}
+	if derived {
+		log.Warn("listening on every address; advertising this host's address to other replicas and workers (set advertise_url to choose another)",
+			zap.String("listen", cfg.Listen), zap.String("advertise_url", apiURL))
 	}
 	// The advertised name is one this replica serves by definition: other
 	// replicas forward writes to it and workers dial it.
 	served := append(slices.Clone(cfg.AllowedHosts), apiURL)
 	if host, _, _ := net.SplitHostPort(cfg.Listen); !config.IsLoopbackHost(host) {
-		ln = httpguard.LimitPerClient(ln, cfg.MaxConnsPerClient, s.Metrics.ConnsRefused.Inc)
+		ln = guard.LimitPerClient(ln, cfg.MaxConnsPerClient, s.Metrics.ConnsRefused.Inc)
 		// Reachable from the network: the machine's own name is one clients
 		// use, and no web page can make a browser resolve it.
 		if name, err := os.Hostname(); err == nil {
 			served = append(served, name)
 		}
 	}
-	hosts := httpguard.NewHosts(served...)
+	hosts := guard.NewHosts(served...)
 	if hosts.Any() {
 		log.Warn("allowed_hosts contains \"*\": any host name is served, so only auth_token stops a web page that rebinds its name to this address")
 	}
@@ -211,6 +215,11 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 		// them as long as a new leader would wait for it.
 		SilentGrace: max(cfg.WorkerReconnectGrace, cfg.OrphanGrace),
 		Logger:      log.Named("hub"),
+		MaxSlots:    cfg.WorkerMaxSlots,
+		MaxWorkers:  cfg.MaxWorkers,
+		MaxRate:     cfg.WorkerStreamMaxRate,
+		OnRefused:   func(reason string) { s.Metrics.RefusedHellos.WithLabelValues(reason).Inc() },
+		OnFlood:     s.Metrics.FloodedStreams.Inc,
 		Redirect: func() (string, string) {
 			addr, _ := view.LeaderAddr()
 			return addr.Name, addr.APIURL
@@ -234,17 +243,17 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 	etcdStore := store.NewEtcd(s.Client)
 	etcdStore.CommitThrough(s.route.KV())
 	etcdStore.KnowLeaderFrom(view.ElectedLeader)
-	s.firer = schedrun.NewFirer(schedrun.Config{
-		Engine:    func() schedrun.Engine { return s.ref.Get() },
+	s.firer = firer.NewFirer(firer.Config{
+		Engine:    func() firer.Engine { return s.ref.Get() },
 		Store:     etcdStore,
 		Metrics:   metrics.NewSchedules(s.Metrics.Registry),
 		BadValues: s.Metrics.BadValues,
 		Logger:    log.Named("schedules"),
 	})
-	schedules := &schedrun.Service{Engine: func() schedrun.Engine { return s.ref.Get() }, Store: etcdStore, Firer: s.firer, Limits: limits}
-	workerEvents := scheduler.HubWorkers(ectx, s.Hub.Events())
-	s.newEngine = func() *scheduler.Engine {
-		return scheduler.New(scheduler.Config{
+	schedules := &firer.Service{Engine: func() firer.Engine { return s.ref.Get() }, Store: etcdStore, Firer: s.firer, Limits: limits}
+	workerEvents := engine.HubWorkers(ectx, s.Hub.Events())
+	s.newEngine = func() *engine.Engine {
+		return engine.New(engine.Config{
 			Node:             cfg.Name,
 			APIURL:           apiURL,
 			Core:             core.Config{RetryBase: cfg.RetryBase, RetryCap: cfg.RetryCap, OrphanGrace: cfg.OrphanGrace, PoolLimits: cfg.PoolLimits},
@@ -260,7 +269,7 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 			DispatchObserver: o.dispatchObserver,
 			OnReload:         s.Events.Reset,
 			LeaderAnswers:    view.leaderAnswers,
-			OnLeading: func(leading bool, term scheduler.Leading) {
+			OnLeading: func(leading bool, term engine.Leading) {
 				if leading {
 					s.Hub.SetTerm(workerstream.Term{Incarnation: term.Incarnation, Fence: term.Fence.Rev})
 				}
@@ -288,7 +297,8 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 
 	routes := console.Routes()
 	routes["GET "+workerstream.Path] = s.Hub.Handler()
-	maps.Copy(routes, s.Events.Routes(events.HTTPConfig{Origins: httpkit.Origins{Hosts: hosts}, Logger: log.Named("events")}))
+	kit.SetLogger(log.Named("http"))
+	maps.Copy(routes, s.Events.Routes(events.HTTPConfig{Origins: kit.Origins{Hosts: hosts}, Logger: log.Named("events")}))
 	controls := demo.New(demo.Config{
 		Scheduler: demo.Replica{Ref: &s.ref, NewEngine: s.newEngine, Run: s.runEngine}, Enabled: cfg.Demo,
 		Backend: &s.ref, Events: s.Events, AuthToken: cfg.AuthToken, Cluster: info, Node: cfg.Name,
@@ -296,7 +306,7 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 	})
 	maps.Copy(routes, controls.Routes())
 	seed := seedapi.New(seedapi.Config{
-		Backend: &s.ref, Hub: s.Events, Demo: controls, Origins: httpkit.Origins{Hosts: hosts},
+		Backend: &s.ref, Hub: s.Events, Demo: controls, Origins: kit.Origins{Hosts: hosts},
 		AuthToken: cfg.AuthToken, Cluster: info, Node: cfg.Name,
 		MaxBodyBytes: cfg.MaxBodyBytes, MaxTasks: cfg.MaxTasksPerDAG, WriteTimeout: cfg.WriteTimeout,
 		SlowTasks: cfg.Demo, Logger: log.Named("seedapi"),
@@ -343,7 +353,13 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 	go view.run(ectx)
 	go watchEtcdSpace(ectx, s.Client, s.Metrics, log, s.Member == nil)
 	go s.runEngine(s.ref.Get())
-	go func() { _ = s.agent.Run(ectx) }()
+	go func() {
+		// It returns early only if the leader refuses this replica's own
+		// slots (config validation keeps their id and count in bounds).
+		if err := s.agent.Run(ectx); err != nil {
+			s.log.Error("this replica's own slots were refused by the leader; they run nothing", zap.Error(err))
+		}
+	}()
 	go s.Events.Run(ectx)
 	if s.labeler != nil {
 		go s.labeler.Run(ectx)
@@ -379,13 +395,13 @@ func listenError(addr string, err error) error {
 // etcd cluster (3 members on one host, enough slots: 11.5-13.6k tasks/s
 // against 9.1-10.6k with 128). Members that refuse 512 operations
 // (etcd's default --max-txn-ops is 128) make the engine halve its batches
-// until they accept them (scheduler.Engine.onCommitFailed).
+// until they accept them (engine.Engine.onCommitFailed).
 func maxTxnOps(cfg config.Server) int {
 	switch {
 	case cfg.MaxTxnOps > 0:
 		return cfg.MaxTxnOps
 	case len(cfg.EtcdEndpoints) == 0:
-		return int(etcdserver.DefaultMaxTxnOps)
+		return int(etcdmember.DefaultMaxTxnOps)
 	default:
 		return 512
 	}
@@ -393,7 +409,7 @@ func maxTxnOps(cfg config.Server) int {
 
 // commitPipeline is commit_pipeline, or when 0 the depth that measured best
 // for the topology: two transactions in flight on the embedded member, one
-// on an etcd cluster reached through several members (scheduler.Config).
+// on an etcd cluster reached through several members (engine.Config).
 func commitPipeline(cfg config.Server) int {
 	switch {
 	case cfg.CommitPipeline > 0:

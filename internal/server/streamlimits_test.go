@@ -17,10 +17,10 @@ import (
 
 	"github.com/gorilla/websocket"
 
-	"github.com/orion-sched/orion/internal/apitypes"
 	"github.com/orion-sched/orion/internal/config"
+	"github.com/orion-sched/orion/internal/http/apitypes"
 	"github.com/orion-sched/orion/internal/server/servertest"
-	"github.com/orion-sched/orion/internal/testkit"
+	"github.com/orion-sched/orion/internal/testutil/testkit"
 )
 
 // clientFrom is an HTTP client whose connections come from ip (a loopback

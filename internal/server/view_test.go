@@ -14,13 +14,13 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/orion-sched/orion/internal/api"
-	"github.com/orion-sched/orion/internal/apitypes"
 	"github.com/orion-sched/orion/internal/core"
-	"github.com/orion-sched/orion/internal/etcdtest"
+	"github.com/orion-sched/orion/internal/engine"
+	"github.com/orion-sched/orion/internal/http/api"
+	"github.com/orion-sched/orion/internal/http/apitypes"
 	"github.com/orion-sched/orion/internal/model"
-	"github.com/orion-sched/orion/internal/scheduler"
 	"github.com/orion-sched/orion/internal/store"
+	"github.com/orion-sched/orion/internal/testutil/etcdtest"
 )
 
 // replicaOn registers name on a fresh session and campaigns for it, as a
@@ -160,8 +160,8 @@ func TestLeaderViewRecoversFromAWatchError(t *testing.T) {
 // must not need one.
 type idleBackend struct{}
 
-func (idleBackend) Submit(context.Context, *model.DAG) (scheduler.SubmitResult, error) {
-	return scheduler.SubmitResult{}, errors.New("idle")
+func (idleBackend) Submit(context.Context, *model.DAG) (engine.SubmitResult, error) {
+	return engine.SubmitResult{}, errors.New("idle")
 }
 func (idleBackend) Cancel(context.Context, string) (core.DAGStatus, error) {
 	return "", errors.New("idle")
@@ -171,7 +171,7 @@ func (idleBackend) Retry(context.Context, string, int) (core.DAGStatus, error) {
 }
 func (idleBackend) Delete(context.Context, string) error          { return errors.New("idle") }
 func (idleBackend) Query(context.Context, func(*core.Core)) error { return errors.New("idle") }
-func (idleBackend) Status() *scheduler.Status                     { return &scheduler.Status{Node: "n2"} }
+func (idleBackend) Status() *engine.Status                        { return &engine.Status{Node: "n2"} }
 func (idleBackend) Leader(context.Context) (string, error)        { return "", errors.New("idle") }
 func (idleBackend) WaitApplied(context.Context, int64) error      { return errors.New("idle") }
 

@@ -7,9 +7,9 @@ import (
 	"io"
 	"os"
 
-	"github.com/orion-sched/orion/internal/apitypes"
-	"github.com/orion-sched/orion/internal/executor"
+	"github.com/orion-sched/orion/internal/http/apitypes"
 	"github.com/orion-sched/orion/internal/model"
+	"github.com/orion-sched/orion/internal/worker/executor"
 	"github.com/orion-sched/orion/internal/workerstream"
 )
 

@@ -50,7 +50,7 @@ func Ops(e *core.Entry) ([]clientv3.Op, int, error) {
 // for encoding/json that caches a codec per type instead of walking the
 // type by reflection on each call: every record is encoded once by the
 // leader and decoded once by every standby, and encoding/json was most of
-// a standby's CPU under load (the README's benchmarks measure the change).
+// a standby's CPU under load (docs/benchmarks.md says what bounds it now).
 //
 // The two libraries differ where it does not matter for records Orion
 // writes: segmentio's decoder folds the case of keys in ASCII only, and it

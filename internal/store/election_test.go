@@ -8,7 +8,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/orion-sched/orion/internal/etcdtest"
+	"github.com/orion-sched/orion/internal/testutil/etcdtest"
 )
 
 // campaignResult is what a Campaign running on a goroutine returned.

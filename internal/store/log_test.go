@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/orion-sched/orion/internal/core"
-	"github.com/orion-sched/orion/internal/etcdtest"
 	"github.com/orion-sched/orion/internal/model"
+	"github.com/orion-sched/orion/internal/testutil/etcdtest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"

@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/orion-sched/orion/internal/core"
-	"github.com/orion-sched/orion/internal/etcdserver"
-	"github.com/orion-sched/orion/internal/etcdtest"
+	"github.com/orion-sched/orion/internal/etcdmember"
+	"github.com/orion-sched/orion/internal/testutil/etcdtest"
 )
 
 // At the backend quota etcd raises NOSPACE and refuses every transaction that
@@ -17,7 +17,7 @@ import (
 // space while the alarm is raised), and the alarm is listed.
 func TestCommitAtQuota(t *testing.T) {
 	const quota = 8 << 20
-	_, cli := etcdtest.Start(t, func(c *etcdserver.Config) {
+	_, cli := etcdtest.Start(t, func(c *etcdmember.Config) {
 		c.QuotaBackendBytes = quota
 		c.MaintenanceInterval = -1 // etcd's own behaviour, without the member's self-repair
 	})

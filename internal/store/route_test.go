@@ -10,8 +10,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/orion-sched/orion/internal/core"
-	"github.com/orion-sched/orion/internal/etcdtest"
-	"github.com/orion-sched/orion/internal/testkit"
+	"github.com/orion-sched/orion/internal/testutil/etcdtest"
+	"github.com/orion-sched/orion/internal/testutil/testkit"
 )
 
 // raftLeader asks every member which one leads the raft group.

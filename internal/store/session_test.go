@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orion-sched/orion/internal/etcdtest"
-	"github.com/orion-sched/orion/internal/testkit"
+	"github.com/orion-sched/orion/internal/testutil/etcdtest"
+	"github.com/orion-sched/orion/internal/testutil/testkit"
 )
 
 // A session keeps its 1 s lease alive well past its TTL; revoked by

@@ -12,8 +12,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/orion-sched/orion/internal/core"
-	"github.com/orion-sched/orion/internal/etcdtest"
-	"github.com/orion-sched/orion/internal/testkit"
+	"github.com/orion-sched/orion/internal/testutil/etcdtest"
+	"github.com/orion-sched/orion/internal/testutil/testkit"
 )
 
 // electedWriter puts an election key, as a campaign that won would, and

@@ -14,8 +14,8 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/orion-sched/orion/internal/executor"
 	"github.com/orion-sched/orion/internal/model"
+	"github.com/orion-sched/orion/internal/worker/executor"
 )
 
 // hostname is this host's name as a hello reports it ("" if the kernel
@@ -51,7 +51,7 @@ type AgentConfig struct {
 	// (DefaultStaleAfter; at least 3 leader heartbeats).
 	StaleAfter time.Duration
 	// OnLeaderLost is called once per stream that ends other than by a
-	// not_leader redirect or the end of Run's context, with the leader's
+	// not_leader redirect, a refusal or the end of Run's context, with the leader's
 	// name, before redialing. It runs on the agent's loop: return quickly.
 	OnLeaderLost func(leader string)
 	// OnPeers is called with the leader's list of registered replicas, after
@@ -109,7 +109,10 @@ func NewAgent(cfg AgentConfig) *Agent {
 const dialWarnAfter = 3 * time.Second
 
 // Run keeps the agent connected until ctx ends, then closes the stream and
-// returns nil. It does not close Exec. Run may be called once at a time.
+// returns nil; or until a leader refuses the worker for good (a
+// *RefusedError: its id, slots or labels are out of the leader's bounds,
+// and would be again on every stream). It does not close Exec. Run may be
+// called once at a time.
 func (a *Agent) Run(ctx context.Context) error {
 	if a.cfg.Exec == nil || a.cfg.Dial == nil {
 		return errors.New("workerstream: agent needs Exec and Dial")
@@ -162,6 +165,17 @@ func (a *Agent) Run(ctx context.Context) error {
 			break
 		}
 		switch {
+		case out.refusal != nil && out.refusal.Final:
+			// Its id, slots or labels: the same hello would be refused
+			// again by any leader of this cluster.
+			err := &RefusedError{Leader: out.leader, Reason: out.refusal.Reason, Msg: out.refusal.Message}
+			a.log.Error("the leader refused this worker; stopping", zap.String("worker", worker), zap.Error(err))
+			return err
+		case out.refusal != nil:
+			// The leader is alive (it said why): nothing to suspect.
+			a.log.Warn("the leader closed the stream; reconnecting", zap.String("worker", worker),
+				zap.String("leader", out.leader), zap.String("reason", out.refusal.Reason), zap.String("why", out.refusal.Message))
+			backoff = a.sleep(ctx, max(backoff, a.cfg.MaxBackoff/2))
 		case out.stale != nil:
 			a.log.Warn("refused a leader older than one this worker joined (it was deposed and does not know yet); redialing",
 				zap.String("worker", worker), zap.String("leader", out.leader),
@@ -373,6 +387,7 @@ type outcome struct {
 	leader   string
 	welcomed bool
 	redirect *Redirect
+	refusal  *Refusal // the leader closed the stream, saying why
 	err      error
 	// stale: the leader's term is older than joined, one the agent joined.
 	stale, joined *Term
@@ -402,6 +417,13 @@ func (a *Agent) session(ctx context.Context, c Conn, leader string) outcome {
 			out.redirect = m.Redirect
 			if out.redirect == nil {
 				out.redirect = &Redirect{}
+			}
+			break
+		}
+		if m.Type == TypeRefused {
+			out.refusal = m.Refusal
+			if out.refusal == nil {
+				out.refusal = &Refusal{}
 			}
 			break
 		}

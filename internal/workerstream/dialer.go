@@ -404,5 +404,12 @@ func (c *redirectConn) Recv() (Msg, error) {
 		c.d.current, c.d.lostAt = "", time.Time{}
 		c.d.mu.Unlock()
 	}
+	if err == nil && m.Type == TypeRefused {
+		// Refused by a live leader: the next dial asks for it as usual
+		// rather than suspecting it gone.
+		c.d.mu.Lock()
+		c.d.current, c.d.lostAt = "", time.Time{}
+		c.d.mu.Unlock()
+	}
 	return m, err
 }

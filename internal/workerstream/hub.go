@@ -12,8 +12,9 @@ import (
 
 	"github.com/gorilla/websocket"
 	"go.uber.org/zap"
+	"golang.org/x/time/rate"
 
-	"github.com/orion-sched/orion/internal/hijack"
+	"github.com/orion-sched/orion/internal/http/hijack"
 	"github.com/orion-sched/orion/internal/model"
 )
 
@@ -56,6 +57,24 @@ type HubConfig struct {
 	Redirect func() (leader, url string)
 	// Logger receives connection-level events. Nil: no logging.
 	Logger *zap.Logger
+	// MaxSlots bounds the slots a hello may announce (DefaultMaxSlots;
+	// at most MaxSlotsCeiling).
+	MaxSlots int
+	// MaxWorkers bounds the workers the hub holds, connected or within
+	// their grace (DefaultMaxWorkers); one more is refused until one
+	// leaves.
+	MaxWorkers int
+	// MaxRate bounds the messages a second a stream may send beyond the
+	// results of the attempts its worker holds, with a burst of as many
+	// (DefaultMaxRate): heartbeats, confirmations, log chunks beyond their
+	// credit, websocket pings, results of attempts it was never sent. A
+	// stream over it is closed.
+	MaxRate float64
+	// OnRefused, when set, is called with the reason of every hello
+	// refused (RefusedID, RefusedSlots...); OnFlood for every stream
+	// closed for exceeding MaxRate. They count them (metrics).
+	OnRefused func(reason string)
+	OnFlood   func()
 }
 
 // EventKind says what happened to a worker.
@@ -162,6 +181,16 @@ func NewHub(cfg HubConfig) *Hub {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
+	}
+	if cfg.MaxSlots <= 0 {
+		cfg.MaxSlots = DefaultMaxSlots
+	}
+	cfg.MaxSlots = min(cfg.MaxSlots, MaxSlotsCeiling)
+	if cfg.MaxWorkers <= 0 {
+		cfg.MaxWorkers = DefaultMaxWorkers
+	}
+	if cfg.MaxRate <= 0 {
+		cfg.MaxRate = DefaultMaxRate
 	}
 	done := make(chan struct{})
 	return &Hub{
@@ -329,14 +358,31 @@ func (h *Hub) Handler() http.Handler {
 			h.log.Debug("worker stream upgrade failed", zap.String("remote", r.RemoteAddr), zap.Error(err))
 			return // the upgrader has answered
 		}
-		h.serve(NewWebsocketConn(ws, h.cfg.WriteTimeout), r.RemoteAddr)
+		// Control frames never reach Recv: pings and pongs draw on the
+		// stream's budget where the websocket handles them (a ping is
+		// answered with a pong, a write).
+		budget := newBudget(h.cfg.MaxRate)
+		ping := ws.PingHandler()
+		ws.SetPingHandler(func(data string) error {
+			if !budget.Allow() {
+				return errFlood
+			}
+			return ping(data)
+		})
+		ws.SetPongHandler(func(string) error {
+			if !budget.Allow() {
+				return errFlood
+			}
+			return nil
+		})
+		h.serve(NewWebsocketConn(ws, h.cfg.WriteTimeout), r.RemoteAddr, budget)
 	})
 }
 
 // Accept serves an in-process stream (the hub's end of a Pipe) in a new
 // goroutine and returns at once.
 func (h *Hub) Accept(c Conn) {
-	go h.serve(c, "in-process")
+	go h.serve(c, "in-process", newBudget(h.cfg.MaxRate))
 }
 
 // DialSelf connects a worker in this process to this hub through a Pipe,
@@ -361,8 +407,9 @@ type hubConn struct {
 	confirmed bool          // the worker answered it with joined; guarded by hub.mu
 }
 
-// serve runs one stream to its end.
-func (h *Hub) serve(c Conn, remote string) {
+// serve runs one stream to its end. budget is the stream's allowance of
+// messages beyond the results of the attempts its worker holds.
+func (h *Hub) serve(c Conn, remote string, budget *rate.Limiter) {
 	hc := &hubConn{link: newLink(c, h.cfg.HeartbeatInterval, h.cfg.StaleAfter), remote: remote}
 	h.mu.Lock()
 	if !h.leading || h.closed {
@@ -383,41 +430,85 @@ func (h *Hub) serve(c Conn, remote string) {
 		return
 	}
 	hc.touch()
-	// A replica without slots still keeps a stream (zero slots) so it sees
-	// the leader die at once; a standalone worker must bring slots.
-	if m.Type != TypeHello || m.Hello == nil || m.Hello.Worker == "" || m.Hello.Slots < 0 ||
-		(m.Hello.Slots == 0 && m.Hello.Replica == "") ||
-		(m.Hello.Version != 0 && m.Hello.Version != ProtocolVersion) || model.CheckLabels(m.Hello.Labels) != nil {
-		h.log.Warn("worker stream refused: bad hello", zap.String("remote", remote), zap.String("type", m.Type),
-			zap.Any("hello", m.Hello))
+	if reason, msg := checkHello(m, h.cfg.MaxSlots); reason != "" {
+		endErr = h.refuseHello(c, remote, reason, msg)
 		return
 	}
-	if !h.join(hc, m.Hello) {
+	if ok, full := h.join(hc, m.Hello); !ok {
+		if full != "" {
+			endErr = h.refuseHello(c, remote, RefusedWorkers, full)
+		}
 		return
 	}
 	for {
 		m, err := c.Recv()
 		if err != nil {
 			endErr = hc.endReason(err)
+			if errors.Is(err, errFlood) {
+				h.flooded(hc, c, "ping or pong frames")
+			}
 			return
 		}
 		hc.touch()
-		h.handle(hc, m)
+		if !h.handle(hc, m) && !budget.Allow() {
+			endErr = errFlood
+			h.flooded(hc, c, m.Type)
+			return
+		}
 	}
 }
 
-// refuse answers a stream opened while not leading with not_leader, then
-// waits (briefly) for the worker to close, so that the message is not lost
-// to a TCP reset caused by closing with the worker's hello unread.
+// refuseHello answers a hello the hub refuses with why, then waits
+// (briefly) for the worker to close. A refusal of the worker's own
+// settings is final: it stops rather than send them again.
+func (h *Hub) refuseHello(c Conn, remote, reason, msg string) error {
+	if h.cfg.OnRefused != nil {
+		h.cfg.OnRefused(reason)
+	}
+	h.log.Warn("worker stream refused at its hello", zap.String("remote", remote), zap.String("reason", reason),
+		zap.String("why", msg))
+	final := reason != RefusedVersion && reason != RefusedWorkers
+	h.answerAndWait(c, Msg{Type: TypeRefused, Refusal: &Refusal{Reason: reason, Message: msg, Final: final}})
+	return fmt.Errorf("hello refused (%s): %s", reason, msg)
+}
+
+// flooded counts and reports a stream closed for exceeding its budget,
+// telling the worker why (best effort: it may not be reading).
+func (h *Hub) flooded(hc *hubConn, c Conn, last string) {
+	if h.cfg.OnFlood != nil {
+		h.cfg.OnFlood()
+	}
+	id := ""
+	h.mu.Lock()
+	if w := hc.worker; w != nil {
+		id = w.id
+	}
+	h.mu.Unlock()
+	h.log.Warn("worker stream closed: it sent messages faster than its limit", zap.String("worker", id),
+		zap.String("remote", hc.remote), zap.Float64("max_rate", h.cfg.MaxRate), zap.String("last", quoteCut(last)))
+	t := time.AfterFunc(time.Second, func() { _ = c.Close() })
+	defer t.Stop()
+	_ = c.Send(Msg{Type: TypeRefused, Refusal: &Refusal{Reason: RefusedFlood,
+		Message: fmt.Sprintf("more than %g messages a second beyond the results of its attempts (worker_stream_max_rate)", h.cfg.MaxRate)}})
+}
+
+// refuse answers a stream opened while not leading with not_leader.
 func (h *Hub) refuse(c Conn, remote string) {
 	var rd Redirect
 	if h.cfg.Redirect != nil {
 		rd.Leader, rd.URL = h.cfg.Redirect()
 	}
 	h.log.Debug("worker stream redirected", zap.String("remote", remote), zap.String("leader", rd.Leader))
+	h.answerAndWait(c, Msg{Type: TypeNotLeader, Redirect: &rd})
+}
+
+// answerAndWait sends a stream's last message, then waits (at most a
+// second) for the worker to close, so that the message is not lost to a
+// TCP reset caused by closing with the worker's messages unread.
+func (h *Hub) answerAndWait(c Conn, m Msg) {
 	t := time.AfterFunc(time.Second, func() { _ = c.Close() })
 	defer t.Stop()
-	if c.Send(Msg{Type: TypeNotLeader, Redirect: &rd}) == nil {
+	if c.Send(m) == nil {
 		for {
 			if _, err := c.Recv(); err != nil {
 				break
@@ -428,11 +519,11 @@ func (h *Hub) refuse(c Conn, remote string) {
 }
 
 // join attaches a stream to its worker, new or reconnecting.
-func (h *Hub) join(hc *hubConn, hello *Hello) bool {
+func (h *Hub) join(hc *hubConn, hello *Hello) (ok bool, full string) {
 	h.mu.Lock()
 	if _, ok := h.conns[hc]; !ok || !h.leading || h.closed {
 		h.mu.Unlock()
-		return false
+		return false, ""
 	}
 	now := time.Now()
 	w := h.workers[hello.Worker]
@@ -446,6 +537,19 @@ func (h *Hub) join(hc *hubConn, hello *Hello) bool {
 		old = w.conn
 		oldLogs = h.leaveLocked(w)
 		w = nil
+	}
+	if w == nil && len(h.workers) >= h.cfg.MaxWorkers {
+		// Every worker costs the hub its state and the term record its
+		// id (early.go): their number is bounded like everything else.
+		// Not final: one may leave.
+		h.mu.Unlock()
+		if old != nil {
+			old.close()
+		}
+		for _, lr := range oldLogs {
+			lr.fail(errDisconnected(hello.Worker))
+		}
+		return false, fmt.Sprintf("%d workers are connected, the leader's max_workers", h.cfg.MaxWorkers)
 	}
 	reconnect := w != nil
 	if w == nil {
@@ -504,7 +608,7 @@ func (h *Hub) join(hc *hubConn, hello *Hello) bool {
 	h.log.Info("worker joined", zap.String("worker", w.id), zap.String("replica", hello.Replica),
 		zap.Int("slots", hello.Slots), zap.Stringer("labels", hello.Labels), zap.Int("in_flight", len(hello.InFlight)), zap.Bool("reconnect", reconnect),
 		zap.Int("redispatched", len(redo)), zap.String("remote", hc.remote))
-	return true
+	return true, ""
 }
 
 // ended cleans up after a stream: its worker, if the stream was still its
@@ -579,31 +683,43 @@ func (h *Hub) leaveLocked(w *RemoteWorker) []*logReader {
 	return logs
 }
 
-// handle processes one message from a worker that said hello.
-func (h *Hub) handle(hc *hubConn, m Msg) {
+// handle processes one message from a worker that said hello. It reports
+// whether the message is free of the stream's budget: a result of an
+// attempt the worker holds (sent to it, or listed in its hello), or a log
+// chunk within its transfer's credit. The rest (heartbeats, confirmations,
+// anything a worker has no reason to send) draws on the budget.
+func (h *Hub) handle(hc *hubConn, m Msg) (free bool) {
 	switch m.Type {
 	case TypeHeartbeat:
 	case TypeResult:
 		if m.Result == nil {
-			return
+			return false
 		}
-		r := *m.Result
+		// A worker's result is written into a task record: its text is
+		// cut to the record's bounds here, where it enters, whatever the
+		// worker sent (an earlier version, or one that lies).
+		r := m.Result.Bounded()
 		h.mu.Lock()
 		if w := hc.worker; w != nil {
 			if r.Worker != w.id {
 				// A stream speaks for one worker: its hello's.
 				r.Worker = w.id
 			}
+			_, sent := w.outstanding[r.AttemptID]
+			_, listed := w.reported[r.AttemptID]
+			free = sent || listed
 			delete(w.outstanding, r.AttemptID)
 			delete(w.reported, r.AttemptID)
 		}
+		// Whether held or not, the scheduler judges it (and counts one
+		// the worker does not hold).
 		h.results.push(r)
 		h.mu.Unlock()
 		// No ack yet: the scheduler acks (RemoteWorker.Ack) once the
 		// result is committed.
 	case TypeLogChunk:
 		if m.Log == nil {
-			return
+			return false
 		}
 		h.mu.Lock()
 		var lr *logReader
@@ -612,7 +728,7 @@ func (h *Hub) handle(hc *hubConn, m Msg) {
 		}
 		h.mu.Unlock()
 		if lr != nil {
-			lr.deliver(*m.Log)
+			free = lr.deliver(*m.Log)
 		}
 	case TypeJoined:
 		h.mu.Lock()
@@ -622,10 +738,11 @@ func (h *Hub) handle(hc *hubConn, m Msg) {
 		}
 		h.mu.Unlock()
 	case TypeHello:
-		h.log.Warn("worker sent a second hello; ignored", zap.String("remote", hc.remote))
+		h.log.Debug("worker sent a second hello; ignored", zap.String("remote", hc.remote))
 	default:
-		h.log.Debug("unknown message from worker; ignored", zap.String("type", m.Type), zap.String("remote", hc.remote))
+		h.log.Debug("unknown message from worker; ignored", zap.String("type", quoteCut(m.Type)), zap.String("remote", hc.remote))
 	}
+	return free
 }
 
 func errDisconnected(worker string) error {

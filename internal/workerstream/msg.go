@@ -18,8 +18,8 @@
 //	worker → leader   hello (first), joined (after the welcome), result,
 //	                  heartbeat, log_chunk
 //	leader → worker   welcome (answers hello), dispatch, cancel, ack,
-//	                  heartbeat, log_request, peers, not_leader (then the
-//	                  leader closes)
+//	                  heartbeat, log_request, peers, not_leader or refused
+//	                  (then the leader closes)
 //
 // Both sides send a heartbeat every heartbeat interval and drop a stream on
 // which nothing arrived for the stale timeout. Results are acknowledged
@@ -64,6 +64,7 @@ const (
 	TypeNotLeader  = "not_leader"  // leader → worker: Redirect; the stream is then closed
 	TypePeers      = "peers"       // leader → worker: Peers, after welcome and whenever they change
 	TypeJoined     = "joined"      // worker → leader: Term, the welcome's, now the oldest it accepts
+	TypeRefused    = "refused"     // leader → worker: Refusal; the stream is then closed
 )
 
 // Msg is one message of the stream. Type says which payload field is set.
@@ -79,6 +80,19 @@ type Msg struct {
 	Redirect *Redirect        `json:"redirect,omitempty"`
 	Peers    []Peer           `json:"peers,omitempty"`
 	Term     *Term            `json:"term,omitempty"`
+	Refusal  *Refusal         `json:"refusal,omitempty"`
+}
+
+// Refusal says why the leader closes a stream: its hello (a worker id,
+// slots or labels out of bounds), or messages beyond the stream's rate
+// limit. Final marks a refusal of the worker's own settings, which a new
+// stream would send again identically: the worker stops instead of
+// reconnecting for ever. A worker of an earlier version ignores the
+// message and sees the stream close.
+type Refusal struct {
+	Reason  string `json:"reason"` // one of the Refused* reasons
+	Message string `json:"message"`
+	Final   bool   `json:"final,omitempty"`
 }
 
 // Term identifies a leader's term: the incarnation of the keyspace it

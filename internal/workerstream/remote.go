@@ -7,8 +7,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/orion-sched/orion/internal/executor"
 	"github.com/orion-sched/orion/internal/model"
+	"github.com/orion-sched/orion/internal/worker/executor"
 )
 
 // logWindow is how many log chunks a worker may send ahead of the reader.
@@ -231,11 +231,14 @@ type logReader struct {
 }
 
 // deliver hands a chunk over; the credit bounds how many can be waiting.
-func (lr *logReader) deliver(c LogChunk) {
+// It reports whether the chunk was within the credit.
+func (lr *logReader) deliver(c LogChunk) bool {
 	select {
 	case lr.chunks <- c:
+		return true
 	default:
 		lr.fail(fmt.Errorf("workerstream: worker %s sent log chunks beyond its credit", lr.w.id))
+		return false
 	}
 }
 

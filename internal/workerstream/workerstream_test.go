@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gorilla/websocket"
 	"github.com/orion-sched/orion/internal/model"
@@ -703,8 +704,9 @@ func TestSlowMessageIsNotSilence(t *testing.T) {
 	if err := mw.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if got := nextResult(t, h); got.AttemptID != r.AttemptID || len(got.OutputTail) != len(r.OutputTail) {
-		t.Fatalf("result %v", got.AttemptID)
+	// Whole, and then cut to the record's bound (TestResultCutWhereItEnters).
+	if got := nextResult(t, h); got.AttemptID != r.AttemptID || !strings.HasSuffix(got.OutputTail, strings.Repeat("y", model.TailBytes-64)) {
+		t.Fatalf("result %v, tail of %d bytes", got.AttemptID, len(got.OutputTail))
 	}
 	select {
 	case ev := <-h.Events():
@@ -1052,7 +1054,7 @@ func TestOutletKeepsOrderBeyondItsBuffer(t *testing.T) {
 }
 
 // wrappedWriter is a middleware's ResponseWriter: it hides Hijack but
-// exposes Unwrap, as internal/api's does.
+// exposes Unwrap, as internal/http/api's does.
 type wrappedWriter struct{ http.ResponseWriter }
 
 func (w wrappedWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
@@ -1340,5 +1342,40 @@ func TestTermsRefuseADeposedLeader(t *testing.T) {
 				t.Fatalf("the worker runs %v from a deposed leader", run.AttemptID)
 			}
 		})
+	}
+}
+
+// TestResultCutWhereItEnters: a worker's result is written into a task
+// record, so whatever a worker sends (2 MiB of error and of output tail
+// here, well within a frame) reaches the scheduler cut to the record's
+// bounds, marked, and otherwise whole.
+func TestResultCutWhereItEnters(t *testing.T) {
+	h := newHub(t, "L1", HubConfig{})
+	srv := serveHub(t, h)
+	c, err := DialWebsocket(context.Background(), wsURL(srv), "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Send(hello("big")); err != nil {
+		t.Fatal(err)
+	}
+	wantEvent(t, h, Joined, "big")
+	r := model.Result{AttemptID: model.AttemptID{DAG: "d", Task: "t", Attempt: 1}, Worker: "big", Outcome: model.Failed,
+		ExitCode: 3, Error: "boom: " + strings.Repeat("e", 2<<20) + " at the end",
+		OutputTail: strings.Repeat("é", 1<<20) + "last line\n"}
+	if err := c.Send(Msg{Type: TypeResult, Result: &r}); err != nil {
+		t.Fatal(err)
+	}
+	got := nextResult(t, h)
+	switch {
+	case got.AttemptID != r.AttemptID || got.Outcome != model.Failed || got.ExitCode != 3:
+		t.Fatalf("result %+v", got.AttemptID)
+	case len(got.Error) > model.MaxErrorBytes || !strings.HasPrefix(got.Error, "boom: ") || !strings.HasSuffix(got.Error, " at the end") ||
+		!strings.Contains(got.Error, " bytes cut]"):
+		t.Fatalf("error of %d bytes, not cut in the middle and marked: %.100q…", len(got.Error), got.Error)
+	case len(got.OutputTail) > model.TailBytes || !strings.HasSuffix(got.OutputTail, "last line\n") ||
+		!strings.HasPrefix(got.OutputTail, "[orion: ") || !utf8.ValidString(got.OutputTail):
+		t.Fatalf("tail of %d bytes, not its end, marked and valid UTF-8: %.100q…", len(got.OutputTail), got.OutputTail)
 	}
 }

@@ -122,36 +122,36 @@ func (c *wsConn) SendBatch(ms []Msg) error {
 func (c *wsConn) Send(m Msg) error { return c.SendBatch([]Msg{m}) }
 
 func (c *wsConn) Recv() (Msg, error) {
-	for {
-		t, r, err := c.ws.NextReader()
-		if c.rbuf.Cap() > maxKeptReadBuffer {
-			c.rbuf = bytes.Buffer{}
-		}
-		c.rbuf.Reset()
-		if err == nil {
-			_, err = c.rbuf.ReadFrom(activityReader{r: r, c: c})
-		}
-		b := c.rbuf.Bytes()
-		if err != nil {
-			if websocket.IsCloseError(err, websocket.CloseNormalClosure, websocket.CloseGoingAway) {
-				return Msg{}, io.EOF
-			}
-			return Msg{}, err
-		}
-		if t != websocket.TextMessage {
-			continue // not ours; ignore
-		}
-		// The decoder recurses without a limit: a frame of nested brackets
-		// would overflow the stack (see jsonguard).
-		if !jsonguard.Shallow(b, jsonguard.MaxDepth) {
-			return Msg{}, fmt.Errorf("workerstream: bad message: nested more than %d levels deep", jsonguard.MaxDepth)
-		}
-		var m Msg
-		if err := json.Unmarshal(b, &m); err != nil {
-			return Msg{}, fmt.Errorf("workerstream: bad message: %w", err)
-		}
-		return m, nil
+	t, r, err := c.ws.NextReader()
+	if c.rbuf.Cap() > maxKeptReadBuffer {
+		c.rbuf = bytes.Buffer{}
 	}
+	c.rbuf.Reset()
+	if err == nil {
+		_, err = c.rbuf.ReadFrom(activityReader{r: r, c: c})
+	}
+	b := c.rbuf.Bytes()
+	if err != nil {
+		if websocket.IsCloseError(err, websocket.CloseNormalClosure, websocket.CloseGoingAway) {
+			return Msg{}, io.EOF
+		}
+		return Msg{}, err
+	}
+	if t != websocket.TextMessage {
+		// The protocol is JSON text frames. Skipping others would
+		// let a peer send them without end, unseen by any limit.
+		return Msg{}, fmt.Errorf("workerstream: bad message: a binary frame (%d bytes); the protocol sends text frames", len(b))
+	}
+	// The decoder recurses without a limit: a frame of nested brackets
+	// would overflow the stack (see jsonguard).
+	if !jsonguard.Shallow(b, jsonguard.MaxDepth) {
+		return Msg{}, fmt.Errorf("workerstream: bad message: nested more than %d levels deep", jsonguard.MaxDepth)
+	}
+	var m Msg
+	if err := json.Unmarshal(b, &m); err != nil {
+		return Msg{}, fmt.Errorf("workerstream: bad message: %w", err)
+	}
+	return m, nil
 }
 
 func (c *wsConn) Close() error {

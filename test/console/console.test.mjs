@@ -166,7 +166,7 @@ describe("console on a single node", { timeout: 480000 }, () => {
     node = await orion.node({ name: "n1", slots: 4, extra: demo ? ["--demo"] : [] });
     const r = await fetch(node.pageURL + "/");
     const html = await r.text();
-    assert.equal(r.status, 200, `GET / on the server: ${r.status}: the console is not mounted at / (wire console.Handler() in internal/api, or set ORION_CONSOLE_PROXY_BIN)`);
+    assert.equal(r.status, 200, `GET / on the server: ${r.status}: the console is not mounted at / (wire console.Handler() in internal/http/api, or set ORION_CONSOLE_PROXY_BIN)`);
     assert.match(html, /Orion console/, "GET / does not serve the built console (run `make console` before building orion)");
     b = await browser();
     page = b.page;
@@ -177,6 +177,20 @@ describe("console on a single node", { timeout: 480000 }, () => {
     if (b && unexpected(b.errors).length) console.error("page errors:\n" + unexpected(b.errors).join("\n"));
     await b?.close();
     await orion.stop();
+  });
+
+  test("the server serves the OpenAPI document the console's types were generated from", async () => {
+    // src/api.gen.ts is generated from internal/http/openapi/openapi.json
+    // (make test checks it is up to date): the page must get that document.
+    const served = await page.evaluate(async () => {
+      const r = await fetch("/api/v1/openapi.json");
+      return { status: r.status, type: r.headers.get("Content-Type"), text: await r.text() };
+    });
+    assert.equal(served.status, 200);
+    assert.match(served.type ?? "", /application\/json/);
+    const doc = JSON.parse(served.text);
+    assert.equal(doc.openapi, "3.1.0");
+    assert.deepEqual(doc, JSON.parse(readFileSync(join(REPO, "internal/http/openapi/openapi.json"), "utf8")));
   });
 
   test("a template runs live: every node succeeds, a task shows its output tail and log", async () => {

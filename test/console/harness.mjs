@@ -8,7 +8,7 @@
 //   ORION_CONSOLE_PROXY_BIN
 //                    temporary, while the console is not mounted in the API:
 //                    a program run as `BIN -listen ADDR -backend URL` that
-//                    serves internal/console and proxies the API to URL;
+//                    serves internal/http/console and proxies the API to URL;
 //                    pages then open it instead of the server
 //
 // Every process is started in its own process group and stopped by its pid

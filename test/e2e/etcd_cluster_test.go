@@ -14,7 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/orion-sched/orion/internal/testkit"
+	"github.com/orion-sched/orion/internal/testutil/testkit"
 	"github.com/orion-sched/orion/test/internal/cluster"
 )
 
@@ -34,7 +34,7 @@ func (p *etcdProc) logs() string {
 	return string(b)
 }
 
-// Three `orion etcd` processes started as the README and test/cluster.sh do
+// Three `orion etcd` processes started as docs/operations.md and test/cluster.sh do
 // form one cluster, grant orion's 1 s lease as 1 s, and exit 0 on SIGTERM.
 func TestEtcdCommandThreeMemberCluster(t *testing.T) {
 	if out, err := exec.Command(cluster.Bin, "etcd", "--help").CombinedOutput(); err != nil {

@@ -164,12 +164,39 @@ tasks:
 		{`cron: "@hourly"` + "\n  max_active_runs: -1", "schedule.max_active_runs"},
 		{`cron: "@hourly"` + "\n  catchup_limit: -3", "schedule.catchup_limit"},
 		{`cron: "@hourly"` + "\n  overlap: sometimes", "schedule.overlap"},
+		// Its next tick would be in year 10000, which no JSON time can carry.
+		{`cron: "@every 1m"` + "\n  start: 9999-12-31T23:59:59Z", "schedule.start: no tick"},
 	} {
 		b := "id: bad\nschedule:\n  " + tc.schedule + "\ntasks: [{id: a}]\n"
 		code, resp := n.do("POST", "/api/v1/schedules", "application/yaml", []byte(b))
 		if code != 400 || !strings.Contains(string(resp), tc.want) || !strings.Contains(string(resp), `"invalid_schedule"`) {
 			t.Errorf("%q: %d %s", tc.schedule, code, resp)
 		}
+	}
+	// The same schedule written by hand with etcdctl (validation never saw
+	// it) fires nothing and breaks no listing.
+	rec["id"], rec["start"] = "far", "9999-12-31T23:59:59Z"
+	far, _ := json.Marshal(rec)
+	if out, err := exec.Command("etcdctl", "--endpoints", n.etcdURL(), "put", "/orion/v1/schedules/far", string(far)).CombinedOutput(); err != nil {
+		t.Fatalf("etcdctl put: %v %s", err, out)
+	}
+	var list struct {
+		Schedules []scheduleJSON `json:"schedules"`
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		code, b := n.getJSON("/api/v1/schedules", &list)
+		if code != 200 {
+			t.Fatalf("schedules listed with a hand-written one at the horizon: %d %s", code, b)
+		}
+		if len(list.Schedules) == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the hand-written schedule never listed: %s", b)
+		}
+	}
+	if out, err := n.orion("schedule", "list"); err != nil || !strings.Contains(out, "far") {
+		t.Fatalf("schedule list with a schedule at the horizon: %v\n%s", err, out)
 	}
 	if code, resp := n.do("POST", "/api/v1/dags", "application/yaml", []byte(body)); code != 400 || !strings.Contains(string(resp), "/api/v1/schedules") {
 		t.Errorf("a scheduled file posted as a DAG: %d %s", code, resp)

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orion-sched/orion/internal/testkit"
+	"github.com/orion-sched/orion/internal/testutil/testkit"
 	"github.com/orion-sched/orion/test/internal/cluster"
 )
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A real single-node Kubernetes cluster on this machine, for the chart's
-# live tests (make kube-up / kube-test / kube-down; README "Kubernetes").
+# live tests (make kube-up / kube-test / kube-down; docs/kubernetes.md).
 #
 #   test/kube/cluster.sh build    build (or reuse) the pinned binaries and images
 #   test/kube/cluster.sh up       build, then start etcd, containerd, the control

@@ -90,7 +90,7 @@ The alert rules, shared by the PrometheusRule and deploy/prometheus/orion-alerts
       transitions wait. Orion's own members (orion etcd, embedded) compact,
       defragment and disarm by themselves once retention has freed space;
       any other etcd needs `etcdctl compact`, `etcdctl defrag --cluster` and
-      `etcdctl alarm disarm` (README, "Storage full"), or a larger quota.
+      `etcdctl alarm disarm` (docs/operations.md#storage-full), or a larger quota.
 - alert: OrionEtcdNearQuota
   expr: max(orion_etcd_db_size_bytes{ {{- $sel -}} } / (orion_etcd_quota_bytes{ {{- $sel -}} } > 0)) > 0.8
   for: 15m

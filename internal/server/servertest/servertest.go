@@ -14,7 +14,7 @@ import (
 
 	"github.com/orion-sched/orion/internal/config"
 	"github.com/orion-sched/orion/internal/server"
-	"github.com/orion-sched/orion/internal/testkit"
+	"github.com/orion-sched/orion/internal/testutil/testkit"
 )
 
 // Start starts a single node named n1 from the built-in defaults changed by

@@ -20,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orion-sched/orion/internal/testkit"
+	"github.com/orion-sched/orion/internal/testutil/testkit"
 )
 
 // A cluster runs on 127.0.0.1 as test/cluster.sh starts it, each process

@@ -1,0 +1,439 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/orion-sched/orion/internal/core"
+	"github.com/orion-sched/orion/internal/dag"
+	"github.com/orion-sched/orion/internal/http/apitypes"
+	"github.com/orion-sched/orion/internal/http/kit"
+	"github.com/orion-sched/orion/internal/model"
+	"github.com/orion-sched/orion/internal/schedule"
+)
+
+// List bounds of GET /api/v1/dags.
+const (
+	DefaultListLimit = 100
+	MaxListLimit     = 1000
+)
+
+func dagPath(id string) string { return "/api/v1/dags/" + url.PathEscape(id) }
+
+// readDocument reads a DAG or schedule document: its content type is
+// checked before the body is read, and the body is bounded by
+// max_body_bytes. On false the error has been answered.
+func (s *server) readDocument(w http.ResponseWriter, r *http.Request) (body []byte, ct string, ok bool) {
+	ct = r.Header.Get("Content-Type")
+	if _, err := dag.FormatOf(ct); err != nil { // refuse before reading the body
+		s.fail(w, r, err)
+		return nil, "", false
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			s.fail(w, r, err)
+			return nil, "", false
+		}
+		kit.WriteError(w, http.StatusBadRequest, apitypes.CodeBadRequest, "could not read the request body", nil)
+		return nil, "", false
+	}
+	return body, ct, true
+}
+
+func (s *server) submit(w http.ResponseWriter, r *http.Request) {
+	body, ct, ok := s.readDocument(w, r)
+	if !ok {
+		return
+	}
+	d, err := dag.Parse(body, ct)
+	if err == nil {
+		// The key names the DAG before defaults apply, so a DAG given only
+		// a key and tasks takes the key as its id and its name.
+		if key := strings.TrimSpace(r.Header.Get("Idempotency-Key")); d.ID == "" && key != "" {
+			d.ID = kit.IdempotencyID(key)
+		}
+		d.Normalize()
+		err = dag.Validate(d, s.dagLimits())
+	}
+	if err != nil && schedule.HasSchedule(body, ct) {
+		msg := "this DAG file has a schedule: block: create the schedule with POST /api/v1/schedules (orion submit -f does)"
+		kit.WriteError(w, http.StatusBadRequest, apitypes.CodeInvalidSchedule, msg, []string{msg})
+		return
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	wr := kit.Write{Body: body}
+	switch {
+	case !s.forwards(r):
+	case d.ID == "":
+		// A standby names the DAG before it forwards it, so that a second
+		// send (to a new leader, the first having frozen) is the same
+		// submission, created once.
+		d.ID = dag.NewID(time.Now())
+		wr.Set = map[string]string{"Idempotency-Key": d.ID, kit.IDAssignedHeader: "1"}
+	default:
+		// The client named it: a second send that finds it was created
+		// by the first if it did not exist before.
+		_, _, ok := s.dagState(r, d.ID)
+		wr.ResendSet = map[string]string{kit.ExistedHeader: existed(ok)}
+	}
+	if s.forward(w, r, wr, "DAG "+d.ID) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.WriteTimeout)
+	defer cancel()
+	res, err := s.b.Submit(ctx, d)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if res.ID == "" {
+		res.ID = d.ID
+	}
+	if !res.Created && (hint(r, kit.IDAssignedHeader, "1") || hint(r, kit.ExistedHeader, "0")) {
+		res.Created = true // an earlier send of this very submission created it
+	}
+	w.Header().Set("Location", dagPath(res.ID))
+	kit.MarkRevision(ctx, s.b, w)
+	if res.Created {
+		kit.WriteJSON(w, http.StatusCreated, apitypes.SubmitResponse{ID: res.ID, Created: true, Status: string(core.DAGRunning)})
+		return
+	}
+	kit.WriteJSON(w, http.StatusOK, apitypes.SubmitResponse{ID: res.ID, Created: false})
+}
+
+// query runs fn on the scheduler's loop, bounded by WriteTimeout.
+func (s *server) query(r *http.Request, fn func(c *core.Core)) error {
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.WriteTimeout)
+	defer cancel()
+	return s.b.Query(ctx, fn)
+}
+
+func (s *server) listDAGs(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	var want core.DAGStatus
+	switch st := core.DAGStatus(q.Get("status")); st {
+	case "":
+	case core.DAGRunning, core.DAGSucceeded, core.DAGFailed, core.DAGCancelled:
+		want = st
+	default:
+		kit.WriteError(w, http.StatusBadRequest, apitypes.CodeBadRequest,
+			fmt.Sprintf("status %q is not one of running, succeeded, failed, cancelled", st), nil)
+
+		return
+	}
+	limit := DefaultListLimit
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			kit.WriteError(w, http.StatusBadRequest, apitypes.CodeBadRequest,
+				fmt.Sprintf("limit %q is not a positive integer", v), nil)
+
+			return
+		}
+		limit = min(n, MaxListLimit)
+	}
+	// The views share only records the core never modifies in place (it
+	// replaces them), so they may be encoded after the query returns.
+	resp := apitypes.DAGList[core.DAGStatus]{DAGs: []core.DAGSummary{}, Node: s.node()}
+	err := s.query(r, func(c *core.Core) {
+		for _, d := range c.DAGs() {
+			if want != "" && d.Status != want {
+				continue
+			}
+			resp.DAGs = append(resp.DAGs, d)
+			if len(resp.DAGs) == limit {
+				break
+			}
+		}
+		resp.Revision = c.Rev()
+	})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	kit.WriteJSON(w, http.StatusOK, resp)
+}
+
+func (s *server) getDAG(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	var v *core.DAGView
+	err := s.query(r, func(c *core.Core) {
+		if v, _ = c.DAG(id); v != nil {
+			v.Revision = c.Rev()
+		}
+	})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if v == nil {
+		kit.WriteError(w, http.StatusNotFound, apitypes.CodeNotFound, "no DAG "+id, nil)
+		return
+	}
+	kit.WriteJSON(w, http.StatusOK, v)
+}
+
+// lookupTask reads a task, with the revision this replica has applied, or
+// writes the 404 (or error) and returns nil.
+func (s *server) lookupTask(w http.ResponseWriter, r *http.Request) *core.TaskView {
+	id, taskID := r.PathValue("id"), r.PathValue("task")
+	var (
+		tv     *core.TaskView
+		dagNil bool
+	)
+	err := s.query(r, func(c *core.Core) {
+		if tv, _ = c.Task(id, taskID); tv != nil {
+			tv.Revision = c.Rev()
+		} else {
+			_, ok := c.Summary(id)
+			dagNil = !ok
+		}
+	})
+	switch {
+	case err != nil:
+		s.fail(w, r, err)
+	case tv == nil && dagNil:
+		kit.WriteError(w, http.StatusNotFound, apitypes.CodeNotFound, "no DAG "+id, nil)
+	case tv == nil:
+		kit.WriteError(w, http.StatusNotFound, apitypes.CodeNotFound, fmt.Sprintf("DAG %s has no task %s", id, taskID), nil)
+	}
+	return tv
+}
+
+func (s *server) getTask(w http.ResponseWriter, r *http.Request) {
+	if tv := s.lookupTask(w, r); tv != nil {
+		kit.WriteJSON(w, http.StatusOK, tv)
+	}
+}
+
+func (s *server) taskLog(w http.ResponseWriter, r *http.Request) {
+	attempt := 0
+	if v := r.URL.Query().Get("attempt"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			kit.WriteError(w, http.StatusBadRequest, apitypes.CodeBadRequest, fmt.Sprintf("attempt %q is not a positive integer", v), nil)
+			return
+		}
+		attempt = n
+	}
+	tv := s.lookupTask(w, r)
+	if tv == nil {
+		return
+	}
+	id, taskID := r.PathValue("id"), tv.ID
+	switch {
+	case tv.Attempts == 0:
+		kit.WriteError(w, http.StatusNotFound, apitypes.CodeNotFound,
+			fmt.Sprintf("task %s of DAG %s has not run yet: there is no log", taskID, id), nil)
+
+		return
+	case attempt > tv.Attempts:
+		kit.WriteError(w, http.StatusNotFound, apitypes.CodeNotFound,
+			fmt.Sprintf("task %s of DAG %s has no attempt %d; its latest is %d", taskID, id, attempt, tv.Attempts), nil)
+
+		return
+	case attempt == 0:
+		attempt = tv.Attempts
+	}
+	worker := workerOf(tv, attempt)
+	notHere := func() {
+		msg := fmt.Sprintf("the log of attempt %d of task %s is not on this node (%s)", attempt, taskID, s.node())
+		if worker != "" {
+			msg += fmt.Sprintf("; it lives on worker %s, which ran it", worker)
+		}
+		kit.WriteError(w, http.StatusNotFound, apitypes.CodeNotFound, msg, nil)
+	}
+	logs := s.cfg.Logs
+	if logs == nil || (worker != "" && worker != logs.ID()) {
+		// Another worker ran it: the leader reaches every worker over its
+		// stream, so ask it (or be it).
+		logs = nil
+		if s.cfg.RemoteLogs != nil && worker != "" && s.status().Leader {
+			logs = s.cfg.RemoteLogs(worker)
+		} else if s.forwardRead(w, r) {
+			return
+		}
+		if logs == nil {
+			notHere()
+			return
+		}
+	}
+	rc, err := logs.OpenLog(model.AttemptID{DAG: id, Task: taskID, Attempt: attempt})
+	if errors.Is(err, fs.ErrNotExist) {
+		if worker == "" {
+			notHere()
+			return
+		}
+		kit.WriteError(w, http.StatusNotFound, apitypes.CodeNotFound, fmt.Sprintf(
+			"attempt %d of task %s has no log on worker %s: noop tasks write none, and a log is gone once it was removed",
+			attempt, taskID, worker), nil)
+
+		return
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	defer rc.Close()
+	h := w.Header()
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Cache-Control", "no-store")
+	// A log may be large or come from a remote worker: it gets longer than
+	// the server's write timeout, and still a bound.
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(logWriteTimeout))
+	w.WriteHeader(http.StatusOK)
+	if _, err := io.Copy(w, rc); err != nil {
+		s.log.Debug("copying a task log failed", zap.String("dag", id), zap.String("task", taskID),
+			zap.Int("attempt", attempt), zap.Error(err))
+	}
+}
+
+// logWriteTimeout bounds the copy of one task log to the client.
+const logWriteTimeout = 10 * time.Minute
+
+// workerOf names the worker that ran an attempt, or "" if unknown.
+func workerOf(tv *core.TaskView, attempt int) string {
+	if attempt == tv.Attempts {
+		return tv.Worker
+	}
+	for _, h := range tv.History {
+		if h.Attempt == attempt {
+			return h.Worker
+		}
+	}
+	return ""
+}
+
+func (s *server) cancel(w http.ResponseWriter, r *http.Request) {
+	// Cancelling is idempotent by state (scheduler.Engine.Cancel): a
+	// second send needs no identity.
+	s.change(w, r, kit.Write{}, s.b.Cancel, core.DAGCancelled)
+}
+
+// retry starts a new run of a failed or cancelled DAG; ?run=N retries run N
+// only, so that sending the same retry twice starts one run.
+func (s *server) retry(w http.ResponseWriter, r *http.Request) {
+	run := 0
+	if v := r.URL.Query().Get("run"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			kit.WriteError(w, http.StatusBadRequest, apitypes.CodeBadRequest, fmt.Sprintf("run %q is not a positive integer", v), nil)
+			return
+		}
+		run = n
+	}
+	var wr kit.Write
+	if run == 0 && s.forwards(r) {
+		// A second send names the run this replica saw before the first,
+		// so that a retry the first leader applied is recognised.
+		if _, cur, ok := s.dagState(r, r.PathValue("id")); ok {
+			wr.ResendQuery = url.Values{"run": {strconv.Itoa(cur)}}
+		}
+	}
+	s.change(w, r, wr, func(ctx context.Context, id string) (core.DAGStatus, error) {
+		return s.b.Retry(ctx, id, run)
+	}, core.DAGRunning)
+}
+
+// deleteDAG deletes a finished DAG with its tasks, as retention would later.
+// It answers once the deletion is committed.
+func (s *server) deleteDAG(w http.ResponseWriter, r *http.Request) {
+	var wr kit.Write
+	if s.forwards(r) {
+		_, _, ok := s.dagState(r, r.PathValue("id"))
+		wr.ResendSet = map[string]string{kit.ExistedHeader: existed(ok)}
+	}
+	s.change(w, r, wr, func(ctx context.Context, id string) (core.DAGStatus, error) {
+		err := s.b.Delete(ctx, id)
+		if isNotFound(err) && hint(r, kit.ExistedHeader, "1") {
+			err = nil // gone: the first send of this deletion deleted it
+		}
+		return "", err
+	}, apitypes.StatusDeleted)
+}
+
+func (s *server) change(w http.ResponseWriter, r *http.Request, wr kit.Write,
+	fn func(context.Context, string) (core.DAGStatus, error), want core.DAGStatus) {
+	id := r.PathValue("id")
+	if s.forward(w, r, wr, "DAG "+id) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.WriteTimeout)
+	defer cancel()
+	st, err := fn(ctx, id)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if st == "" {
+		st = want
+	}
+	kit.MarkRevision(ctx, s.b, w)
+	kit.WriteJSON(w, http.StatusOK, apitypes.ActionResponse{ID: id, Status: string(st)})
+}
+
+// forwards reports whether r would be forwarded to the leader: a write
+// that arrived first at a standby of a cluster.
+func (s *server) forwards(r *http.Request) bool {
+	return s.cfg.Cluster != nil && r.Header.Get(kit.ForwardedHeader) == "" && !s.status().Leader
+}
+
+// dagState reads a DAG's status and run from this replica's state.
+func (s *server) dagState(r *http.Request, id string) (st core.DAGStatus, run int, ok bool) {
+	_ = s.query(r, func(c *core.Core) { st, run, ok = c.DAGState(id) })
+	return st, run, ok
+}
+
+// hint reads a forwarded write's hint (see kit.IDAssignedHeader).
+func hint(r *http.Request, header, value string) bool {
+	return r.Header.Get(kit.ForwardedHeader) != "" && r.Header.Get(header) == value
+}
+
+func existed(ok bool) string {
+	if ok {
+		return "1"
+	}
+	return "0"
+}
+
+func isNotFound(err error) bool {
+	var ce *core.Error
+	return errors.As(err, &ce) && ce.Code == apitypes.CodeNotFound
+}
+
+func (s *server) healthz(w http.ResponseWriter, r *http.Request) {
+	kit.WriteJSON(w, http.StatusOK, apitypes.Health{Status: "ok"})
+}
+
+func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
+	st := s.status()
+	if !st.Loaded {
+		w.Header().Set("Retry-After", "1")
+		kit.WriteJSON(w, http.StatusServiceUnavailable, apitypes.Ready{Status: "not_ready"})
+		return
+	}
+	if st.Problem != "" {
+		// Loaded and serving reads from what it applied, but cut off from
+		// etcd: writes through it would fail, and a probe should say so.
+		w.Header().Set("Retry-After", "1")
+		kit.WriteJSON(w, http.StatusServiceUnavailable, apitypes.Ready{Status: "not_ready", Leader: st.Leader, Problem: st.Problem, Term: st.HoldsTerm})
+		return
+	}
+	kit.WriteJSON(w, http.StatusOK, apitypes.Ready{Status: "ready", Leader: st.Leader, Term: st.HoldsTerm})
+}

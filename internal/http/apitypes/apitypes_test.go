@@ -1,0 +1,80 @@
+package apitypes_test
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/orion-sched/orion/internal/core"
+	"github.com/orion-sched/orion/internal/dag"
+	"github.com/orion-sched/orion/internal/http/apitypes"
+	"github.com/orion-sched/orion/internal/schedule"
+)
+
+// The validation codes are spelled in internal/dag and internal/schedule
+// too; they must agree.
+func TestValidationCodesMatchDag(t *testing.T) {
+	for got, want := range map[apitypes.Code]string{
+		apitypes.CodeParseError:       dag.CodeParse,
+		apitypes.CodeUnsupportedMedia: dag.CodeUnsupportedMedia,
+		apitypes.CodeInvalidDAG:       dag.CodeInvalid,
+		apitypes.CodeCycle:            dag.CodeCycle,
+		apitypes.CodeTooManyTasks:     dag.CodeTooMany,
+		apitypes.CodeDAGTooLarge:      dag.CodeTooLarge,
+		apitypes.CodeInvalidSchedule:  schedule.CodeInvalid,
+	} {
+		if string(got) != want {
+			t.Errorf("apitypes says %q, dag says %q", got, want)
+		}
+	}
+}
+
+// The status spellings the client compares with are the ones the core's
+// typed statuses marshal to.
+func TestStatusSpellingsMatchCore(t *testing.T) {
+	for s, want := range map[core.Status]string{
+		core.Pending: apitypes.StatusPending, core.Ready: apitypes.StatusReady,
+		core.Running: apitypes.StatusRunning, core.Retrying: apitypes.StatusRetrying,
+		core.Succeeded: apitypes.StatusSucceeded, core.Failed: apitypes.StatusFailed,
+		core.UpstreamFailed: apitypes.StatusUpstreamFailed, core.Cancelled: apitypes.StatusCancelled,
+	} {
+		if s.String() != want {
+			t.Errorf("core status %d is %q, apitypes says %q", s, s.String(), want)
+		}
+	}
+	for s, want := range map[core.DAGStatus]string{
+		core.DAGRunning: apitypes.DAGRunning, core.DAGSucceeded: apitypes.DAGSucceeded,
+		core.DAGFailed: apitypes.DAGFailed, core.DAGCancelled: apitypes.DAGCancelled,
+	} {
+		if string(s) != want {
+			t.Errorf("core DAG status %q, apitypes says %q", s, want)
+		}
+	}
+}
+
+// What the server encodes with typed statuses, the client decodes with
+// strings, and the other way round: one shape.
+func TestTypedAndStringViewsShareJSON(t *testing.T) {
+	server := apitypes.DAG[core.DAGStatus, core.Status]{
+		DAGSummary: apitypes.DAGSummary[core.DAGStatus]{ID: "d", Status: core.DAGFailed, Counts: map[string]int{"failed": 1}},
+		Tasks:      []apitypes.Task[core.Status]{{ID: "a", Status: core.UpstreamFailed, DependsOn: []string{}}},
+		Revision:   7,
+	}
+	b, err := json.Marshal(server)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var client apitypes.DAG[string, string]
+	if err := json.Unmarshal(b, &client); err != nil {
+		t.Fatal(err)
+	}
+	if client.Status != apitypes.DAGFailed || client.Tasks[0].Status != apitypes.StatusUpstreamFailed || client.Revision != 7 {
+		t.Fatalf("client decoded %+v from %s", client, b)
+	}
+	again, err := json.Marshal(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(again) != string(b) {
+		t.Fatalf("shapes differ:\nserver %s\nclient %s", b, again)
+	}
+}

@@ -1,0 +1,139 @@
+package apitypes
+
+import (
+	"time"
+
+	"github.com/orion-sched/orion/internal/model"
+)
+
+// Task statuses as the API spells them.
+const (
+	StatusPending        = "pending"
+	StatusReady          = "ready"
+	StatusRunning        = "running"
+	StatusRetrying       = "retrying"
+	StatusSucceeded      = "succeeded"
+	StatusFailed         = "failed"
+	StatusUpstreamFailed = "upstream_failed"
+	StatusCancelled      = "cancelled"
+)
+
+// DAG statuses: a DAG is running until it ends in one of the other three.
+const (
+	DAGRunning   = "running"
+	DAGSucceeded = "succeeded"
+	DAGFailed    = "failed"
+	DAGCancelled = "cancelled"
+)
+
+// DAGTerminal reports whether a DAG status is final (until a retry).
+func DAGTerminal(status string) bool { return status != "" && status != DAGRunning }
+
+// DAGSummary is a DAG as lists show it. S is the type of its status (see the
+// package comment).
+type DAGSummary[S any] struct {
+	ID          string         `json:"id"`
+	Name        string         `json:"name"`
+	Status      S              `json:"status"`
+	Run         int            `json:"run"`
+	SubmittedAt time.Time      `json:"submitted_at"`
+	FinishedAt  *time.Time     `json:"finished_at,omitempty"`
+	TaskCount   int            `json:"task_count"`
+	Counts      map[string]int `json:"counts"`
+}
+
+// DAG is one DAG with every task's live state: GET /api/v1/dags/{id}. D is
+// the type of the DAG's status, T of its tasks'.
+type DAG[D, T any] struct {
+	DAGSummary[D]
+	Tasks []Task[T] `json:"tasks"`
+	// Revision is the etcd revision the answering replica had applied.
+	Revision int64 `json:"revision"`
+}
+
+// Task is a task's spec and runtime state together: GET
+// /api/v1/dags/{id}/tasks/{task}, and each task of a DAG. S is the type of
+// its status.
+type Task[S any] struct {
+	ID         string     `json:"id"`
+	Kind       model.Kind `json:"kind"`
+	Status     S          `json:"status"`
+	Attempts   int        `json:"attempts"`
+	Retries    int        `json:"retries"`
+	MaxRetries int        `json:"max_retries"`
+	Priority   int        `json:"priority"`
+	DependsOn  []string   `json:"depends_on"`
+	Worker     string     `json:"worker,omitempty"`
+	StartedAt  *time.Time `json:"started_at,omitempty"`
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
+	RetryAt    *time.Time `json:"retry_at,omitempty"`
+	DurationMs *int64     `json:"duration_ms,omitempty"`
+	ExitCode   *int       `json:"exit_code"`
+	Error      string     `json:"error,omitempty"`
+	OutputTail string     `json:"output_tail"`
+	Event      string     `json:"event,omitempty"`
+	Cascade    bool       `json:"cascade,omitempty"`
+	Cause      string     `json:"cause,omitempty"`
+	History    []Attempt  `json:"history,omitempty"`
+	// HistoryOmitted counts the earlier attempts not listed in History: a
+	// record keeps the last few in full and counts the rest.
+	HistoryOmitted int `json:"history_omitted,omitempty"`
+	// Waiting says why a ready task is not running yet, when something
+	// other than its turn holds it: a DAG or pool limit, or no connected
+	// worker with the labels it requires.
+	Waiting string     `json:"waiting,omitempty"`
+	Spec    model.Task `json:"spec"`
+	// Revision is set on a task answered alone (the etcd revision the
+	// replica had applied, always at least the one that created the DAG);
+	// the tasks of a DAG leave it out.
+	Revision int64 `json:"revision,omitempty"`
+}
+
+// Attempt is one finished attempt in a task's history.
+type Attempt struct {
+	Attempt    int        `json:"attempt"`
+	Worker     string     `json:"worker,omitempty"`
+	StartedAt  *time.Time `json:"started_at,omitempty"`
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
+	Outcome    string     `json:"outcome"`
+	ExitCode   *int       `json:"exit_code,omitempty"`
+	Error      string     `json:"error,omitempty"`
+}
+
+// DAGList answers GET /api/v1/dags: DAGs newest first.
+type DAGList[S any] struct {
+	DAGs     []DAGSummary[S] `json:"dags"`
+	Revision int64           `json:"revision"`
+	Node     string          `json:"node"`
+}
+
+// SubmitResponse answers POST /api/v1/dags (201 when the request created
+// the DAG; 200 with Created false when a DAG with the same id and content
+// already existed, an idempotent retry). Status is set only on 201.
+type SubmitResponse struct {
+	ID      string `json:"id"`
+	Created bool   `json:"created"`
+	Status  string `json:"status,omitempty"`
+}
+
+// ActionResponse answers POST /api/v1/dags/{id}/cancel and .../retry with
+// the DAG's status, and DELETE /api/v1/dags/{id} with StatusDeleted.
+type ActionResponse struct {
+	ID     string `json:"id"`
+	Status string `json:"status"`
+}
+
+// StatusDeleted is the status DELETE /api/v1/dags/{id} answers: the DAG and
+// its tasks are gone.
+const StatusDeleted = "deleted"
+
+// Ready answers /readyz.
+type Ready struct {
+	Status  string `json:"status"` // "ready" or "not_ready"
+	Leader  bool   `json:"leader"`
+	Problem string `json:"problem,omitempty"` // why not ready, once loaded
+	// Term is true while the replica holds the leadership term: leading,
+	// or re-reading etcd to lead on in the same term. Standbys ask it
+	// before deposing a leader whose stream dropped.
+	Term bool `json:"term"`
+}
