@@ -19,6 +19,7 @@ import (
 
 	"github.com/orion-sched/orion/internal/config"
 	"github.com/orion-sched/orion/internal/http/apitypes"
+	"github.com/orion-sched/orion/internal/http/openapi/openapitest"
 	"github.com/orion-sched/orion/internal/server/servertest"
 	"github.com/orion-sched/orion/internal/testutil/testkit"
 )
@@ -52,6 +53,9 @@ func openSSE(t *testing.T, hc *http.Client, base string) (*stream, int, http.Hea
 	defer resp.Body.Close()
 	var eb apitypes.ErrorBody
 	b, _ := io.ReadAll(resp.Body)
+	if _, err := openapitest.Validate(req, resp.StatusCode, resp.Header, b); err != nil {
+		t.Errorf("refusal %d is not what the OpenAPI document allows: %v", resp.StatusCode, err)
+	}
 	if err := json.Unmarshal(b, &eb); err != nil {
 		t.Fatalf("refusal %d is not the API's JSON error: %q", resp.StatusCode, b)
 	}
@@ -122,6 +126,11 @@ func TestEventStreamLimits(t *testing.T) {
 		}
 		if resp == nil || resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
 			t.Fatalf("%s: %v %v, want 429 with Retry-After", path, resp, err)
+		}
+		req, _ := http.NewRequest(http.MethodGet, base+path, nil)
+		b, _ := io.ReadAll(resp.Body)
+		if _, err := openapitest.Validate(req, resp.StatusCode, resp.Header, b); err != nil {
+			t.Errorf("%s: refusal %d is not what the OpenAPI document allows: %v (%q)", path, resp.StatusCode, err, b)
 		}
 	}
 
