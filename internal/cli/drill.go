@@ -33,7 +33,11 @@ record every run, and checks afterwards that no task was lost or ran twice.
                         it and wait until it follows as a standby. Its sockets
                         stay open: what a hung process or a partition looks
                         like to the others. Nothing is excused: its attempts
-                        must be adopted, not run again.
+                        must be adopted, not run again. Meanwhile clients
+                        submit DAGs without an id through the standbys every
+                        20 ms: each must be answered (2xx, or 503 with
+                        Retry-After) and make one DAG; the slowest answer is
+                        reported.
   --fault etcd-member   SIGKILL one 'orion etcd' member (--member leader, the
                         raft leader; follower; or a name) under a trickle of
                         one-task DAGs every 20 ms (one refused is sent again

@@ -46,6 +46,8 @@ type Server struct {
 	HTTPIdleTimeout      time.Duration `mapstructure:"http_idle_timeout" json:"http_idle_timeout"`
 	HTTPMaxHeaderBytes   int           `mapstructure:"http_max_header_bytes" json:"http_max_header_bytes"`
 	MaxConnsPerClient    int           `mapstructure:"max_conns_per_client" json:"max_conns_per_client"`
+	MaxEventStreams      int           `mapstructure:"max_event_subscribers" json:"max_event_subscribers"`
+	MaxStreamsPerClient  int           `mapstructure:"max_event_subscribers_per_client" json:"max_event_subscribers_per_client"`
 	EtcdMaxRequestBytes  int           `mapstructure:"etcd_max_request_bytes" json:"etcd_max_request_bytes"`
 	Demo                 bool          `mapstructure:"demo" json:"demo"`
 	StreamStaleAfter     time.Duration `mapstructure:"stream_stale_after" json:"stream_stale_after"`
@@ -122,6 +124,8 @@ var serverFlags = []Flag{
 	{"http-idle-timeout", 120 * time.Second, "how long an idle keep-alive connection is kept"},
 	{"http-max-header-bytes", 64 << 10, "largest request header block"},
 	{"max-conns-per-client", 128, "open connections one non-loopback client address (an IPv4 address or an IPv6 /64) may hold; more are closed at once"},
+	{"max-event-subscribers", 512, "event streams (SSE, WebSocket, the seed's /ws) this replica serves at once; more are refused with 503 and Retry-After"},
+	{"max-event-subscribers-per-client", 128, "event streams one client address (an IPv4 address or an IPv6 /64, loopback included) may hold; more are refused with 429 and Retry-After"},
 	{"etcd-max-request-bytes", 3 << 19, "etcd's --max-request-bytes (1.5 MiB by default): every record is checked against it before it is committed, and the embedded member uses it"},
 	{"advertise-url", "", "URL other replicas and workers use to reach this API (default http://<listen address>)"},
 	{"node-name", "", "the node (machine) this replica runs on, named as the 'orion etcd' members' --node-name names theirs: while it leads, etcd's raft leader is moved off this node (default: the host name; on Kubernetes, spec.nodeName)"},
@@ -374,6 +378,10 @@ func (s Server) Validate() error {
 	}
 	if s.MaxOutputBytes < 1<<10 || s.MaxOutputBytes > model.MaxMaxOutputBytes {
 		errs = append(errs, fmt.Errorf("max_output_bytes %d: must be 1024 to %d", s.MaxOutputBytes, model.MaxMaxOutputBytes))
+	}
+	if s.MaxEventStreams < 1 || s.MaxStreamsPerClient < 1 {
+		errs = append(errs, fmt.Errorf("max_event_subscribers %d / max_event_subscribers_per_client %d: must be ≥ 1",
+			s.MaxEventStreams, s.MaxStreamsPerClient))
 	}
 	if s.EtcdMaxRequestBytes < 64<<10 {
 		errs = append(errs, fmt.Errorf("etcd_max_request_bytes %d: must be ≥ 65536 (etcd's default is 1572864)", s.EtcdMaxRequestBytes))

@@ -172,3 +172,12 @@ func (c *Core) sortedDAGIDs() []string {
 	sort.Strings(ids)
 	return ids
 }
+
+// DAGState returns a DAG's status and run without building its view.
+func (c *Core) DAGState(id string) (status DAGStatus, run int, ok bool) {
+	d := c.dags[id]
+	if d == nil {
+		return "", 0, false
+	}
+	return d.rec.Status, d.rec.Run, true
+}

@@ -210,12 +210,32 @@ tasks:
 	}
 
 	// Retry runs only what did not succeed, with a fresh retry budget.
-	if _, err := b.eng.Retry(context.Background(), "mixed"); err != nil {
+	if _, err := b.eng.Retry(context.Background(), "mixed", 0); err != nil {
 		t.Fatal(err)
 	}
 	v = b.waitDAG("mixed", core.DAGFailed)
 	if v.Run != 2 || v.Tasks[5].Attempts != 4 || v.Tasks[0].Attempts != 1 {
 		t.Fatalf("after retry: run %d, bad attempts %d, a attempts %d", v.Run, v.Tasks[5].Attempts, v.Tasks[0].Attempts)
+	}
+
+	// A retry that names the run it retries is idempotent: sent again (a
+	// standby re-sending it to a new leader), it is recognised from the
+	// committed run and answered without a third run.
+	if st, err := b.eng.Retry(context.Background(), "mixed", 1); err != nil || st != core.DAGFailed {
+		t.Fatalf("retry of run 1 again: %s %v, want failed and no new run", st, err)
+	}
+	var ce *core.Error
+	if _, err := b.eng.Retry(context.Background(), "mixed", 5); !errors.As(err, &ce) || ce.Code != apitypes.CodeConflict {
+		t.Fatalf("retry of a run the DAG has not reached: %v, want a conflict", err)
+	}
+	if v := b.dag("mixed"); v.Run != 2 {
+		t.Fatalf("run %d after retries of other runs, want 2", v.Run)
+	}
+	if _, err := b.eng.Retry(context.Background(), "mixed", 2); err != nil {
+		t.Fatalf("retry of the current run: %v", err)
+	}
+	if v := b.waitDAG("mixed", core.DAGFailed); v.Run != 3 {
+		t.Fatalf("run %d after retrying run 2, want 3", v.Run)
 	}
 }
 
@@ -253,8 +273,10 @@ tasks:
 	if _, err := os.Stat(filepath.Join(dir, "finished")); err == nil {
 		t.Fatal("cancelled task ran to the end")
 	}
-	if _, err := b.eng.Cancel(context.Background(), "long"); err == nil {
-		t.Fatal("second cancel accepted")
+	// Cancelling is idempotent: a second cancel (a forwarded cancel sent
+	// again after its first leader froze) is answered, and changes nothing.
+	if st, err := b.eng.Cancel(context.Background(), "long"); err != nil || st != core.DAGCancelled {
+		t.Fatalf("second cancel: %s %v, want cancelled", st, err)
 	}
 
 	// Cancelled, it can be deleted: gone from the state and from etcd.

@@ -3,10 +3,12 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/orion-sched/orion/internal/core"
 	"github.com/orion-sched/orion/internal/dag"
+	"github.com/orion-sched/orion/internal/http/apitypes"
 	"github.com/orion-sched/orion/internal/model"
 	"github.com/orion-sched/orion/internal/store"
 )
@@ -100,13 +102,31 @@ func (e *Engine) Submit(ctx context.Context, d *model.DAG) (SubmitResult, error)
 
 // Cancel cancels a running DAG and returns once the cancellation is committed.
 func (e *Engine) Cancel(ctx context.Context, id string) (core.DAGStatus, error) {
-	return e.dagChange(ctx, id, waitCancel, e.c.CancelDAG)
+	return e.dagChange(ctx, id, waitCancel, func(id string, now time.Time) error {
+		// Cancelling is idempotent: a DAG already cancelled (by this
+		// request's first send to a leader that then froze, say) is
+		// answered as cancelled.
+		if st, _, ok := e.c.DAGState(id); ok && e.c.IsLeader() && st == core.DAGCancelled {
+			return already{status: st}
+		}
+		return e.c.CancelDAG(id, now)
+	})
 }
 
-// Retry starts a new run of a failed or cancelled DAG: admitted as a
-// submission is (its tasks run and write again).
-func (e *Engine) Retry(ctx context.Context, id string) (core.DAGStatus, error) {
+// Retry starts a new run of a failed or cancelled DAG. run, when not 0,
+// names the run to retry, which makes the retry idempotent: if the DAG is
+// already in the next run, that retry was applied (a second send of the
+// same request) and is answered with the DAG's status; if it is further
+// on, or not there yet, the retry is refused as a conflict.
+func (e *Engine) Retry(ctx context.Context, id string, run int) (core.DAGStatus, error) {
 	return e.dagChange(ctx, id, waitRetry, func(id string, now time.Time) error {
+		if st, cur, ok := e.c.DAGState(id); ok && e.c.IsLeader() && run > 0 && cur != run {
+			if cur == run+1 {
+				return already{status: st}
+			}
+			return &core.Error{Code: apitypes.CodeConflict,
+				Msg: fmt.Sprintf("DAG %s is in run %d (%s): run %d is not the one to retry", id, cur, st, run)}
+		}
 		if spec := e.c.RetrySpec(id); spec != nil && e.c.IsLeader() {
 			// Its record is written now and when it ends again.
 			if err := e.admitStorage("the retry of DAG "+id, workCost(int64(core.RecordBytes(spec)), spec)); err != nil {
@@ -116,6 +136,12 @@ func (e *Engine) Retry(ctx context.Context, id string) (core.DAGStatus, error) {
 		return e.c.RetryDAG(id, now)
 	})
 }
+
+// already is what a change's function returns when the change was made
+// before: the call is answered at once with status.
+type already struct{ status core.DAGStatus }
+
+func (already) Error() string { return "already done" }
 
 // Delete deletes a finished DAG with all its tasks and returns once the
 // deletion is committed. A DAG whose tasks are still stopping (just
@@ -154,6 +180,10 @@ func (e *Engine) dagChange(ctx context.Context, id string, kind waitKind, fn fun
 	w := &waiter{kind: kind, ch: make(chan waitResult, 1)}
 	err := e.do(ctx, func() {
 		if err := fn(id, e.clock.Now()); err != nil {
+			if a, ok := err.(already); ok {
+				w.ch <- waitResult{status: a.status}
+				return
+			}
 			e.countRefusal(err)
 			w.ch <- waitResult{err: err}
 			return

@@ -67,6 +67,8 @@ type Metrics struct {
 	Admission // global limits and storage admission (admission.go)
 	// Poison entries: records the store refused alone for what they hold.
 	PoisonEntries *prometheus.CounterVec
+	// Event streams refused by a limit, by the limit's config key.
+	SubscribersRefused *prometheus.CounterVec
 }
 
 // New creates and registers every metric, plus the Go and process collectors.
@@ -108,6 +110,9 @@ func New() *Metrics {
 	r.MustRegister(m.RefusedClaims, m.RefusedHellos)
 	m.FloodedStreams = f.counter("orion_worker_streams_flooded_total", "Worker streams closed for sending more messages than worker_stream_max_rate allows.")
 	m.DroppedEvents = f.counter("orion_dropped_events_total", "Live events dropped because a subscriber was too slow.")
+	m.SubscribersRefused = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orion_event_subscribers_refused_total",
+		Help: "Event streams refused because a limit was reached, by limit (max_event_subscribers: 503; max_event_subscribers_per_client: 429)."}, []string{"limit"})
+	r.MustRegister(m.SubscribersRefused)
 	m.RateLimited = f.counter("orion_rate_limited_total", "API requests refused by the rate limit.")
 	m.HostRefused = f.counter("orion_http_host_refused_total", "Requests refused because their Host is not in the allow-list (DNS rebinding or a missing allowed_hosts entry).")
 	m.ConnsRefused = f.counter("orion_http_connections_refused_total", "Connections closed at once because their client address already held its limit of open connections.")

@@ -50,6 +50,17 @@ func (c *clusterInfo) LeaderAddr(ctx context.Context) (apitypes.ReplicaAddr, boo
 	return addr, ok, nil
 }
 
+// WatchLeader is the view's leader and a channel closed when the view
+// changes: a forwarded write is abandoned the moment its leader is deposed
+// (kit.LeaderWatch).
+func (c *clusterInfo) WatchLeader() (apitypes.ReplicaAddr, bool, <-chan struct{}) {
+	l, known, changed := c.view.Leader()
+	if !known || l.Leader == "" {
+		return apitypes.ReplicaAddr{}, false, changed
+	}
+	return apitypes.ReplicaAddr{Name: l.Leader, APIURL: l.LeaderURL}, true, changed
+}
+
 // Members lists the etcd members and marks etcd's leader. Every member is
 // asked for its status at once and the first answer names the leader: a
 // dead member, even the first endpoint, costs nothing but its own timeout.

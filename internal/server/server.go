@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
@@ -28,6 +29,7 @@ import (
 	"github.com/orion-sched/orion/internal/http/demo"
 	"github.com/orion-sched/orion/internal/http/events"
 	"github.com/orion-sched/orion/internal/http/guard"
+	"github.com/orion-sched/orion/internal/http/hijack"
 	"github.com/orion-sched/orion/internal/http/kit"
 	"github.com/orion-sched/orion/internal/http/seedapi"
 	"github.com/orion-sched/orion/internal/kubelabel"
@@ -240,7 +242,11 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 
 	// The live event stream: every replica publishes the entries it applies.
 	s.Events = events.NewHub(events.Config{Dropped: s.Metrics.DroppedEvents, Node: cfg.Name,
-		Snapshot: newEventSnapshot(s)})
+		Snapshot:       newEventSnapshot(s),
+		MaxSubscribers: cfg.MaxEventStreams, MaxSubscribersPerClient: cfg.MaxStreamsPerClient,
+		Refused: s.Metrics.SubscribersRefused})
+	s.Metrics.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "orion_event_subscribers",
+		Help: "Event streams this replica serves (SSE, WebSocket, the seed's /ws)."}, func() float64 { return float64(s.Events.Subscribers()) }))
 
 	limits := store.Limits{MaxOps: maxTxnOps(cfg), MaxRequest: cfg.EtcdMaxRequestBytes}
 	limits.MaxBytes = min(store.DefaultLimits.MaxBytes, limits.RecordLimit())
@@ -363,6 +369,7 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 		IdleTimeout:       cfg.HTTPIdleTimeout,
 		MaxHeaderBytes:    cfg.HTTPMaxHeaderBytes,
 		ErrorLog:          zap.NewStdLog(log.Named("http")),
+		ConnContext:       hijack.ConnContext, // the event stream sizes its socket's buffer
 	}
 
 	go view.run(ectx)

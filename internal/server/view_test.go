@@ -166,7 +166,7 @@ func (idleBackend) Submit(context.Context, *model.DAG) (engine.SubmitResult, err
 func (idleBackend) Cancel(context.Context, string) (core.DAGStatus, error) {
 	return "", errors.New("idle")
 }
-func (idleBackend) Retry(context.Context, string) (core.DAGStatus, error) {
+func (idleBackend) Retry(context.Context, string, int) (core.DAGStatus, error) {
 	return "", errors.New("idle")
 }
 func (idleBackend) Delete(context.Context, string) error          { return errors.New("idle") }

@@ -1,7 +1,8 @@
 package store
 
 // The election: replicas campaign for the scheduler's leadership through
-// etcd (concurrency.Session + Election) and the winner gets a fencing token.
+// etcd (a lease kept alive by LeaseSession, concurrency.Election's keys)
+// and the winner gets a fencing token.
 // A single node campaigns too, so nothing changes when replicas are added:
 // the token guards every write either way.
 
@@ -13,34 +14,7 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/concurrency"
 )
-
-// NewSession opens a session: a lease kept alive while this process lives.
-// The replica's registration and its election key hang on it, so both vanish
-// when the process dies (after the TTL) or when the lease is revoked.
-func NewSession(ctx context.Context, cli *clientv3.Client, ttl time.Duration) (*concurrency.Session, error) {
-	secs := int(ttl / time.Second)
-	if secs < 1 {
-		secs = 1
-	}
-	// The lease is granted with a bound (an etcd without quorum would hold
-	// the grant forever); ctx is the session's life (its keep-alives).
-	gctx, cancel := context.WithTimeout(ctx, SessionOpenTimeout)
-	lease, err := cli.Grant(gctx, int64(secs))
-	cancel()
-	if err != nil {
-		return nil, fmt.Errorf("leadership: session: %w", err)
-	}
-	s, err := concurrency.NewSession(cli, concurrency.WithTTL(secs), concurrency.WithLease(lease.ID), concurrency.WithContext(ctx))
-	if err != nil {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), SessionOpenTimeout)
-		_, _ = cli.Revoke(rctx, lease.ID)
-		cancel()
-		return nil, fmt.Errorf("leadership: session: %w", err)
-	}
-	return s, nil
-}
 
 // SessionOpenTimeout bounds each request of opening a session (the lease
 // grant, the registration).
@@ -48,18 +22,24 @@ const SessionOpenTimeout = 5 * time.Second
 
 // etcdTerm is a Term won by Campaign.
 type etcdTerm struct {
-	fence    Fence
-	won      time.Time
-	session  *concurrency.Session
-	election *concurrency.Election
-	elected  Elected
+	fence   Fence
+	won     time.Time
+	session leaseHolder
+	elected Elected
 }
 
-func (t *etcdTerm) Fence() Fence                     { return t.fence }
-func (t *etcdTerm) Won() time.Time                   { return t.won }
-func (t *etcdTerm) Done() <-chan struct{}            { return t.session.Done() }
-func (t *etcdTerm) Resign(ctx context.Context) error { return t.election.Resign(ctx) }
-func (t *etcdTerm) Elected() Elected                 { return t.elected }
+func (t *etcdTerm) Fence() Fence          { return t.fence }
+func (t *etcdTerm) Won() time.Time        { return t.won }
+func (t *etcdTerm) Done() <-chan struct{} { return t.session.Done() }
+func (t *etcdTerm) Elected() Elected      { return t.elected }
+
+// Resign deletes the term's election key if it is still the one won
+// (concurrency.Election's Resign): the next candidate's Campaign returns.
+func (t *etcdTerm) Resign(ctx context.Context) error {
+	_, err := t.session.Client().Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(t.fence.Key), "=", t.fence.Rev)).
+		Then(clientv3.OpDelete(t.fence.Key)).Commit()
+	return err
+}
 
 // Campaign blocks until this node is the leader, ctx ends or the session
 // does. value is what `etcdctl elect -l` prints for the leader (the node's
@@ -74,7 +54,7 @@ func (t *etcdTerm) Elected() Elected                 { return t.elected }
 // new leader the term before and the revision to catch up to, where
 // concurrency.Election would take three reads in a row, each a round trip
 // to a quorum on the takeover's path.
-func Campaign(ctx context.Context, session *concurrency.Session, value string) (Term, error) {
+func Campaign(ctx context.Context, session leaseHolder, value string) (Term, error) {
 	parent := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -134,13 +114,7 @@ func Campaign(ctx context.Context, session *concurrency.Session, value string) (
 		if r, err := decodeTermRecord(resp.Responses[2].GetResponseRange().Kvs); err == nil {
 			el.Prev = r
 		}
-		return &etcdTerm{
-			fence:    Fence{Key: key, Rev: rev},
-			won:      time.Now(),
-			session:  session,
-			election: concurrency.ResumeElection(session, ElectionPrefix, key, rev),
-			elected:  el,
-		}, nil
+		return &etcdTerm{fence: Fence{Key: key, Rev: rev}, won: time.Now(), session: session, elected: el}, nil
 	}
 }
 

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/orion-sched/orion/internal/testutil/etcdtest"
 )
@@ -18,7 +17,7 @@ type campaignResult struct {
 	err  error
 }
 
-func startCampaign(ctx context.Context, s *concurrency.Session, name string) <-chan campaignResult {
+func startCampaign(ctx context.Context, s *LeaseSession, name string) <-chan campaignResult {
 	ch := make(chan campaignResult, 1)
 	go func() {
 		t, err := Campaign(ctx, s, name)
@@ -27,7 +26,7 @@ func startCampaign(ctx context.Context, s *concurrency.Session, name string) <-c
 	return ch
 }
 
-func newTestSession(t *testing.T, cli *clientv3.Client) *concurrency.Session {
+func newTestSession(t *testing.T, cli *clientv3.Client) *LeaseSession {
 	t.Helper()
 	s, err := NewSession(context.Background(), cli, 30*time.Second)
 	if err != nil {
@@ -74,8 +73,8 @@ func TestCampaignOrderAndElected(t *testing.T) {
 	if el := a.Elected(); el.Prev != nil || el.Rev < a.Fence().Rev {
 		t.Fatalf("first term's elected %+v, fence %+v", el, a.Fence())
 	}
-	// What etcdctl elect -l and concurrency.Election read.
-	lead, err := concurrency.NewElection(sa, ElectionPrefix).Leader(ctx)
+	// What etcdctl elect -l and concurrency.Election's Leader read.
+	lead, err := cli.Get(ctx, ElectionPrefix+"/", clientv3.WithFirstCreate()...)
 	if err != nil || string(lead.Kvs[0].Value) != "a" || string(lead.Kvs[0].Key) != a.Fence().Key {
 		t.Fatalf("concurrency.Election sees %v %v", lead, err)
 	}

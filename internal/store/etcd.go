@@ -8,7 +8,6 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/orion-sched/orion/internal/core"
 )
@@ -185,7 +184,7 @@ func (s *Etcd) OpenSession(ctx context.Context, ttl time.Duration, reg ReplicaRe
 	return etcdSession{sess}, nil
 }
 
-type etcdSession struct{ *concurrency.Session }
+type etcdSession struct{ *LeaseSession }
 
 func (s etcdSession) Release(ctx context.Context) error {
 	_, err := s.Client().Revoke(ctx, s.Lease())
@@ -201,7 +200,7 @@ func (s *Etcd) Campaign(ctx context.Context, session Session, name string) (Term
 	if !ok {
 		return nil, errors.New("store: a session of another store")
 	}
-	return Campaign(ctx, es.Session, name)
+	return Campaign(ctx, es.LeaseSession, name)
 }
 
 // Begin takes the place of entries in the leader's chain of transactions,

@@ -57,9 +57,18 @@ type fault struct {
 	netns bool // runs on a cluster whose replicas have network namespaces of their own
 	// flood: runs on a namespace cluster of its own, whose replicas
 	// rate-limit each client address to floodRateLimit requests/s.
-	flood  bool
-	inject func(d *drill)
+	flood bool
+	// forwarded: clients write through the standbys all along the fault
+	// (cluster.StandbyWrites): each write must be answered, within
+	// forwardBound under make drills, and applied exactly once.
+	forwarded bool
+	inject    func(d *drill)
 }
+
+// forwardBound is the longest a write sent to a standby may take while the
+// leader is frozen or cut off (issue 27): the standbys depose it within
+// about 400 ms and send the write again to the successor.
+const forwardBound = 2 * time.Second
 
 func faults() []fault {
 	return []fault{
@@ -69,11 +78,11 @@ func faults() []fault {
 		{name: "kill -9 etcd follower", etcd: true, inject: killEtcdFollower},
 		{name: "kill -9 etcd raft leader", etcd: true, short: true, inject: killEtcdLeader},
 		{name: "kill -9 leader + etcd raft leader", etcd: true, inject: killLeaderAndEtcdLeader},
-		{name: "SIGSTOP leader 2s", inject: stopLeader},
+		{name: "SIGSTOP leader 2s", forwarded: true, inject: stopLeader},
 		{name: "SIGSTOP standby 3s", short: true, inject: stopStandby},
 		{name: "SIGSTOP worker 3s", inject: stopWorker},
 		{name: "quorum loss 10s (2 of 3 etcd)", etcd: true, inject: quorumLoss},
-		{name: "network isolation of leader 3s", netns: true, inject: isolateLeader},
+		{name: "network isolation of leader 3s", netns: true, forwarded: true, inject: isolateLeader},
 		{name: "flood + 300 streams never read", netns: true, flood: true, inject: flood},
 	}
 }
@@ -83,7 +92,9 @@ type result struct {
 	fault                         string
 	tasks, lost, dups, reruns     int
 	takeover, stall, requeueDelay time.Duration
-	notes                         []string // figures beyond the table's columns
+	fwdWrites, fwd503             int           // writes sent to standbys, answered 503
+	fwdSlowest                    time.Duration // the slowest of them
+	notes                         []string      // figures beyond the table's columns
 }
 
 func TestDrills(t *testing.T) {
@@ -246,7 +257,7 @@ type drill struct {
 func (h *harness) newDrill(f fault, n int) *drill {
 	slug := strings.Trim(regexp.MustCompile(`[^a-z0-9]+`).ReplaceAllString(strings.ToLower(f.name), "-"), "-")
 	return &drill{harness: h, f: f, n: n, prefix: fmt.Sprintf("%s-%d", slug, n),
-		res:           result{fault: f.name, takeover: -1, stall: -1, requeueDelay: -1},
+		res:           result{fault: f.name, takeover: -1, stall: -1, requeueDelay: -1, fwdSlowest: -1},
 		killedWorkers: map[int]time.Time{}, paused: map[string]bool{}}
 }
 
@@ -273,7 +284,14 @@ func (d *drill) run() {
 			return n >= 5, fmt.Sprintf("%d accepted", n)
 		})
 	}
+	var writes *cluster.StandbyWrites
+	if d.f.forwarded {
+		writes = d.startStandbyWrites()
+	}
 	d.f.inject(d)
+	if writes != nil {
+		d.checkStandbyWrites(writes)
+	}
 	if d.trickle != nil {
 		d.trickle.finish(d)
 		d.res.stall = d.trickle.stall()
@@ -308,20 +326,78 @@ func (d *drill) addAccepted(id string) {
 	d.accepted = append(d.accepted, id)
 }
 
-// myRuns is runs.log's lines of this drill's DAGs.
+// myRuns is runs.log's lines of this drill's DAGs: named after its
+// prefix, or accepted under an id a replica chose.
 func (d *drill) myRuns() []runLine {
 	d.t.Helper()
 	all, err := readRuns(d.runs)
 	if err != nil {
 		d.t.Fatal(err)
 	}
+	d.mu.Lock()
+	mine := make(map[string]bool, len(d.accepted))
+	for _, id := range d.accepted {
+		mine[id] = true
+	}
+	d.mu.Unlock()
 	var out []runLine
 	for _, r := range all {
-		if strings.HasPrefix(r.DAG, d.prefix+"-") {
+		if strings.HasPrefix(r.DAG, d.prefix+"-") || mine[r.DAG] {
 			out = append(out, r)
 		}
 	}
 	return out
+}
+
+// startStandbyWrites starts clients writing through the standbys of the
+// current leader, and returns once they have had answers.
+func (d *drill) startStandbyWrites() *cluster.StandbyWrites {
+	w := d.c.PrepareStandbyWrites(d.prefix+"-fw", 3, func(string) map[string]any {
+		return map[string]any{"id": "t", "kind": "shell", "command": recordCmd(d.runs, "")}
+	})
+	leader, _ := d.c.Leader()
+	var via []*cluster.Server
+	for _, s := range d.c.Servers {
+		if s != leader {
+			via = append(via, s)
+		}
+	}
+	w.Start(via)
+	d.c.WaitFor(d.prefix+": writes through the standbys answered", 30*time.Second, func() (bool, string) {
+		n := w.Answered()
+		return n >= 10, fmt.Sprintf("%d answered", n)
+	})
+	return w
+}
+
+// checkStandbyWrites stops the writes and checks them: each answered (2xx,
+// or 503 with Retry-After), each applied exactly once, and under make
+// drills none slower than forwardBound.
+func (d *drill) checkStandbyWrites(w *cluster.StandbyWrites) {
+	d.t.Helper()
+	leader, _ := d.c.Leader()
+	rep := w.Check(leader.URL)
+	for _, id := range rep.Accepted {
+		d.addAccepted(id)
+	}
+	d.res.fwdWrites, d.res.fwd503, d.res.fwdSlowest = rep.Writes, rep.Answered503, rep.Slowest
+	d.res.notes = append(d.res.notes, fmt.Sprintf("%s: %d writes through the standbys, %d answered 2xx, %d 503, %d retries 409 (not failed yet at the leader); slowest %s (%s %s via %s, %d)",
+		d.prefix, rep.Writes, rep.Answered2xx, rep.Answered503, rep.Answered409, ms(rep.Slowest), rep.SlowestWrite.Kind, rep.SlowestWrite.Name,
+		rep.SlowestWrite.Via, rep.SlowestWrite.Code))
+	if len(rep.Unanswered) > 0 {
+		d.t.Errorf("%s: writes sent to standbys not answered within %v: %s", d.prefix, cluster.StandbyWriteTimeout, strings.Join(first(rep.Unanswered, 10), "; "))
+	}
+	if len(rep.Unexpected) > 0 {
+		d.t.Errorf("%s: writes answered neither 2xx nor 503 with Retry-After: %s\nretries: %s", d.prefix, strings.Join(first(rep.Unexpected, 10), "; "),
+			strings.Join(rep.RetryHistory, "\n  "))
+	}
+	if len(rep.NotOnce) > 0 {
+		d.t.Errorf("%s: writes not applied exactly once: %s", d.prefix, strings.Join(first(rep.NotOnce, 10), "; "))
+	}
+	if os.Getenv("ORION_DRILLS") == "1" && rep.Slowest > forwardBound {
+		d.t.Errorf("%s: a write sent to a standby took %s (%s %s via %s, %d %s), over %s", d.prefix, ms(rep.Slowest),
+			rep.SlowestWrite.Kind, rep.SlowestWrite.Name, rep.SlowestWrite.Via, rep.SlowestWrite.Code, rep.SlowestWrite.Body, forwardBound)
+	}
 }
 
 // liveRuns are this drill's runs whose process group is still alive, of
@@ -1015,10 +1091,10 @@ func (d *drill) waitTerminal(ids []string, bound time.Duration) map[string]*clus
 
 func table(plan []fault, results []result, skipped []string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-34s %4s %6s %5s %10s %11s %12s %12s %15s\n", "fault", "runs", "tasks", "lost", "duplicated", "re-run (ok)", "max takeover", "max w-stall", "max re-queue")
+	fmt.Fprintf(&b, "%-34s %4s %6s %5s %10s %11s %12s %12s %15s %16s\n", "fault", "runs", "tasks", "lost", "duplicated", "re-run (ok)", "max takeover", "max w-stall", "max re-queue", "max fwd answer")
 	for _, f := range plan {
 		var n, tasks, lost, dups, reruns int
-		takeover, stall, requeue := time.Duration(-1), time.Duration(-1), time.Duration(-1)
+		takeover, stall, requeue, fwd := time.Duration(-1), time.Duration(-1), time.Duration(-1), time.Duration(-1)
 		for _, r := range results {
 			if r.fault != f.name {
 				continue
@@ -1029,11 +1105,12 @@ func table(plan []fault, results []result, skipped []string) string {
 			dups += r.dups
 			reruns += r.reruns
 			takeover, stall, requeue = max(takeover, r.takeover), max(stall, r.stall), max(requeue, r.requeueDelay)
+			fwd = max(fwd, r.fwdSlowest)
 		}
 		if n == 0 {
 			continue
 		}
-		fmt.Fprintf(&b, "%-34s %4d %6d %5d %10d %11d %12s %12s %15s\n", f.name, n, tasks, lost, dups, reruns, ms(takeover), ms(stall), ms(requeue))
+		fmt.Fprintf(&b, "%-34s %4d %6d %5d %10d %11d %12s %12s %15s %16s\n", f.name, n, tasks, lost, dups, reruns, ms(takeover), ms(stall), ms(requeue), ms(fwd))
 	}
 	for _, s := range skipped {
 		b.WriteString(s + "\n")
@@ -1045,7 +1122,8 @@ func table(plan []fault, results []result, skipped []string) string {
 	}
 	b.WriteString("takeover: fault → first committed write of a new term (quorum loss: from the members' restart); " +
 		"w-stall: longest gap between accepted submissions of a 50 ms trickle (etcd faults); " +
-		"re-queue: worker kill → start of the re-run")
+		"re-queue: worker kill → start of the re-run; " +
+		"fwd answer: the slowest answer to a write sent to a standby (submit, cancel, retry) while the leader was stopped or cut off")
 	return b.String()
 }
 

@@ -30,7 +30,9 @@ import (
 type Backend interface {
 	Submit(ctx context.Context, d *model.DAG) (engine.SubmitResult, error)
 	Cancel(ctx context.Context, id string) (core.DAGStatus, error)
-	Retry(ctx context.Context, id string) (core.DAGStatus, error)
+	// Retry retries the DAG's current run, or run when it is not 0 (see
+	// scheduler.Engine.Retry).
+	Retry(ctx context.Context, id string, run int) (core.DAGStatus, error)
 	Delete(ctx context.Context, id string) error
 	Query(ctx context.Context, fn func(c *core.Core)) error
 	Status() *engine.Status
@@ -96,6 +98,10 @@ type Config struct {
 	// HTTPClient makes forwarded and fan-out requests (default
 	// http.DefaultClient).
 	HTTPClient *http.Client
+	// FailoverWait bounds how long a standby's forwarded write waits for a
+	// leader once the one it was sent to is deposed or silent (default
+	// kit.DefaultFailoverWait); see kit.Forwarder.
+	FailoverWait time.Duration
 	// Hosts is the Host allow-list every request must pass, before any
 	// other check (DNS rebinding; see package guard). The zero value serves IP
 	// literals and localhost only.

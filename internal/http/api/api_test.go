@@ -89,11 +89,14 @@ func (f *fakeBackend) Cancel(ctx context.Context, id string) (core.DAGStatus, er
 	return core.DAGCancelled, nil
 }
 
-func (f *fakeBackend) Retry(ctx context.Context, id string) (core.DAGStatus, error) {
+func (f *fakeBackend) Retry(ctx context.Context, id string, run int) (core.DAGStatus, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.retryErr != nil {
 		return "", f.retryErr
+	}
+	if run > 0 {
+		id = fmt.Sprintf("%s@%d", id, run)
 	}
 	f.retried = append(f.retried, id)
 	return core.DAGRunning, nil
@@ -1174,5 +1177,60 @@ func TestOriginJudgedByAllowList(t *testing.T) {
 		if rec.Code != c.want && !(c.want == http.StatusCreated && rec.Code == http.StatusOK) {
 			t.Errorf("Host %s Origin %s: %d %s, want %d", c.host, c.origin, rec.Code, rec.Body, c.want)
 		}
+	}
+}
+
+// A write a standby forwarded again after its first leader froze carries
+// hints (kit.IDAssignedHeader, ExistedHeader, ?run=) with which the new
+// leader answers it as the first send was answered: the write was applied
+// once, by the first leader, and the client learns it succeeded.
+func TestForwardedWriteSentAgainIsAnsweredAsTheFirst(t *testing.T) {
+	e := newEnv(t, nil)
+	fwd := []string{kit.ForwardedHeader, "node-2"}
+	body := `{"name": "n", "tasks": [{"id": "a", "kind": "noop"}]}`
+	key := "20260102-030405-abcdef"
+
+	// The first send created the DAG under the id the standby chose.
+	if r := e.do(t, "POST", "/api/v1/dags", body, append(fwd, "Idempotency-Key", key, kit.IDAssignedHeader, "1")...); r.code != http.StatusCreated {
+		t.Fatalf("first send: %d %s", r.code, r.body)
+	}
+	// The second finds it: created by this very submission.
+	r := e.do(t, "POST", "/api/v1/dags", body, append(fwd, "Idempotency-Key", key, kit.IDAssignedHeader, "1")...)
+	if m := r.object(t); r.code != http.StatusCreated || m["id"] != key || m["created"] != true {
+		t.Fatalf("second send: %d %s, want 201 created", r.code, r.body)
+	}
+	// Without the hint (a client's own repeat), the DAG existed already.
+	if r := e.do(t, "POST", "/api/v1/dags", body, "Idempotency-Key", key); r.code != http.StatusOK {
+		t.Fatalf("a client's repeat: %d %s, want 200", r.code, r.body)
+	}
+	// A client's id: sent again by a standby that did not see the DAG
+	// before the first send, the first send created it.
+	if r := e.do(t, "POST", "/api/v1/dags", body, append(fwd, "Idempotency-Key", key, kit.ExistedHeader, "0")...); r.code != http.StatusCreated {
+		t.Fatalf("a client-named DAG sent again: %d %s, want 201", r.code, r.body)
+	}
+	if r := e.do(t, "POST", "/api/v1/dags", body, append(fwd, "Idempotency-Key", key, kit.ExistedHeader, "1")...); r.code != http.StatusOK {
+		t.Fatalf("a client-named DAG that existed before: %d %s, want 200", r.code, r.body)
+	}
+	// Not from a standby, the hint is ignored.
+	if r := e.do(t, "POST", "/api/v1/dags", body, "Idempotency-Key", key, kit.IDAssignedHeader, "1"); r.code != http.StatusOK {
+		t.Fatalf("a hint without forwarding: %d %s, want 200", r.code, r.body)
+	}
+
+	// A deletion that finds nothing, sent again by a standby that saw the
+	// DAG before the first send: the first deleted it.
+	e.f.set(func(f *fakeBackend) { f.deleteErr = &core.Error{Code: apitypes.CodeNotFound, Msg: "no DAG d9"} })
+	if r := e.do(t, "DELETE", "/api/v1/dags/d9", "", append(fwd, kit.ExistedHeader, "1")...); r.code != http.StatusOK {
+		t.Fatalf("deletion sent again: %d %s, want 200", r.code, r.body)
+	}
+	e.do(t, "DELETE", "/api/v1/dags/d9", "", append(fwd, kit.ExistedHeader, "0")...).wantError(t, http.StatusNotFound, "not_found")
+	e.do(t, "DELETE", "/api/v1/dags/d9", "").wantError(t, http.StatusNotFound, "not_found")
+
+	// A retry names its run; a bad one is refused before anything happens.
+	if r := e.do(t, "POST", "/api/v1/dags/d1/retry?run=2", ""); r.code != http.StatusOK {
+		t.Fatalf("retry of run 2: %d %s", r.code, r.body)
+	}
+	e.do(t, "POST", "/api/v1/dags/d1/retry?run=zero", "").wantError(t, http.StatusBadRequest, "bad_request")
+	if !reflect.DeepEqual(e.f.retried, []string{"d1@2"}) {
+		t.Fatalf("retried %v, want d1's run 2 only", e.f.retried)
 	}
 }

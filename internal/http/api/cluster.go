@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -68,36 +69,84 @@ func (s *server) clusterSelf(w http.ResponseWriter, r *http.Request) {
 	kit.WriteJSON(w, http.StatusOK, s.self())
 }
 
+// forwardHeaders are the request headers a forwarded request keeps.
+var forwardHeaders = []string{"Content-Type", "Idempotency-Key", "Accept"}
+
 // forward sends a write to the leader when this replica is not it, and
-// reports whether it did (the response is then written). body is the
-// request body already read, or nil to read r.Body once a leader is found.
-func (s *server) forward(w http.ResponseWriter, r *http.Request, body []byte) bool {
-	if s.cfg.Cluster == nil || s.status().Leader {
+// reports whether it answered (the response is then written). wr carries
+// the write's identity (see kit.Forwarder.Forward); its body, when
+// nil, is read here. name, when set, is what the write creates or changes
+// (a DAG or schedule id), named in a 503 so that the client can look it up
+// or send the write again safely.
+func (s *server) forward(w http.ResponseWriter, r *http.Request, wr kit.Write, name string) bool {
+	if s.cfg.Cluster == nil || s.status().Leader || r.Header.Get(kit.ForwardedHeader) != "" {
 		return false
 	}
-	f := kit.Forwarder{
-		Cluster: s.cfg.Cluster, Node: s.node(), Client: s.cfg.HTTPClient, Token: s.cfg.AuthToken,
-		Timeout: s.cfg.WriteTimeout, AwaitRev: s.b.WaitApplied,
-	}
-	leader, ok := f.Leader(r)
-	if !ok {
-		return false // the caller answers 503 not_leader with Retry-After
-	}
-	if body == nil {
+	if wr.Body == nil {
 		b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
 		if err != nil {
 			s.fail(w, r, err)
 			return true
 		}
-		body = b
+		wr.Body = b
 	}
-	if err := f.To(w, r, leader, body, []string{"Content-Type", "Idempotency-Key", "Accept"}); err != nil {
-		s.log.Warn("forwarding a write to the leader failed", zap.String("leader", leader.Name), zap.Error(err))
+	wr.Headers = forwardHeaders
+	fw := s.forwarder().Forward(w, r, wr)
+	if fw.Sends > 1 {
+		s.log.Info("forwarded write sent again after a leader fault", zap.String("method", r.Method),
+			zap.String("path", r.URL.Path), zap.String("leader", fw.Leader), zap.Int("sends", fw.Sends),
+			zap.Bool("answered", fw.Outcome == kit.Answered))
+	}
+	switch fw.Outcome {
+	case kit.Answered:
+		return true
+	case kit.NotForwarded, kit.NoLeader:
+		return false // the caller answers 503 not_leader with Retry-After
+	}
+	s.log.Warn("forwarding a write to the leader failed", zap.String("leader", fw.Leader), zap.Int("sends", fw.Sends), zap.Error(fw.Err))
+	var details []string
+	if name != "" {
+		details = []string{"this write concerns " + name + ": look it up, or send the same request again (it is applied once)"}
+	}
+	w.Header().Set("Retry-After", "1")
+	kit.WriteError(w, http.StatusServiceUnavailable, apitypes.CodeNotLeader,
+		fmt.Sprintf("this replica is not the leader, and neither the leader %s nor a successor answered within %s of the fault; "+
+			"the write may have been applied: sending it again is safe", fw.Leader, s.failoverWait()), details)
+	return true
+}
+
+// forwardRead relays a read only the leader can answer (a log kept on a
+// worker the leader reaches) and reports whether it answered.
+func (s *server) forwardRead(w http.ResponseWriter, r *http.Request) bool {
+	if s.cfg.Cluster == nil || s.status().Leader {
+		return false
+	}
+	fw := s.forwarder().Read(w, r, forwardHeaders)
+	switch fw.Outcome {
+	case kit.Answered:
+		return true
+	case kit.Unanswered:
+		s.log.Warn("forwarding a read to the leader failed", zap.String("leader", fw.Leader), zap.Error(fw.Err))
 		w.Header().Set("Retry-After", "1")
 		kit.WriteError(w, http.StatusServiceUnavailable, apitypes.CodeNotLeader,
-			"this replica is not the leader and the leader "+leader.Name+" did not answer; retry shortly", nil)
+			"this replica is not the leader and the leader "+fw.Leader+" did not answer; retry shortly", nil)
+		return true
 	}
-	return true
+	return false
+}
+
+func (s *server) forwarder() kit.Forwarder {
+	return kit.Forwarder{
+		Cluster: s.cfg.Cluster, Node: s.node(), Client: s.cfg.HTTPClient, Token: s.cfg.AuthToken,
+		Timeout: s.cfg.WriteTimeout, FailoverWait: s.cfg.FailoverWait, AwaitRev: s.b.WaitApplied,
+	}
+}
+
+func (s *server) failoverWait() time.Duration {
+	if s.cfg.FailoverWait > 0 {
+		return s.cfg.FailoverWait
+	}
+	return kit.DefaultFailoverWait
 }
 
 func (s *server) httpClient() *http.Client {

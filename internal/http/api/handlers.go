@@ -79,7 +79,22 @@ func (s *server) submit(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	if s.forward(w, r, body) {
+	wr := kit.Write{Body: body}
+	switch {
+	case !s.forwards(r):
+	case d.ID == "":
+		// A standby names the DAG before it forwards it, so that a second
+		// send (to a new leader, the first having frozen) is the same
+		// submission, created once.
+		d.ID = dag.NewID(time.Now())
+		wr.Set = map[string]string{"Idempotency-Key": d.ID, kit.IDAssignedHeader: "1"}
+	default:
+		// The client named it: a second send that finds it was created
+		// by the first if it did not exist before.
+		_, _, ok := s.dagState(r, d.ID)
+		wr.ResendSet = map[string]string{kit.ExistedHeader: existed(ok)}
+	}
+	if s.forward(w, r, wr, "DAG "+d.ID) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.WriteTimeout)
@@ -91,6 +106,9 @@ func (s *server) submit(w http.ResponseWriter, r *http.Request) {
 	}
 	if res.ID == "" {
 		res.ID = d.ID
+	}
+	if !res.Created && (hint(r, kit.IDAssignedHeader, "1") || hint(r, kit.ExistedHeader, "0")) {
+		res.Created = true // an earlier send of this very submission created it
 	}
 	w.Header().Set("Location", dagPath(res.ID))
 	kit.MarkRevision(ctx, s.b, w)
@@ -261,7 +279,7 @@ func (s *server) taskLog(w http.ResponseWriter, r *http.Request) {
 		logs = nil
 		if s.cfg.RemoteLogs != nil && worker != "" && s.status().Leader {
 			logs = s.cfg.RemoteLogs(worker)
-		} else if r.Header.Get(kit.ForwardedHeader) == "" && s.forward(w, r, []byte{}) {
+		} else if s.forwardRead(w, r) {
 			return
 		}
 		if logs == nil {
@@ -317,25 +335,57 @@ func workerOf(tv *core.TaskView, attempt int) string {
 }
 
 func (s *server) cancel(w http.ResponseWriter, r *http.Request) {
-	s.change(w, r, s.b.Cancel, core.DAGCancelled)
+	// Cancelling is idempotent by state (scheduler.Engine.Cancel): a
+	// second send needs no identity.
+	s.change(w, r, kit.Write{}, s.b.Cancel, core.DAGCancelled)
 }
 
+// retry starts a new run of a failed or cancelled DAG; ?run=N retries run N
+// only, so that sending the same retry twice starts one run.
 func (s *server) retry(w http.ResponseWriter, r *http.Request) {
-	s.change(w, r, s.b.Retry, core.DAGRunning)
+	run := 0
+	if v := r.URL.Query().Get("run"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			kit.WriteError(w, http.StatusBadRequest, apitypes.CodeBadRequest, fmt.Sprintf("run %q is not a positive integer", v), nil)
+			return
+		}
+		run = n
+	}
+	var wr kit.Write
+	if run == 0 && s.forwards(r) {
+		// A second send names the run this replica saw before the first,
+		// so that a retry the first leader applied is recognised.
+		if _, cur, ok := s.dagState(r, r.PathValue("id")); ok {
+			wr.ResendQuery = url.Values{"run": {strconv.Itoa(cur)}}
+		}
+	}
+	s.change(w, r, wr, func(ctx context.Context, id string) (core.DAGStatus, error) {
+		return s.b.Retry(ctx, id, run)
+	}, core.DAGRunning)
 }
 
 // deleteDAG deletes a finished DAG with its tasks, as retention would later.
 // It answers once the deletion is committed.
 func (s *server) deleteDAG(w http.ResponseWriter, r *http.Request) {
-	s.change(w, r, func(ctx context.Context, id string) (core.DAGStatus, error) {
-		return "", s.b.Delete(ctx, id)
+	var wr kit.Write
+	if s.forwards(r) {
+		_, _, ok := s.dagState(r, r.PathValue("id"))
+		wr.ResendSet = map[string]string{kit.ExistedHeader: existed(ok)}
+	}
+	s.change(w, r, wr, func(ctx context.Context, id string) (core.DAGStatus, error) {
+		err := s.b.Delete(ctx, id)
+		if isNotFound(err) && hint(r, kit.ExistedHeader, "1") {
+			err = nil // gone: the first send of this deletion deleted it
+		}
+		return "", err
 	}, apitypes.StatusDeleted)
 }
 
-func (s *server) change(w http.ResponseWriter, r *http.Request,
+func (s *server) change(w http.ResponseWriter, r *http.Request, wr kit.Write,
 	fn func(context.Context, string) (core.DAGStatus, error), want core.DAGStatus) {
 	id := r.PathValue("id")
-	if s.forward(w, r, nil) {
+	if s.forward(w, r, wr, "DAG "+id) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.WriteTimeout)
@@ -350,6 +400,35 @@ func (s *server) change(w http.ResponseWriter, r *http.Request,
 	}
 	kit.MarkRevision(ctx, s.b, w)
 	kit.WriteJSON(w, http.StatusOK, apitypes.ActionResponse{ID: id, Status: string(st)})
+}
+
+// forwards reports whether r would be forwarded to the leader: a write
+// that arrived first at a standby of a cluster.
+func (s *server) forwards(r *http.Request) bool {
+	return s.cfg.Cluster != nil && r.Header.Get(kit.ForwardedHeader) == "" && !s.status().Leader
+}
+
+// dagState reads a DAG's status and run from this replica's state.
+func (s *server) dagState(r *http.Request, id string) (st core.DAGStatus, run int, ok bool) {
+	_ = s.query(r, func(c *core.Core) { st, run, ok = c.DAGState(id) })
+	return st, run, ok
+}
+
+// hint reads a forwarded write's hint (see kit.IDAssignedHeader).
+func hint(r *http.Request, header, value string) bool {
+	return r.Header.Get(kit.ForwardedHeader) != "" && r.Header.Get(header) == value
+}
+
+func existed(ok bool) string {
+	if ok {
+		return "1"
+	}
+	return "0"
+}
+
+func isNotFound(err error) bool {
+	var ce *core.Error
+	return errors.As(err, &ce) && ce.Code == apitypes.CodeNotFound
 }
 
 func (s *server) healthz(w http.ResponseWriter, r *http.Request) {

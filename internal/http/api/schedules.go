@@ -21,7 +21,8 @@ type Schedules interface {
 	Put(ctx context.Context, sc *schedule.Schedule) (firer.PutResult, error)
 	SetPaused(ctx context.Context, id string, paused bool) (store.StoredSchedule, int64, error)
 	Delete(ctx context.Context, id string) (int64, error)
-	Trigger(ctx context.Context, id string) (run string, created bool, err error)
+	// TriggerAt creates a manual run named after at (zero: now).
+	TriggerAt(ctx context.Context, id string, at time.Time) (run string, created bool, err error)
 	List(ctx context.Context) ([]store.StoredSchedule, error)
 	Get(ctx context.Context, id string) (store.StoredSchedule, error)
 }
@@ -67,7 +68,13 @@ func (s *server) putSchedule(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	if s.forward(w, r, body) {
+	wr := kit.Write{Body: body}
+	if s.forwards(r) {
+		if had, known := s.scheduleExists(r, sc.ID); known {
+			wr.ResendSet = map[string]string{kit.ExistedHeader: existed(had)}
+		}
+	}
+	if s.forward(w, r, wr, "schedule "+sc.ID) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.WriteTimeout)
@@ -76,6 +83,9 @@ func (s *server) putSchedule(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		s.fail(w, r, err)
 		return
+	}
+	if !res.Created && !res.Changed && hint(r, kit.ExistedHeader, "0") {
+		res.Created = true // the first send of this very request created it
 	}
 	resp := apitypes.SchedulePutResponse{ID: sc.ID, Created: res.Created, Changed: res.Changed, Next: []time.Time{}}
 	if c, err := sc.Compile(); err == nil && !sc.Paused {
@@ -171,13 +181,22 @@ func (s *server) getSchedule(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) deleteSchedule(w http.ResponseWriter, r *http.Request) {
-	if s.forward(w, r, []byte{}) {
+	id := r.PathValue("id")
+	var wr kit.Write
+	if s.forwards(r) {
+		if had, known := s.scheduleExists(r, id); known {
+			wr.ResendSet = map[string]string{kit.ExistedHeader: existed(had)}
+		}
+	}
+	if s.forward(w, r, wr, "schedule "+id) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.WriteTimeout)
 	defer cancel()
-	id := r.PathValue("id")
 	rev, err := s.cfg.Schedules.Delete(ctx, id)
+	if isNotFound(err) && hint(r, kit.ExistedHeader, "1") {
+		err = nil // gone: the first send of this deletion deleted it
+	}
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -187,7 +206,8 @@ func (s *server) deleteSchedule(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) pauseSchedule(w http.ResponseWriter, r *http.Request, paused bool) {
-	if s.forward(w, r, []byte{}) {
+	// Pausing and resuming set a state: a second send needs no identity.
+	if s.forward(w, r, kit.Write{}, "schedule "+r.PathValue("id")) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.WriteTimeout)
@@ -207,16 +227,31 @@ func (s *server) pauseSchedule(w http.ResponseWriter, r *http.Request, paused bo
 }
 
 func (s *server) triggerSchedule(w http.ResponseWriter, r *http.Request) {
-	if s.forward(w, r, []byte{}) {
+	id := r.PathValue("id")
+	var wr kit.Write
+	if s.forwards(r) {
+		// A standby names the manual run (after this second), so that a
+		// second send names the same run and creates nothing more.
+		wr.Set = map[string]string{kit.TriggerAtHeader: strconv.FormatInt(time.Now().Unix(), 10), kit.IDAssignedHeader: "1"}
+	}
+	if s.forward(w, r, wr, "schedule "+id) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.WriteTimeout)
 	defer cancel()
-	id := r.PathValue("id")
-	run, created, err := s.cfg.Schedules.Trigger(ctx, id)
+	var at time.Time
+	if v := r.Header.Get(kit.TriggerAtHeader); v != "" && r.Header.Get(kit.ForwardedHeader) != "" {
+		if sec, err := strconv.ParseInt(v, 10, 64); err == nil {
+			at = time.Unix(sec, 0)
+		}
+	}
+	run, created, err := s.cfg.Schedules.TriggerAt(ctx, id, at)
 	if err != nil {
 		s.fail(w, r, err)
 		return
+	}
+	if !created && !at.IsZero() && hint(r, kit.IDAssignedHeader, "1") {
+		created = true // the first send of this very trigger created the run
 	}
 	w.Header().Set("Location", dagPath(run))
 	kit.MarkRevision(ctx, s.b, w)
@@ -225,6 +260,21 @@ func (s *server) triggerSchedule(w http.ResponseWriter, r *http.Request) {
 		status = http.StatusCreated
 	}
 	kit.WriteJSON(w, status, apitypes.TriggerResponse{Schedule: id, Run: run, Created: created})
+}
+
+// scheduleExists reads whether schedule id exists; known is false when the
+// read failed.
+func (s *server) scheduleExists(r *http.Request, id string) (exists, known bool) {
+	ctx, cancel := context.WithTimeout(r.Context(), kit.LeaderTimeout)
+	defer cancel()
+	_, err := s.cfg.Schedules.Get(ctx, id)
+	switch {
+	case err == nil:
+		return true, true
+	case isNotFound(err):
+		return false, true
+	}
+	return false, false
 }
 
 // scheduleRuns lists the runs of a schedule the replica holds; they are

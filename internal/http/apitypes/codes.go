@@ -33,6 +33,7 @@ const (
 	CodeBodyTooLarge     Code = "body_too_large"     // 413: the request body is over the byte limit
 	CodeRateLimited      Code = "rate_limited"       // 429, with Retry-After
 	CodeOverloaded       Code = "overloaded"         // 429 from the seed API: too many tasks wait for a slot
+	CodeTooManyStreams   Code = "too_many_streams"   // 429 (this client's share) or 503 (the replica's), with Retry-After: an event-stream limit, named in details
 	CodeInternal         Code = "internal"           // 500
 	CodeUnreachable      Code = "unreachable"        // 502: a replica a demo control names did not answer
 	CodeNotLeader        Code = "not_leader"         // 503, with Retry-After: no leader, or it did not answer

@@ -31,8 +31,8 @@ func (r *EngineRef) Submit(ctx context.Context, d *model.DAG) (engine.SubmitResu
 func (r *EngineRef) Cancel(ctx context.Context, id string) (core.DAGStatus, error) {
 	return r.Get().Cancel(ctx, id)
 }
-func (r *EngineRef) Retry(ctx context.Context, id string) (core.DAGStatus, error) {
-	return r.Get().Retry(ctx, id)
+func (r *EngineRef) Retry(ctx context.Context, id string, run int) (core.DAGStatus, error) {
+	return r.Get().Retry(ctx, id, run)
 }
 func (r *EngineRef) Delete(ctx context.Context, id string) error {
 	return r.Get().Delete(ctx, id)

@@ -98,11 +98,9 @@
 //
 //	{"type":"system", "time":"...", "node":"n1", "event":"crash", "meta":{...}}
 //
-// Gap: this subscriber read too slowly, its queue overflowed after the event
-// "since", and "dropped" events (so far, for this subscriber) could not be
-// queued. No action is needed: the stream goes on with the event after
-// "since", replayed from the buffer, or with a resync if the buffer no longer
-// has it.
+// Gap: no longer sent (a subscriber that reads slowly goes on from the
+// buffer at its own pace, and gets a resync if the buffer moved past it);
+// clients written for it may keep handling it.
 //
 //	{"type":"gap", "time":"...", "since":"1234:2", "dropped":1500}
 //
@@ -134,7 +132,7 @@ const (
 	TypeMetrics    = "metrics"
 	TypeLeader     = "leader"
 	TypeSystem     = "system"
-	TypeGap        = "gap"
+	TypeGap        = "gap" // no longer sent; see the package documentation
 	TypeResync     = "resync"
 )
 
@@ -179,6 +177,7 @@ type Event struct {
 	Metrics *Metrics          `json:"metrics,omitempty"`
 
 	idx int             // position among the events of Rev, from 1; set by Publish
+	seq uint64          // log events: 1 + the hub's sequence number; set by Publish
 	rec *core.DAGRecord // dag events: the record applied (shared, read-only)
 }
 

@@ -2,8 +2,8 @@ package events
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,20 +15,24 @@ import (
 
 // Defaults for zero Config fields.
 const (
-	DefaultRingSize = 10000
-	// DefaultQueueSize bounds what one subscriber holds of its own: an
-	// Event is 352 bytes, so 256 queued cost 90 KiB per stream that does
-	// not read (1024 cost 360 KiB: 300 such streams held 106 MiB of the
-	// leader's heap in the flood drill). A subscriber that falls further
-	// behind goes on from the ring, which all share.
-	DefaultQueueSize        = 256
+	DefaultRingSize         = 10000
 	DefaultMetricsInterval  = time.Second
 	DefaultThroughputWindow = 10 * time.Second
+	// DefaultMaxSubscribers bounds the subscriptions of a hub in all, and
+	// DefaultMaxSubscribersPerClient those of one client address (loopback
+	// included: every local process shares 127.0.0.1). A subscription
+	// holds a batch of at most 64 events (22 KiB), a write of at most
+	// 16 KiB and its socket's send buffer (64 KiB: HTTPConfig.SendBuffer,
+	// doubled by the kernel), so 512 cost at most about 50 MiB; a browser
+	// holds at most 6 connections per origin, and the flood drill's 300
+	// streams come from 4 addresses.
+	DefaultMaxSubscribers          = 512
+	DefaultMaxSubscribersPerClient = 128
 )
 
-// batch bounds the events a catching-up subscriber copies out of the ring
-// per lock.
-const batch = 128
+// batch bounds the events a subscriber copies out of the ring per lock, and
+// so what it holds of its own.
+const batch = 64
 
 // maxControl bounds the system events waiting for one subscriber.
 const maxControl = 16
@@ -39,10 +43,9 @@ var ErrClosed = errors.New("events: subscription closed")
 
 // Config configures a Hub; every field is optional.
 type Config struct {
-	RingSize  int // events kept for resuming (default 10000)
-	QueueSize int // live events queued per subscriber (default 256)
-	// Dropped counts events that could not be queued for a subscriber
-	// (metrics.DroppedEvents).
+	RingSize int // events kept for resuming and for subscribers to read (default 10000)
+	// Dropped counts the events subscribers missed because they read so
+	// slowly that the ring moved past them (metrics.DroppedEvents).
 	Dropped prometheus.Counter
 	// Node names this replica in leader and system events.
 	Node string
@@ -53,20 +56,38 @@ type Config struct {
 	Snapshot         func(m *Metrics)
 	MetricsInterval  time.Duration // default 1s
 	ThroughputWindow time.Duration // default 10s
+	// MaxSubscribers bounds the open subscriptions (default
+	// DefaultMaxSubscribers), MaxSubscribersPerClient those of one client
+	// (default DefaultMaxSubscribersPerClient); see LimitError. A negative
+	// value removes the bound.
+	MaxSubscribers          int
+	MaxSubscribersPerClient int
+	// Refused, if set, counts subscriptions refused by a limit, labelled
+	// by the limit's config key (metrics.SubscribersRefused).
+	Refused *prometheus.CounterVec
 }
 
-// Hub buffers the applied log's events and fans them out. Publish is called
-// on the scheduler's loop: it copies the event into a ring and offers it to
-// each live subscriber's bounded queue without ever waiting. A subscriber
-// that falls behind by more than its queue is marked: it is told with a gap
-// event and continues from the ring at its own pace (or with a resync if
-// the ring has moved past it), while the hub counts the events it could not
-// queue.
+// Hub buffers the applied log's events in a ring and lets subscribers read
+// it. Publish is called on the scheduler's loop: it copies the event into
+// the ring and wakes the subscribers that wait for one, and nothing else,
+// so its cost does not grow with the subscribers that are busy, slow, or
+// stopped reading. Each subscriber reads the ring at its own position, in
+// batches; one that falls so far behind that the ring has moved past its
+// position is told with a resync event and goes on from the head, while
+// the hub counts the events it missed.
 type Hub struct {
 	cfg     Config
 	dropped atomic.Int64
+	// enc caches each log event's JSON by ring position, so that a
+	// thousand subscribers send one encoding rather than encode it a
+	// thousand times each (see Encode). It has its own synchronisation:
+	// encoding never holds mu.
+	enc []atomic.Pointer[encoded]
 
-	mu        sync.Mutex
+	// mu guards the ring and the subscriber set. Publish, Reset and
+	// (un)subscribing take it exclusively; a subscriber copying events
+	// out of the ring shares it, and then touches only its own Sub.
+	mu        sync.RWMutex
 	ring      []Event
 	first     uint64 // sequence number of the oldest event in the ring
 	next      uint64 // sequence number the next event gets
@@ -74,6 +95,7 @@ type Hub struct {
 	base      Cursor // every event after base is in the ring
 	baseKnown bool
 	subs      map[*Sub]struct{}
+	byClient  map[string]int // open subscriptions per client key
 	totals    Totals
 	closed    bool
 	// The latest metrics and leader events, given to new subscribers.
@@ -81,6 +103,14 @@ type Hub struct {
 	lastLeader  *Event
 	leaderSeen  bool
 	leader      string
+
+	// waiting lists the subscribers that have read everything and wait for
+	// the next event; Publish wakes them and empties it. Subscribers add
+	// themselves while they share mu, so waitMu orders them; Publish holds
+	// mu exclusively, so no subscriber can find nothing new and miss the
+	// wake-up.
+	waitMu  sync.Mutex
+	waiting []*Sub
 }
 
 // NewHub returns an empty hub. Call Reset with the revision of the state the
@@ -90,34 +120,37 @@ func NewHub(cfg Config) *Hub {
 	if cfg.RingSize <= 0 {
 		cfg.RingSize = DefaultRingSize
 	}
-	if cfg.QueueSize <= 0 {
-		cfg.QueueSize = DefaultQueueSize
-	}
 	if cfg.MetricsInterval <= 0 {
 		cfg.MetricsInterval = DefaultMetricsInterval
 	}
 	if cfg.ThroughputWindow <= 0 {
 		cfg.ThroughputWindow = DefaultThroughputWindow
 	}
-	return &Hub{cfg: cfg, ring: make([]Event, cfg.RingSize), subs: make(map[*Sub]struct{})}
+	if cfg.MaxSubscribers == 0 {
+		cfg.MaxSubscribers = DefaultMaxSubscribers
+	}
+	if cfg.MaxSubscribersPerClient == 0 {
+		cfg.MaxSubscribersPerClient = DefaultMaxSubscribersPerClient
+	}
+	return &Hub{cfg: cfg, ring: make([]Event, cfg.RingSize), enc: make([]atomic.Pointer[encoded], cfg.RingSize),
+		subs: make(map[*Sub]struct{}), byClient: make(map[string]int)}
 }
 
 // Observe publishes an applied entry: pass it as engine.Config.Observer.
 func (h *Hub) Observe(e *core.Entry) { h.Publish(FromEntry(e)) }
 
 // Publish adds an event. Log events (Rev > 0) must come in the order applied;
-// they enter the ring and every live subscriber's queue. Other events
+// they enter the ring, where every subscriber reads them. Other events
 // (metrics, leader, system) go only to current subscribers, latest first.
-// It never blocks and does not allocate for log events.
+// It never blocks on a subscriber, and does not allocate for log events.
 func (h *Hub) Publish(ev Event) {
 	if ev.Rev <= 0 {
 		h.publishControl(ev)
 		return
 	}
-	var dropped int
 	h.mu.Lock()
+	defer h.mu.Unlock()
 	if h.closed {
-		h.mu.Unlock()
 		return
 	}
 	if ev.Rev == h.last.Rev && h.last.Idx != All {
@@ -147,69 +180,55 @@ func (h *Hub) Publish(ev Event) {
 		h.first++
 	}
 	seq := h.next
+	ev.seq = seq + 1
 	h.ring[seq%size] = ev
 	h.next++
 	h.totals.count(&ev)
-	for s := range h.subs {
-		switch s.mode {
-		case modeLive:
-			if !s.floor.Less(cur) {
-				continue
-			}
-			select {
-			case s.ch <- ev:
-				s.lastCur = cur
-			default:
-				// Queue full: this and what follows are not queued live.
-				s.mode = modeDraining
-				s.marker = Event{Type: TypeGap, Since: s.lastCur.String()}
-				s.resume = seq
-				s.lagging = true
-				s.dropped++
-				dropped++
-				s.signal()
-			}
-		default:
-			if s.lagging {
-				s.dropped++
-				dropped++
-			}
-		}
-	}
-	h.mu.Unlock()
-	if dropped > 0 {
-		h.countDropped(dropped)
-	}
+	h.wakeWaiting()
 }
 
-func (h *Hub) countDropped(n int) {
+// wakeWaiting wakes the subscribers waiting for an event. h.mu is held
+// exclusively.
+func (h *Hub) wakeWaiting() {
+	h.waitMu.Lock()
+	for i, s := range h.waiting {
+		s.waitAt = -1
+		s.signal()
+		h.waiting[i] = nil
+	}
+	h.waiting = h.waiting[:0]
+	h.waitMu.Unlock()
+}
+
+func (h *Hub) countDropped(n uint64) {
 	h.dropped.Add(int64(n))
 	if h.cfg.Dropped != nil {
 		h.cfg.Dropped.Add(float64(n))
 	}
 }
 
-// Dropped returns how many events could not be queued for a subscriber.
+// Dropped returns how many events subscribers missed because the ring had
+// moved past them (each subscriber's misses counted).
 func (h *Hub) Dropped() int64 { return h.dropped.Load() }
 
 // Subscribers returns the number of open subscriptions.
 func (h *Hub) Subscribers() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	h.mu.RLock()
+	defer h.mu.RUnlock()
 	return len(h.subs)
 }
 
 // Totals returns what this hub has counted since it started.
 func (h *Hub) Totals() Totals {
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	h.mu.RLock()
+	defer h.mu.RUnlock()
 	return h.totals
 }
 
 // LatestMetrics returns the last metrics snapshot published, or nil.
 func (h *Hub) LatestMetrics() *Metrics {
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	h.mu.RLock()
+	defer h.mu.RUnlock()
 	if h.lastMetrics == nil {
 		return nil
 	}
@@ -234,6 +253,8 @@ func (h *Hub) Reset(rev int64) {
 	h.resetLocked(at)
 }
 
+// resetLocked empties the ring and tells every subscriber that has not
+// seen everything through at to resync there. h.mu is held exclusively.
 func (h *Hub) resetLocked(at Cursor) {
 	size := uint64(len(h.ring))
 	for seq := h.first; seq < h.next; seq++ {
@@ -249,9 +270,10 @@ func (h *Hub) resetLocked(at Cursor) {
 		if !have.Less(at) {
 			continue
 		}
-		s.mode = modeDraining
-		s.marker = Event{Type: TypeResync, Rev: at.Rev, Since: have.String(), idx: at.Idx}
-		s.resume = h.next
+		// What the subscriber already copied out is delivered first, then
+		// the resync.
+		s.resync = &Event{Type: TypeResync, Rev: at.Rev, Since: have.String(), idx: at.Idx}
+		s.pos = h.next
 		s.lastCur = at
 		s.signal()
 	}
@@ -316,10 +338,10 @@ func (h *Hub) Run(ctx context.Context) {
 			if h.cfg.Snapshot != nil {
 				h.cfg.Snapshot(&m)
 			}
-			h.mu.Lock()
+			h.mu.RLock()
 			m.Totals = h.totals
 			m.Subscribers = len(h.subs)
-			h.mu.Unlock()
+			h.mu.RUnlock()
 			m.DroppedEvents = h.dropped.Load()
 			finished := m.Totals.Succeeded + m.Totals.Failed
 			samples = append(samples, sample{now, finished})
@@ -347,303 +369,52 @@ func (h *Hub) Run(ctx context.Context) {
 	}
 }
 
+// encoded is a log event's JSON, cached by Encode.
+type encoded struct {
+	seq uint64
+	b   []byte
+}
+
+// Encode returns the JSON of an event a subscription delivered. A log
+// event's encoding is made once and shared by every subscriber that sends
+// it (the first to ask encodes it, off the scheduler's loop): the bytes
+// must not be modified. Other events are encoded each time.
+func (h *Hub) Encode(ev *Event) ([]byte, error) {
+	if ev.seq == 0 {
+		return json.Marshal(ev)
+	}
+	slot := &h.enc[(ev.seq-1)%uint64(len(h.enc))]
+	if e := slot.Load(); e != nil && e.seq == ev.seq {
+		return e.b, nil
+	}
+	b, err := json.Marshal(ev)
+	if err != nil {
+		return nil, err
+	}
+	// Two subscribers may encode the same event at once: the same bytes,
+	// whichever is kept. A slot only ever moves on to a later event.
+	e := &encoded{seq: ev.seq, b: b}
+	for {
+		old := slot.Load()
+		if (old != nil && old.seq >= ev.seq) || slot.CompareAndSwap(old, e) {
+			return b, nil
+		}
+	}
+}
+
 // Close ends every subscription; later publishes are ignored.
 func (h *Hub) Close() {
 	h.mu.Lock()
 	h.closed = true
 	subs := h.subs
 	h.subs = map[*Sub]struct{}{}
+	clear(h.byClient)
 	h.mu.Unlock()
+	h.waitMu.Lock()
+	clear(h.waiting)
+	h.waiting = h.waiting[:0]
+	h.waitMu.Unlock()
 	for s := range subs {
 		s.closeOnce.Do(func() { close(s.done) })
 	}
-}
-
-// Subscribe follows the stream after revision since: every buffered event of
-// a later revision, then live ones. A negative since means live events only,
-// from now on. See SubscribeAfter.
-func (h *Hub) Subscribe(since int64) (*Sub, error) {
-	if since < 0 {
-		return h.SubscribeLive()
-	}
-	return h.SubscribeAfter(RevCursor(since))
-}
-
-// SubscribeLive follows only the events published from now on.
-func (h *Hub) SubscribeLive() (*Sub, error) {
-	return h.subscribe(func(s *Sub) {
-		s.mode, s.floor, s.lastCur = modeLive, h.last, h.last
-	})
-}
-
-// SubscribeAfter follows the stream after cursor c. If the hub no longer has
-// every event after c, the subscriber first gets a resync event and then
-// live events from the current head.
-func (h *Hub) SubscribeAfter(c Cursor) (*Sub, error) {
-	return h.subscribe(func(s *Sub) {
-		s.floor, s.lastCur = c, c
-		if h.baseKnown && c.Less(h.base) {
-			s.mode = modeDraining
-			s.marker = Event{Type: TypeResync, Rev: h.last.Rev, Since: c.String(), idx: h.last.Idx}
-			s.resume = h.next
-			s.lastCur = h.last
-			return
-		}
-		size := uint64(len(h.ring))
-		n := int(h.next - h.first)
-		i := sort.Search(n, func(i int) bool { return c.Less(h.ring[(h.first+uint64(i))%size].Cursor()) })
-		s.pos = h.first + uint64(i)
-		if s.pos == h.next {
-			s.mode = modeLive
-		} else {
-			s.mode = modeCatchup
-		}
-	})
-}
-
-func (h *Hub) subscribe(init func(s *Sub)) (*Sub, error) {
-	s := &Sub{
-		h:    h,
-		ch:   make(chan Event, h.cfg.QueueSize),
-		wake: make(chan struct{}, 1),
-		done: make(chan struct{}),
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.closed {
-		return nil, ErrClosed
-	}
-	init(s)
-	if h.lastLeader != nil {
-		s.putControl(h.lastLeader)
-	}
-	if h.lastMetrics != nil {
-		s.putControl(h.lastMetrics)
-	}
-	h.subs[s] = struct{}{}
-	return s, nil
-}
-
-// Subscriber modes.
-const (
-	modeLive     = iota // Publish queues events in ch
-	modeDraining        // ch is read to its end, then marker, then catch-up from resume
-	modeCatchup         // events are read from the ring at pos
-)
-
-// Sub is one subscription. Its methods must be called from one goroutine.
-type Sub struct {
-	h         *Hub
-	ch        chan Event
-	wake      chan struct{}
-	done      chan struct{}
-	closeOnce sync.Once
-
-	// Guarded by h.mu.
-	mode    int
-	pos     uint64 // modeCatchup: next sequence number to read
-	marker  Event  // modeDraining: the gap or resync to deliver
-	resume  uint64 // modeDraining: where the catch-up starts
-	lagging bool   // overflowed; cleared once caught up
-	lastCur Cursor // the last event queued or handed out
-	floor   Cursor // only events after it are delivered
-	dropped int64
-	control []*Event // metrics, leader and system events waiting
-	hasCtl  atomic.Bool
-
-	// Owned by the reader.
-	buf   []Event
-	bufAt int
-	timer *time.Timer
-}
-
-// signal wakes the reader if it waits. Called with h.mu held or not.
-func (s *Sub) signal() {
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
-}
-
-// putControl queues a non-log event: only the latest metrics and leader
-// events are kept, and a bounded number of system events. h.mu is held.
-func (s *Sub) putControl(e *Event) {
-	for i, c := range s.control {
-		if c.Type == e.Type && (e.Type == TypeMetrics || e.Type == TypeLeader) {
-			s.control[i] = e
-			s.hasCtl.Store(true)
-			s.signal()
-			return
-		}
-	}
-	if len(s.control) >= maxControl {
-		copy(s.control, s.control[1:])
-		s.control = s.control[:len(s.control)-1]
-	}
-	s.control = append(s.control, e)
-	s.hasCtl.Store(true)
-	s.signal()
-}
-
-// Next waits for the next event. It returns ErrClosed once the subscription
-// is closed, or ctx's error.
-func (s *Sub) Next(ctx context.Context) (Event, error) {
-	ev, _, err := s.Poll(ctx, -1)
-	return ev, err
-}
-
-// Poll returns the next event, waiting at most timeout for one (forever if
-// timeout < 0; not at all if 0). ok is false when none came in time.
-func (s *Sub) Poll(ctx context.Context, timeout time.Duration) (ev Event, ok bool, err error) {
-	var timerC <-chan time.Time
-	for {
-		if s.bufAt < len(s.buf) {
-			ev = s.buf[s.bufAt]
-			s.buf[s.bufAt] = Event{}
-			s.bufAt++
-			return s.deliver(ev), true, nil
-		}
-		select {
-		case ev = <-s.ch:
-			return s.deliver(ev), true, nil
-		default:
-		}
-		if s.hasCtl.Load() {
-			if ev, ok := s.popControl(); ok {
-				return ev, true, nil
-			}
-		}
-		got, progressed := s.step(&ev)
-		if got {
-			return s.deliver(ev), true, nil
-		}
-		if progressed {
-			continue
-		}
-		select {
-		case <-s.done:
-			return Event{}, false, ErrClosed
-		default:
-		}
-		if timeout == 0 {
-			return Event{}, false, nil
-		}
-		if timeout > 0 && timerC == nil {
-			if s.timer == nil {
-				s.timer = time.NewTimer(timeout)
-			} else {
-				s.timer.Reset(timeout)
-			}
-			timerC = s.timer.C
-			defer s.timer.Stop()
-		}
-		select {
-		case ev = <-s.ch:
-			return s.deliver(ev), true, nil
-		case <-s.wake:
-		case <-timerC:
-			return Event{}, false, nil
-		case <-ctx.Done():
-			return Event{}, false, ctx.Err()
-		case <-s.done:
-			return Event{}, false, ErrClosed
-		}
-	}
-}
-
-// deliver sets the cursor a client sends back.
-func (s *Sub) deliver(ev Event) Event {
-	if ev.Rev > 0 || ev.Type == TypeResync {
-		c := ev.Cursor()
-		if c.Idx == 0 {
-			c.Idx = All
-		}
-		ev.ID = c.String()
-	}
-	return ev
-}
-
-func (s *Sub) popControl() (Event, bool) {
-	h := s.h
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if len(s.control) == 0 {
-		s.hasCtl.Store(false)
-		return Event{}, false
-	}
-	e := s.control[0]
-	s.control[0] = nil
-	s.control = s.control[1:]
-	if len(s.control) == 0 {
-		s.control = nil
-		s.hasCtl.Store(false)
-	}
-	return *e, true
-}
-
-// step advances a subscriber that is not live: it delivers the marker once
-// the queue is drained and copies the next batch from the ring. got reports
-// an event in *ev; progressed that the caller should look again.
-func (s *Sub) step(ev *Event) (got, progressed bool) {
-	h := s.h
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	switch s.mode {
-	case modeDraining:
-		if len(s.ch) > 0 {
-			return false, true
-		}
-		*ev = s.marker
-		ev.Time = time.Now().UTC()
-		if ev.Type == TypeGap {
-			ev.Dropped = s.dropped
-		}
-		s.marker = Event{}
-		s.mode, s.pos = modeCatchup, s.resume
-		return true, false
-	case modeCatchup:
-		size := uint64(len(h.ring))
-		if s.pos < h.first {
-			// The ring moved past this subscriber: what it missed is gone.
-			*ev = Event{Type: TypeResync, Time: time.Now().UTC(), Rev: h.last.Rev, Since: s.lastCur.String(), idx: h.last.Idx}
-			s.pos, s.lastCur = h.next, h.last
-			if s.floor.Less(h.last) {
-				s.floor = h.last
-			}
-			s.mode, s.lagging = modeLive, false
-			return true, false
-		}
-		s.buf, s.bufAt = s.buf[:0], 0
-		for s.pos < h.next && len(s.buf) < batch {
-			e := h.ring[s.pos%size]
-			s.pos++
-			if cur := e.Cursor(); s.floor.Less(cur) {
-				s.buf = append(s.buf, e)
-				s.lastCur = cur
-			}
-		}
-		if s.pos == h.next {
-			s.mode, s.lagging = modeLive, false
-		}
-		return false, true
-	}
-	return false, false
-}
-
-// Dropped returns how many events this subscriber could not be sent live.
-func (s *Sub) Dropped() int64 {
-	s.h.mu.Lock()
-	defer s.h.mu.Unlock()
-	return s.dropped
-}
-
-// Done is closed when the subscription is closed.
-func (s *Sub) Done() <-chan struct{} { return s.done }
-
-// Close ends the subscription.
-func (s *Sub) Close() {
-	s.h.mu.Lock()
-	delete(s.h.subs, s)
-	s.h.mu.Unlock()
-	s.closeOnce.Do(func() { close(s.done) })
 }

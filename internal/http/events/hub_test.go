@@ -126,7 +126,8 @@ func TestFromEntry(t *testing.T) {
 }
 
 // A subscriber that never reads must not slow the publisher, and must not
-// cost a fast subscriber anything.
+// cost a fast subscriber anything; when it reads again it finds everything
+// the ring still holds, in order, without a gap.
 func TestSlowSubscriberDoesNotSlowPublisher(t *testing.T) {
 	const n = 100_000
 	dropped := prometheus.NewCounter(prometheus.CounterOpts{Name: "dropped"})
@@ -145,7 +146,6 @@ func TestSlowSubscriberDoesNotSlowPublisher(t *testing.T) {
 
 	var (
 		got   []Cursor
-		gaps  int
 		other []string
 		wg    sync.WaitGroup
 	)
@@ -157,12 +157,9 @@ func TestSlowSubscriberDoesNotSlowPublisher(t *testing.T) {
 			if err != nil {
 				return
 			}
-			switch ev.Type {
-			case TypeTask:
+			if ev.Type == TypeTask {
 				got = append(got, ev.Cursor())
-			case TypeGap:
-				gaps++
-			default:
+			} else {
 				other = append(other, ev.Type)
 			}
 		}
@@ -177,16 +174,7 @@ func TestSlowSubscriberDoesNotSlowPublisher(t *testing.T) {
 	if took > 5*time.Second {
 		t.Errorf("publishing %d events took %v", n, took)
 	}
-	t.Logf("published %d events in %v (%v each); fast subscriber saw %d gap(s)", n, took, took/n, gaps)
-	if d := slow.Dropped(); d != n-DefaultQueueSize {
-		t.Errorf("slow subscriber: %d dropped, want %d", d, n-DefaultQueueSize)
-	}
-	if got := testutil.ToFloat64(dropped); got < n-DefaultQueueSize {
-		t.Errorf("dropped counter = %v, want at least %d", got, n-DefaultQueueSize)
-	}
-	if int64(testutil.ToFloat64(dropped)) != h.Dropped() {
-		t.Errorf("counter %v and Dropped() %d disagree", testutil.ToFloat64(dropped), h.Dropped())
-	}
+	t.Logf("published %d events in %v (%v each)", n, took, took/n)
 	if len(other) > 0 {
 		t.Errorf("fast subscriber got unexpected events: %v", other)
 	}
@@ -198,19 +186,71 @@ func TestSlowSubscriberDoesNotSlowPublisher(t *testing.T) {
 			t.Fatalf("events out of order or repeated at %d: %v then %v", i, got[i-1], got[i])
 		}
 	}
-	// The slow one, when it finally reads, gets its queue, a gap, and the
-	// rest replayed from the ring: nothing is lost while the ring has it.
-	for i := 0; i < DefaultQueueSize; i++ {
-		if ev := next(t, slow); ev.Type != TypeTask {
-			t.Fatalf("slow event %d: %s", i, ev.Type)
+	for i := 0; i < n; i++ {
+		if ev := next(t, slow); ev.Type != TypeTask || ev.Cursor() != got[i] {
+			t.Fatalf("slow subscriber's event %d: %+v, want %v", i, ev, got[i])
 		}
 	}
-	gap := next(t, slow)
-	if gap.Type != TypeGap || gap.Since != got[DefaultQueueSize-1].String() || gap.Dropped != int64(n-DefaultQueueSize) {
-		t.Fatalf("gap = %+v, want since %v", gap, got[DefaultQueueSize-1])
+	if slow.Dropped() != 0 || h.Dropped() != 0 || testutil.ToFloat64(dropped) != 0 {
+		t.Fatalf("dropped: subscriber %d, hub %d, counter %v; want none (the ring held everything)",
+			slow.Dropped(), h.Dropped(), testutil.ToFloat64(dropped))
 	}
-	if ev := next(t, slow); ev.Cursor() != got[DefaultQueueSize] {
-		t.Fatalf("after the gap: %v, want %v", ev.Cursor(), got[DefaultQueueSize])
+}
+
+// Publish costs the same whatever the subscribers do: one that stopped
+// reading (a client whose socket is full) is not visited at all, so a
+// thousand of them add nothing per event.
+func TestPublishCostDoesNotGrowWithIdleSubscribers(t *testing.T) {
+	const idle = 1000
+	h := NewHub(Config{RingSize: 1000, MaxSubscribers: -1, MaxSubscribersPerClient: -1})
+	h.Reset(0)
+	subs := make([]*Sub, idle)
+	for i := range subs {
+		s, err := h.SubscribeLive(As("127.0.0.1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		subs[i] = s
+	}
+	// Each reads once and waits (registered on the waiting list), then
+	// stops reading, like a stream blocked in a write.
+	h.Publish(taskEvent(1, "first"))
+	for _, s := range subs {
+		if ev := nextLog(t, s); ev.Task != "first" {
+			t.Fatalf("got %+v", ev)
+		}
+		if _, ok, _ := s.Poll(context.Background(), time.Nanosecond); ok {
+			t.Fatal("an event that was not published")
+		}
+	}
+	h.Publish(taskEvent(2, "wakes them")) // empties the waiting list
+	h.waitMu.Lock()
+	waiting := len(h.waiting)
+	h.waitMu.Unlock()
+	if waiting != 0 {
+		t.Fatalf("%d subscribers still on the waiting list after a publish", waiting)
+	}
+	rev := int64(2)
+	ev := taskEvent(rev, "x")
+	allocs := testing.AllocsPerRun(5000, func() {
+		rev++
+		ev.Rev = rev
+		h.Publish(ev)
+	})
+	if allocs > 0 {
+		t.Fatalf("Publish allocates %v per call with %d idle subscribers", allocs, idle)
+	}
+	// The ring moved past them: each is told with a resync, and what it
+	// missed is counted.
+	missed := int64(h.next) - 1 - 1000 // all but the first, less what the ring holds
+	for _, s := range subs[:3] {
+		if ev := nextLog(t, s); ev.Type != TypeResync || ev.Since != "1:1" {
+			t.Fatalf("after the ring moved past: %+v", ev)
+		}
+		if d := s.Dropped(); d != missed {
+			t.Fatalf("dropped %d, want %d", d, missed)
+		}
 	}
 }
 
@@ -303,30 +343,26 @@ func TestResyncWhenTooOld(t *testing.T) {
 }
 
 // A subscriber that falls behind by more than the ring gets a resync, not
-// a silent hole.
+// a silent hole; the events it missed are counted.
 func TestLaggingBeyondRingResyncs(t *testing.T) {
-	h := NewHub(Config{RingSize: 20, QueueSize: 4})
+	h := NewHub(Config{RingSize: 20})
 	h.Reset(0)
 	s, _ := h.SubscribeAfter(RevCursor(0))
 	defer s.Close()
-	publishN(h, 0, 100) // 50 revisions
-	for i := 0; i < 4; i++ {
-		if ev := nextLog(t, s); ev.Type != TypeTask {
-			t.Fatalf("queued event %d: %+v", i, ev)
-		}
+	h.Publish(taskEvent(1, "a"))
+	if ev := nextLog(t, s); ev.Task != "a" || ev.ID != "1:1" {
+		t.Fatalf("first: %+v", ev)
 	}
-	if ev := nextLog(t, s); ev.Type != TypeGap || ev.Since != "2:2" {
-		t.Fatalf("want gap since 2:2, got %+v", ev)
+	publishN(h, 1, 100) // revisions 2..51, two events each
+	if ev := nextLog(t, s); ev.Type != TypeResync || ev.Since != "1:1" || ev.ID != "51:2" {
+		t.Fatalf("want resync from 1:1 to 51:2, got %+v", ev)
 	}
-	if ev := nextLog(t, s); ev.Type != TypeResync || ev.Since != "2:2" || ev.ID != "50:2" {
-		t.Fatalf("want resync from 2:2 to 50:2, got %+v", ev)
-	}
-	h.Publish(taskEvent(51, "z"))
+	h.Publish(taskEvent(52, "z"))
 	if ev := nextLog(t, s); ev.Task != "z" {
 		t.Fatalf("live after resync: %+v", ev)
 	}
-	if s.Dropped() != 96 {
-		t.Fatalf("dropped %d, want 96", s.Dropped())
+	if s.Dropped() != 80 || h.Dropped() != 80 {
+		t.Fatalf("dropped %d (hub %d), want 80: 100 published, 20 still in the ring", s.Dropped(), h.Dropped())
 	}
 }
 

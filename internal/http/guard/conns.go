@@ -9,25 +9,38 @@ import (
 // ClientKey groups client addresses the way per-client limits count them:
 // an IPv4 address, or an IPv6 /64 (one host usually owns a whole /64).
 // limited is false for loopback clients, which are local processes and
-// never limited.
+// never limited by the rate and connection limits.
 func ClientKey(remoteAddr string) (key string, limited bool) {
+	key, loopback := addrKey(remoteAddr)
+	if loopback {
+		return "", false
+	}
+	return key, true
+}
+
+// AddrKey is ClientKey's grouping for limits that count loopback clients
+// too (event-stream subscribers: a local process can open as many as a
+// remote one).
+func AddrKey(remoteAddr string) string {
+	key, _ := addrKey(remoteAddr)
+	return key
+}
+
+func addrKey(remoteAddr string) (key string, loopback bool) {
 	host := remoteAddr
 	if h, _, err := net.SplitHostPort(remoteAddr); err == nil {
 		host = h
 	}
 	a, err := netip.ParseAddr(host)
 	if err != nil {
-		return "?" + remoteAddr, true
+		return "?" + remoteAddr, false
 	}
 	a = a.Unmap().WithZone("")
-	if a.IsLoopback() {
-		return "", false
-	}
-	if a.Is6() {
+	if a.Is6() && !a.IsLoopback() {
 		p, _ := a.Prefix(64)
-		return p.String(), true
+		return p.String(), false
 	}
-	return a.String(), true
+	return a.String(), a.IsLoopback()
 }
 
 // LimitPerClient returns a listener that closes, at once, a connection from
@@ -97,6 +110,10 @@ type countedConn struct {
 	once    sync.Once
 	release func()
 }
+
+// NetConn returns the connection counted (hijack.SetSendBuffer reaches the
+// socket through it).
+func (c *countedConn) NetConn() net.Conn { return c.Conn }
 
 func (c *countedConn) Close() error {
 	err := c.Conn.Close()

@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -42,6 +43,23 @@ const ForwardedHeader = "X-Orion-Forwarded-By"
 // LeaderHeader names the leader on an answer a standby relayed from it.
 const LeaderHeader = "X-Orion-Leader"
 
+// Hints a standby sends with a forwarded write, so that the leader answers
+// a write sent again (after the first leader froze) as it answered the
+// first send. The leader reads them only on forwarded requests.
+const (
+	// IDAssignedHeader ("1") marks a write whose id the standby chose (a
+	// DAG's, given as its Idempotency-Key, or a manual run's, through
+	// TriggerAtHeader): nobody else can have used it, so finding it taken
+	// means an earlier send of this write created it.
+	IDAssignedHeader = "X-Orion-Id-Assigned"
+	// ExistedHeader, on a write sent again, says whether what it deletes or
+	// creates existed at the standby before the first send ("1" or "0").
+	ExistedHeader = "X-Orion-Existed"
+	// TriggerAtHeader names the time (Unix seconds) after which a forwarded
+	// trigger's manual run is named.
+	TriggerAtHeader = "X-Orion-Trigger-At"
+)
+
 // RevisionHeader carries, on the answer to a write, the etcd revision the
 // answering replica had applied when it answered (the write included).
 const RevisionHeader = "X-Orion-Revision"
@@ -75,18 +93,43 @@ func (rl Relay) Do(w http.ResponseWriter, r *http.Request, body []byte) error {
 		ctx, cancel = context.WithTimeout(ctx, rl.Timeout)
 		defer cancel()
 	}
+	resp, err := rl.send(ctx, r, body, nil, nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	rl.answer(w, r, resp)
+	return nil
+}
+
+// send sends r's method and request URI, with body, the headers rl names,
+// set and query (added to the URI's own) to the other replica.
+func (rl Relay) send(ctx context.Context, r *http.Request, body []byte, set map[string]string, query url.Values) (*http.Response, error) {
 	var reqBody io.Reader
 	if len(body) > 0 {
 		reqBody = bytes.NewReader(body)
 	}
-	req, err := http.NewRequestWithContext(ctx, r.Method, strings.TrimRight(rl.To, "/")+r.URL.RequestURI(), reqBody)
+	uri := r.URL.RequestURI()
+	if len(query) > 0 {
+		u := *r.URL
+		q := u.Query()
+		for k, vs := range query {
+			q[k] = vs
+		}
+		u.RawQuery = q.Encode()
+		uri = u.RequestURI()
+	}
+	req, err := http.NewRequestWithContext(ctx, r.Method, strings.TrimRight(rl.To, "/")+uri, reqBody)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for _, h := range rl.Headers {
 		if v := r.Header.Get(h); v != "" {
 			req.Header.Set(h, v)
 		}
+	}
+	for k, v := range set {
+		req.Header.Set(k, v)
 	}
 	if rl.Token != "" {
 		req.Header.Set("Authorization", "Bearer "+rl.Token)
@@ -96,11 +139,12 @@ func (rl Relay) Do(w http.ResponseWriter, r *http.Request, body []byte) error {
 	if client == nil {
 		client = http.DefaultClient
 	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
+	return client.Do(req)
+}
+
+// answer copies the other replica's answer to w, once this replica has
+// applied a successful write (AwaitRev).
+func (rl Relay) answer(w http.ResponseWriter, r *http.Request, resp *http.Response) {
 	if rl.AwaitRev != nil && resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		if rev, err := strconv.ParseInt(resp.Header.Get(RevisionHeader), 10, 64); err == nil && rev > 0 {
 			actx, cancel := context.WithTimeout(r.Context(), awaitRevBound)
@@ -118,5 +162,4 @@ func (rl Relay) Do(w http.ResponseWriter, r *http.Request, body []byte) error {
 	}
 	w.WriteHeader(resp.StatusCode)
 	_, _ = io.Copy(w, resp.Body)
-	return nil
 }

@@ -138,6 +138,9 @@ func New(cfg Config) *Handler {
 	if cfg.HTTP.Logger == nil {
 		cfg.HTTP.Logger = cfg.Logger
 	}
+	if cfg.HTTP.SendBuffer <= 0 {
+		cfg.HTTP.SendBuffer = events.DefaultSendBuffer
+	}
 	return &Handler{cfg: cfg, log: cfg.Logger}
 }
 
@@ -360,19 +363,27 @@ func writeValidationError(w http.ResponseWriter, ve *dag.ValidationError) {
 }
 
 // forward sends a submission a standby received to the leader, which
-// serves the same route, and relays its answer. It reports whether it did.
+// serves the same route, and relays its answer. It reports whether it
+// answered. The Idempotency-Key the seed's clients must send is the
+// submission's identity: sent again to a new leader after the first one
+// froze, it creates the DAG once (kit.Forwarder.Forward).
 func (h *Handler) forward(w http.ResponseWriter, r *http.Request, body []byte) bool {
-	leader, forwarded, err := kit.Forwarder{
+	fw := kit.Forwarder{
 		Cluster: h.cfg.Cluster, Node: h.cfg.Node, Client: h.cfg.HTTPClient, Token: h.cfg.AuthToken,
 		Timeout: h.cfg.WriteTimeout, AwaitRev: h.cfg.Backend.WaitApplied,
-	}.Forward(w, r, body, []string{"Content-Type", "Idempotency-Key"})
-	if forwarded && err != nil {
-		h.log.Warn("forwarding a seed submission to the leader failed", zap.String("leader", leader), zap.Error(err))
-		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, apitypes.CodeNotLeader,
-			"this replica is not the leader and the leader "+leader+" did not answer; retry shortly")
+	}.Forward(w, r, kit.Write{Body: body, Headers: []string{"Content-Type", "Idempotency-Key"}})
+	switch fw.Outcome {
+	case kit.Answered:
+		return true
+	case kit.NotForwarded, kit.NoLeader:
+		return false
 	}
-	return forwarded
+	h.log.Warn("forwarding a seed submission to the leader failed", zap.String("leader", fw.Leader), zap.Int("sends", fw.Sends), zap.Error(fw.Err))
+	w.Header().Set("Retry-After", "1")
+	writeError(w, http.StatusServiceUnavailable, apitypes.CodeNotLeader,
+		"this replica is not the leader, and neither the leader "+fw.Leader+" nor a successor answered; "+
+			"the DAG may have been submitted: sending it again with the same Idempotency-Key is safe")
+	return true
 }
 
 // running reports the replica's status if its scheduler has loaded state.

@@ -3,6 +3,7 @@ package seedapi
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"sort"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 	"github.com/orion-sched/orion/internal/core"
 	"github.com/orion-sched/orion/internal/http/apitypes"
 	"github.com/orion-sched/orion/internal/http/events"
+	"github.com/orion-sched/orion/internal/http/guard"
 	"github.com/orion-sched/orion/internal/http/hijack"
 )
 
@@ -242,8 +244,20 @@ func (t *Translator) releaseAll() {
 // clients cannot resume; they reload /api/v1/dag/state on system.recover,
 // which is also what a resync becomes).
 func (h *Handler) ws(w http.ResponseWriter, r *http.Request) {
-	sub, err := h.cfg.Hub.SubscribeLive()
-	if err != nil {
+	sub, err := h.cfg.Hub.SubscribeLive(events.As(guard.AddrKey(r.RemoteAddr)))
+	var le *events.LimitError
+	switch {
+	case errors.As(err, &le):
+		// The event-stream endpoints' answer to a limit, in the seed's
+		// error shape.
+		status := http.StatusServiceUnavailable
+		if le.Limit == events.LimitPerClient {
+			status = http.StatusTooManyRequests
+		}
+		w.Header().Set("Retry-After", strconv.Itoa(events.LimitRetryAfter))
+		writeError(w, status, apitypes.CodeTooManyStreams, le.Error())
+		return
+	case err != nil:
 		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusServiceUnavailable, apitypes.CodeUnavailable, "the event stream is shutting down")
 		return
@@ -253,6 +267,7 @@ func (h *Handler) ws(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return // the upgrader has answered
 	}
+	_ = hijack.SetSendBuffer(conn.UnderlyingConn(), h.cfg.HTTP.SendBuffer)
 	tr := NewTranslator()
 	hb := h.cfg.HTTP.Heartbeat
 	if hb <= 0 {

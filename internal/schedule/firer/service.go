@@ -265,6 +265,15 @@ func (s *Service) Delete(ctx context.Context, id string) (int64, error) {
 // Trigger starts a run of a schedule now, outside its ticks (paused or
 // not). Two triggers within one second start one run.
 func (s *Service) Trigger(ctx context.Context, id string) (runID string, created bool, err error) {
+	return s.TriggerAt(ctx, id, time.Time{})
+}
+
+// TriggerAt is Trigger for a run named after at (its second) rather than
+// the leader's clock: a standby that forwards a trigger names the time, so
+// that the same trigger sent again (to a new leader, after the first one
+// froze) names the same run and creates nothing more. The zero at means
+// now; so does one more than maxTriggerSkew away from this replica's clock.
+func (s *Service) TriggerAt(ctx context.Context, id string, at time.Time) (runID string, created bool, err error) {
 	if _, err := s.fence(ctx); err != nil {
 		return "", false, err
 	}
@@ -276,6 +285,9 @@ func (s *Service) Trigger(ctx context.Context, id string) (runID string, created
 		return "", false, notFound(id)
 	}
 	now := s.now().Truncate(time.Second)
+	if !at.IsZero() && at.Sub(now).Abs() <= maxTriggerSkew {
+		now = at.UTC().Truncate(time.Second)
+	}
 	runID = schedule.ManualRunID(id, now)
 	d, err := sc.RunDAG(runID, now)
 	if err != nil {
@@ -288,6 +300,11 @@ func (s *Service) Trigger(ctx context.Context, id string) (runID string, created
 	s.Firer.Track(id, runID)
 	return runID, res.Created, nil
 }
+
+// maxTriggerSkew bounds how far a forwarded trigger's time may be from the
+// leader's clock (the replicas' clocks differ by little; a time further
+// off is a mistake, not a clock).
+const maxTriggerSkew = 5 * time.Minute
 
 // List reads every schedule.
 func (s *Service) List(ctx context.Context) ([]store.StoredSchedule, error) {

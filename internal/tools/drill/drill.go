@@ -152,6 +152,18 @@ type Result struct {
 	Reruns       int      `json:"reruns_after_killed_worker"`
 	RestartedPID int      `json:"restarted_pid,omitempty"`
 	Error        string   `json:"error,omitempty"`
+
+	// stop: submissions sent to the standbys while the leader was stopped
+	// (standbyWrites): how many, the slowest answer, and those that were
+	// not answered, answered 503 (with Retry-After), answered otherwise,
+	// answered 2xx without their DAG, or made more than one DAG.
+	StandbyWrites     int      `json:"standby_writes,omitempty"`
+	StandbyWriteMaxMS *float64 `json:"standby_write_max_ms,omitempty"`
+	StandbyUnanswered int      `json:"standby_unanswered,omitempty"`
+	Standby503        int      `json:"standby_503,omitempty"`
+	StandbyUnexpected int      `json:"standby_unexpected,omitempty"`
+	StandbyNotApplied int      `json:"standby_not_applied,omitempty"`
+	StandbyDuplicates int      `json:"standby_duplicates,omitempty"`
 }
 
 func (r *Result) fail(err error) {
@@ -191,6 +203,10 @@ type Report struct {
 	WorkDir         string    `json:"work_dir"`
 	OK              bool      `json:"ok"`
 	Verdict         string    `json:"verdict"`
+
+	// stop: the writes sent to the standbys in all, and the slowest answer.
+	StandbyWrites     int      `json:"standby_writes,omitempty"`
+	StandbyWriteMaxMS *float64 `json:"standby_write_max_ms,omitempty"`
 }
 
 // maxListed bounds the lost tasks and findings a report lists.
@@ -427,6 +443,12 @@ func (d *driller) settle(ctx context.Context, tag string, res *Result, more ...s
 // (SIGCONT) and waits until it follows as a standby. Nothing of the frozen
 // replica is excused: its attempts must be adopted, not run again.
 func (d *driller) stopLeader(ctx context.Context, tag string, res *Result, leader client.Replica, proc *ProcInfo, standbys []client.Replica) (*Result, error) {
+	writes := d.startStandbyWrites(ctx, res.DAG+"-sw", standbys)
+	defer func() {
+		if writes != nil {
+			d.stopStandbyWrites(ctx, writes, res)
+		}
+	}()
 	t0, err := signalProc(proc, syscall.SIGSTOP)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", tag, err)
@@ -459,8 +481,22 @@ func (d *driller) stopLeader(ctx context.Context, tag string, res *Result, leade
 		res.fail(err)
 		return res, fmt.Errorf("%s: %w", tag, err)
 	}
+	d.stopStandbyWrites(ctx, writes, res)
+	writes = nil
 	d.settle(ctx, tag, res)
 	return res, nil
+}
+
+// stopStandbyWrites ends the writes through the standbys, records them in
+// res, and has their DAGs accounted with the drill's.
+func (d *driller) stopStandbyWrites(ctx context.Context, w *standbyWrites, res *Result) {
+	made := w.stop(context.WithoutCancel(ctx), res)
+	for _, id := range made {
+		d.windows[id] = &window{from: w.started}
+		d.dags = append(d.dags, id)
+	}
+	d.logf("drill %d/%d: %d writes through the standbys: slowest answer %s, %d answered 503, %d unanswered",
+		res.N, d.o.Count, res.StandbyWrites, fmtMS(res.StandbyWriteMaxMS), res.Standby503, res.StandbyUnanswered)
 }
 
 // localLeader finds the leader and proves it is an orion server here.
@@ -968,6 +1004,10 @@ func (d *driller) final(ctx context.Context, rep *Report, wait bool) {
 		if r.StallMS != nil {
 			stalls = append(stalls, *r.StallMS)
 		}
+		rep.StandbyWrites += r.StandbyWrites
+		if r.StandbyWriteMaxMS != nil && (rep.StandbyWriteMaxMS == nil || *r.StandbyWriteMaxMS > *rep.StandbyWriteMaxMS) {
+			rep.StandbyWriteMaxMS = r.StandbyWriteMaxMS
+		}
 		if (r.TakeoverMS != nil || r.StallMS != nil) && r.Error == "" {
 			ok++
 		}
@@ -1053,6 +1093,9 @@ func (d *driller) printDrill(r *Result) {
 	default:
 		b.WriteString("no takeover")
 	}
+	if r.StandbyWrites > 0 {
+		fmt.Fprintf(&b, "; %d writes through the standbys, slowest answered in %s (%d 503)", r.StandbyWrites, fmtMS(r.StandbyWriteMaxMS), r.Standby503)
+	}
 	fmt.Fprintf(&b, "; lost %d; duplicates %d", r.Lost, r.Duplicates)
 	if r.Reruns > 0 {
 		fmt.Fprintf(&b, "; reruns after killed worker %d", r.Reruns)
@@ -1077,6 +1120,10 @@ func (r *Report) Print(w io.Writer) {
 	if r.StallMaxMS != nil {
 		fmt.Fprintf(w, "write stall (longest gap between acknowledged submissions, from the kill) over %d drills: p50 %s, p99 %s, max %s\n",
 			countStalls(r), fmtMS(r.StallP50MS), fmtMS(r.StallP99MS), fmtMS(r.StallMaxMS))
+	}
+	if r.StandbyWrites > 0 {
+		fmt.Fprintf(w, "writes sent to the standbys while the leader was stopped: %d, the slowest answered in %s\n",
+			r.StandbyWrites, fmtMS(r.StandbyWriteMaxMS))
 	}
 	fmt.Fprintf(w, "totals: %d/%d drills, %d failures, %d lost, %d duplicates, %d reruns after a killed worker (allowed)\n",
 		len(r.Drills), r.Planned, r.Failures, r.Lost, r.Duplicates, r.Reruns)
@@ -1143,7 +1190,7 @@ func DAGSpec(id, runsPath string, n int) ([]byte, error) {
 		Timeout    string   `json:"timeout"`
 	}
 	chains := min(8, max(2, n/10), n)
-	cmd := `echo "$ORION_DAG_ID/$ORION_TASK_ID $ORION_ATTEMPT $PPID" >> ` + shellQuote(runsPath) + `; sleep 0.2`
+	cmd := recordCommand(runsPath, "0.2")
 	tasks := make([]task, n)
 	for k := range n {
 		c, step := k%chains, k/chains
@@ -1157,6 +1204,16 @@ func DAGSpec(id, runsPath string, n int) ([]byte, error) {
 		Name  string `json:"name"`
 		Tasks []task `json:"tasks"`
 	}{id, "drill-kill-leader", tasks})
+}
+
+// recordCommand is a task's command that records its run in runsPath (the
+// line Runs reads), then sleeps sleep seconds ("" for none).
+func recordCommand(runsPath, sleep string) string {
+	cmd := `echo "$ORION_DAG_ID/$ORION_TASK_ID $ORION_ATTEMPT $PPID" >> ` + shellQuote(runsPath)
+	if sleep != "" {
+		cmd += "; sleep " + sleep
+	}
+	return cmd
 }
 
 // shellQuote quotes s for /bin/sh.

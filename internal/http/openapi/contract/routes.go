@@ -130,6 +130,12 @@ var (
 		fail(413, apitypes.CodeBodyTooLarge, apitypes.CodeDAGTooLarge),
 		fail(415, apitypes.CodeUnsupportedMedia),
 	}
+	// an event stream past max_event_subscribers_per_client (429) or
+	// max_event_subscribers (503), with Retry-After
+	streamLimits = []Failure{
+		fail(429, apitypes.CodeTooManyStreams),
+		fail(503, apitypes.CodeTooManyStreams),
+	}
 	notFound = fail(404, apitypes.CodeNotFound)
 	// new running work, bounded by max_live_dags and max_live_tasks
 	liveWork = fail(429, apitypes.CodeTooManyLiveDAGs, apitypes.CodeTooManyLiveTasks)
@@ -210,15 +216,19 @@ var Routes = []Route{
 	},
 	{
 		Method: "POST", Path: "/api/v1/dags/{id}/cancel", ID: "cancelDAG", Tag: "dags", Summary: "Cancel a running DAG",
+		Description: "Idempotent: a DAG already cancelled is answered 200 with its status, so that a second send of the same " +
+			"cancellation (a client's, or a standby's after a leader fault) is not an error.",
 		Params:  []Param{dagID},
 		Replies: []Reply{ok(200, apitypes.ActionResponse{}, "the DAG's status once the change is committed", hdrRevision)},
 		Errors:  join([]Failure{notFound, conflict}, writes),
 	},
 	{
 		Method: "POST", Path: "/api/v1/dags/{id}/retry", ID: "retryDAG", Tag: "dags", Summary: "Retry a DAG's failed and upstream-failed tasks",
-		Params:  []Param{dagID},
+		Description: "With ?run=N the retry is of run N only, which makes it idempotent: if the DAG is already in run N+1 " +
+			"the retry was applied and is answered with its status; any other run is a 409.",
+		Params:  []Param{dagID, query("run", 0, "the run to retry (the DAG view's run); default: the current one")},
 		Replies: []Reply{ok(200, apitypes.ActionResponse{}, "the DAG's status once the change is committed", hdrRevision)},
-		Errors:  join([]Failure{notFound, conflict, liveWork}, writes),
+		Errors:  join([]Failure{fail(400, apitypes.CodeBadRequest), notFound, conflict, liveWork}, writes),
 	},
 	{
 		Method: "DELETE", Path: "/api/v1/dags/{id}", ID: "deleteDAG", Tag: "dags", Summary: "Delete a finished DAG with its tasks",
@@ -320,14 +330,14 @@ var Routes = []Route{
 			{In: "header", Name: "Last-Event-ID", Type: "", Description: "the browser's resume; wins over since"},
 		},
 		Replies: []Reply{{Status: 200, Media: "text/event-stream", Description: "events, one JSON Event per data line"}},
-		Errors:  []Failure{fail(400, apitypes.CodeBadRequest), fail(403, apitypes.CodeForbidden), fail(503, apitypes.CodeUnavailable)},
+		Errors:  join([]Failure{fail(400, apitypes.CodeBadRequest), fail(403, apitypes.CodeForbidden), fail(503, apitypes.CodeUnavailable)}, streamLimits),
 	},
 	{
 		Method: "GET", Path: events.WSPath, ID: "streamEventsWebSocket", Tag: "events", Summary: "The live event stream (WebSocket)",
 		Description: "A WebSocket upgrade; then one JSON Event per text message, the same events as the SSE stream.",
 		Params:      []Param{query("since", "", "as for the SSE stream")},
 		Replies:     []Reply{{Status: 101, Description: "switching to the WebSocket protocol"}},
-		Errors:      []Failure{fail(400, apitypes.CodeBadRequest), fail(403, apitypes.CodeForbidden), fail(503, apitypes.CodeUnavailable)},
+		Errors:      join([]Failure{fail(400, apitypes.CodeBadRequest), fail(403, apitypes.CodeForbidden), fail(503, apitypes.CodeUnavailable)}, streamLimits),
 	},
 
 	// --- demo mode ----------------------------------------------------------
@@ -418,7 +428,7 @@ var Routes = []Route{
 		Method: "GET", Path: seedapi.PathWS, ID: "seedEvents", Tag: "seed", Shape: Seed, Summary: "The seed's TaskEvent stream (WebSocket)",
 		Description: "A WebSocket upgrade; then one JSON SeedTaskEvent per text message.",
 		Replies:     []Reply{{Status: 101, Description: "switching to the WebSocket protocol"}},
-		Errors:      []Failure{fail(403, apitypes.CodeForbidden), fail(503, apitypes.CodeUnavailable)},
+		Errors:      join([]Failure{fail(403, apitypes.CodeForbidden), fail(503, apitypes.CodeUnavailable)}, streamLimits),
 	},
 	{
 		Method: "POST", Path: seedapi.PathCrash, ID: "seedCrash", Tag: "seed", Shape: Seed, Summary: "Alias of POST /api/v1/demo/crash",

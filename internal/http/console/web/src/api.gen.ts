@@ -183,7 +183,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Cancel a running DAG */
+        /**
+         * Cancel a running DAG
+         * @description Idempotent: a DAG already cancelled is answered 200 with its status, so that a second send of the same cancellation (a client's, or a standby's after a leader fault) is not an error.
+         */
         post: operations["cancelDAG"];
         delete?: never;
         options?: never;
@@ -200,7 +203,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Retry a DAG's failed and upstream-failed tasks */
+        /**
+         * Retry a DAG's failed and upstream-failed tasks
+         * @description With ?run=N the retry is of run N only, which makes it idempotent: if the DAG is already in run N+1 the retry was applied and is answered with its status; any other run is a 409.
+         */
         post: operations["retryDAG"];
         delete?: never;
         options?: never;
@@ -769,6 +775,7 @@ export interface components {
          *     - `body_too_large`: 413: the request body is over the byte limit
          *     - `rate_limited`: 429, with Retry-After
          *     - `overloaded`: 429 from the seed API: too many tasks wait for a slot
+         *     - `too_many_streams`: 429 (this client's share) or 503 (the replica's), with Retry-After: an event-stream limit, named in details
          *     - `internal`: 500
          *     - `unreachable`: 502: a replica a demo control names did not answer
          *     - `not_leader`: 503, with Retry-After: no leader, or it did not answer
@@ -781,7 +788,7 @@ export interface components {
          *     - `schedule_too_frequent`: 400: ticks closer together than min_schedule_interval
          * @enum {string}
          */
-        ErrorCode: "parse_error" | "unsupported_media_type" | "invalid_dag" | "cycle" | "too_many_tasks" | "dag_too_large" | "invalid_schedule" | "bad_request" | "unauthorized" | "forbidden" | "cross_origin" | "demo_disabled" | "not_found" | "method_not_allowed" | "conflict" | "host_not_allowed" | "body_too_large" | "rate_limited" | "overloaded" | "internal" | "unreachable" | "not_leader" | "unavailable" | "timeout" | "storage_full" | "too_many_live_dags" | "too_many_live_tasks" | "too_many_schedules" | "schedule_too_frequent";
+        ErrorCode: "parse_error" | "unsupported_media_type" | "invalid_dag" | "cycle" | "too_many_tasks" | "dag_too_large" | "invalid_schedule" | "bad_request" | "unauthorized" | "forbidden" | "cross_origin" | "demo_disabled" | "not_found" | "method_not_allowed" | "conflict" | "host_not_allowed" | "body_too_large" | "rate_limited" | "overloaded" | "too_many_streams" | "internal" | "unreachable" | "not_leader" | "unavailable" | "timeout" | "storage_full" | "too_many_live_dags" | "too_many_live_tasks" | "too_many_schedules" | "schedule_too_frequent";
         /** @description ErrorInfo says what went wrong. Message is a sentence for people; Details lists the problems one per line (the server never sends null). */
         ErrorInfo: {
             code: components["schemas"]["ErrorCode"];
@@ -1776,6 +1783,22 @@ export interface components {
                 };
             };
         };
+        /** @description 429 Too Many Requests: `rate_limited`, `too_many_streams` */
+        RateLimitedOrTooManyStreams: {
+            headers: {
+                /** @description seconds to wait before trying again */
+                "Retry-After"?: number;
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"] & {
+                    error?: {
+                        /** @enum {string} */
+                        code?: "rate_limited" | "too_many_streams";
+                    };
+                };
+            };
+        };
         /** @description 429 Too Many Requests: `overloaded`, `rate_limited`, `too_many_live_dags`, `too_many_live_tasks` */
         RateLimited_SeedOverloadedOrTooManyLiveDagsOrTooManyLiveTasks: {
             headers: {
@@ -1792,6 +1815,25 @@ export interface components {
                 }) | (components["schemas"]["SeedErrorBody"] & {
                     /** @enum {string} */
                     code?: "overloaded" | "too_many_live_dags" | "too_many_live_tasks";
+                });
+            };
+        };
+        /** @description 429 Too Many Requests: `rate_limited`, `too_many_streams` */
+        RateLimited_SeedTooManyStreams: {
+            headers: {
+                /** @description seconds to wait before trying again */
+                "Retry-After"?: number;
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": (components["schemas"]["ErrorBody"] & {
+                    error?: {
+                        /** @enum {string} */
+                        code?: "rate_limited";
+                    };
+                }) | (components["schemas"]["SeedErrorBody"] & {
+                    /** @enum {string} */
+                    code?: "too_many_streams";
                 });
             };
         };
@@ -1895,6 +1937,20 @@ export interface components {
                 };
             };
         };
+        /** @description 503 Service Unavailable: `too_many_streams`, `unavailable` */
+        SeedTooManyStreamsOrUnavailable: {
+            headers: {
+                /** @description seconds to wait before trying again */
+                "Retry-After"?: number;
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["SeedErrorBody"] & {
+                    /** @enum {string} */
+                    code?: "too_many_streams" | "unavailable";
+                };
+            };
+        };
         /** @description 503 Service Unavailable: `unavailable` */
         SeedUnavailable: {
             headers: {
@@ -1947,6 +2003,22 @@ export interface components {
                     error?: {
                         /** @enum {string} */
                         code?: "timeout";
+                    };
+                };
+            };
+        };
+        /** @description 503 Service Unavailable: `too_many_streams`, `unavailable` */
+        TooManyStreamsOrUnavailable: {
+            headers: {
+                /** @description seconds to wait before trying again */
+                "Retry-After"?: number;
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"] & {
+                    error?: {
+                        /** @enum {string} */
+                        code?: "too_many_streams" | "unavailable";
                     };
                 };
             };
@@ -2430,7 +2502,10 @@ export interface operations {
     };
     retryDAG: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description the run to retry (the DAG view's run); default: the current one */
+                run?: number;
+            };
             header?: never;
             path: {
                 /** @description the DAG's id */
@@ -2451,6 +2526,7 @@ export interface operations {
                     "application/json": components["schemas"]["ActionResponse"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["CrossOrigin"];
             404: components["responses"]["NotFound"];
@@ -2648,9 +2724,9 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             421: components["responses"]["HostNotAllowed"];
-            429: components["responses"]["RateLimited"];
+            429: components["responses"]["RateLimitedOrTooManyStreams"];
             500: components["responses"]["Internal"];
-            503: components["responses"]["Unavailable"];
+            503: components["responses"]["TooManyStreamsOrUnavailable"];
         };
     };
     streamEventsWebSocket: {
@@ -2676,9 +2752,9 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             421: components["responses"]["HostNotAllowed"];
-            429: components["responses"]["RateLimited"];
+            429: components["responses"]["RateLimitedOrTooManyStreams"];
             500: components["responses"]["Internal"];
-            503: components["responses"]["Unavailable"];
+            503: components["responses"]["TooManyStreamsOrUnavailable"];
         };
     };
     getLeader: {
@@ -3195,9 +3271,9 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["SeedForbidden"];
             421: components["responses"]["HostNotAllowed"];
-            429: components["responses"]["RateLimited"];
+            429: components["responses"]["RateLimited_SeedTooManyStreams"];
             500: components["responses"]["Internal"];
-            503: components["responses"]["SeedUnavailable"];
+            503: components["responses"]["SeedTooManyStreamsOrUnavailable"];
         };
     };
 }
@@ -3210,7 +3286,7 @@ type ReadonlyArray<T> = [
     unknown[]
 ] ? Readonly<Exclude<T, undefined>> : Readonly<Exclude<T, undefined>[]>;
 export const dAGStatusValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["DAGStatus"]> = ["running", "succeeded", "failed", "cancelled"];
-export const errorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ErrorCode"]> = ["parse_error", "unsupported_media_type", "invalid_dag", "cycle", "too_many_tasks", "dag_too_large", "invalid_schedule", "bad_request", "unauthorized", "forbidden", "cross_origin", "demo_disabled", "not_found", "method_not_allowed", "conflict", "host_not_allowed", "body_too_large", "rate_limited", "overloaded", "internal", "unreachable", "not_leader", "unavailable", "timeout", "storage_full", "too_many_live_dags", "too_many_live_tasks", "too_many_schedules", "schedule_too_frequent"];
+export const errorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ErrorCode"]> = ["parse_error", "unsupported_media_type", "invalid_dag", "cycle", "too_many_tasks", "dag_too_large", "invalid_schedule", "bad_request", "unauthorized", "forbidden", "cross_origin", "demo_disabled", "not_found", "method_not_allowed", "conflict", "host_not_allowed", "body_too_large", "rate_limited", "overloaded", "too_many_streams", "internal", "unreachable", "not_leader", "unavailable", "timeout", "storage_full", "too_many_live_dags", "too_many_live_tasks", "too_many_schedules", "schedule_too_frequent"];
 export const taskKindValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["TaskKind"]> = ["shell", "http", "noop", "sleep", "pod"];
 export const taskKindInputValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["TaskKindInput"]> = ["shell", "http", "noop", "sleep", "pod"];
 export const taskStatusValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["TaskStatus"]> = ["pending", "ready", "running", "retrying", "succeeded", "failed", "upstream_failed", "cancelled"];
@@ -3255,6 +3331,7 @@ export const componentsResponsesNotLeaderOrUnavailableContentApplicationJsonErro
 export const componentsResponsesRateLimitedContentApplicationJsonErrorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["RateLimited"]["content"]["application/json"]["error"]["code"]> = ["rate_limited"];
 export const componentsResponsesRateLimitedOrTooManyLiveDagsOrTooManyLiveTasksContentApplicationJsonErrorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["RateLimitedOrTooManyLiveDagsOrTooManyLiveTasks"]["content"]["application/json"]["error"]["code"]> = ["rate_limited", "too_many_live_dags", "too_many_live_tasks"];
 export const componentsResponsesRateLimitedOrTooManySchedulesContentApplicationJsonErrorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["RateLimitedOrTooManySchedules"]["content"]["application/json"]["error"]["code"]> = ["rate_limited", "too_many_schedules"];
+export const componentsResponsesRateLimitedOrTooManyStreamsContentApplicationJsonErrorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["RateLimitedOrTooManyStreams"]["content"]["application/json"]["error"]["code"]> = ["rate_limited", "too_many_streams"];
 export const componentsResponsesRateLimited_SeedOverloadedOrTooManyLiveDagsOrTooManyLiveTasksContentApplicationJsonOneOf0ErrorCodeValues: ReadonlyArray<Extract<Extract<FlattenedDeepRequired<components>["responses"]["RateLimited_SeedOverloadedOrTooManyLiveDagsOrTooManyLiveTasks"]["content"]["application/json"], {
     error: unknown;
 }>["error"], {
@@ -3263,6 +3340,14 @@ export const componentsResponsesRateLimited_SeedOverloadedOrTooManyLiveDagsOrToo
 export const componentsResponsesRateLimited_SeedOverloadedOrTooManyLiveDagsOrTooManyLiveTasksContentApplicationJsonOneOf1CodeValues: ReadonlyArray<Extract<FlattenedDeepRequired<components>["responses"]["RateLimited_SeedOverloadedOrTooManyLiveDagsOrTooManyLiveTasks"]["content"]["application/json"], {
     code: unknown;
 }>["code"]> = ["overloaded", "too_many_live_dags", "too_many_live_tasks"];
+export const componentsResponsesRateLimited_SeedTooManyStreamsContentApplicationJsonOneOf0ErrorCodeValues: ReadonlyArray<Extract<Extract<FlattenedDeepRequired<components>["responses"]["RateLimited_SeedTooManyStreams"]["content"]["application/json"], {
+    error: unknown;
+}>["error"], {
+    code: unknown;
+}>["code"]> = ["rate_limited"];
+export const componentsResponsesRateLimited_SeedTooManyStreamsContentApplicationJsonOneOf1CodeValues: ReadonlyArray<Extract<FlattenedDeepRequired<components>["responses"]["RateLimited_SeedTooManyStreams"]["content"]["application/json"], {
+    code: unknown;
+}>["code"]> = ["too_many_streams"];
 export const componentsResponsesSeedBadRequestOrCycleOrInvalidDagOrParseErrorOrTooManyTasksContentApplicationJsonCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["SeedBadRequestOrCycleOrInvalidDagOrParseErrorOrTooManyTasks"]["content"]["application/json"]["code"]> = ["bad_request", "cycle", "invalid_dag", "parse_error", "too_many_tasks"];
 export const componentsResponsesSeedBodyTooLargeOrDagTooLargeContentApplicationJsonCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["SeedBodyTooLargeOrDagTooLarge"]["content"]["application/json"]["code"]> = ["body_too_large", "dag_too_large"];
 export const componentsResponsesSeedConflictContentApplicationJsonCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["SeedConflict"]["content"]["application/json"]["code"]> = ["conflict"];
@@ -3271,10 +3356,12 @@ export const componentsResponsesSeedNotFoundContentApplicationJsonCodeValues: Re
 export const componentsResponsesSeedNotLeaderOrUnavailableContentApplicationJsonCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["SeedNotLeaderOrUnavailable"]["content"]["application/json"]["code"]> = ["not_leader", "unavailable"];
 export const componentsResponsesSeedStorageFullContentApplicationJsonCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["SeedStorageFull"]["content"]["application/json"]["code"]> = ["storage_full"];
 export const componentsResponsesSeedTimeoutContentApplicationJsonCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["SeedTimeout"]["content"]["application/json"]["code"]> = ["timeout"];
+export const componentsResponsesSeedTooManyStreamsOrUnavailableContentApplicationJsonCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["SeedTooManyStreamsOrUnavailable"]["content"]["application/json"]["code"]> = ["too_many_streams", "unavailable"];
 export const componentsResponsesSeedUnavailableContentApplicationJsonCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["SeedUnavailable"]["content"]["application/json"]["code"]> = ["unavailable"];
 export const componentsResponsesSeedUnreachableContentApplicationJsonCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["SeedUnreachable"]["content"]["application/json"]["code"]> = ["unreachable"];
 export const componentsResponsesStorageFullContentApplicationJsonErrorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["StorageFull"]["content"]["application/json"]["error"]["code"]> = ["storage_full"];
 export const componentsResponsesTimeoutContentApplicationJsonErrorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["Timeout"]["content"]["application/json"]["error"]["code"]> = ["timeout"];
+export const componentsResponsesTooManyStreamsOrUnavailableContentApplicationJsonErrorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["TooManyStreamsOrUnavailable"]["content"]["application/json"]["error"]["code"]> = ["too_many_streams", "unavailable"];
 export const componentsResponsesUnauthorizedContentApplicationJsonErrorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["Unauthorized"]["content"]["application/json"]["error"]["code"]> = ["unauthorized"];
 export const componentsResponsesUnavailableContentApplicationJsonErrorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["Unavailable"]["content"]["application/json"]["error"]["code"]> = ["unavailable"];
 export const componentsResponsesUnreachableContentApplicationJsonErrorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["Unreachable"]["content"]["application/json"]["error"]["code"]> = ["unreachable"];
