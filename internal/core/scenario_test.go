@@ -2,6 +2,7 @@ package core
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -42,6 +43,11 @@ import (
 //	    a                             id
 //	    b deps=a,c prio=1 retries=2   dependencies, priority, max_retries
 //	    c pool=gpu sel=(zone=a,...)   required labels
+//	    d rule=one_failed cont        trigger rule, continue_on_failure
+//	    e deps=a when: <expression>   a condition: the rest of the line
+//	    on_exit [retries=N] [when: ...]  a handler (on_success, on_failure, on_exit)
+//	    notify on=(failed,...) [retries=N]  a notification to http://hook.test/
+//	                                   (its number is its order)
 //	commit [n=K]                    commit the oldest K proposals (all by
 //	                                default) in one transaction (one
 //	                                revision), JSON round-trip and apply them;
@@ -71,6 +77,12 @@ import (
 //	adopt w1 d1/a#1                 a worker's hello lists an attempt (Adopt's
 //	                                verdict is printed)
 //	state                           Dump()
+//	drive [fail=(a,b,...)]          run everything to its end, quietly:
+//	                                every attempt succeeds but those of the
+//	                                tasks listed, which fail; it prints the
+//	                                dispatches of handlers and notifications
+//	statuses d1 [d2 ...]            each DAG's status and its tasks' on one
+//	                                line (a skipped one with its reason)
 //	workers                         each worker's slots and busy count
 //	waiting                         each ready task's wait reason on the
 //	                                leader, then on the standby, and the pools
@@ -112,6 +124,8 @@ type harness struct {
 	shown   int      // proposals in the outbox already printed
 	out     strings.Builder
 	started bool
+	quiet   bool            // drive: print nothing
+	sent    []model.Attempt // drive: attempts dispatched and not yet reported
 }
 
 func newHarness(t *testing.T, cfg Config) *harness {
@@ -122,6 +136,9 @@ func newHarness(t *testing.T, cfg Config) *harness {
 }
 
 func (h *harness) printf(format string, args ...any) {
+	if h.quiet {
+		return
+	}
 	fmt.Fprintf(&h.out, format, args...)
 }
 
@@ -237,6 +254,12 @@ func (h *harness) run(td *datadriven.TestData) string {
 		}
 	case "state":
 		h.printf("%s", h.c.Dump())
+	case "drive":
+		h.drive(td)
+	case "statuses":
+		for _, a := range td.CmdArgs {
+			h.statuses(a.Key)
+		}
 	case "workers":
 		for _, w := range h.c.Workers() {
 			h.printf("%s slots=%d busy=%d", w.ID, w.Slots, w.Busy)
@@ -285,10 +308,80 @@ func (h *harness) flush(indent string) {
 	h.shown = len(h.c.outbox)
 	for _, ef := range h.c.TakeEffects() {
 		h.printf("%seffect: %s\n", indent, fmtEffect(ef))
-		if ef.Kind == EffectTimer {
+		switch ef.Kind {
+		case EffectTimer:
 			h.timers = append(h.timers, ef)
+		case EffectDispatch:
+			h.sent = append(h.sent, ef.Attempt)
 		}
 	}
+}
+
+// drive runs the DAGs to their end quietly: it dispatches, commits, and
+// reports every attempt sent as succeeded, or failed for the tasks listed,
+// until nothing is left to do.
+func (h *harness) drive(td *datadriven.TestData) {
+	var fail []string
+	if td.HasArg("fail") {
+		td.ScanArgs(h.t, "fail", &fail)
+	}
+	h.quiet = true
+	var hooks []string // the dispatches of handlers and notifications, printed
+	defer func() {
+		h.quiet = false
+		for _, l := range hooks {
+			h.printf("%s\n", l)
+		}
+	}()
+	h.sent = nil
+	for round := 0; round < 1000; round++ {
+		h.c.Schedule(h.now)
+		h.flush("")
+		if len(h.c.outbox) == 0 && len(h.sent) == 0 {
+			return
+		}
+		h.commit(0)
+		sent := h.sent
+		h.sent = nil
+		for _, a := range sent {
+			if ef := (Effect{Kind: EffectDispatch, Worker: h.workerOf(a.AttemptID), Attempt: a}); a.Spec.Env[EnvDAGStatus] != "" || a.Spec.Body != "" {
+				hooks = append(hooks, fmtEffect(ef))
+			}
+			out := model.Succeeded
+			if slices.Contains(fail, a.Task) {
+				out = model.Failed
+			}
+			h.c.Report(model.Result{AttemptID: a.AttemptID, Worker: h.workerOf(a.AttemptID), Outcome: out,
+				StartedAt: h.now, FinishedAt: h.now}, h.now)
+		}
+		h.flush("")
+	}
+	td.Fatalf(h.t, "drive: still busy after 1000 rounds\n%s", h.c.Dump())
+}
+
+// workerOf is the worker an attempt was dispatched to.
+func (h *harness) workerOf(id model.AttemptID) string {
+	if t := h.c.lookup(id.DAG, id.Task); t != nil && t.rec != nil {
+		return t.rec.Worker
+	}
+	return ""
+}
+
+// statuses prints a DAG's status and each task's, on one line.
+func (h *harness) statuses(id string) {
+	v, ok := h.c.DAG(id)
+	if !ok {
+		h.printf("no DAG %s\n", id)
+		return
+	}
+	h.printf("%s %s:", id, v.Status)
+	for _, t := range v.Tasks {
+		h.printf(" %s=%s", t.ID, t.Status)
+		if t.Status == Skipped {
+			h.printf("(%s)", t.Event)
+		}
+	}
+	h.printf("\n")
 }
 
 func (h *harness) durArg(td *datadriven.TestData, key string) time.Duration {
@@ -340,14 +433,37 @@ func (h *harness) submit(td *datadriven.TestData) {
 		if strings.TrimSpace(line) == "" {
 			continue
 		}
+		line, when, _ := strings.Cut(line, " when: ")
 		tid, args, err := datadriven.ParseLine(line)
 		if err != nil {
 			td.Fatalf(h.t, "%v", err)
 		}
-		tk := model.Task{ID: tid, Kind: model.KindNoop, Timeout: model.Duration(time.Minute)}
+		if tid == "notify" {
+			n := model.Notification{URL: "http://hook.test/", Timeout: model.Duration(time.Minute)}
+			for _, a := range args {
+				switch a.Key {
+				case "on":
+					n.On = a.Vals
+				case "retries":
+					n.MaxRetries, err = strconv.Atoi(a.Vals[0])
+				default:
+					td.Fatalf(h.t, "notify: unknown key %s", a.Key)
+				}
+				if err != nil {
+					td.Fatalf(h.t, "notify: %s: %v", a.Key, err)
+				}
+			}
+			spec.Notify = append(spec.Notify, n)
+			continue
+		}
+		tk := model.Task{ID: tid, Kind: model.KindNoop, Timeout: model.Duration(time.Minute), When: when}
 		for _, a := range args {
-			if a.Key == "sel" {
+			switch a.Key {
+			case "sel":
 				tk.Selector = parseLabelVals(td, h.t, a.Vals)
+				continue
+			case "cont":
+				tk.ContinueOnFailure = true
 				continue
 			}
 			if len(a.Vals) != 1 {
@@ -363,6 +479,8 @@ func (h *harness) submit(td *datadriven.TestData) {
 				tk.MaxRetries, err = strconv.Atoi(v)
 			case "pool":
 				tk.Pool = v
+			case "rule":
+				tk.TriggerRule = model.TriggerRule(v)
 			default:
 				td.Fatalf(h.t, "task %s: unknown key %s", tid, a.Key)
 			}
@@ -370,7 +488,16 @@ func (h *harness) submit(td *datadriven.TestData) {
 				td.Fatalf(h.t, "task %s: %s: %v", tid, a.Key, err)
 			}
 		}
-		spec.Tasks = append(spec.Tasks, tk)
+		switch tid {
+		case model.OnSuccessID:
+			spec.OnSuccess = &tk
+		case model.OnFailureID:
+			spec.OnFailure = &tk
+		case model.OnExitID:
+			spec.OnExit = &tk
+		default:
+			spec.Tasks = append(spec.Tasks, tk)
+		}
 	}
 	spec.Normalize()
 	if err := dag.Validate(spec, dag.Limits{}); err != nil {
@@ -549,7 +676,15 @@ func timerName(k TimerKind) string {
 func fmtEffect(ef Effect) string {
 	switch ef.Kind {
 	case EffectDispatch:
-		return fmt.Sprintf("dispatch %s to %s", ef.Attempt.AttemptID, ef.Worker)
+		s := fmt.Sprintf("dispatch %s to %s", ef.Attempt.AttemptID, ef.Worker)
+		if v, ok := ef.Attempt.Spec.Env[EnvDAGStatus]; ok {
+			s += fmt.Sprintf(" %s=%s %s=%s %s=%s", EnvDAGStatus, v, EnvFailedTasks, ef.Attempt.Spec.Env[EnvFailedTasks],
+				EnvFailedCount, ef.Attempt.Spec.Env[EnvFailedCount])
+		}
+		if k := ef.Attempt.Spec.Headers["Idempotency-Key"]; k != "" {
+			s += fmt.Sprintf(" key=%s body=%s", k, ef.Attempt.Spec.Body)
+		}
+		return s
 	case EffectCancel:
 		return fmt.Sprintf("cancel %s on %s", ef.ID, ef.Worker)
 	case EffectTimer:
@@ -566,6 +701,9 @@ func fmtEntry(e *Entry) string {
 		fmt.Fprintf(&b, "delete dag %s", e.DAG)
 	case e.D != nil:
 		fmt.Fprintf(&b, "dag %s %s run=%d", e.DAG, e.D.Status, e.D.Run)
+		if e.D.CancelRequested {
+			b.WriteString(" cancel_requested")
+		}
 	case e.T != nil:
 		r := e.T
 		fmt.Fprintf(&b, "%s/%s %s", e.DAG, e.Task, r.Status)
