@@ -28,13 +28,21 @@ func (d *dagRun) summary() DAGSummary {
 		}
 	}
 	return DAGSummary{ID: d.id, Name: d.rec.Name, Status: d.rec.Status, Run: d.rec.Run,
-		SubmittedAt: d.rec.SubmittedAt, FinishedAt: d.rec.FinishedAt, TaskCount: len(d.tasks), Counts: counts}
+		SubmittedAt: d.rec.SubmittedAt, FinishedAt: d.rec.FinishedAt, TaskCount: len(d.tasks), Counts: counts,
+		CancelRequested: d.rec.CancelRequested}
 }
+
+// roleNames are the roles as the API spells them (TaskView.Role).
+var roleNames = [numRoles]string{roleTask: "task", roleHandler: "handler", roleNotify: "notification"}
 
 func (t *task) view() TaskView {
 	s := t.spec()
 	v := TaskView{ID: s.ID, Kind: s.Kind, Status: t.status, Attempts: t.attempt(), Retries: t.retries(),
-		MaxRetries: s.MaxRetries, Priority: s.Priority, DependsOn: s.DependsOn, Spec: *s}
+		MaxRetries: s.MaxRetries, Priority: s.Priority, DependsOn: s.DependsOn, Spec: *s,
+		TriggerRule: s.Rule(), When: s.When, Role: roleNames[t.dag.role(t.idx)]}
+	if t.status == Skipped && t.rec != nil {
+		v.Skipped = t.rec.Event
+	}
 	if v.DependsOn == nil {
 		v.DependsOn = []string{}
 	}
