@@ -10,6 +10,7 @@ export const TASK_STATUSES = [
   "failed",
   "upstream_failed",
   "cancelled",
+  "skipped",
 ] as const;
 export type TaskStatus = (typeof TASK_STATUSES)[number];
 export type DAGStatus = "running" | "succeeded" | "failed" | "cancelled";
@@ -23,6 +24,8 @@ export interface DAGSummary {
   finished_at?: string;
   task_count: number;
   counts: Record<string, number>;
+  /** A cancel was asked for a DAG with handlers or notifications: its tasks are cancelled, then those run. */
+  cancel_requested?: boolean;
 }
 
 export interface ListResponse {
@@ -60,6 +63,9 @@ export interface TaskSpec {
   timeout: string;
   pool?: string;
   selector?: Record<string, string>;
+  trigger_rule?: string;
+  when?: string;
+  continue_on_failure?: boolean;
 }
 
 export interface TaskView {
@@ -84,6 +90,12 @@ export interface TaskView {
   cause?: string;
   /** Why a ready task is not running yet: a DAG or pool limit, or no worker with its labels. */
   waiting?: string;
+  /** The rule it runs by (all_success by default), its condition, and what it is. */
+  trigger_rule: string;
+  when?: string;
+  role: "task" | "handler" | "notification";
+  /** Why a skipped task was: condition, trigger_rule or not_needed. */
+  skipped?: string;
   history?: AttemptSummary[];
   spec: TaskSpec;
   revision?: number;
