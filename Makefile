@@ -10,7 +10,7 @@ RACE_PKGS := ./internal/engine/... ./internal/worker/executor/... ./internal/htt
              ./internal/store/... ./internal/http/demo/... ./internal/schedule/firer/...
 # Pure packages run without it (the randomized core test is CPU-heavy).
 PURE_PKGS := ./internal/model/... ./internal/jsonguard/... ./internal/expr/... ./internal/http/apitypes/... ./internal/core/... ./internal/dag/... ./internal/schedule ./internal/metrics/... ./internal/tools/bench/... \
-             ./internal/http/console/... ./internal/tools/procfs/...
+             ./internal/http/console/... ./internal/tools/procfs/... ./internal/http/openapi/...
 
 # The web console (internal/http/console/web, TypeScript) is built into
 # internal/http/console/dist, which go:embed takes into the binary. `make build`
@@ -24,7 +24,7 @@ CONSOLE_SRC  := $(wildcard $(CONSOLE_WEB)/src/*) $(CONSOLE_WEB)/index.html $(CON
 HAVE_NPM     := $(shell command -v $(NPM) 2>/dev/null)
 
 .PHONY: all build run test deps test-fuzz fuzz test-unit test-race test-e2e drills bench lint fmt clean cluster cluster-down cluster-status \
-        chart-test chart-manifests console test-console kube-up kube-test kube-down kube-build
+        chart-test chart-manifests console test-console kube-up kube-test kube-down kube-build openapi openapi-check
 
 all: build
 
@@ -34,7 +34,7 @@ build: $(if $(HAVE_NPM),console)
 run: build
 	$(BIN) server --config config/orion.yaml
 
-test: deps lint test-unit test-race test-fuzz test-e2e chart-test test-console
+test: deps lint openapi-check test-unit test-race test-fuzz test-e2e chart-test test-console
 
 # What make test needs beyond Go (.ci/run installs it on a fresh machine):
 # command:Debian package.
@@ -183,6 +183,18 @@ $(CONSOLE_WEB)/node_modules/.package-lock.json: $(CONSOLE_WEB)/package.json $(CO
 
 $(CONSOLE_DIST): $(CONSOLE_WEB)/node_modules/.package-lock.json $(CONSOLE_SRC)
 	cd $(CONSOLE_WEB) && $(NPM) run build
+
+# The API's contract: internal/http/openapi/openapi.json is generated from the
+# Go wire types and the route table (internal/http/openapi/contract), the
+# console's TypeScript types (src/api.gen.ts) from it. `make openapi`
+# regenerates both; make test fails until they are in step (the document in
+# test-unit, the TypeScript here).
+openapi: $(CONSOLE_WEB)/node_modules/.package-lock.json
+	$(GO) test -count=1 -run '^TestDocumentUpToDate$$' ./internal/http/openapi/contract -update
+	cd $(CONSOLE_WEB) && $(NPM) run --silent gen
+
+openapi-check: $(CONSOLE_WEB)/node_modules/.package-lock.json
+	cd $(CONSOLE_WEB) && $(NPM) run --silent gen:check
 
 # Browser tests of the console: the real binary and Debian's chromium
 # (/usr/bin/chromium; CHROMIUM=... to use another), through playwright-core.

@@ -38,15 +38,17 @@ clients, (c) a chain of noop tasks (ms per step), (d) a chain of
 --shell-chain shell tasks running ` + "`true`" + `, next to the floor measured in the
 same run (this process running /bin/sh -c true as many times in a row),
 with Orion's own CPU per step (the process's, the task processes
-excluded), (e) memory and etcd space per retained task, (f) dispatch
-latency ready → start at a fixed offered load.
+excluded), (e) memory and etcd space per retained task, (f) the cost of
+one output round trip: a shell chain whose every step publishes an output
+the next one reads, against plain shell chains before and after it, (g)
+dispatch latency ready → start at a fixed offered load.
 
 With --server (and --etcd-endpoints) bench measures a RUNNING cluster
 instead: (a) on the cluster's own members (keys under /orion-bench/,
 deleted after), then (b), (c), (d) (the floor runs here: it means
 something when the workers run on this host; CPU is read from each
-replica's and etcd member's /metrics; workers serve none) and the etcd
-space of (e). The workers' slots bound how many noop
+replica's and etcd member's /metrics; workers serve none), the etcd
+space of (e), and (f). The workers' slots bound how many noop
 attempts are in flight; bench prints them. The DAGs it submits stay in the
 cluster (ids bench-<time>-*).
 

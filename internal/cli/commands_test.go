@@ -31,7 +31,7 @@ func TestEveryCommandKeepsItsFlags(t *testing.T) {
 			"takeover-timeout", "settle-timeout", "restart-timeout", "json", "fault", "stop-for", "member"},
 		"bench": {"tasks", "dag-size", "chain", "shell-chain", "rate", "latency-for", "etcd-for", "slots", "data-dir", "etcd-client-url",
 			"etcd-peer-url", "server", "etcd-endpoints", "submitters", "timeout", "json", "token"},
-		"submit": {"server", "token", "output"},
+		"submit": {"server", "token", "output", "param"},
 	} {
 		cmd, _, err := root.Find(strings.Fields(path))
 		if err != nil || cmd.Name() != strings.Fields(path)[len(strings.Fields(path))-1] {

@@ -112,7 +112,17 @@ func (f *fakeServer) submit(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.submits = append(f.submits, submission{ct, body})
-	d, err := dag.Load(body, ct, dag.Limits{})
+	d, err := dag.Parse(body, ct)
+	if err == nil {
+		// As the API: ?param= sets declared params before validation.
+		d.Normalize()
+		var overrides map[string]string
+		if overrides, err = dag.ParseParamFlags(r.URL.Query()["param"]); err == nil {
+			if err = dag.Bind(d, overrides); err == nil {
+				err = dag.Validate(d, dag.Limits{})
+			}
+		}
+	}
 	if err != nil {
 		var ve *dag.ValidationError
 		if errors.As(err, &ve) {
@@ -161,6 +171,7 @@ func (f *fakeServer) add(d *model.DAG) *client.DAG {
 			DependsOn: []string{}, Spec: model.Task{Kind: model.KindHTTP, URL: n.URL, Method: n.Method},
 			TriggerRule: model.AllSuccess, Role: "notification"})
 	}
+	v.Params = d.Params
 	recount(v)
 	f.dags[d.ID], f.specs[d.ID], f.canonical[d.ID] = v, d, d.Canonical()
 	f.order = append(f.order, d.ID)

@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -20,7 +21,9 @@ ready task that waits for a worker with its labels, or for a DAG or pool
 limit, says so there ("waiting: ..."). A DAG with trigger rules, conditions,
 handlers or notifications gets a RULE column: the task's trigger rule (and
 "when" if it has a condition), or what a handler or notification is; a
-skipped task says why (condition, trigger_rule, not_needed).`,
+skipped task says why (condition, trigger_rule, not_needed). The DAG's
+parameters are listed with the values its runs use, and a scheduled run's
+tick and data interval. 'orion get task' shows a task's outputs.`,
 		Example: `  orion get dag 20260102-150405-a1b2c3
   orion get dag nightly-etl -o json`,
 		Args: cobra.ExactArgs(1),
@@ -50,8 +53,18 @@ skipped task says why (condition, trigger_rule, not_needed).`,
 			row(hw, "Finished:", formatTime(d.FinishedAt))
 			row(hw, "Duration:", dagDuration(&d.DAGSummary))
 			row(hw, "Tasks:", fmt.Sprintf("%d (%s)", len(d.Tasks), formatCounts(d.Counts)))
+			if s := d.Scheduled; s != nil {
+				row(hw, "Scheduled:", fmt.Sprintf("%s, tick %s (interval %s to %s)", s.Schedule,
+					s.Tick.UTC().Format(time.RFC3339), s.IntervalStart.UTC().Format(time.RFC3339), s.IntervalEnd.UTC().Format(time.RFC3339)))
+			}
 			if err := hw.Flush(); err != nil {
 				return err
+			}
+			if len(d.Params) > 0 {
+				fmt.Fprintln(out, "\nParams:")
+				if err := printValues(out, d.Params); err != nil {
+					return err
+				}
 			}
 			fmt.Fprintln(out)
 			tw := newTable(out)

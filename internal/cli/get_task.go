@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"sort"
@@ -17,7 +18,9 @@ func newGetTaskCmd() *cobra.Command {
 		Use:   "task DAG/TASK",
 		Short: "Show one task in detail",
 		Long: `Show one task: its spec, its latest attempt, the tail of its output and
-the history of earlier attempts. The task is named DAG/TASK or DAG TASK.`,
+the history of earlier attempts, and the outputs it published with its
+success (with -o json, as their JSON values). The task is named DAG/TASK or
+DAG TASK.`,
 		Example: `  orion get task 20260102-150405-a1b2c3/extract
   orion get task nightly-etl load -o json`,
 		Args: taskRefArgs,
@@ -123,6 +126,13 @@ func printTask(out io.Writer, dagID string, t *client.Task) error {
 		}
 	}
 
+	if len(t.Outputs) > 0 {
+		fmt.Fprintln(out, "\nOutputs:")
+		if err := printValues(out, t.Outputs); err != nil {
+			return err
+		}
+	}
+
 	fmt.Fprintln(out, "\nOutput (tail):")
 	if t.OutputTail == "" {
 		fmt.Fprintln(out, "  (none)")
@@ -132,6 +142,27 @@ func printTask(out io.Writer, dagID string, t *client.Task) error {
 		fmt.Fprintf(out, "  %s\n", line)
 	}
 	return nil
+}
+
+// printValues lists params or outputs, one per line, sorted by name: a
+// string as it is (a template renders it so), anything else as JSON, each
+// shortened to a line.
+func printValues(out io.Writer, values map[string]json.RawMessage) error {
+	names := make([]string, 0, len(values))
+	for k := range values {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	tw := newTable(out)
+	for _, k := range names {
+		v := string(values[k])
+		var s string
+		if json.Unmarshal(values[k], &s) == nil {
+			v = s
+		}
+		fmt.Fprintf(tw, "  %s\t%s\n", cell(k), cell(truncate(strings.ReplaceAll(v, "\n", `\n`), 200)))
+	}
+	return tw.Flush()
 }
 
 // specLines are the kind-specific fields of a task spec worth showing.

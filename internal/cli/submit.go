@@ -30,6 +30,7 @@ func newSubmitCmd() *cobra.Command {
 		id      string
 		wait    bool
 		timeout time.Duration
+		params  []string
 	)
 	cmd := &cobra.Command{
 		Use:   "submit -f FILE",
@@ -47,6 +48,13 @@ idempotent, so the CLI can safely repeat it when the server is briefly
 unavailable; submitting the same id and content again reports the existing
 DAG instead of creating a second one.
 
+-p name=value sets a parameter the DAG declares (params:), once per
+parameter. The value is a string when the parameter's default is one (so
+-p version=1.10 stays "1.10"); otherwise it is read as JSON when it parses
+as JSON (-p n=3, -p ok=true, -p 'parts=["a","b"]') and as a string when it
+does not (-p day=2026-11-27). Quote a JSON-looking value to keep it a
+string: -p 'n="3"'. A parameter declared without a default must be set.
+
 With --wait the command follows the DAG until it finishes, printing a line
 whenever the task counts change, then a table of the tasks. The exit code is
 0 if the DAG succeeded, 1 if it failed or was cancelled, and 2 on a usage,
@@ -56,6 +64,9 @@ validation or API error (or when --timeout expires).`,
 
   # Submit and wait for the outcome; the exit code tells success from failure
   orion submit -f etl.yaml --wait --timeout 30m
+
+  # Set the DAG's parameters
+  orion submit -f etl.yaml -p region=eu -p day=2026-11-27
 
   # Choose the id, so that re-running the command is harmless
   orion submit -f etl.json --id nightly-2026-01-02
@@ -74,17 +85,17 @@ validation or API error (or when --timeout expires).`,
 			}
 			if schedule.HasSchedule(raw, contentTypeOf(file, raw)) {
 				// A scheduled DAG: the file defines a schedule, not a run.
-				if id != "" || wait {
-					return fmt.Errorf("%s has a schedule: block: it creates or updates a schedule, which takes neither --id nor --wait", name)
+				if id != "" || wait || len(params) > 0 {
+					return fmt.Errorf("%s has a schedule: block: it creates or updates a schedule, which takes neither --id, --wait nor -p", name)
 				}
 				return putSchedule(cmd, raw, name, contentTypeOf(file, raw))
 			}
-			body, contentType, dagID, err := prepareSubmission(bytes.NewReader(raw), file, id)
+			body, contentType, dagID, err := prepareSubmission(bytes.NewReader(raw), file, id, params)
 			if err != nil {
 				return err
 			}
 			ctx := cmd.Context()
-			resp, err := c.Submit(ctx, body, contentType)
+			resp, err := c.Submit(ctx, body, contentType, params...)
 			if err != nil {
 				return err
 			}
@@ -130,13 +141,14 @@ validation or API error (or when --timeout expires).`,
 	f.StringVar(&id, "id", "", "DAG id to use instead of the file's (default: the file's, else a new one)")
 	f.BoolVar(&wait, "wait", false, "wait for the DAG to finish and print its tasks")
 	f.DurationVar(&timeout, "timeout", time.Hour, "with --wait: give up after this long (0: never)")
+	f.StringArrayVarP(&params, "param", "p", nil, "set a parameter the DAG declares, as name=value (repeat for each)")
 	_ = cmd.MarkFlagRequired("file")
 	return cmd
 }
 
 // prepareSubmission reads and checks the DAG and returns the body to send,
 // its content type and the DAG id it carries.
-func prepareSubmission(stdin io.Reader, file, idFlag string) (body []byte, contentType, id string, err error) {
+func prepareSubmission(stdin io.Reader, file, idFlag string, params []string) (body []byte, contentType, id string, err error) {
 	name := file
 	var raw []byte
 	if file == "-" {
@@ -163,7 +175,7 @@ func prepareSubmission(stdin io.Reader, file, idFlag string) (body []byte, conte
 	case d.ID == "":
 		d.ID = dag.NewID(time.Now())
 	}
-	if err := validateLocally(d); err != nil {
+	if err := validateLocally(d, params); err != nil {
 		return nil, "", "", fmt.Errorf("%s: %w", name, err)
 	}
 	if d.ID == fileID {
@@ -196,12 +208,20 @@ func contentTypeOf(file string, body []byte) string {
 	return "application/yaml"
 }
 
-// validateLocally runs the server's checks on a copy of d, except the task
-// count limit, which is the server's to configure.
-func validateLocally(d *model.DAG) error {
+// validateLocally runs the server's checks on a copy of d, with the
+// parameters -p sets, except the task count limit, which is the server's
+// to configure. The body is sent as written: the server binds the params.
+func validateLocally(d *model.DAG, params []string) error {
 	c := *d
 	c.Tasks = slices.Clone(d.Tasks)
 	c.Normalize()
+	overrides, err := dag.ParseParamFlags(params)
+	if err != nil {
+		return err
+	}
+	if err := dag.Bind(&c, overrides); err != nil {
+		return err
+	}
 	return dag.Validate(&c, dag.Limits{MaxTasks: math.MaxInt})
 }
 

@@ -360,9 +360,17 @@ func need(what, v string) error {
 // "application/yaml" (empty lets the server sniff). The call is retried
 // only when the body carries a DAG id, which makes a repeat harmless: the
 // server answers Created=false for the same id and content.
-func (c *Client) Submit(ctx context.Context, body []byte, contentType string) (SubmitResponse, error) {
+//
+// params are parameter overrides, each name=value (orion submit -p): the
+// server sets them on the DAG's declared params (?param=).
+func (c *Client) Submit(ctx context.Context, body []byte, contentType string, params ...string) (SubmitResponse, error) {
 	var out SubmitResponse
-	r := request{method: http.MethodPost, path: "/api/v1/dags", body: body, contentType: contentType,
+	path := "/api/v1/dags"
+	if len(params) > 0 {
+		q := url.Values{"param": params}
+		path += "?" + q.Encode()
+	}
+	r := request{method: http.MethodPost, path: path, body: body, contentType: contentType,
 		idempotent: hasID(body, contentType)}
 	if r.contentType == "" {
 		r.contentType = "application/octet-stream"

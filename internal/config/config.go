@@ -74,6 +74,7 @@ type Server struct {
 	PoolLimits           map[string]int `mapstructure:"-" json:"pool_limits,omitempty"`
 	MaxTasksPerDAG       int            `mapstructure:"max_tasks_per_dag" json:"max_tasks_per_dag"`
 	MaxBodyBytes         int64          `mapstructure:"max_body_bytes" json:"max_body_bytes"`
+	MaxOutputBytes       int            `mapstructure:"max_output_bytes" json:"max_output_bytes"`
 	RetryBase            time.Duration  `mapstructure:"retry_base" json:"retry_base"`
 	RetryCap             time.Duration  `mapstructure:"retry_cap" json:"retry_cap"`
 	OrphanGrace          time.Duration  `mapstructure:"orphan_grace" json:"orphan_grace"`
@@ -146,6 +147,7 @@ var serverFlags = []Flag{
 	{"pool-limits", "", "most running tasks per pool, as gpu=2,db=4 (a mapping in the config file); a pool absent or 0 has no limit"},
 	{"max-tasks-per-dag", 1000, "largest DAG accepted"},
 	{"max-body-bytes", int64(1 << 20), "largest request body accepted"},
+	{"max-output-bytes", model.DefaultMaxOutputBytes, "most a task's outputs may take, as JSON (names and values); over it the attempt fails. A task record holds them: etcd-max-request-bytes must leave room (checked at start)"},
 	{"retry-base", time.Second, "retry backoff base: retry n waits min(base*2^n, cap)"},
 	{"retry-cap", 30 * time.Second, "retry backoff cap"},
 	{"orphan-grace", 5 * time.Second, "how long a new leader waits for a worker to report a running attempt before re-queuing it (at least a worker's reconnect bound, 4.5s, or a live worker's task may run twice)"},
@@ -356,6 +358,9 @@ func (s Server) Validate() error {
 	}
 	if s.MaxConnsPerClient < 1 {
 		errs = append(errs, fmt.Errorf("max_conns_per_client %d: must be ≥ 1", s.MaxConnsPerClient))
+	}
+	if s.MaxOutputBytes < 1<<10 || s.MaxOutputBytes > model.MaxMaxOutputBytes {
+		errs = append(errs, fmt.Errorf("max_output_bytes %d: must be 1024 to %d", s.MaxOutputBytes, model.MaxMaxOutputBytes))
 	}
 	if s.EtcdMaxRequestBytes < 64<<10 {
 		errs = append(errs, fmt.Errorf("etcd_max_request_bytes %d: must be ≥ 65536 (etcd's default is 1572864)", s.EtcdMaxRequestBytes))

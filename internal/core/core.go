@@ -28,6 +28,9 @@ type Config struct {
 	// PoolLimits bounds the running tasks of each pool (tasks that require
 	// the label pool=<name>); a pool absent or at 0 has no bound.
 	PoolLimits map[string]int
+	// MaxOutputBytes bounds a task's outputs (model.CheckOutputs); default
+	// model.DefaultMaxOutputBytes. Attempts carry it to their workers.
+	MaxOutputBytes int
 }
 
 func (c Config) withDefaults() Config {
@@ -39,6 +42,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.OrphanGrace <= 0 {
 		c.OrphanGrace = 2 * time.Second
+	}
+	if c.MaxOutputBytes <= 0 {
+		c.MaxOutputBytes = model.DefaultMaxOutputBytes
 	}
 	return c
 }
@@ -115,6 +121,12 @@ type dagRun struct {
 	reserved   int32    // leader: dispatches proposed and not yet applied
 	classes    []*class // leader: the classes bound to this DAG's max_active_tasks
 	parked     bool     // leader: the store refused its record in flight (Poisoned)
+
+	// Leader caches of what templates read (exprenv.go), derived from
+	// committed records, never stored.
+	tpls    []*taskTemplates         // compiled templates by task, built at first dispatch
+	params  map[string]any           // the parameters, decoded
+	outputs map[int32]decodedOutputs // tasks' outputs, decoded
 }
 
 type task struct {

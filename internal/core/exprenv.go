@@ -1,28 +1,162 @@
 package core
 
-import "github.com/orion-sched/orion/internal/expr"
+import (
+	"encoding/json"
+
+	"github.com/orion-sched/orion/internal/expr"
+	"github.com/orion-sched/orion/internal/model"
+)
 
 // exprEnv builds what t's expressions read, from committed state only, so
-// that leader and standby, or a leader and its successor, read the same.
-//
-// This one serves conditions on the statuses of upstream tasks: it gives
-// the DAG's id and run and, for each task t's condition names, its status;
-// parameters and outputs are empty (issue 29's first part fills them).
+// that whoever evaluates them (the leader now, a new leader later) gets the
+// same value: the DAG's parameters, and the status and committed outputs of
+// the tasks t's templates and `when:` name (upstream of t: submission checks it), the
+// DAG's id and run, and a scheduled run's tick and interval. Only the named
+// tasks are looked up, so its cost does not grow with the DAG. Index is -1:
+// t is not a mapped instance.
 func (c *Core) exprEnv(t *task) expr.Env {
 	d := t.dag
-	env := expr.Env{
-		Params: map[string]any{},
-		Tasks:  map[string]any{},
-		Index:  -1,
-		DAG:    map[string]any{"id": d.id, "run": float64(d.rec.Run)},
-		Run:    map[string]any{},
-	}
+	env := expr.Env{Params: d.paramValues(), Index: -1,
+		DAG: map[string]any{"id": d.id, "run": d.rec.Run}, Run: d.rec.Scheduled.Env()}
+	tt := d.templates(t)
+	var cond []string // the tasks t's `when:` names, once it is compiled
 	if p := d.conds[t.idx]; p != nil {
-		for _, id := range p.Refs().Tasks {
+		cond = p.Refs().Tasks
+	}
+	if len(tt.tasks)+len(cond) > 0 {
+		env.Tasks = make(map[string]any, len(tt.tasks)+len(cond))
+		add := func(up *task) {
+			env.Tasks[up.id()] = map[string]any{"status": up.status.String(), "outputs": d.outputValues(up)}
+		}
+		for _, j := range tt.tasks {
+			add(&d.tasks[j])
+		}
+		for _, id := range cond {
 			if j, ok := d.index[id]; ok {
-				env.Tasks[id] = map[string]any{"status": d.tasks[j].status.String(), "outputs": map[string]any{}}
+				add(&d.tasks[j])
 			}
 		}
 	}
 	return env
+}
+
+// paramValues are the DAG's parameters decoded, once per DAG on the leader:
+// they are part of the submitted spec, which never changes under an id.
+func (d *dagRun) paramValues() map[string]any {
+	if d.params == nil {
+		d.params = d.rec.Params.Values()
+	}
+	return d.params
+}
+
+// outputValues are t's committed outputs decoded (an empty map before it
+// succeeded), kept while its record stays the same: a task read by many
+// dependants is decoded once.
+func (d *dagRun) outputValues(t *task) map[string]any {
+	if t.status != Succeeded || t.rec == nil || len(t.rec.Outputs) == 0 {
+		return map[string]any{}
+	}
+	if v, ok := d.outputs[t.idx]; ok && v.rec == t.rec {
+		return v.values
+	}
+	values := make(map[string]any, len(t.rec.Outputs))
+	for k, raw := range t.rec.Outputs {
+		var x any
+		if json.Unmarshal(raw, &x) == nil {
+			values[k] = x
+		}
+	}
+	if d.outputs == nil {
+		d.outputs = make(map[int32]decodedOutputs)
+	}
+	d.outputs[t.idx] = decodedOutputs{rec: t.rec, values: values}
+	return values
+}
+
+// decodedOutputs are a task's outputs decoded from one of its records.
+type decodedOutputs struct {
+	rec    *TaskRecord
+	values map[string]any
+}
+
+// taskTemplates are a task's compiled templates, the leader's cache: built
+// the first time the task is dispatched, never stored (a stored spec keeps
+// its templates as text).
+type taskTemplates struct {
+	fields []fieldTemplate
+	tasks  []int32 // the tasks the templates name, by index
+	err    string  // a template that does not compile (only a record written by hand has one)
+	// rendered is the spec rendered for attempt renderedFor, from its
+	// dispatch proposal to its effect.
+	rendered    *model.Task
+	renderedFor int
+}
+
+// fieldTemplate is one templated field: "command", "env.NAME", ...
+type fieldTemplate struct {
+	field string
+	tpl   *expr.Template
+}
+
+// noTemplates is the cache entry of a task without any template.
+var noTemplates = &taskTemplates{}
+
+// templates returns t's compiled templates.
+func (d *dagRun) templates(t *task) *taskTemplates {
+	if d.tpls == nil {
+		d.tpls = make([]*taskTemplates, len(d.tasks))
+	}
+	if tt := d.tpls[t.idx]; tt != nil {
+		return tt
+	}
+	tt := compileTemplates(d, t.spec())
+	d.tpls[t.idx] = tt
+	return tt
+}
+
+func compileTemplates(d *dagRun, s *model.Task) *taskTemplates {
+	var tt *taskTemplates
+	add := func(field, text string) {
+		if !expr.HasTemplate(text) {
+			return
+		}
+		if tt == nil {
+			tt = &taskTemplates{}
+		}
+		if tt.err != "" {
+			return
+		}
+		tpl, err := expr.ParseTemplate(text)
+		if err != nil {
+			tt.err = field + ": " + err.Error()
+			return
+		}
+		tt.fields = append(tt.fields, fieldTemplate{field: field, tpl: tpl})
+		for _, id := range tpl.Refs().Tasks {
+			if j, ok := d.index[id]; ok && !containsIdx(tt.tasks, j) {
+				tt.tasks = append(tt.tasks, j)
+			}
+		}
+	}
+	add("command", s.Command)
+	add("interpreter", s.Interpreter)
+	add("workdir", s.Workdir)
+	add("url", s.URL)
+	add("method", s.Method)
+	for _, k := range sortedNames(s.Env) {
+		add("env."+k, s.Env[k])
+	}
+	if tt == nil {
+		return noTemplates
+	}
+	return tt
+}
+
+func containsIdx(list []int32, j int32) bool {
+	for _, x := range list {
+		if x == j {
+			return true
+		}
+	}
+	return false
 }

@@ -33,10 +33,11 @@ func notifySpec(n *model.Notification, i int) model.Task {
 		ExpectStatus: 0}
 }
 
-// attemptSpec is what an attempt of t runs: its spec, completed for a
-// handler or a notification.
-func (c *Core) attemptSpec(t *task) model.Task {
-	s := *t.spec()
+// hookSpec completes s, the (rendered) spec an attempt of t runs, for a
+// handler or a notification, from committed state when the attempt is
+// sent; a task's spec is returned as it is.
+func (c *Core) hookSpec(t *task, spec *model.Task) model.Task {
+	s := *spec // spec may be t's stored spec: complete a copy
 	switch d := t.dag; d.role(t.idx) {
 	case roleHandler:
 		// Only a shell task reads its environment; the others carry it

@@ -301,7 +301,7 @@ func (c *Core) Adopt(workerID string, id model.AttemptID) Claim {
 		// and died (or was deposed) before the record committed: the
 		// worker runs it, so record its dispatch now instead of running
 		// the task again elsewhere.
-		c.proposeAttempt(t, w, id.Attempt, true, false)
+		c.proposeAttempt(t, w, id.Attempt, nil, true, false)
 	default:
 		c.stats.RefusedClaims[v]++
 		c.effects = append(c.effects, Effect{Kind: EffectCancel, Worker: workerID, ID: id})
@@ -622,6 +622,7 @@ func (c *Core) Report(r model.Result, now time.Time) Reported {
 	if !c.leader {
 		return 0
 	}
+	checkOutputs(&r, c.cfg.MaxOutputBytes)
 	c.releaseAttempt(r.AttemptID, r.Worker)
 	t := c.lookup(r.DAG, r.Task)
 	if t != nil && t.sentEarly(r.Attempt, r.Worker) {
@@ -703,6 +704,7 @@ func (c *Core) setResult(rec *TaskRecord, r model.Result) {
 	rec.FinishedAt = timePtr(finished)
 	rec.OutputTail = r.OutputTail
 	rec.Error = r.Error
+	rec.Outputs = r.Outputs // a success's (checkOutputs)
 	if r.ExitCode >= 0 {
 		ec := r.ExitCode
 		rec.ExitCode = &ec
@@ -863,7 +865,9 @@ func (c *Core) Schedule(now time.Time) int {
 				}
 			}
 			t.readyAt = now
-			c.proposeDispatch(t, w, false)
+			// Rendered once its dispatch is applied, right behind the
+			// success (render.go).
+			c.proposeDispatch(t, w, nil, false)
 			n++
 			continue
 		}
@@ -883,8 +887,12 @@ func (c *Core) Schedule(now time.Time) int {
 			}
 		}
 		cl.q.pop()
-		c.proposeDispatch(t, w, w.early && !c.earlyOff)
-		n++
+		if spec, err := c.attemptSpec(t); err != nil {
+			c.proposeRenderFailure(t, err)
+		} else {
+			c.proposeDispatch(t, w, spec, w.early && !c.earlyOff)
+			n++
+		}
 		if cl.head() != nil {
 			round.push(cl)
 		}
@@ -894,15 +902,22 @@ func (c *Core) Schedule(now time.Time) int {
 
 // proposeDispatch proposes that t's next attempt run on w, reserving one of
 // w's slots, and t's place under its limits, until the record is committed.
-// An early dispatch sends the attempt now (AllowEarly).
-func (c *Core) proposeDispatch(t *task, w *worker, early bool) {
-	c.proposeAttempt(t, w, t.attempt()+1, early, early)
+// An early dispatch sends the attempt now (AllowEarly). spec is the
+// attempt's rendered spec (attemptSpec), or nil to render it once the
+// dispatch is applied.
+func (c *Core) proposeDispatch(t *task, w *worker, spec *model.Task, early bool) {
+	if spec != nil && spec != t.spec() && !early {
+		// Kept for the dispatch effect, made once the record is applied.
+		tt := t.dag.templates(t)
+		tt.rendered, tt.renderedFor = spec, t.attempt()+1
+	}
+	c.proposeAttempt(t, w, t.attempt()+1, spec, early, early)
 }
 
 // proposeAttempt proposes the dispatch record of attempt on w. An early one
 // may take the attempt's success until sealed; send says the attempt must
-// be sent (it is not when a worker reported it running: Adopt).
-func (c *Core) proposeAttempt(t *task, w *worker, attempt int, early, send bool) {
+// be sent, with spec (it is not when a worker reported it running: Adopt).
+func (c *Core) proposeAttempt(t *task, w *worker, attempt int, spec *model.Task, early, send bool) {
 	rec := c.nextRecord(t)
 	c.keepHistory(t, rec)
 	rec.Status, rec.Event, rec.Outcome = Running, "dispatch", ""
@@ -926,19 +941,7 @@ func (c *Core) proposeAttempt(t *task, w *worker, attempt int, early, send bool)
 	w.attempts[id] = t
 	if send {
 		c.effects = append(c.effects, Effect{Kind: EffectDispatch, Worker: w.id, ReadyAt: t.readyAt,
-			Attempt: model.Attempt{AttemptID: id, Spec: c.attemptSpec(t)}})
-	}
-}
-
-// keepHistory adds t's latest attempt to the history of its next record,
-// which starts another.
-func (c *Core) keepHistory(t *task, rec *TaskRecord) {
-	if t.rec != nil && t.rec.Attempt > 0 {
-		// A fresh slice (the applied record keeps its own), of the
-		// attempts that proposeTask's bound keeps.
-		h := t.rec.History[max(0, len(t.rec.History)+1-model.HistoryKept):]
-		rec.History = append(append(make([]AttemptSummary, 0, len(h)+1), h...), summarize(t.rec))
-		rec.HistoryOmitted += len(t.rec.History) - len(h)
+			Attempt: model.Attempt{AttemptID: id, Spec: c.hookSpec(t, spec), MaxOutputBytes: c.cfg.MaxOutputBytes}})
 	}
 }
 
@@ -1023,13 +1026,24 @@ func (c *Core) afterTaskApplied(t *task, from Status, prev *TaskRecord) {
 				c.requeueOrphan(t, "worker "+rec.Worker+" is gone")
 				return
 			}
+			spec, err := c.attemptSpec(t)
+			if err != nil {
+				// Dispatched right behind its dependency's success, and
+				// rendered now that the success is applied: the attempt
+				// is not sent, its slot is free again.
+				if w == reserved {
+					w.busy--
+				}
+				c.failUnsent(t, err)
+				return
+			}
 			if w != reserved {
 				w.busy++ // the worker rejoined since the slot was reserved
 			}
 			id := t.attemptID()
 			w.attempts[id] = t
 			c.effects = append(c.effects, Effect{Kind: EffectDispatch, Worker: w.id, ReadyAt: t.readyAt,
-				Attempt: model.Attempt{AttemptID: id, Spec: c.attemptSpec(t)}})
+				Attempt: model.Attempt{AttemptID: id, Spec: c.hookSpec(t, spec), MaxOutputBytes: c.cfg.MaxOutputBytes}})
 		}
 	case Retrying:
 		c.armRetry(t)
@@ -1138,6 +1152,7 @@ func (c *Core) nextRecord(t *task) *TaskRecord {
 	rec.Run = t.dag.rec.Run
 	rec.Retries = t.retries()
 	rec.Cascade, rec.Cause = false, ""
+	rec.Outputs = nil // only a success carries outputs: its own
 	return &rec
 }
 

@@ -63,17 +63,34 @@ type TaskRecord struct {
 	// History, so that a task retried a hundred times rewrites a record
 	// of constant size, not one that grows with each attempt.
 	HistoryOmitted int `json:"history_omitted,omitempty"`
+	// Outputs are what the task published, committed with its success
+	// (so they survive failover as the success does) and read by the
+	// templates of the tasks downstream. Bounded by max_output_bytes.
+	Outputs model.Outputs `json:"outputs,omitempty"`
 }
 
-// MaxTaskRecordBytes is the most a task record encodes to, whatever its
-// text: the leader cuts every field that carries text it did not choose
-// (bound) to its model bound, and lists the last model.HistoryKept earlier
-// attempts. It holds with every character escaped as JSON's longest form
-// (\u0001 for a byte), and it is below the smallest record limit Orion
-// accepts (etcd_max_request_bytes ≥ 64 KiB, less the store's 4 KiB for key
-// and framing), so a task record never makes a transaction too large for
-// etcd; the store's tests check both.
+// MaxTaskRecordBytes is the most a task record without outputs encodes to,
+// whatever its text: the leader cuts every field that carries text it did
+// not choose (bound) to its model bound, and lists the last
+// model.HistoryKept earlier attempts. It holds with every character
+// escaped as JSON's longest form (\u0001 for a byte), and it is below the
+// smallest record limit Orion accepts (etcd_max_request_bytes ≥ 64 KiB,
+// less the store's 4 KiB for key and framing); the store's tests check
+// both. A success's outputs come on top: TaskRecordBound.
 const MaxTaskRecordBytes = 60 << 10
+
+// TaskRecordBound is the most a task record encodes to when outputs may
+// take maxOutputBytes (0: model.DefaultMaxOutputBytes): outputs are checked
+// where they enter (model.CheckOutputs) and written as counted there. A
+// replica refuses to start with an etcd_max_request_bytes whose record
+// limit is below it, so no task record can make a transaction too large
+// for etcd.
+func TaskRecordBound(maxOutputBytes int) int {
+	if maxOutputBytes <= 0 {
+		maxOutputBytes = model.DefaultMaxOutputBytes
+	}
+	return MaxTaskRecordBytes + len(`,"outputs":`) + maxOutputBytes
+}
 
 // AttemptSummary is one finished attempt kept in a task's history.
 type AttemptSummary struct {

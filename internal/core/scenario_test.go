@@ -1,6 +1,7 @@
 package core
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"sort"
@@ -25,7 +26,7 @@ import (
 //
 // The language (arguments in [brackets] are optional):
 //
-//	config [retry-base=1s] [retry-cap=30s] [orphan-grace=2s] [pool-limits=(gpu=2,...)]
+//	config [retry-base=1s] [retry-cap=30s] [orphan-grace=2s] [pool-limits=(gpu=2,...)] [max-output-bytes=N]
 //	    start over with an empty core using this policy (first command only)
 //	worker id=w1 [slots=1] [labels=(pool=gpu,...)] [early] [before]
 //	                                register (or resize, or relabel) a live worker;
@@ -39,7 +40,8 @@ import (
 //	                                and timers are lost; a new core (not yet
 //	                                leader, no workers) is built by applying
 //	                                the committed log
-//	submit id=d1 [max-active=N]     propose a DAG; one task per input line:
+//	submit id=d1 [max-active=N] [params=(region=eu,n=3,...)]
+//	                                propose a DAG; one task per input line:
 //	    a                             id
 //	    b deps=a,c prio=1 retries=2   dependencies, priority, max_retries
 //	    c pool=gpu sel=(zone=a,...)   required labels
@@ -48,6 +50,8 @@ import (
 //	    on_exit [retries=N] [when: ...]  a handler (on_success, on_failure, on_exit)
 //	    notify on=(failed,...) [retries=N]  a notification to http://hook.test/
 //	                                   (its number is its order)
+//	    f deps=a | echo {{ x }}       a shell task: its command after " | "
+//	                                   (param values read as -p reads them)
 //	commit [n=K]                    commit the oldest K proposals (all by
 //	                                default) in one transaction (one
 //	                                revision), JSON round-trip and apply them;
@@ -65,7 +69,9 @@ import (
 //	                                succeeded, 1 for failed, -1 otherwise);
 //	                                error-bytes and tail-bytes give it an error
 //	                                or output tail of N bytes (printed as
-//	                                their length)
+//	                                their length); input lines, if any, are
+//	                                its outputs as a task writes them
+//	                                (name=value lines or a JSON object)
 //	poison                          the store refuses the oldest proposal alone
 //	                                for its size (Poisoned): what the leader
 //	                                does, and the entry it proposes in its
@@ -156,6 +162,7 @@ func (h *harness) run(td *datadriven.TestData) string {
 		cfg.RetryBase = h.durArg(td, "retry-base")
 		cfg.RetryCap = h.durArg(td, "retry-cap")
 		cfg.OrphanGrace = h.durArg(td, "orphan-grace")
+		td.MaybeScanArgs(h.t, "max-output-bytes", &cfg.MaxOutputBytes)
 		if td.HasArg("pool-limits") {
 			var pairs []string
 			td.ScanArgs(h.t, "pool-limits", &pairs)
@@ -174,6 +181,9 @@ func (h *harness) run(td *datadriven.TestData) string {
 		h.printf("retry-base=%s retry-cap=%s orphan-grace=%s\n", c.RetryBase, c.RetryCap, c.OrphanGrace)
 		if len(c.PoolLimits) > 0 {
 			h.printf("pool-limits=%s\n", model.FormatLabels(limitsText(c.PoolLimits)))
+		}
+		if c.MaxOutputBytes != model.DefaultMaxOutputBytes {
+			h.printf("max-output-bytes=%d\n", c.MaxOutputBytes)
 		}
 	case "worker":
 		var id string
@@ -429,10 +439,20 @@ func (h *harness) submit(td *datadriven.TestData) {
 	td.ScanArgs(h.t, "id", &id)
 	spec := &model.DAG{ID: id, Name: id}
 	td.MaybeScanArgs(h.t, "max-active", &spec.MaxActiveTasks)
+	if td.HasArg("params") {
+		var pairs []string
+		td.ScanArgs(h.t, "params", &pairs)
+		spec.Params = model.Params{}
+		for _, p := range pairs {
+			k, v, _ := strings.Cut(p, "=")
+			spec.Params[k] = model.ParamValue(nil, v)
+		}
+	}
 	for _, line := range strings.Split(td.Input, "\n") {
 		if strings.TrimSpace(line) == "" {
 			continue
 		}
+		line, command, shell := strings.Cut(line, " | ")
 		line, when, _ := strings.Cut(line, " when: ")
 		tid, args, err := datadriven.ParseLine(line)
 		if err != nil {
@@ -457,6 +477,9 @@ func (h *harness) submit(td *datadriven.TestData) {
 			continue
 		}
 		tk := model.Task{ID: tid, Kind: model.KindNoop, Timeout: model.Duration(time.Minute), When: when}
+		if shell {
+			tk.Kind, tk.Command = model.KindShell, command
+		}
 		for _, a := range args {
 			switch a.Key {
 			case "sel":
@@ -603,6 +626,19 @@ func (h *harness) report(td *datadriven.TestData) {
 	if td.MaybeScanArgs(h.t, "tail-bytes", &n) {
 		r.OutputTail = strings.Repeat("o", n-1) + "O"
 	}
+	if strings.TrimSpace(td.Input) != "" {
+		// As a worker may send them: not checked (the leader checks). A
+		// JSON object is taken as it is, lines as ParseOutputs reads them.
+		var err error
+		if in := strings.TrimSpace(td.Input); in[0] == '{' {
+			err = json.Unmarshal([]byte(in), &r.Outputs)
+		} else {
+			r.Outputs, err = model.ParseOutputs([]byte(td.Input), model.MaxMaxOutputBytes)
+		}
+		if err != nil {
+			td.Fatalf(h.t, "outputs: %v", err)
+		}
+	}
 	switch h.c.Report(r, h.now) {
 	case ReportStale:
 		h.printf("stale result dropped\n")
@@ -684,6 +720,9 @@ func fmtEffect(ef Effect) string {
 		if k := ef.Attempt.Spec.Headers["Idempotency-Key"]; k != "" {
 			s += fmt.Sprintf(" key=%s body=%s", k, ef.Attempt.Spec.Body)
 		}
+		if ef.Attempt.Spec.Kind == model.KindShell {
+			s += fmt.Sprintf(" command=%q", ef.Attempt.Spec.Command)
+		}
 		return s
 	case EffectCancel:
 		return fmt.Sprintf("cancel %s on %s", ef.ID, ef.Worker)
@@ -728,7 +767,7 @@ func fmtEntry(e *Entry) string {
 			fmt.Fprintf(&b, " cascade cause=%s", r.Cause)
 		}
 		switch {
-		case len(r.Error) > 160 && !strings.HasPrefix(r.Error, "orion: "):
+		case len(r.Error) > 160 && !strings.HasPrefix(r.Error, "orion: ") && !strings.HasPrefix(r.Error, "cannot render"):
 			// Long errors are the scenarios' own (error-bytes), or cut:
 			// their size, and whether they were, say more.
 			fmt.Fprintf(&b, " error=<%d bytes%s>", len(r.Error), cutMark(r.Error))
@@ -751,6 +790,10 @@ func fmtEntry(e *Entry) string {
 		}
 		if r.HistoryOmitted > 0 {
 			fmt.Fprintf(&b, " history_omitted=%d", r.HistoryOmitted)
+		}
+		if len(r.Outputs) > 0 {
+			o, _ := json.Marshal(r.Outputs)
+			fmt.Fprintf(&b, " outputs=%s", o)
 		}
 	default:
 		fmt.Fprintf(&b, "%s/%s (no record)", e.DAG, e.Task)

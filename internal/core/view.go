@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/orion-sched/orion/internal/http/apitypes"
+	"github.com/orion-sched/orion/internal/model"
 )
 
 // The views are the API's JSON types (internal/http/apitypes declares them once)
@@ -50,6 +51,7 @@ func (t *task) view() TaskView {
 		v.Worker, v.StartedAt, v.FinishedAt, v.RetryAt = r.Worker, r.StartedAt, r.FinishedAt, r.RetryAt
 		v.ExitCode, v.Error, v.OutputTail, v.Event = r.ExitCode, r.Error, r.OutputTail, r.Event
 		v.Cascade, v.Cause = r.Cascade, r.Cause
+		v.Outputs = r.Outputs
 		for _, h := range r.History {
 			v.History = append(v.History, apitypes.Attempt(h))
 		}
@@ -88,7 +90,7 @@ func (c *Core) DAG(id string) (*DAGView, bool) {
 	if d == nil {
 		return nil, false
 	}
-	v := &DAGView{DAGSummary: d.summary(), Tasks: make([]TaskView, len(d.tasks))}
+	v := &DAGView{DAGSummary: d.summary(), Params: d.rec.Params, Scheduled: d.rec.Scheduled, Tasks: make([]TaskView, len(d.tasks))}
 	for i := range d.tasks {
 		v.Tasks[i] = d.tasks[i].view()
 		v.Tasks[i].Waiting = c.waitReason(&d.tasks[i])
@@ -158,6 +160,9 @@ func (c *Core) Dump() string {
 			}
 			if t.rec != nil {
 				fmt.Fprintf(&b, " event=%s worker=%s cascade=%v cause=%s history=%d", t.rec.Event, t.rec.Worker, t.rec.Cascade, t.rec.Cause, len(t.rec.History))
+				if len(t.rec.Outputs) > 0 {
+					fmt.Fprintf(&b, " outputs=%d", model.OutputsBytes(t.rec.Outputs))
+				}
 			}
 			b.WriteByte('\n')
 		}

@@ -6,15 +6,13 @@ import (
 	"github.com/orion-sched/orion/internal/model"
 )
 
-// Per-field limits. A shell command is one argument to `sh -c`, which the
-// kernel caps at 128 KiB (MAX_ARG_STRLEN); half of that leaves room for the
-// environment and says so before anything is stored, rather than failing
-// with "argument list too long" at run time.
+// Per-field limits (model's: the core checks rendered templates against
+// the same).
 const (
-	MaxCommandBytes = 64 << 10 // a shell task's command
-	MaxEnvBytes     = 64 << 10 // a task's environment: names, values and "=" together
-	MaxURLBytes     = 8 << 10  // an http task's URL
-	MaxPathBytes    = 4 << 10  // workdir and interpreter (PATH_MAX)
+	MaxCommandBytes = model.MaxCommandBytes // a shell task's command
+	MaxEnvBytes     = model.MaxEnvBytes     // a task's environment: names, values and "=" together
+	MaxURLBytes     = model.MaxURLBytes     // an http task's URL
+	MaxPathBytes    = model.MaxPathBytes    // workdir and interpreter (PATH_MAX)
 )
 
 // DefaultMaxDecodedBytes bounds the text of a DAG when Limits.MaxDecodedBytes

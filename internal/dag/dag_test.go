@@ -36,7 +36,7 @@ func asVE(t *testing.T, err error) *ValidationError {
 }
 
 func TestGoodFixtures(t *testing.T) {
-	for _, name := range []string{"etl.yaml", "seed-pipeline.yaml", "diamond.json", "mixed.yaml", "deploy-pipeline.yaml"} {
+	for _, name := range []string{"etl.yaml", "seed-pipeline.yaml", "diamond.json", "mixed.yaml", "etl-params.yaml", "deploy-pipeline.yaml"} {
 		t.Run(name, func(t *testing.T) {
 			d, err := ParseFile(filepath.Join(fixtures, name))
 			if err != nil {
@@ -155,6 +155,7 @@ func TestBadFixtures(t *testing.T) {
 		{"not-json.json", CodeParse, []string{"invalid JSON at line 1"}},
 		{"bad-when.yaml", CodeInvalid, []string{`task "b": when: tasks.c: task c is not upstream of this task`, `task "c": when: `}},
 		{"bad-trigger-rule.yaml", CodeInvalid, []string{`task "b": trigger_rule "any_success" is unknown`}},
+		{"bad-template.yaml", CodeInvalid, []string{`task "a": command: tasks.b is not upstream of a`, `task "b": command: "echo {{ params.region": a {{ without its }}`}},
 	}
 	seen := map[string]bool{}
 	for _, c := range cases {
@@ -842,6 +843,8 @@ func FuzzParseDecodersAgree(f *testing.F) {
 		`{"name":"n","tasks":[]} {}`,
 		`{"name":"n","tasks":[{"id":"a","depends_on":null,"dependencies":["b"],"type":"bash","command":"echo \"x\""}]}`,
 		`{"max_active_tasks":-1,"tasks":[{"fail":true,"expect_status":200.0}]}`,
+		`{"name":"n","params":{"a":1.50,"b":null,"c":[ 1, {"d":"\u00e9"} ],"a":"x"},"tasks":[{"id":"a","kind":"http","outputs":{"body":"b","json":{"x":".a[0]"}}}]}`,
+		`{"name":"n","params":null,"tasks":[{"id":"a","outputs":null}]}`,
 	} {
 		f.Add([]byte(s))
 	}

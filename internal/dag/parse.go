@@ -44,6 +44,8 @@ type rawDAG struct {
 	OnFailure *rawTask          `json:"on_failure" yaml:"on_failure"`
 	OnExit    *rawTask          `json:"on_exit" yaml:"on_exit"`
 	Notify    []rawNotification `json:"notify" yaml:"notify"`
+
+	Params model.Params `json:"params" yaml:"params"`
 }
 
 type rawTask struct {
@@ -78,6 +80,8 @@ type rawTask struct {
 	TriggerRule       string `json:"trigger_rule" yaml:"trigger_rule"`
 	When              string `json:"when" yaml:"when"`
 	ContinueOnFailure bool   `json:"continue_on_failure" yaml:"continue_on_failure"`
+
+	Outputs *model.HTTPOutputs `json:"outputs" yaml:"outputs"`
 }
 
 // rawNotification is a notify entry as written; MaxRetries is a pointer for
@@ -325,7 +329,7 @@ var seedTypes = map[string]struct {
 }
 
 func (r *rawDAG) toDAG() (*model.DAG, error) {
-	d := &model.DAG{ID: r.ID, Name: r.Name, Tasks: make([]model.Task, len(r.Tasks)), MaxActiveTasks: r.MaxActiveTasks}
+	d := &model.DAG{ID: r.ID, Name: r.Name, Tasks: make([]model.Task, len(r.Tasks)), MaxActiveTasks: r.MaxActiveTasks, Params: r.Params}
 	var p problems
 	for i := range r.Tasks {
 		d.Tasks[i] = r.Tasks[i].toTask(&p, taskLabel{i: i, id: r.Tasks[i].ID, name: r.Tasks[i].Name})
@@ -364,7 +368,7 @@ func (rt *rawTask) toTask(p *problems, label taskLabel) model.Task {
 		Duration: rt.Duration, Fail: rt.Fail,
 		DependsOn: rt.DependsOn, Priority: rt.Priority,
 		MaxRetries: model.DefaultMaxRetries, Timeout: rt.Timeout,
-		Pool: rt.Pool, Selector: rt.Selector,
+		Pool: rt.Pool, Selector: rt.Selector, Outputs: rt.Outputs,
 		TriggerRule: model.TriggerRule(rt.TriggerRule), When: rt.When, ContinueOnFailure: rt.ContinueOnFailure,
 	}
 	if rt.MaxRetries != nil {

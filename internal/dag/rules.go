@@ -42,7 +42,7 @@ func validateRules(p *problems, d *model.DAG, index map[string]int, limits Limit
 			if up == nil {
 				up = newUpstream(d, index)
 			}
-			checkWhen(p, label, t.When, func(id string) string {
+			checkWhen(p, d, label, t.When, func(id string) string {
 				j, ok := index[id]
 				switch {
 				case !ok:
@@ -71,7 +71,7 @@ func validateRules(p *problems, d *model.DAG, index map[string]int, limits Limit
 			p.addf("%s: trigger_rule: a handler runs by its field (on_success, on_failure or on_exit); give no trigger_rule", label)
 		}
 		if t.When != "" && !limits.Stored {
-			checkWhen(p, label, t.When, func(id string) string {
+			checkWhen(p, d, label, t.When, func(id string) string {
 				if _, ok := index[id]; !ok {
 					return "no task " + id + " in the DAG"
 				}
@@ -99,7 +99,7 @@ func checkRule(p *problems, label taskLabel, r model.TriggerRule) {
 
 // checkWhen compiles a condition and checks what it names: taskProblem says
 // what is wrong with a reference to a task ("" when nothing is).
-func checkWhen(p *problems, label taskLabel, src string, taskProblem func(id string) string) {
+func checkWhen(p *problems, d *model.DAG, label taskLabel, src string, taskProblem func(id string) string) {
 	prog, err := expr.Compile(src)
 	if err != nil {
 		p.addf("%s: when: %v", label, err)
@@ -107,8 +107,8 @@ func checkWhen(p *problems, label taskLabel, src string, taskProblem func(id str
 	}
 	refs := prog.Refs()
 	for _, name := range refs.Params {
-		if !declaredParam(name) {
-			p.addf("%s: when: params.%s: the DAG declares no parameter %q", label, name, name)
+		if _, ok := d.Params[name]; !ok {
+			p.addf("%s: when: params.%s is not declared (%s)", label, name, declaredList(d.Params))
 		}
 	}
 	for _, id := range refs.Tasks {
@@ -117,11 +117,6 @@ func checkWhen(p *problems, label taskLabel, src string, taskProblem func(id str
 		}
 	}
 }
-
-// declaredParam reports whether a condition may read params.name. DAG
-// parameters come with issue 29's first part (params:); until a DAG can
-// declare one, no name is.
-func declaredParam(string) bool { return false }
 
 // upstream computes, on demand and once per task, the set of tasks each
 // task transitively depends on.
@@ -166,7 +161,7 @@ func checkNotification(p *problems, label string, n *model.Notification, limits 
 	case !limits.Stored && len(n.URL) > MaxURLBytes:
 		p.addf("%s: url is %d bytes; the limit is %d", label, len(n.URL), MaxURLBytes)
 	}
-	if !httpMethods[n.Method] {
+	if !model.ValidHTTPMethod(n.Method) {
 		p.addf("%s: method %q is not supported (want GET, HEAD, POST, PUT, PATCH, DELETE or OPTIONS)", label, n.Method)
 	}
 	for j, s := range n.On {

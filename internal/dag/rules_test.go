@@ -134,7 +134,11 @@ func TestRulesValidation(t *testing.T) {
 		{"when reads an unknown task", `{"name":"x","tasks":[{"id":"a","when":"tasks.ghost.status == 'failed'"}]}`,
 			[]string{`task "a": when: tasks.ghost: no task ghost in the DAG`}},
 		{"when reads an undeclared parameter", `{"name":"x","tasks":[{"id":"a","when":"params.region == 'eu'"}]}`,
-			[]string{`task "a": when: params.region: the DAG declares no parameter "region"`}},
+			[]string{`task "a": when: params.region is not declared (it declares no params)`}},
+		{"handler template reads an unknown task", `{"name":"x","tasks":[{"id":"a"}],"on_exit":{"command":"echo {{ tasks.b.outputs.n }} {{ params.p }}"}}`,
+			[]string{`on_exit: command: tasks.b: there is no task "b"`, `on_exit: command: params.p is not declared`}},
+		{"notification url template", `{"name":"x","tasks":[{"id":"a"}],"notify":[{"url":"http://h/{{ params.p }}"}]}`,
+			[]string{`notify[0]: url: a notification's url is not a template`}},
 		{"when with a name expressions do not know", `{"name":"x","tasks":[{"id":"a","when":"env.HOME == ''"}]}`,
 			[]string{`task "a": when: unknown name env`}},
 		{"a task takes a handler's id", `{"name":"x","tasks":[{"id":"on_exit"}]}`,
@@ -169,6 +173,17 @@ func TestRulesValidation(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Conditions and handlers read what templates read: params, and the
+// outputs of tasks upstream (a handler: of any task).
+func TestRulesReadParamsAndOutputs(t *testing.T) {
+	body := `{"name":"x","params":{"env":"prod"},"tasks":[{"id":"a","command":"true"},` +
+		`{"id":"b","depends_on":["a"],"when":"params.env == 'prod' && tasks.a.outputs.changed == 'yes'"}],` +
+		`"on_exit":{"command":"echo {{ tasks.b.status }} {{ tasks.a.outputs.changed }} {{ params.env }}"}}`
+	if _, err := load(t, body, "application/json"); err != nil {
+		t.Fatal(err)
 	}
 }
 

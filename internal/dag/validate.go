@@ -4,12 +4,12 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"net/url"
 	"slices"
 	"sort"
 	"strings"
 	"time"
 
+	"github.com/orion-sched/orion/internal/expr"
 	"github.com/orion-sched/orion/internal/model"
 )
 
@@ -121,10 +121,6 @@ func alnum(c byte) bool {
 	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
 }
 
-var httpMethods = map[string]bool{
-	"GET": true, "HEAD": true, "POST": true, "PUT": true, "PATCH": true, "DELETE": true, "OPTIONS": true,
-}
-
 // Validate checks a normalized DAG and returns a *ValidationError listing
 // every problem, or nil. Call Normalize first: Validate does not modify d and
 // reports an empty kind, for instance, as an error.
@@ -162,6 +158,8 @@ func Validate(d *model.DAG, limits Limits) error {
 	if d.MaxActiveTasks < 0 || d.MaxActiveTasks > maxTasks {
 		p.addf("max_active_tasks %d is out of range: want 0 (no limit) to %d", d.MaxActiveTasks, maxTasks)
 	}
+
+	validateParams(&p, d, limits.Stored)
 
 	index := make(map[string]int, len(d.Tasks))
 	for i := range d.Tasks {
@@ -223,6 +221,12 @@ func Validate(d *model.DAG, limits Limits) error {
 		p.addf("%s", c)
 		p.cycles++
 	}
+	if !limits.Stored && p.cycles == 0 {
+		// Templates are compiled when they are submitted, not each time
+		// a replica decodes the record (the leader compiles its own copy
+		// when it first dispatches the task).
+		validateWorkflow(&p, d, index)
+	}
 	if err := p.err(CodeInvalid); err != nil {
 		return err
 	}
@@ -242,7 +246,7 @@ func validateTask(p *problems, label taskLabel, t *model.Task) {
 		if strings.ContainsRune(t.Command, 0) {
 			p.addf("%s: command contains a NUL byte", label)
 		}
-		if t.Interpreter != "" && strings.ContainsAny(t.Interpreter, " \t\r\n\x00") {
+		if t.Interpreter != "" && !expr.HasTemplate(t.Interpreter) && strings.ContainsAny(t.Interpreter, " \t\r\n\x00") {
 			p.addf("%s: interpreter %q must be a program name or path, without arguments", label, t.Interpreter)
 		}
 		for k, v := range t.Env {
@@ -307,12 +311,13 @@ func validateSelector(p *problems, label taskLabel, t *model.Task) {
 }
 
 func validateHTTP(p *problems, label taskLabel, t *model.Task) {
+	// A templated url or method is checked once rendered, at dispatch.
 	if strings.TrimSpace(t.URL) == "" {
 		p.addf("%s: http task needs a url", label)
-	} else if u, err := url.Parse(t.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+	} else if !expr.HasTemplate(t.URL) && !model.ValidHTTPURL(t.URL) {
 		p.addf("%s: url %q is invalid: want an absolute http:// or https:// URL", label, t.URL)
 	}
-	if !httpMethods[t.Method] {
+	if !model.ValidHTTPMethod(t.Method) && !expr.HasTemplate(t.Method) {
 		p.addf("%s: method %q is not supported (want GET, HEAD, POST, PUT, PATCH, DELETE or OPTIONS)", label, t.Method)
 	}
 	if t.ExpectStatus < 100 || t.ExpectStatus > 599 {

@@ -554,6 +554,7 @@ type fakeWorker struct {
 	silent       bool // never joins a new leader (it died, or hangs)
 	mu           sync.Mutex
 	running      []model.AttemptID // started, not finished or cancelled
+	sent         []model.Attempt   // every attempt started, as sent
 	totalStarted int
 	cancels      []model.AttemptID
 	unacked      []model.Result
@@ -600,6 +601,7 @@ func (w *fakeWorker) Start(a model.Attempt) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.running = append(w.running, a.AttemptID)
+	w.sent = append(w.sent, a)
 	w.totalStarted++
 	if st, ok := a.Spec.Env[core.EnvDAGStatus]; ok {
 		w.hooks = append(w.hooks, fmt.Sprintf("%s %s=%s %s=%s\n", a.AttemptID, core.EnvDAGStatus, st,

@@ -58,7 +58,9 @@ import (
 //	                            default), "c rule=all_done cont" (a trigger
 //	                            rule, continue_on_failure), "d when: <expr>" (a
 //	                            condition: the rest of the line); "on_exit"
-//	                            (a handler), "notify [on=(failed,...)]"
+//	                            (a handler), "notify [on=(failed,...)]";
+//	                            "c deps=b | echo {{ x }}" (a shell task: its
+//	                            command after " | ")
 //	cancel d1                   Cancel (async)
 //	hooks w1                    the attempts of handlers and notifications
 //	                            w1 was sent: the DAG's outcome in a handler's
@@ -106,11 +108,13 @@ import (
 //	close-watch                 every watch channel closes without a word
 //	advance 100ms               move the fake clock; due timers fire
 //	advance-until-leader 200ms  advance step by step until the engine leads
-//	finish w1 [outcome=failed] [tail-bytes=N] [error-bytes=N]
+//	finish w1 [outcome=failed] [tail-bytes=N] [error-bytes=N] [outputs=(k=v,...)]
 //	                            w1 reports every attempt it runs (and keeps
 //	                            each result until acknowledged; it sends them
 //	                            again when it rejoins a new leader), with an
-//	                            output tail or error of N bytes
+//	                            output tail or error of N bytes, and outputs
+//	sent w1                     every attempt w1 was sent, in order, with a
+//	                            shell task's command as rendered
 //	task D/T                    the store's record of a task: its status,
 //	                            attempt, error, and the sizes of its tail and
 //	                            history
@@ -430,10 +434,20 @@ func (h *engineHarness) run(td *datadriven.TestData) string {
 		outcome := model.Outcome(arg("outcome", string(model.Succeeded)))
 		tail, _ := strconv.Atoi(arg("tail-bytes", "0"))
 		errBytes, _ := strconv.Atoi(arg("error-bytes", "0"))
+		var outputs model.Outputs
+		if td.HasArg("outputs") {
+			var pairs []string
+			td.ScanArgs(h.t, "outputs", &pairs)
+			outputs = model.Outputs{}
+			for _, p := range pairs {
+				k, v, _ := strings.Cut(p, "=")
+				outputs[k] = model.ParamValue(nil, v)
+			}
+		}
 		var rs []model.Result
 		for _, a := range w.takeRunning() {
 			r := model.Result{AttemptID: a, Worker: w.id, Outcome: outcome, ExitCode: 0, StartedAt: h.clk.Now(), FinishedAt: h.clk.Now(),
-				OutputTail: strings.Repeat("o", tail), Error: strings.Repeat("e", errBytes)}
+				OutputTail: strings.Repeat("o", tail), Error: strings.Repeat("e", errBytes), Outputs: outputs}
 			if outcome != model.Succeeded {
 				r.ExitCode = 1
 			}
@@ -524,8 +538,29 @@ func (h *engineHarness) run(td *datadriven.TestData) string {
 			return "no record\n"
 		}
 		r := e.T
-		return fmt.Sprintf("%s attempt=%d event=%s error=%q tail=%d history=%d history_omitted=%d\n",
+		line := fmt.Sprintf("%s attempt=%d event=%s error=%q tail=%d history=%d history_omitted=%d",
 			r.Status, r.Attempt, r.Event, r.Error, len(r.OutputTail), len(r.History), r.HistoryOmitted)
+		if len(r.Outputs) > 0 {
+			o, _ := model.OutputValue(r.Outputs)
+			line += " outputs=" + string(o)
+		}
+		return line + "\n"
+	case "sent":
+		h.barrier()
+		h.mu.Lock()
+		w := h.ws[td.CmdArgs[0].Key]
+		h.mu.Unlock()
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		var b strings.Builder
+		for _, a := range w.sent {
+			fmt.Fprintf(&b, "%s", a.AttemptID)
+			if a.Spec.Kind == model.KindShell {
+				fmt.Fprintf(&b, " command=%q", a.Spec.Command)
+			}
+			b.WriteByte('\n')
+		}
+		return b.String()
 	case "poison":
 		h.barrier()
 		var b strings.Builder
@@ -967,6 +1002,7 @@ func (h *engineHarness) waitFor(what string, cond func() bool) {
 func (h *engineHarness) spec(id, input string) *model.DAG {
 	d := &model.DAG{ID: id, Name: id}
 	for _, line := range strings.Split(strings.TrimSpace(input), "\n") {
+		line, command, shell := strings.Cut(line, " | ")
 		f := strings.Fields(line)
 		if len(f) == 0 {
 			continue
@@ -984,6 +1020,9 @@ func (h *engineHarness) spec(id, input string) *model.DAG {
 			continue
 		}
 		t := model.Task{ID: f[0], Kind: model.KindNoop, MaxRetries: 1, When: when}
+		if shell {
+			t.Kind, t.Command = model.KindShell, command
+		}
 		for _, kv := range f[1:] {
 			if v, ok := strings.CutPrefix(kv, "deps="); ok {
 				t.DependsOn = strings.Split(v, ",")

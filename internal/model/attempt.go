@@ -25,6 +25,10 @@ type Attempt struct {
 	// reaches a shell task as ORION_LEADER_FENCE, so that a task, or a
 	// drill recording its runs, can tell which leader's term ran it.
 	Fence int64 `json:"fence,omitempty"`
+	// MaxOutputBytes bounds the outputs the attempt may publish (the
+	// leader's max_output_bytes; 0: DefaultMaxOutputBytes). Over it the
+	// attempt fails: the leader would refuse them.
+	MaxOutputBytes int `json:"max_output_bytes,omitempty"`
 }
 
 // Outcome is how an attempt ended.
@@ -47,6 +51,10 @@ type Result struct {
 	OutputTail string    `json:"output_tail,omitempty"` // last TailBytes of stdout+stderr
 	StartedAt  time.Time `json:"started_at"`
 	FinishedAt time.Time `json:"finished_at"`
+	// Outputs are what a successful attempt publishes (ParseOutputs); the
+	// leader checks them where they enter (CheckOutputs) and commits them
+	// with the success.
+	Outputs Outputs `json:"outputs,omitempty"`
 }
 
 // TailBytes is how much of an attempt's output travels with its result and is

@@ -2,7 +2,8 @@
 // spec, the defaults that complete it and the graph derived from it), the
 // identity of an attempt and the result an executor reports. It is a leaf:
 // the scheduling core, the log codec, the executors and the API all speak
-// it, and it imports nothing of Orion's, so the core links no I/O.
+// it, and it imports nothing of Orion's but jsonguard (a leaf that only
+// reads bytes), so the core links no I/O.
 package model
 
 import (
@@ -10,6 +11,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -49,6 +51,12 @@ type DAG struct {
 	OnFailure *Task          `json:"on_failure,omitempty"`
 	OnExit    *Task          `json:"on_exit,omitempty"`
 	Notify    []Notification `json:"notify,omitempty"`
+
+	// Params are the DAG's parameters (params.go): declarations in a DAG
+	// file, the values its runs use once submitted.
+	Params Params `json:"params,omitempty"`
+	// Scheduled is set on a schedule's run: its tick and data interval.
+	Scheduled *ScheduledRun `json:"scheduled,omitempty"`
 }
 
 // Task is one node of the graph.
@@ -95,7 +103,32 @@ type Task struct {
 	// set them: Orion does, for a notification (Notification).
 	Headers map[string]string `json:"headers,omitempty"`
 	Body    string            `json:"body,omitempty"`
+	// Outputs says which outputs an http task takes from its response (a
+	// shell task writes its own to $ORION_OUTPUTS).
+	Outputs *HTTPOutputs `json:"outputs,omitempty"`
 }
+
+// HTTPOutputs are the outputs an http task publishes from its response
+// body: Body names an output that takes the whole body as a string; JSON
+// maps output names to paths into the body read as JSON (JSONPath).
+type HTTPOutputs struct {
+	Body string            `json:"body,omitempty"`
+	JSON map[string]string `json:"json,omitempty"`
+}
+
+// ValidHTTPURL reports whether s is an absolute http:// or https:// URL,
+// what an http task's url must be (as written, or as its template renders).
+func ValidHTTPURL(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
+}
+
+var httpMethods = map[string]bool{
+	"GET": true, "HEAD": true, "POST": true, "PUT": true, "PATCH": true, "DELETE": true, "OPTIONS": true,
+}
+
+// ValidHTTPMethod reports whether an http task may use method m (upper case).
+func ValidHTTPMethod(m string) bool { return httpMethods[m] }
 
 // PoolLabel is the label that Task.Pool requires and that pool limits count by.
 const PoolLabel = "pool"
@@ -308,6 +341,9 @@ func (d *DAG) Normalize() {
 		d.Tasks[i].normalize()
 	}
 	d.normalizeHooks()
+	if len(d.Params) == 0 {
+		d.Params = nil
+	}
 }
 
 // normalize fills a task's defaults in place (see DAG.Normalize).
@@ -328,13 +364,22 @@ func (t *Task) normalize() {
 		}
 	}
 	if t.Kind == KindHTTP {
-		t.Method = strings.ToUpper(strings.TrimSpace(t.Method))
+		if t.Method = strings.TrimSpace(t.Method); !strings.Contains(t.Method, "{{") {
+			// A template is upper-cased once rendered (the core).
+			t.Method = strings.ToUpper(t.Method)
+		}
 		if t.Method == "" {
 			t.Method = "GET"
 		}
 		if t.ExpectStatus == 0 {
 			t.ExpectStatus = 200
 		}
+	}
+	if t.Outputs != nil && t.Outputs.Body == "" && len(t.Outputs.JSON) == 0 {
+		t.Outputs = nil
+	}
+	if t.Outputs != nil && len(t.Outputs.JSON) == 0 {
+		t.Outputs.JSON = nil
 	}
 	// A zero timeout means "unset": an attempt that may never run is
 	// not something anyone asks for on purpose.

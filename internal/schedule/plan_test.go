@@ -3,6 +3,7 @@ package schedule
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -400,12 +401,77 @@ func TestRunDAG(t *testing.T) {
 		{ID: "a", Kind: model.KindShell, Command: "true", Env: map[string]string{"K": "v"}},
 		{ID: "b", Kind: model.KindNoop}}}}
 	tick := at("2026-11-25T15:45:00Z")
-	d := s.RunDAG(RunID("etl", tick), tick)
+	d, err := s.RunDAG(RunID("etl", tick), tick)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if d.ID != "etl-20261125T154500Z" || d.Tasks[0].Env[EnvTick] != "2026-11-25T15:45:00Z" || d.Tasks[0].Env["K"] != "v" ||
 		d.Tasks[1].Env != nil {
 		t.Fatalf("run DAG %+v", d)
 	}
 	if _, ok := s.DAG.Tasks[0].Env[EnvTick]; ok {
 		t.Fatal("RunDAG changed the schedule's DAG")
+	}
+}
+
+// A run stands for its data interval, [the tick before, its tick): the
+// DAG record carries it (templates read run.*), and params named tick,
+// interval_start and interval_end, when declared, are set to it.
+func TestRunDAGParams(t *testing.T) {
+	s := &Schedule{ID: "etl", Spec: Spec{Cron: "0 6 * * 1-5"}, DAG: model.DAG{ID: "etl", Name: "etl",
+		Params: model.Params{"tick": []byte("null"), "interval_start": []byte("null"), "region": []byte(`"eu"`)},
+		Tasks:  []model.Task{{ID: "a", Kind: model.KindShell, Command: "load {{ params.tick }}", Pool: "p-{{ params.region }}", Timeout: model.Duration(time.Minute)}}}}
+	s.Spec.Normalize()
+	tick := at("2026-11-23T06:00:00Z") // a Monday: the tick before is Friday's
+	d, err := s.RunDAG(RunID("etl", tick), tick)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &model.ScheduledRun{Schedule: "etl", Tick: tick, IntervalStart: at("2026-11-20T06:00:00Z"), IntervalEnd: tick}
+	if !reflect.DeepEqual(d.Scheduled, want) {
+		t.Errorf("scheduled %+v, want %+v", d.Scheduled, want)
+	}
+	if string(d.Params["tick"]) != `"2026-11-23T06:00:00Z"` || string(d.Params["interval_start"]) != `"2026-11-20T06:00:00Z"` ||
+		string(d.Params["region"]) != `"eu"` {
+		t.Errorf("params %v", d.Params)
+	}
+	if _, ok := d.Params["interval_end"]; ok {
+		t.Error("interval_end set though not declared")
+	}
+	if d.Tasks[0].Pool != "p-eu" || d.Tasks[0].Command != "load {{ params.tick }}" {
+		t.Errorf("pool %q command %q: want the pool rendered, the command kept", d.Tasks[0].Pool, d.Tasks[0].Command)
+	}
+	if !model.IsNull(s.DAG.Params["tick"]) {
+		t.Error("RunDAG changed the schedule's DAG")
+	}
+	if err := s.Validate(dag.Limits{}); err != nil {
+		t.Errorf("valid schedule: %v", err)
+	}
+	// A required param a schedule cannot set is refused when the schedule is.
+	s.DAG.Params["day"] = []byte("null")
+	if err := s.Validate(dag.Limits{}); err == nil || !strings.Contains(err.Error(), "param day is required") {
+		t.Errorf("a required param no tick sets: %v", err)
+	}
+}
+
+func TestPrev(t *testing.T) {
+	for _, c := range []struct{ cron, t, want string }{
+		{"0 6 * * 1-5", "2026-11-23T06:00:00Z", "2026-11-20T06:00:00Z"},
+		{"0 6 * * 1-5", "2026-11-23T06:00:01Z", "2026-11-23T06:00:00Z"},
+		{"* * * * * *", "2026-11-23T06:00:00Z", "2026-11-23T05:59:59Z"},
+		{"@every 90s", "2026-11-23T06:00:00Z", "2026-11-23T05:58:30Z"},
+		{"@every 1h", "2026-11-23T06:00:00Z", "2026-11-23T05:00:00Z"},
+		{"0 0 29 2 *", "2028-02-29T00:00:00Z", "2024-02-29T00:00:00Z"},
+		{"0 9-17 * * 1-5", "2026-11-23T09:00:00Z", "2026-11-20T17:00:00Z"},
+	} {
+		sp := Spec{Cron: c.cron}
+		sp.Normalize()
+		cc, err := sp.Compile()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cc.Prev(at(c.t)); !got.Equal(at(c.want)) {
+			t.Errorf("%s before %s: %s, want %s", c.cron, c.t, got, c.want)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/orion-sched/orion/internal/dag"
 	"github.com/orion-sched/orion/internal/model"
 )
 
@@ -52,12 +53,32 @@ const (
 )
 
 // RunDAG is the DAG a tick (or a trigger, at tick) runs: the schedule's DAG
-// under the run's id, its shell tasks told the schedule and the tick.
-func (s *Schedule) RunDAG(runID string, tick time.Time) *model.DAG {
+// under the run's id, its shell tasks told the schedule and the tick. The
+// run stands for the data interval [the tick before, tick) (Airflow's data
+// interval; for a trigger, from the last tick before it): templates read
+// it as run.tick, run.interval_start and run.interval_end, and a DAG that
+// declares params named tick, interval_start or interval_end gets them set
+// (RFC 3339, UTC). It is bound as a submission is (dag.Bind), so the same
+// tick makes the same DAG on every leader. The error is Bind's.
+func (s *Schedule) RunDAG(runID string, tick time.Time) (*model.DAG, error) {
 	d := s.DAG
 	d.ID = runID
 	if d.Name == "" || d.Name == s.ID {
 		d.Name = s.ID
+	}
+	tick = tick.UTC()
+	start := tick
+	if c, err := s.Compile(); err == nil {
+		if prev := c.Prev(tick); !prev.IsZero() {
+			start = prev
+		}
+	}
+	d.Scheduled = &model.ScheduledRun{Schedule: s.ID, Tick: tick, IntervalStart: start, IntervalEnd: tick}
+	overrides := map[string]string{}
+	for name, v := range map[string]time.Time{model.ParamTick: tick, model.ParamIntervalStart: start, model.ParamIntervalEnd: tick} {
+		if _, declared := d.Params[name]; declared {
+			overrides[name] = v.Format(time.RFC3339)
+		}
 	}
 	d.Tasks = make([]model.Task, len(s.DAG.Tasks))
 	for i, t := range s.DAG.Tasks {
@@ -72,5 +93,8 @@ func (s *Schedule) RunDAG(runID string, tick time.Time) *model.DAG {
 		}
 		d.Tasks[i] = t
 	}
-	return &d
+	if err := dag.Bind(&d, overrides); err != nil {
+		return nil, err
+	}
+	return &d, nil
 }

@@ -181,10 +181,18 @@ func (s *Schedule) Validate(limits dag.Limits) error {
 		}
 		return &dag.ValidationError{Code: CodeInvalid, Message: msg, Details: details}
 	}
-	// The DAG each tick runs, validated as a submission under a run's id.
-	d := s.DAG
-	d.ID = RunID(s.ID, time.Date(2006, 1, 2, 15, 4, 5, 0, time.UTC))
-	return dag.Validate(&d, limits)
+	// The DAG each tick runs, validated as a submission under a run's id:
+	// bound with a tick's params, so a required param other than tick,
+	// interval_start and interval_end is refused (a schedule sets no other).
+	sample := c.Next(neverRef)
+	if sample.IsZero() {
+		sample = time.Date(2006, 1, 2, 15, 4, 5, 0, time.UTC)
+	}
+	d, err := s.RunDAG(RunID(s.ID, sample), sample)
+	if err != nil {
+		return err
+	}
+	return dag.Validate(d, limits)
 }
 
 type fieldErrors struct{ list []string }
@@ -338,6 +346,36 @@ func (c *Compiled) Next(t time.Time) time.Time {
 		return time.Time{}
 	}
 	return n
+}
+
+// Prev is the latest tick strictly before t, ignoring start and end (the
+// tick before a run's, which starts its data interval), or the zero time
+// when there is none within ten years. It searches back in windows that
+// double from a second, so it costs about the ticks of one window.
+func (c *Compiled) Prev(t time.Time) time.Time {
+	if c.every > 0 {
+		step := int64(c.every / time.Second)
+		n := t.Add(-time.Nanosecond).Unix()
+		k := n / step
+		if n < 0 && n%step != 0 {
+			k--
+		}
+		return time.Unix(k*step, 0).UTC()
+	}
+	for w := time.Second; w <= 10*365*24*time.Hour; w *= 2 {
+		n := c.next(t.Add(-w - time.Nanosecond))
+		if n.IsZero() || !n.Before(t) {
+			continue
+		}
+		for {
+			m := c.next(n)
+			if m.IsZero() || !m.Before(t) {
+				return n
+			}
+			n = m
+		}
+	}
+	return time.Time{}
 }
 
 // Upcoming lists the next n ticks after t.

@@ -91,6 +91,9 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 			srv.closeResources()
 		}
 	}()
+	if err := checkRecordBound(cfg); err != nil {
+		return nil, err
+	}
 	// The API port first: a busy port is the commonest start failure, and
 	// it must not cost an etcd member start or a new data dir.
 	ln, err := net.Listen("tcp", cfg.Listen)
@@ -248,9 +251,10 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 	workerEvents := engine.HubWorkers(ectx, s.Hub.Events())
 	s.newEngine = func() *engine.Engine {
 		return engine.New(engine.Config{
-			Node:             cfg.Name,
-			APIURL:           apiURL,
-			Core:             core.Config{RetryBase: cfg.RetryBase, RetryCap: cfg.RetryCap, OrphanGrace: cfg.OrphanGrace, PoolLimits: cfg.PoolLimits},
+			Node:   cfg.Name,
+			APIURL: apiURL,
+			Core: core.Config{RetryBase: cfg.RetryBase, RetryCap: cfg.RetryCap, OrphanGrace: cfg.OrphanGrace, PoolLimits: cfg.PoolLimits,
+				MaxOutputBytes: cfg.MaxOutputBytes},
 			Limits:           limits,
 			CommitPipeline:   commitPipeline(cfg),
 			SessionTTL:       cfg.SessionTTL,

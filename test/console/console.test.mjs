@@ -179,6 +179,20 @@ describe("console on a single node", { timeout: 480000 }, () => {
     await orion.stop();
   });
 
+  test("the server serves the OpenAPI document the console's types were generated from", async () => {
+    // src/api.gen.ts is generated from internal/http/openapi/openapi.json
+    // (make test checks it is up to date): the page must get that document.
+    const served = await page.evaluate(async () => {
+      const r = await fetch("/api/v1/openapi.json");
+      return { status: r.status, type: r.headers.get("Content-Type"), text: await r.text() };
+    });
+    assert.equal(served.status, 200);
+    assert.match(served.type ?? "", /application\/json/);
+    const doc = JSON.parse(served.text);
+    assert.equal(doc.openapi, "3.1.0");
+    assert.deepEqual(doc, JSON.parse(readFileSync(join(REPO, "internal/http/openapi/openapi.json"), "utf8")));
+  });
+
   test("a template runs live: every node succeeds, a task shows its output tail and log", async () => {
     // The page follows the event stream (SSE), not polls.
     await waitFor("the live stream", async () => /live/.test((await page.textContent('[data-testid="conn"]')) ?? ""), 15000);
@@ -397,6 +411,37 @@ describe("console on a single node", { timeout: 480000 }, () => {
     // The browser logs the 400 it was meant to get.
     const i = b.errors.findIndex((e) => /status of 400/.test(e));
     if (i >= 0) b.errors.splice(i, 1);
+  });
+
+  test("a DAG's params and a task's outputs are shown", async () => {
+    const text = [
+      "id: with-outputs",
+      "params:",
+      "  region: eu",
+      "  limit: 3",
+      "tasks:",
+      "  - id: produce",
+      "    command: |",
+      `      echo rows=42 >> "$ORION_OUTPUTS"`,
+      `      echo region={{ params.region }} >> "$ORION_OUTPUTS"`,
+      "  - id: consume",
+      "    command: echo {{ tasks.produce.outputs.rows }}",
+      "    depends_on: [produce]",
+      "",
+    ].join("\n");
+    await page.fill('[data-testid="dag-text"]', text);
+    await page.click('[data-testid="submit"]');
+    await waitDAG(page, "with-outputs", "succeeded", 30000);
+    await waitFor("the params", async () => /limit=3/.test((await page.textContent('[data-testid="dag-params"]')) ?? ""), 10000);
+    assert.match(await page.textContent('[data-testid="dag-params"]'), /region=eu/);
+    await clickNode(page, "produce");
+    await waitFor("the outputs", async () => (await page.locator('[data-testid="task-outputs"]').count()) > 0, 10000);
+    const outputs = await page.textContent('[data-testid="task-outputs"]');
+    assert.match(outputs, /rows\s*42/);
+    assert.match(outputs, /region\s*eu/);
+    await clickNode(page, "consume");
+    assert.match(await page.textContent('[data-testid="output-tail"]'), /^42/);
+    await shot(page, "params-outputs");
   });
 
   test("the 200-task random DAG is laid out and readable, and finishes", async () => {

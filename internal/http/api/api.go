@@ -8,6 +8,7 @@ package api
 import (
 	"context"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -18,6 +19,7 @@ import (
 	"github.com/orion-sched/orion/internal/engine"
 	"github.com/orion-sched/orion/internal/http/guard"
 	"github.com/orion-sched/orion/internal/http/kit"
+	"github.com/orion-sched/orion/internal/http/openapi"
 	"github.com/orion-sched/orion/internal/metrics"
 	"github.com/orion-sched/orion/internal/model"
 	"github.com/orion-sched/orion/internal/worker/executor"
@@ -109,7 +111,7 @@ type server struct {
 	b       Backend
 	log     *zap.Logger
 	m       *metrics.Metrics
-	mux     *http.ServeMux
+	mux     *routeMux
 	limiter *ipLimiter // nil: no rate limit
 	token   kit.Token
 }
@@ -137,7 +139,7 @@ func New(cfg Config) http.Handler {
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = DefaultWriteTimeout
 	}
-	s := &server{cfg: cfg, b: cfg.Backend, log: cfg.Logger, m: cfg.Metrics, mux: http.NewServeMux()}
+	s := &server{cfg: cfg, b: cfg.Backend, log: cfg.Logger, m: cfg.Metrics, mux: &routeMux{ServeMux: http.NewServeMux()}}
 	if cfg.RateLimit > 0 {
 		s.limiter = newIPLimiter(cfg.RateLimit)
 	}
@@ -154,6 +156,7 @@ func New(cfg Config) http.Handler {
 	s.mux.HandleFunc("GET /api/v1/cluster", s.cluster)
 	s.mux.HandleFunc("GET /api/v1/cluster/self", s.clusterSelf)
 	s.mux.HandleFunc("GET /api/v1/leader", s.leader)
+	s.mux.Handle("GET "+openapi.Path, openapi.Handler())
 	s.scheduleRoutes()
 	for pattern, h := range cfg.Routes {
 		s.mux.Handle(pattern, h)
@@ -164,6 +167,32 @@ func New(cfg Config) http.Handler {
 		ErrorLog: zap.NewStdLog(cfg.Logger),
 	}))
 	return s
+}
+
+// routeMux is the API's mux, remembering every pattern registered on it:
+// the OpenAPI contract test compares them with the routes the document
+// describes, so a route served without its description fails it.
+type routeMux struct {
+	*http.ServeMux
+	patterns []string
+}
+
+func (m *routeMux) Handle(pattern string, h http.Handler) {
+	m.ServeMux.Handle(pattern, h)
+	m.patterns = append(m.patterns, pattern)
+}
+
+func (m *routeMux) HandleFunc(pattern string, h func(http.ResponseWriter, *http.Request)) {
+	m.Handle(pattern, http.HandlerFunc(h))
+}
+
+// Patterns returns the ServeMux patterns h serves, when h is a handler New
+// returned (nil otherwise): the API's own routes and Config.Routes.
+func Patterns(h http.Handler) []string {
+	if s, ok := h.(*server); ok {
+		return slices.Clone(s.mux.patterns)
+	}
+	return nil
 }
 
 // dagLimits bounds a submitted DAG: its task count, and the text it decodes

@@ -28,6 +28,7 @@ import (
 	"github.com/orion-sched/orion/internal/http/apitypes"
 	"github.com/orion-sched/orion/internal/http/guard"
 	"github.com/orion-sched/orion/internal/http/kit"
+	"github.com/orion-sched/orion/internal/http/openapi/openapitest"
 	"github.com/orion-sched/orion/internal/metrics"
 	"github.com/orion-sched/orion/internal/model"
 	"github.com/orion-sched/orion/internal/worker/executor"
@@ -198,7 +199,8 @@ func newEnv(t *testing.T, mod func(*Config)) *env {
 		mod(&cfg)
 	}
 	h := New(cfg)
-	srv := httptest.NewServer(h)
+	// Every answer a test provokes must be one the OpenAPI document allows.
+	srv := httptest.NewServer(openapitest.Checked(t, h))
 	t.Cleanup(srv.Close)
 	return &env{f: f, h: h, srv: srv, m: m, ex: ex}
 }
@@ -398,6 +400,7 @@ func TestIdempotencyKey(t *testing.T) {
 func TestBadFixtures(t *testing.T) {
 	want := map[string]string{
 		"bad-kind.json":         dag.CodeInvalid,
+		"bad-template.yaml":     dag.CodeInvalid,
 		"bad-timeout.yaml":      dag.CodeInvalid,
 		"cycle.yaml":            dag.CodeCycle,
 		"dup-id.yaml":           dag.CodeInvalid,

@@ -65,11 +65,14 @@ func (s *server) submit(w http.ResponseWriter, r *http.Request) {
 			d.ID = kit.IdempotencyID(key)
 		}
 		d.Normalize()
-		err = dag.Validate(d, s.dagLimits())
+		err = bindParams(d, r)
+		if err == nil {
+			err = dag.Validate(d, s.dagLimits())
+		}
 	}
 	if err != nil && schedule.HasSchedule(body, ct) {
 		msg := "this DAG file has a schedule: block: create the schedule with POST /api/v1/schedules (orion submit -f does)"
-		kit.WriteError(w, http.StatusBadRequest, apitypes.Code(schedule.CodeInvalid), msg, []string{msg})
+		kit.WriteError(w, http.StatusBadRequest, apitypes.CodeInvalidSchedule, msg, []string{msg})
 		return
 	}
 	if err != nil {
@@ -96,6 +99,17 @@ func (s *server) submit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	kit.WriteJSON(w, http.StatusOK, apitypes.SubmitResponse{ID: res.ID, Created: false})
+}
+
+// bindParams sets the params a submission's query gives (?param=name=value,
+// repeated), for JSON and YAML bodies alike, and renders pool and selector
+// (dag.Bind).
+func bindParams(d *model.DAG, r *http.Request) error {
+	overrides, err := dag.ParseParamFlags(r.URL.Query()["param"])
+	if err != nil {
+		return err
+	}
+	return dag.Bind(d, overrides)
 }
 
 // query runs fn on the scheduler's loop, bounded by WriteTimeout.
@@ -343,7 +357,7 @@ func (s *server) change(w http.ResponseWriter, r *http.Request,
 }
 
 func (s *server) healthz(w http.ResponseWriter, r *http.Request) {
-	kit.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	kit.WriteJSON(w, http.StatusOK, apitypes.Health{Status: "ok"})
 }
 
 func (s *server) readyz(w http.ResponseWriter, r *http.Request) {

@@ -7,9 +7,11 @@ import (
 	"github.com/orion-sched/orion/internal/core"
 	"github.com/orion-sched/orion/internal/dag"
 	"github.com/orion-sched/orion/internal/http/apitypes"
+	"github.com/orion-sched/orion/internal/schedule"
 )
 
-// The DAG validation codes are spelled in internal/dag too; they must agree.
+// The validation codes are spelled in internal/dag and internal/schedule
+// too; they must agree.
 func TestValidationCodesMatchDag(t *testing.T) {
 	for got, want := range map[apitypes.Code]string{
 		apitypes.CodeParseError:       dag.CodeParse,
@@ -18,6 +20,7 @@ func TestValidationCodesMatchDag(t *testing.T) {
 		apitypes.CodeCycle:            dag.CodeCycle,
 		apitypes.CodeTooManyTasks:     dag.CodeTooMany,
 		apitypes.CodeDAGTooLarge:      dag.CodeTooLarge,
+		apitypes.CodeInvalidSchedule:  schedule.CodeInvalid,
 	} {
 		if string(got) != want {
 			t.Errorf("apitypes says %q, dag says %q", got, want)

@@ -14,6 +14,9 @@ const (
 	CodeCycle            Code = "cycle"                  // the only problems are cycles
 	CodeTooManyTasks     Code = "too_many_tasks"         // more tasks than max_tasks_per_dag
 	CodeDAGTooLarge      Code = "dag_too_large"          // over the decoded-size budget, or larger than etcd stores
+	// CodeInvalidSchedule is a schedule file's problem (internal/schedule
+	// spells it in its CodeInvalid).
+	CodeInvalidSchedule Code = "invalid_schedule"
 )
 
 // The other codes, by the status they come with.

@@ -50,7 +50,12 @@ type DAGSummary[S any] struct {
 // the type of the DAG's status, T of its tasks'.
 type DAG[D, T any] struct {
 	DAGSummary[D]
-	Tasks []Task[T] `json:"tasks"`
+	// Params are the values the DAG's runs use: its defaults and the
+	// submission's overrides.
+	Params model.Params `json:"params,omitempty"`
+	// Scheduled is set on a schedule's run: its tick and data interval.
+	Scheduled *model.ScheduledRun `json:"scheduled,omitempty"`
+	Tasks     []Task[T]           `json:"tasks"`
 	// Revision is the etcd revision the answering replica had applied.
 	Revision int64 `json:"revision"`
 }
@@ -78,7 +83,9 @@ type Task[S any] struct {
 	Event      string     `json:"event,omitempty"`
 	Cascade    bool       `json:"cascade,omitempty"`
 	Cause      string     `json:"cause,omitempty"`
-	History    []Attempt  `json:"history,omitempty"`
+	// Outputs are what the task published with its success.
+	Outputs model.Outputs `json:"outputs,omitempty"`
+	History []Attempt     `json:"history,omitempty"`
 	// HistoryOmitted counts the earlier attempts not listed in History: a
 	// record keeps the last few in full and counts the rest.
 	HistoryOmitted int `json:"history_omitted,omitempty"`

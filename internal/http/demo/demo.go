@@ -240,7 +240,7 @@ func (h *Handler) crash(w http.ResponseWriter, r *http.Request, writeError Error
 	h.mu.Unlock()
 	h.log.Warn("scheduler crashed on request (demo)", zap.String("remote", r.RemoteAddr))
 	h.cfg.Events.PublishSystem("crash", nil)
-	kit.WriteJSON(w, http.StatusOK, map[string]any{"status": "crashed", "crash_time": now})
+	kit.WriteJSON(w, http.StatusOK, apitypes.DemoCrash{Status: "crashed", CrashTime: now})
 }
 
 func (h *Handler) recoverScheduler(w http.ResponseWriter, r *http.Request, writeError ErrorWriter) {
@@ -273,7 +273,7 @@ func (h *Handler) recoverScheduler(w http.ResponseWriter, r *http.Request, write
 	h.addRecovered(ctx, meta)
 	h.log.Info("scheduler recovered on request (demo)", zap.Int64("downtime_ms", downtime))
 	h.cfg.Events.PublishSystem("recover", meta)
-	kit.WriteJSON(w, http.StatusOK, map[string]any{"status": "recovered", "recovery_time": now, "downtime_ms": downtime})
+	kit.WriteJSON(w, http.StatusOK, apitypes.DemoRecover{Status: "recovered", RecoveryTime: now, DowntimeMs: downtime})
 }
 
 // addRecovered adds to a recovery event what the new scheduler loaded, as
@@ -294,15 +294,12 @@ func (h *Handler) addRecovered(ctx context.Context, meta map[string]string) {
 // status is read-only and answers whether or not demo mode is on: the
 // consoles poll it, and the seed's takes any failure for a dead backend.
 func (h *Handler) status(w http.ResponseWriter, r *http.Request) {
-	resp := map[string]any{"demo": h.cfg.Enabled}
 	ds := h.cfg.Scheduler.Status()
-	resp["running"] = ds.Running
-	if ds.Detail != nil {
-		resp["detail"] = ds.Detail
-	}
+	resp := apitypes.DemoStatus{Demo: h.cfg.Enabled, Running: ds.Running, Detail: ds.Detail}
 	h.mu.Lock()
 	if !h.crashedAt.IsZero() {
-		resp["last_crash"] = h.crashedAt
+		t := h.crashedAt
+		resp.LastCrash = &t
 	}
 	h.mu.Unlock()
 	kit.WriteJSON(w, http.StatusOK, resp)

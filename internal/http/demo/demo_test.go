@@ -15,6 +15,7 @@ import (
 	"github.com/orion-sched/orion/internal/http/apitypes"
 	"github.com/orion-sched/orion/internal/http/events"
 	"github.com/orion-sched/orion/internal/http/kit"
+	"github.com/orion-sched/orion/internal/http/openapi/openapitest"
 )
 
 // fakeScheduler counts crashes and recoveries instead of running an engine.
@@ -74,7 +75,7 @@ func newControls(t *testing.T, mod func(*Config)) (*fakeScheduler, *events.Hub, 
 	}
 	mux := http.NewServeMux()
 	for p, h := range New(cfg).Routes() {
-		mux.Handle(p, h)
+		mux.Handle(p, openapitest.Checked(t, h)) // answers the OpenAPI document allows
 	}
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
@@ -246,6 +247,20 @@ func TestTargetRelaysToTheNamedReplica(t *testing.T) {
 	_, n2Recovers := n2.calls()
 	if resp.StatusCode != 200 || n2Recovers != 1 || n1Recovers != 0 {
 		t.Fatalf("forwarded recover: %d; recoveries n1 %d, n2 %d", resp.StatusCode, n1Recovers, n2Recovers)
+	}
+}
+
+// A replica that does not answer a relayed control is a 502 naming it.
+func TestTargetUnreachable(t *testing.T) {
+	gone := httptest.NewServer(http.NotFoundHandler())
+	gone.Close() // nothing listens at its address any more
+	_, _, srv := newControls(t, func(c *Config) {
+		c.Timeout = 2 * time.Second
+		c.Cluster = cluster{[]apitypes.ReplicaAddr{{Name: "n2", APIURL: gone.URL}}}
+	})
+	msg := call(t, "POST", srv.URL+PathCrash+"?target=n2").wantError(t, http.StatusBadGateway, apitypes.CodeUnreachable)
+	if !strings.Contains(msg, "n2") {
+		t.Fatalf("message %q does not name the replica", msg)
 	}
 }
 

@@ -48,15 +48,17 @@
 //	 "dag":"etl-1", "task":"extract", "status":"running", "attempt":1,
 //	 "retries":0, "worker":"n1/4242-a1b2c3", "event":"dispatch",
 //	 "exit_code":0, "error":"...", "started_at":"...", "finished_at":"...",
-//	 "retry_at":"...", "cascade":true, "cause":"extract"}
+//	 "retry_at":"...", "cascade":true, "cause":"extract", "output_bytes":42}
 //
 // status is a task status (pending ready running retrying succeeded failed
 // upstream_failed cancelled skipped); event is what happened (dispatch
 // succeed fail timeout retry requeue orphan cascade cancel, or for a skipped
 // task why: condition trigger_rule not_needed); error is cut to 512 bytes;
 // cascade and cause mark upstream_failed records written by a failure
-// cascade, cause naming the task whose failure started it. A DAG's handlers
-// and notifications are tasks too: "on_exit", "notify[0]".
+// cascade, cause naming the task whose failure started it; output_bytes is
+// the size of the outputs a success published (not their values: read
+// them with GET /api/v1/dags/{dag}/tasks/{task}). A DAG's handlers and
+// notifications are tasks too: "on_exit", "notify[0]".
 //
 // DAG record written (submitted, retried, finished, cancelled):
 //
@@ -125,6 +127,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/orion-sched/orion/internal/core"
+	"github.com/orion-sched/orion/internal/model"
 )
 
 // Event types.
@@ -167,6 +170,8 @@ type Event struct {
 	RetryAt    *time.Time `json:"retry_at,omitempty"`
 	Cascade    bool       `json:"cascade,omitempty"`
 	Cause      string     `json:"cause,omitempty"`
+	// OutputBytes is the size of the outputs a success published.
+	OutputBytes int `json:"output_bytes,omitempty"`
 
 	SubmittedAt     *time.Time `json:"submitted_at,omitempty"`
 	CancelRequested bool       `json:"cancel_requested,omitempty"`
@@ -203,6 +208,7 @@ func FromEntry(e *core.Entry) Event {
 			ev.ExitCode, ev.Error = t.ExitCode, truncate(t.Error, MaxErrorLen)
 			ev.StartedAt, ev.FinishedAt, ev.RetryAt = t.StartedAt, t.FinishedAt, t.RetryAt
 			ev.Cascade, ev.Cause = t.Cascade, t.Cause
+			ev.OutputBytes = model.OutputsBytes(t.Outputs)
 		}
 		return ev
 	case e.Delete:

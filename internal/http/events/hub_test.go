@@ -2,6 +2,7 @@ package events
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -103,6 +104,13 @@ func TestFromEntry(t *testing.T) {
 	}
 	if len(ev.Error) > MaxErrorLen || !strings.HasSuffix(ev.Error, "…") || !strings.HasPrefix(ev.Error, "éé") {
 		t.Fatalf("error not truncated on a rune boundary: %d bytes", len(ev.Error))
+	}
+
+	// A success's event says how large its outputs are, not what they are.
+	ev = FromEntry(&core.Entry{Rev: 7, DAG: "d1", Task: "t1", T: &core.TaskRecord{Status: core.Succeeded, Attempt: 1,
+		Outputs: model.Outputs{"rows": []byte(`42`)}}})
+	if b, _ := json.Marshal(ev); ev.OutputBytes != len(`{"rows":42}`) || strings.Contains(string(b), "rows") {
+		t.Fatalf("success event: %s", b)
 	}
 
 	rec := &core.DAGRecord{DAG: model.DAG{ID: "d1", Name: "n", Tasks: make([]model.Task, 3)}, Status: core.DAGRunning, Run: 1, SubmittedAt: started}

@@ -375,7 +375,12 @@ func (l *loop) fire(ctx context.Context, sc *store.StoredSchedule, now time.Time
 func (l *loop) submit(ctx context.Context, sc *schedule.Schedule, runID string, tick time.Time) (created bool, err error) {
 	sctx, cancel := context.WithTimeout(ctx, submitTimeout)
 	defer cancel()
-	res, err := l.eng.Submit(sctx, sc.RunDAG(runID, tick))
+	d, err := sc.RunDAG(runID, tick)
+	if err != nil {
+		l.log.Error("a tick's run is not a valid DAG; the tick is dropped", zap.String("run", runID), zap.Error(err))
+		return false, nil
+	}
+	res, err := l.eng.Submit(sctx, d)
 	var ce *core.Error
 	var ve *dag.ValidationError
 	switch {

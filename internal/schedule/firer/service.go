@@ -214,7 +214,11 @@ func (s *Service) Trigger(ctx context.Context, id string) (runID string, created
 	}
 	now := s.now().Truncate(time.Second)
 	runID = schedule.ManualRunID(id, now)
-	res, err := s.Engine().Submit(ctx, sc.RunDAG(runID, now))
+	d, err := sc.RunDAG(runID, now)
+	if err != nil {
+		return runID, false, err
+	}
+	res, err := s.Engine().Submit(ctx, d)
 	if err != nil {
 		return runID, false, err
 	}

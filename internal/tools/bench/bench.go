@@ -163,8 +163,11 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if err := r.orionPhases(ctx); err != nil {
 		return nil, err
 	}
+	res.Memory = memoryFigures(mem0, readMemory(), r.res.Tasks+r.res.Chain+r.res.ShellChain)
+	if err := r.outputsPhase(ctx); err != nil { // after the memory reading, which counts the phases before
+		return nil, err
+	}
 	res.ClusterResult = *r.res
-	res.Memory = memoryFigures(mem0, readMemory(), res.Tasks+res.Chain+res.ShellChain)
 
 	fmt.Fprintf(o.Log, "dispatch latency: %d tasks/s offered for %s...\n", o.Rate, o.LatencyFor)
 	lat.reset()

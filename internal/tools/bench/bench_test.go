@@ -40,6 +40,11 @@ func TestSmallRun(t *testing.T) {
 		math.Abs(res.ShellOverheadMsPerStep-(res.ShellChainMsPerStep-res.ShellFloorMsPerStep)) > 1e-9 {
 		t.Fatalf("implausible shell figures: %+v", res.ClusterResult)
 	}
+	// The outputs chain: positive, and the round trip is its difference
+	// from the plain chains (its sign is a timing, not asserted).
+	if res.OutputsChainMsPerStep <= 0 || res.OutputRoundTripMs == 0 {
+		t.Fatalf("implausible outputs figures: %+v", res.ClusterResult)
+	}
 	if res.OrionCPUMsPerShellStep == nil || *res.OrionCPUMsPerShellStep <= 0 || !strings.Contains(res.CPUScope, "RUSAGE_SELF") {
 		t.Fatalf("single node: Orion's CPU per shell step not measured: %v %q", res.OrionCPUMsPerShellStep, res.CPUScope)
 	}
@@ -69,7 +74,7 @@ func TestSmallRun(t *testing.T) {
 	for _, k := range []string{"shell_chain", "shell_chain_ms_per_step", "shell_floor_ms_per_step", "shell_overhead_ms_per_step",
 		"shell_floor_cpu_ms_per_step", "orion_cpu_ms_per_shell_step", "cpu_scope", "etcd_db_bytes_per_1000_tasks",
 		"retained_tasks", "heap_bytes_per_task", "rss_bytes_per_task", "heap_growth_bytes", "rss_growth_bytes", "memory_notes",
-		"chain_ms_per_step", "tasks_per_sec"} {
+		"chain_ms_per_step", "tasks_per_sec", "outputs_chain_ms_per_step", "output_round_trip_ms"} {
 		if _, ok := m[k]; !ok {
 			t.Errorf("--json has no %q: %s", k, raw)
 		}
@@ -82,7 +87,7 @@ func TestSmallRun(t *testing.T) {
 	if !regexp.MustCompile(`RSS per retained task +- `).MatchString(out.String()) {
 		t.Errorf("memory per task on a tiny run is printed as a figure:\n%s", out.String())
 	}
-	for _, want := range []string{"shell floor", "Orion adds", "Orion's CPU per shell step", "too few"} {
+	for _, want := range []string{"shell floor", "Orion adds", "Orion's CPU per shell step", "too few", "output round trip"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, out.String())
 		}

@@ -97,8 +97,13 @@ type ClusterResult struct {
 	StandbysCPUMsPerShellStep *float64 `json:"standbys_cpu_ms_per_shell_step"` // cluster: the other replicas given, summed
 	WorkersCPUMsPerShellStep  *float64 `json:"workers_cpu_ms_per_shell_step"`  // cluster: the standalone workers on this host, summed (task processes excluded)
 	EtcdCPUMsPerShellStep     *float64 `json:"etcd_cpu_ms_per_shell_step"`     // cluster: the etcd members, summed
-	CPUScope                  string   `json:"cpu_scope"`                      // what the CPU figures include
-	CPUNotes                  []string `json:"cpu_notes,omitempty"`            // what could not be measured, and why
+	// The outputs chain: ShellChain shell steps, each publishing an output
+	// the next one reads; OutputRoundTripMs is what that adds per step to
+	// a plain shell step (the mean of a shell chain before and after it).
+	OutputsChainMsPerStep float64  `json:"outputs_chain_ms_per_step"`
+	OutputRoundTripMs     float64  `json:"output_round_trip_ms"`
+	CPUScope              string   `json:"cpu_scope"`           // what the CPU figures include
+	CPUNotes              []string `json:"cpu_notes,omitempty"` // what could not be measured, and why
 
 	// EtcdDBBytesPer1000 is the growth of the etcd database in use
 	// (dbSizeInUse) over the Orion phases per 1000 tasks they submitted:
@@ -179,7 +184,8 @@ func (o *ClusterOptions) defaults() {
 }
 
 // RunCluster measures a running cluster: the raw etcd ceiling on its
-// members, then noop throughput and a chain through its HTTP API.
+// members, then noop throughput, chains through its HTTP API and the cost
+// of handing an output from task to task.
 func RunCluster(ctx context.Context, o ClusterOptions) (*ClusterResult, error) {
 	r, err := newClusterRun(ctx, o)
 	if err != nil {
@@ -191,6 +197,9 @@ func RunCluster(ctx context.Context, o ClusterOptions) (*ClusterResult, error) {
 		return nil, err
 	}
 	if err := r.orionPhases(ctx); err != nil {
+		return nil, err
+	}
+	if err := r.outputsPhase(ctx); err != nil {
 		return nil, err
 	}
 	r.res.MachineLoad.end()
@@ -993,6 +1002,10 @@ func (r *ClusterResult) printShell(w io.Writer) {
 	}
 	for _, n := range r.CPUNotes {
 		fmt.Fprintf(w, "  cpu\t\t%s\n", n)
+	}
+	if r.OutputsChainMsPerStep > 0 {
+		fmt.Fprintf(w, "outputs chain\t%.3f ms/step\t%d shell tasks in a line, each publishing an output the next one's command reads\n", r.OutputsChainMsPerStep, r.ShellChain)
+		fmt.Fprintf(w, "output round trip\t%.3f ms\twhat one output adds to a shell step (against shell chains before and after)\n", r.OutputRoundTripMs)
 	}
 }
 

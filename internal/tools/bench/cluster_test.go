@@ -499,3 +499,15 @@ func TestDeleteDAG(t *testing.T) {
 		t.Errorf("running: %v", err)
 	}
 }
+
+// Each step of the outputs chain publishes an output its next step reads,
+// and the DAG is valid as submitted.
+func TestOutputsChainDAG(t *testing.T) {
+	d := outputsChainDAG("bench-x-outputs", 3)
+	if err := dag.Validate(d, dag.Limits{}); err != nil {
+		t.Fatal(err)
+	}
+	if d.Tasks[0].Command != `echo v=1 > "$ORION_OUTPUTS"` || d.Tasks[2].Command != `echo "v={{ tasks.t1.outputs.v }}" > "$ORION_OUTPUTS"` {
+		t.Fatalf("commands %q %q", d.Tasks[0].Command, d.Tasks[2].Command)
+	}
+}

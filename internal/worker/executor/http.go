@@ -2,6 +2,7 @@ package executor
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -56,11 +57,11 @@ func (l *Local) runHTTP(ctx context.Context, a model.Attempt, r *model.Result) {
 		fmt.Fprintf(f, "orion: %s\n", msg)
 		r.OutputTail = validHead([]byte(msg), model.TailBytes)
 	}
-	var body io.Reader
+	var reqBody io.Reader
 	if a.Spec.Body != "" {
-		body = strings.NewReader(a.Spec.Body)
+		reqBody = strings.NewReader(a.Spec.Body)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, a.Spec.URL, body)
+	req, err := http.NewRequestWithContext(ctx, method, a.Spec.URL, reqBody)
 	if err != nil {
 		fail("request: " + err.Error())
 		return
@@ -84,8 +85,18 @@ func (l *Local) runHTTP(ctx context.Context, a model.Attempt, r *model.Result) {
 	n, rerr := io.ReadFull(resp.Body, head)
 	head = head[:n]
 	w.Write(head)
+	// A task that takes outputs from the body keeps it (up to
+	// MaxHTTPOutputBody) as well as logging it.
+	var body *bytes.Buffer
+	if a.Spec.Outputs != nil {
+		body = bytes.NewBuffer(append([]byte(nil), head...))
+	}
 	if rerr == nil {
-		_, rerr = io.Copy(w, io.LimitReader(resp.Body, maxHTTPLog-int64(n)))
+		var dst io.Writer = w
+		if body != nil {
+			dst = io.MultiWriter(w, &limitedBuffer{b: body, max: MaxHTTPOutputBody + 1})
+		}
+		_, rerr = io.Copy(dst, io.LimitReader(resp.Body, maxHTTPLog-int64(n)))
 	} else if errors.Is(rerr, io.EOF) || errors.Is(rerr, io.ErrUnexpectedEOF) {
 		rerr = nil
 	}
@@ -106,5 +117,35 @@ func (l *Local) runHTTP(ctx context.Context, a model.Attempt, r *model.Result) {
 		r.Outcome, r.Error = model.Failed, fmt.Sprintf("unexpected status %s (want %d)", model.CutHead(resp.Status, maxStatusLine), want)
 		return
 	}
+	if body != nil {
+		if rerr != nil {
+			r.Outcome, r.Error = model.Failed, "outputs: reading the response body: "+rerr.Error()
+			return
+		}
+		if body.Len() > MaxHTTPOutputBody {
+			r.Outcome, r.Error = model.Failed, fmt.Sprintf("outputs: the response body is over %d bytes, the most an http task that declares outputs reads", MaxHTTPOutputBody)
+			return
+		}
+		var err error
+		if r.Outputs, err = httpOutputs(a.Spec.Outputs, body.Bytes(), a.MaxOutputBytes); err != nil {
+			r.Outcome, r.Error = model.Failed, err.Error()
+			fmt.Fprintf(f, "\norion: %s\n", r.Error)
+			return
+		}
+	}
 	r.Outcome = model.Succeeded
+}
+
+// limitedBuffer keeps the first max bytes written to it and discards the
+// rest, without failing the writer it is teed from.
+type limitedBuffer struct {
+	b   *bytes.Buffer
+	max int
+}
+
+func (l *limitedBuffer) Write(p []byte) (int, error) {
+	if room := l.max - l.b.Len(); room > 0 {
+		l.b.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
 }

@@ -89,6 +89,13 @@ type Local struct {
 	wake    chan struct{} // pump: overflow is non-empty
 	pumpWG  sync.WaitGroup
 
+	// outDir holds the ORION_OUTPUTS files (outputs.go), made at the
+	// first shell attempt; outTemp when it is a directory of its own.
+	outMu   sync.Mutex
+	outDir  string
+	outErr  error
+	outTemp bool
+
 	mu        sync.Mutex
 	shells    map[model.AttemptID]struct{} // shell attempts run here: a missing log is an empty one
 	shellIDs  []model.AttemptID            // the same in order, to forget the oldest
@@ -537,6 +544,9 @@ func (l *Local) Close() error {
 	<-l.reaperDone
 	if l.ownerDir != "" {
 		os.RemoveAll(l.ownerDir) // the reaper removes it; not if it was not running
+	}
+	if l.outTemp {
+		os.RemoveAll(l.outDir)
 	}
 	l.pumpWG.Wait()
 	l.mu.Lock()

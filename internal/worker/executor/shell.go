@@ -124,8 +124,13 @@ func (l *Local) runShell(ctx context.Context, a model.Attempt, r *model.Result) 
 	if a.Spec.Interpreter != "" {
 		shell = a.Spec.Interpreter
 	}
+	outputs, err := l.outputsPath()
+	if err != nil {
+		startFailed(fmt.Errorf("outputs file: %w", err))
+		return
+	}
 	cmd := exec.Command(shell, "-c", a.Spec.Command)
-	cmd.Env = l.env(a)
+	cmd.Env = append(l.env(a), EnvOutputs+"="+outputs)
 	cmd.Dir = a.Spec.Workdir
 	// Pdeathsig: the shell dies with this process even when the reaper
 	// cannot kill its group (see package reap). It fires when the forking
@@ -196,12 +201,21 @@ func (l *Local) runShell(ctx context.Context, a model.Attempt, r *model.Result) 
 	}
 	r.ExitCode = cmd.ProcessState.ExitCode()
 	if classify(ctx, r) {
+		os.Remove(outputs)
 		return
 	}
 	if werr == nil {
+		// Published only by a success, and never cut: outputs over the
+		// bound fail the attempt, saying so.
+		if r.Outputs, err = readOutputs(outputs, a.MaxOutputBytes); err != nil {
+			r.Outcome, r.Error = model.Failed, err.Error()
+			fmt.Fprintf(out, "\norion: %s\n", r.Error)
+			return
+		}
 		r.Outcome = model.Succeeded
 		return
 	}
+	os.Remove(outputs)
 	r.Outcome = model.Failed
 	var ee *exec.ExitError
 	if errors.As(werr, &ee) {

@@ -1,24 +1,15 @@
-// A small client of Orion's REST API. Everything is same-origin: the console
-// is served by the replica it talks to.
-import type {
-  APIErrorBody,
-  ClusterResponse,
-  DAGView,
-  ListResponse,
-  ScheduleRun,
-  ScheduleView,
-  SubmitResponse,
-  TaskView,
-} from "./types";
+// The console's client of Orion's REST API: openapi-fetch over the paths
+// generated from the server's OpenAPI document (src/api.gen.ts), so every
+// path, parameter and answer is typed by the contract the server is tested
+// against. Everything is same-origin: the console is served by the replica
+// it talks to.
+import createClient from "openapi-fetch";
+import type { paths } from "./api.gen";
+import type { APIErrorBody, DemoStatus } from "./types";
+
+export type { DemoStatus };
 
 const TOKEN_KEY = "orion.token";
-
-export interface DemoStatus {
-  demo?: boolean;
-  running?: boolean;
-  last_crash?: string;
-  detail?: unknown;
-}
 
 /** The bearer token, when the server requires one (kept for this tab only). */
 export function token(): string {
@@ -53,68 +44,81 @@ export function authHeaders(h: Record<string, string> = {}): Record<string, stri
   return h;
 }
 
-async function request(method: string, path: string, body?: BodyInit, headers: Record<string, string> = {}, timeoutMs = 15000): Promise<Response> {
-  const ctl = new AbortController();
-  const timer = setTimeout(() => ctl.abort(), timeoutMs);
-  try {
-    const resp = await fetch(path, { method, body, headers: authHeaders(headers), signal: ctl.signal, cache: "no-store" });
-    if (resp.status === 401) onUnauthorized();
-    return resp;
-  } catch (e) {
-    if ((e as Error).name === "AbortError") throw new APIError(0, "timeout", `${method} ${path}: no answer in ${timeoutMs / 1000}s`);
-    throw new APIError(0, "network", `${method} ${path}: ${(e as Error).message}`);
-  } finally {
-    clearTimeout(timer);
-  }
-}
+const client = createClient<paths>({ cache: "no-store" });
+client.use({
+  onRequest({ request }) {
+    const t = token();
+    if (t) request.headers.set("Authorization", "Bearer " + t);
+    return request;
+  },
+  onResponse({ response }) {
+    if (response.status === 401) onUnauthorized();
+    return response;
+  },
+});
 
-async function json<T>(method: string, path: string, body?: BodyInit, headers: Record<string, string> = {}, timeoutMs?: number): Promise<T> {
-  return (await jsonRev<T>(method, path, body, headers, timeoutMs)).body;
+/** What an openapi-fetch call resolves to, loosely: the data or the error body. */
+interface Answer<T> {
+  data?: T;
+  error?: unknown;
+  response: Response;
 }
 
 /**
- * json, with the revision of a write's answer (X-Orion-Revision: the
- * revision the replica had applied, the write included; 0 when absent).
+ * settle turns a call into its data and the revision of its answer
+ * (X-Orion-Revision on writes: the revision the replica had applied, the
+ * write included; 0 when absent), or throws an APIError: the server's error
+ * body when it sent one, a timeout, or the network.
  */
-async function jsonRev<T>(
-  method: string,
-  path: string,
-  body?: BodyInit,
-  headers: Record<string, string> = {},
-  timeoutMs?: number,
-): Promise<{ body: T; revision: number }> {
-  const resp = await request(method, path, body, headers, timeoutMs);
-  const text = await resp.text();
-  let parsed: unknown = undefined;
+async function settle<T>(what: string, timeoutMs: number, call: (signal: AbortSignal) => Promise<Answer<T>>): Promise<{ body: T; revision: number }> {
+  let r: Answer<T>;
   try {
-    parsed = text ? JSON.parse(text) : undefined;
-  } catch {
-    // not JSON: reported below
+    r = await call(AbortSignal.timeout(timeoutMs));
+  } catch (e) {
+    const name = (e as Error).name;
+    if (name === "TimeoutError" || name === "AbortError") throw new APIError(0, "timeout", `${what}: no answer in ${timeoutMs / 1000}s`);
+    throw new APIError(0, "network", `${what}: ${(e as Error).message}`);
   }
-  if (!resp.ok) {
-    const err = (parsed as APIErrorBody | undefined)?.error;
-    if (err && typeof err === "object") throw new APIError(resp.status, err.code, err.message, err.details);
-    throw new APIError(resp.status, "http_" + resp.status, `${method} ${path}: ${resp.status} ${text.slice(0, 200)}`);
+  const status = r.response.status;
+  if (!r.response.ok) {
+    const err = (r.error as APIErrorBody | undefined)?.error;
+    if (err && typeof err === "object") throw new APIError(status, err.code, err.message, err.details);
+    throw new APIError(status, "http_" + status, `${what}: ${status} ${String(r.error ?? "").slice(0, 200)}`);
   }
-  return { body: parsed as T, revision: Number(resp.headers.get("X-Orion-Revision")) || 0 };
+  return { body: r.data as T, revision: Number(r.response.headers.get("X-Orion-Revision")) || 0 };
+}
+
+async function data<T>(what: string, timeoutMs: number, call: (signal: AbortSignal) => Promise<Answer<T>>): Promise<T> {
+  return (await settle(what, timeoutMs, call)).body;
 }
 
 const enc = encodeURIComponent;
 
 export const api = {
-  listDAGs: (limit = 50) => json<ListResponse>("GET", `/api/v1/dags?limit=${limit}`),
-  getDAG: (id: string) => json<DAGView>("GET", `/api/v1/dags/${enc(id)}`),
-  getTask: (id: string, task: string) => json<TaskView>("GET", `/api/v1/dags/${enc(id)}/tasks/${enc(task)}`),
+  listDAGs: (limit = 50) =>
+    data("GET /api/v1/dags", 15000, (signal) => client.GET("/api/v1/dags", { params: { query: { limit } }, signal })),
+  getDAG: (id: string) =>
+    data(`GET /api/v1/dags/${id}`, 15000, (signal) => client.GET("/api/v1/dags/{id}", { params: { path: { id } }, signal })),
+  getTask: (id: string, task: string) =>
+    data(`GET /api/v1/dags/${id}/tasks/${task}`, 15000, (signal) =>
+      client.GET("/api/v1/dags/{id}/tasks/{task}", { params: { path: { id, task } }, signal }),
+    ),
   /** A task's full log as text, read with the token (for a link that cannot carry one). */
-  log: async (id: string, task: string, attempt?: number): Promise<string> => {
-    const path = api.logURL(id, task, attempt);
-    const resp = await request("GET", path, undefined, { Accept: "text/plain" }, 30000);
-    if (!resp.ok) throw new APIError(resp.status, "log", `GET ${path}: ${resp.status}`);
-    return resp.text();
-  },
+  log: (id: string, task: string, attempt?: number): Promise<string> =>
+    data(api.logURL(id, task, attempt), 30000, (signal) =>
+      client.GET("/api/v1/dags/{id}/tasks/{task}/log", {
+        params: { path: { id, task }, query: attempt ? { attempt } : {} },
+        headers: { Accept: "text/plain" },
+        parseAs: "text",
+        signal,
+      }),
+    ),
   logURL: (id: string, task: string, attempt?: number) =>
     `/api/v1/dags/${enc(id)}/tasks/${enc(task)}/log` + (attempt ? `?attempt=${attempt}` : ""),
-  /** Submits a DAG file: JSON when it parses as JSON, YAML otherwise. */
+  /**
+   * Submits a DAG file as it was written: JSON when it parses as JSON, YAML
+   * otherwise. The text goes as is, so the server's errors name its lines.
+   */
   submit: (text: string) => {
     let ct = "application/yaml";
     try {
@@ -123,38 +127,71 @@ export const api = {
     } catch {
       // YAML
     }
-    return json<SubmitResponse>("POST", "/api/v1/dags", text, { "Content-Type": ct }, 35000);
+    return data("POST /api/v1/dags", 35000, (signal) =>
+      client.POST("/api/v1/dags", {
+        body: {}, // the file's text below, not an object to serialize
+        bodySerializer: () => text,
+        headers: { "Content-Type": ct },
+        signal,
+      }),
+    );
   },
-  cancel: (id: string) => json<{ id: string; status: string }>("POST", `/api/v1/dags/${enc(id)}/cancel`, undefined, {}, 35000),
-  retry: (id: string) => json<{ id: string; status: string }>("POST", `/api/v1/dags/${enc(id)}/retry`, undefined, {}, 35000),
+  cancel: (id: string) =>
+    data(`POST /api/v1/dags/${id}/cancel`, 35000, (signal) => client.POST("/api/v1/dags/{id}/cancel", { params: { path: { id } }, signal })),
+  retry: (id: string) =>
+    data(`POST /api/v1/dags/${id}/retry`, 35000, (signal) => client.POST("/api/v1/dags/{id}/retry", { params: { path: { id } }, signal })),
   /** Deletes a finished DAG with its tasks; revision is the deletion's (0 if the answer had none). */
-  deleteDAG: (id: string) => jsonRev<{ id: string; status: string }>("DELETE", `/api/v1/dags/${enc(id)}`, undefined, {}, 35000),
-  cluster: () => json<ClusterResponse>("GET", "/api/v1/cluster", undefined, {}, 5000),
-  schedules: () => json<{ schedules: ScheduleView[] }>("GET", "/api/v1/schedules", undefined, {}, 5000),
-  scheduleRuns: (id: string) => json<{ runs: ScheduleRun[] }>("GET", `/api/v1/schedules/${enc(id)}/runs`, undefined, {}, 5000),
-  scheduleAction: (id: string, verb: "pause" | "resume" | "trigger") => json<unknown>("POST", `/api/v1/schedules/${enc(id)}/${verb}`),
-  metricsText: async (): Promise<string> => {
-    const resp = await request("GET", "/metrics", undefined, {}, 5000);
-    if (!resp.ok) throw new APIError(resp.status, "http_" + resp.status, "GET /metrics: " + resp.status);
-    return resp.text();
+  deleteDAG: (id: string) =>
+    settle(`DELETE /api/v1/dags/${id}`, 35000, (signal) => client.DELETE("/api/v1/dags/{id}", { params: { path: { id } }, signal })),
+  cluster: () => data("GET /api/v1/cluster", 5000, (signal) => client.GET("/api/v1/cluster", { signal })),
+  schedules: () => data("GET /api/v1/schedules", 5000, (signal) => client.GET("/api/v1/schedules", { signal })),
+  scheduleRuns: (id: string) =>
+    data(`GET /api/v1/schedules/${id}/runs`, 5000, (signal) => client.GET("/api/v1/schedules/{id}/runs", { params: { path: { id } }, signal })),
+  scheduleAction: (id: string, verb: "pause" | "resume" | "trigger") => {
+    const opts = (signal: AbortSignal) => ({ params: { path: { id } }, signal });
+    return data(`POST /api/v1/schedules/${id}/${verb}`, 15000, (signal): Promise<Answer<unknown>> => {
+      switch (verb) {
+        case "pause":
+          return client.POST("/api/v1/schedules/{id}/pause", opts(signal));
+        case "resume":
+          return client.POST("/api/v1/schedules/{id}/resume", opts(signal));
+        case "trigger":
+          return client.POST("/api/v1/schedules/{id}/trigger", opts(signal));
+      }
+    });
   },
+  metricsText: () => data("GET /metrics", 5000, (signal) => client.GET("/metrics", { parseAs: "text", signal })),
   /**
-   * GET /api/v1/demo/status: {"demo": bool, "running": bool, "last_crash"?}.
-   * It answers on every server (demo is false outside demo mode); null when
-   * this server has no such endpoint.
+   * GET /api/v1/demo/status: {"demo": bool, "running": bool, "last_crash"?}
+   * on this server or, with base, on another replica's. It answers on every
+   * server (demo is false outside demo mode); null when that server has no
+   * such endpoint.
    */
   demoStatus: async (base = ""): Promise<DemoStatus | null> => {
-    const resp = await request("GET", base + "/api/v1/demo/status", undefined, {}, 4000);
-    if (resp.status === 404 || resp.status === 405) return null;
-    if (!resp.ok) throw new APIError(resp.status, "http_" + resp.status, "GET /api/v1/demo/status: " + resp.status);
-    if (!(resp.headers.get("Content-Type") ?? "").includes("json")) return null;
-    return (await resp.json()) as DemoStatus;
+    try {
+      return await data("GET /api/v1/demo/status", 4000, async (signal): Promise<Answer<DemoStatus | null>> => {
+        const r = await client.GET("/api/v1/demo/status", { baseUrl: base || undefined, parseAs: "text", signal });
+        if (!r.response.ok) return { error: r.error, response: r.response };
+        if (!(r.response.headers.get("Content-Type") ?? "").includes("json")) return { data: null, response: r.response };
+        return { data: JSON.parse(r.data ?? "null") as DemoStatus, response: r.response };
+      });
+    } catch (e) {
+      if (e instanceof APIError && (e.status === 404 || e.status === 405)) return null;
+      throw e;
+    }
   },
   /**
-   * POST /api/v1/demo/crash or /api/v1/demo/recover (demo mode only), on
-   * this server or, with target (a replica's name), relayed by this server
-   * to that replica: the page stays on one origin.
+   * POST /api/v1/demo/crash (demo mode only), on this server or, with
+   * target (a replica's name), relayed by this server to that replica: the
+   * page stays on one origin.
    */
-  demo: (what: "crash" | "recover", target = "") =>
-    json<Record<string, unknown>>("POST", `/api/v1/demo/${what}` + (target ? `?target=${encodeURIComponent(target)}` : ""), undefined, {}, 35000),
+  crash: (target = "") =>
+    data("POST /api/v1/demo/crash", 35000, (signal) =>
+      client.POST("/api/v1/demo/crash", { params: { query: target ? { target } : {} }, signal }),
+    ),
+  /** POST /api/v1/demo/recover, as crash. */
+  recover: (target = "") =>
+    data("POST /api/v1/demo/recover", 35000, (signal) =>
+      client.POST("/api/v1/demo/recover", { params: { query: target ? { target } : {} }, signal }),
+    ),
 };

@@ -43,7 +43,7 @@ export function autoDemoDAG() {
 /** A replica the demo crashed: where to send its recover. */
 interface Crashed {
   name: string;
-  base: string; // "" for this page's server, else its API URL
+  base: string; // "" for this page's server, else its name (controls are relayed to it)
   at: number;
 }
 
@@ -140,7 +140,7 @@ export class Demo {
       "step",
     );
     const at = Date.now();
-    await api.demo("crash", base);
+    await api.crash(base);
     const crashed = { name: leader, base, at };
     this.crashed = crashed;
     if (single) {
@@ -186,7 +186,7 @@ export class Demo {
     const target = this.crashed ?? { name: this.app.cluster?.node ?? "this node", base: "", at: Date.now() };
     const before = Date.now();
     this.app.say(`recover ${target.name}: a new scheduler loads the state from etcd (a snapshot read of /orion/v1/, then the watch from its revision)`, "step");
-    const r = await api.demo("recover", target.base);
+    const r = await api.recover(target.base);
     this.crashed = null;
     const down = typeof r.downtime_ms === "number" ? ` after ${fmtDuration(r.downtime_ms)} down` : "";
     const c = await this.waitCluster((x) => !!x.leader, 20000, 150);

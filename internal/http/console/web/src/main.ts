@@ -7,7 +7,7 @@ import { $, fmtTime, h } from "./dom";
 import { GraphView, STATUS_COLORS } from "./graph";
 import { installHelp } from "./help";
 import { MetricsModel, parseProm, Snapshot } from "./metrics";
-import { renderCluster, renderMetrics, renderTask, statusBadge } from "./panels";
+import { fmtValue, renderCluster, renderMetrics, renderTask, statusBadge } from "./panels";
 import { renderSchedules, scheduleAPI } from "./schedules";
 import { EventStream, type StreamState } from "./stream";
 import { formatDAG, TEMPLATES } from "./templates";
@@ -391,6 +391,7 @@ export class App {
       $("#dag-title").textContent = this.currentId ? `loading ${this.currentId}…` : "No DAG selected";
       $("#dag-status").replaceChildren();
       $("#dag-meta").textContent = "";
+      $("#dag-params").replaceChildren();
       this.renderActions();
       this.renderCounts();
       this.renderTaskPanel();
@@ -401,7 +402,14 @@ export class App {
     $("#dag-status").replaceChildren(statusBadge(d.status));
     $("#dag-meta").textContent =
       `${d.id} · run ${d.run} · ${d.tasks.length} tasks · submitted ${fmtTime(d.submitted_at)} · rev ${d.revision}` +
+      (d.scheduled ? ` · ${d.scheduled.schedule} tick ${fmtTime(d.scheduled.tick)} (interval from ${fmtTime(d.scheduled.interval_start)})` : "") +
       (d.cancel_requested && d.status === "running" ? " · cancel requested: its handlers and notifications run, then it is cancelled" : "");
+    const params = d.params ?? {};
+    $("#dag-params").replaceChildren(
+      ...Object.keys(params)
+        .sort()
+        .map((k) => h("span.param", { "data-name": k, title: fmtValue(params[k]) }, h("code", {}, k), "=", fmtValue(params[k]))),
+    );
     this.renderActions();
     this.graph.setTasks(d.id, d.tasks);
     if (this.selected) this.graph.select(this.selected);

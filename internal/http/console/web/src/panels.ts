@@ -156,7 +156,22 @@ export function renderTask(host: HTMLElement, d: DAGView, t: TaskView, now: numb
       h("table.hist", {}, h("thead", {}, h("tr", {}, h("th", {}, "#"), h("th", {}, "outcome"), h("th", {}, "worker"), h("th", {}, "took"), h("th", {}, "exit"), h("th", {}, ""))), tbody),
     );
   }
-  host.replaceChildren(head, runs, facts, h("h3", {}, "Output (last 4 KiB)"), out, logs, histTable ?? "");
+  const outputs = t.outputs && Object.keys(t.outputs).length ? h("div", {}, h("h3", {}, "Outputs"), valueTable(t.outputs, "task-outputs")) : "";
+  host.replaceChildren(head, runs, facts, outputs, h("h3", {}, "Output (last 4 KiB)"), out, logs, histTable ?? "");
+}
+
+/** A value as a template renders it: a string as it is, anything else as JSON. */
+export function fmtValue(v: unknown): string {
+  return typeof v === "string" ? v : JSON.stringify(v);
+}
+
+/** Params or outputs, one row each, sorted by name. */
+export function valueTable(values: Record<string, unknown>, testid: string): HTMLElement {
+  const tbody = h("tbody");
+  for (const k of Object.keys(values).sort()) {
+    tbody.append(h("tr", { "data-name": k }, h("td", {}, h("code", {}, k)), h("td", {}, h("pre.value", {}, fmtValue(values[k])))));
+  }
+  return h("table.values", { "data-testid": testid }, tbody);
 }
 
 function tile(label: string, value: string, help?: string, spark?: SVGSVGElement, testid?: string): HTMLElement {
