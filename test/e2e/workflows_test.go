@@ -38,7 +38,7 @@ func TestParamsAndOutputs(t *testing.T) {
 	t.Cleanup(func() { srv.Close() })
 
 	file := filepath.Join(work, "etl.yaml")
-	body := fmt.Sprintf(`id: etl-params
+	body := fmt.Sprintf(`id: etl-inline
 params:
   region: eu
   day:
@@ -78,15 +78,15 @@ tasks:
 		t.Fatalf("load wrote %q (%v), want %q", got, err, want)
 	}
 
-	out, err = n.orion("get", "dag", "etl-params")
+	out, err = n.orion("get", "dag", "etl-inline")
 	if err != nil || !strings.Contains(out, "Params:\n  day     2026-11-27\n  limit   10\n  region  us\n") {
 		t.Errorf("orion get dag: %v\n%s", err, out)
 	}
-	out, err = n.orion("get", "task", "etl-params/list")
+	out, err = n.orion("get", "task", "etl-inline/list")
 	if err != nil || !strings.Contains(out, "Outputs:\n  files   a.csv\\nb.csv\n  region  us\n  rows    42\n") {
 		t.Errorf("orion get task: %v\n%s", err, out)
 	}
-	out, err = n.orion("get", "task", "etl-params/call", "-o", "json")
+	out, err = n.orion("get", "task", "etl-inline/call", "-o", "json")
 	var call client.Task
 	if err != nil || json.Unmarshal([]byte(out), &call) != nil || string(call.Outputs["batch"]) != `"batch-us"` {
 		t.Errorf("orion get task -o json: %v\n%s", err, out)
