@@ -18,7 +18,7 @@ func TestSubmitBadCondition(t *testing.T) {
 	for body, want := range map[string]string{
 		`{"name":"x","tasks":[{"id":"a"},{"id":"b","depends_on":["a"],"when":"tasks.a.status =="}]}`:    `task "b": when: `,
 		`{"name":"x","tasks":[{"id":"a"},{"id":"b","when":"tasks.a.status == 'failed'"}]}`:              `task "b": when: tasks.a: task a is not upstream of this task`,
-		`{"name":"x","tasks":[{"id":"a","when":"params.day == 'x'"}]}`:                                  `task "a": when: params.day: the DAG declares no parameter "day"`,
+		`{"name":"x","tasks":[{"id":"a","when":"params.day == 'x'"}]}`:                                  `task "a": when: params.day is not declared (it declares no params)`,
 		`{"name":"x","tasks":[{"id":"a","trigger_rule":"sometimes"}]}`:                                  `task "a": trigger_rule "sometimes" is unknown`,
 		`{"name":"x","tasks":[{"id":"a"}],"on_exit":{"command":"true","when":"tasks.zz.status == ''"}}`: `on_exit: when: tasks.zz: no task zz in the DAG`,
 		`{"name":"x","tasks":[{"id":"a"}],"notify":[{"url":"http://h/","headers":{"Host":"evil"}}]}`:    `notify[0]: headers: Host is set by Orion or by the connection`,
