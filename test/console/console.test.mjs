@@ -497,7 +497,7 @@ describe("console on a single node", { timeout: 480000 }, () => {
     await page.hover('.algos [data-help="cascade"]');
     const pop = page.locator(".help-pop");
     await waitFor("the help popover", async () => await pop.isVisible(), 5000);
-    assert.match(await pop.textContent(), /breadth-first/);
+    assert.match(await pop.textContent(), /one level at a time/);
     await shot(page, "help-cascade");
     await page.hover('.algos [data-help="fence"]');
     await waitFor("the fenced-commit help", async () => /CreateRevision/.test((await pop.textContent()) ?? ""), 5000);
