@@ -325,6 +325,7 @@ Try:
   ETCDCTL_API=3 etcdctl --endpoints $ETCD_ENDPOINTS elect -l /orion/v1/election
   ETCDCTL_API=3 etcdctl --endpoints $ETCD_ENDPOINTS member list -w table
   $bin drill kill-leader --server $API_URLS --count 5
+  $bin drill --fault node --server $API_URLS --count 5     (the leader and etcd's raft leader together)
   test/cluster.sh status | restart n1 | down [--purge]
 EOF
 }

@@ -79,6 +79,13 @@ endpoints.`,
 				endpoints = strings.Join(cl.Etcd.Endpoints, ", ")
 			}
 			fmt.Fprintf(out, "\netcd endpoints: %s\n", endpoints)
+			if st := cl.Etcd.Storage; st != nil {
+				fmt.Fprintf(out, "etcd storage: %s: %s in use, database %s, quota %s, new work admitted up to %s in use\n",
+					st.State, mibs(st.InUseBytes), mibs(st.DBSizeBytes), mibs(st.QuotaBytes), mibs(st.AdmissionLimitBytes))
+				if st.Message != "" {
+					fmt.Fprintf(out, "  %s\n", st.Message)
+				}
+			}
 			nospace := false
 			for _, a := range cl.Etcd.Alarms {
 				fmt.Fprintf(out, "etcd alarm: %s on member %s: %s\n", a.Alarm, a.MemberID, a.Message)
@@ -99,3 +106,6 @@ endpoints.`,
 		},
 	}
 }
+
+// mibs prints a byte count in MiB.
+func mibs(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }

@@ -18,7 +18,7 @@ import (
 
 func newDrillCmd() *cobra.Command {
 	cmd := drillCommand("drill", true)
-	cmd.Short = "Fault drills against a local cluster: kill or stop the leader, kill an etcd member"
+	cmd.Short = "Fault drills against a local cluster: kill or stop the leader, kill an etcd member, lose a node"
 	cmd.Long = `drill runs --count drills of one --fault against a cluster whose processes run
 on this host (such as test/cluster.sh's), under a DAG of shell tasks that
 record every run, and checks afterwards that no task was lost or ran twice.
@@ -36,11 +36,20 @@ record every run, and checks afterwards that no task was lost or ran twice.
                         must be adopted, not run again.
   --fault etcd-member   SIGKILL one 'orion etcd' member (--member leader, the
                         raft leader; follower; or a name) under a trickle of
-                        one-task DAGs every 20 ms, report the write stall (the
-                        longest gap between acknowledged submissions from the
-                        kill on), restart the member (--restart script runs
+                        one-task DAGs every 20 ms (one refused is sent again
+                        20 ms later to the next replica, never after a
+                        Retry-After), report the write stall (the longest gap
+                        between acknowledged submissions from the kill on),
+                        restart the member (--restart script runs
                         test/cluster.sh restart NAME) and wait until it is
                         healthy. The cluster needs 3 or more members.
+  --fault node          SIGKILL the scheduler leader and etcd's raft leader at
+                        the same moment, as the loss of a machine that ran both
+                        does, under the same trickle: report the takeover and
+                        the write stall, then restart the member and the
+                        replica (--restart). The raft leader is looked up
+                        before every drill. Needs 3 or more 'orion etcd'
+                        members on this host, as test/cluster.sh runs them.
   --fault partition     refused: the processes of a running local cluster
                         share the host's loopback, so none can be cut off
                         alone. 'make drills' runs the partition drill on a
@@ -53,7 +62,8 @@ no task was lost or duplicated and every drill measured its figure.`
 	cmd.Example = `  test/cluster.sh up
   orion drill --fault kill --server http://127.0.0.1:24081,http://127.0.0.1:24082,http://127.0.0.1:24083 --count 20
   orion drill --fault stop --stop-for 2s --server http://127.0.0.1:24081 --count 3
-  orion drill --fault etcd-member --member leader --restart script --server http://127.0.0.1:24081 --count 3 --json`
+  orion drill --fault etcd-member --member leader --restart script --server http://127.0.0.1:24081 --count 3 --json
+  orion drill --fault node --server http://127.0.0.1:24081,http://127.0.0.1:24082,http://127.0.0.1:24083 --count 10`
 	cmd.AddCommand(newDrillKillLeaderCmd())
 	return cmd
 }
@@ -172,7 +182,7 @@ func drillCommand(use string, withFault bool) *cobra.Command {
 	f.DurationVar(&o.RestartTimeout, "restart-timeout", time.Minute, "how long the restarted replica may take to answer")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object on stdout (per-drill lines go to stderr)")
 	if withFault {
-		f.StringVar(&fault, "fault", string(drill.FaultKill), "kill, stop or etcd-member (partition: see above)")
+		f.StringVar(&fault, "fault", string(drill.FaultKill), "kill, stop, etcd-member or node (partition: see above)")
 		f.DurationVar(&o.StopFor, "stop-for", 2*time.Second, "--fault stop: how long the leader stays stopped (at least 1.5s)")
 		f.StringVar(&o.Member, "member", "leader", "--fault etcd-member: leader (etcd's raft leader), follower or a member name")
 	}

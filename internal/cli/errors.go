@@ -23,6 +23,13 @@ var storageFullHint = "hint: etcd reached its backend quota (NOSPACE). The embed
 	"the space by themselves once retention has deleted enough; for any other etcd run:\n" +
 	indent(store.ExternalNoSpaceRecipe, "  ") + "\n"
 
+// orionsOwnLimit reports a 507 that Orion's admission limit or its guard
+// short of etcd's quota answered (scheduler.AdmissionError, a guarded
+// store.NoSpaceError): no alarm is raised, and the message says what to do.
+func orionsOwnLimit(msg string) bool {
+	return strings.Contains(msg, "storage_admission_ratio") || strings.Contains(msg, "short of etcd's NOSPACE alarm")
+}
+
 func indent(s, by string) string { return by + strings.ReplaceAll(s, "\n", "\n"+by) }
 
 // Exit codes.
@@ -74,7 +81,7 @@ func PrintError(w io.Writer, err error) {
 		case http.StatusUnauthorized:
 			fmt.Fprintf(w, "hint: pass --token or set %s\n", EnvToken)
 		}
-		if ae.Code == apitypes.CodeStorageFull {
+		if ae.Code == apitypes.CodeStorageFull && !orionsOwnLimit(ae.Message) {
 			fmt.Fprint(w, storageFullHint)
 		}
 	case errors.As(err, &ve):

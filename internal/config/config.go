@@ -37,6 +37,7 @@ type Server struct {
 	Name                 string        `mapstructure:"name" json:"name"`
 	Listen               string        `mapstructure:"listen" json:"listen"`
 	AdvertiseURL         string        `mapstructure:"advertise_url" json:"advertise_url"`
+	NodeName             string        `mapstructure:"node_name" json:"node_name"`
 	KubeLeaderLabel      string        `mapstructure:"kube_leader_label" json:"kube_leader_label"`
 	MetricsNoAuth        bool          `mapstructure:"metrics_no_auth" json:"metrics_no_auth"`
 	AllowedHosts         []string      `mapstructure:"allowed_hosts" json:"allowed_hosts"`
@@ -91,6 +92,12 @@ type Server struct {
 	EmbeddedQuotaBytes   int64          `mapstructure:"embedded_etcd_quota_bytes" json:"embedded_etcd_quota_bytes"`
 	EmbeddedHeartbeatMs  int            `mapstructure:"embedded_etcd_heartbeat_ms" json:"embedded_etcd_heartbeat_ms"`
 	EmbeddedElectionMs   int            `mapstructure:"embedded_etcd_election_ms" json:"embedded_etcd_election_ms"`
+	// Global limits (what the whole admits; README, "Limits").
+	MaxLiveDAGs           int           `mapstructure:"max_live_dags" json:"max_live_dags"`
+	MaxLiveTasks          int           `mapstructure:"max_live_tasks" json:"max_live_tasks"`
+	MaxSchedules          int           `mapstructure:"max_schedules" json:"max_schedules"`
+	MinScheduleInterval   time.Duration `mapstructure:"min_schedule_interval" json:"min_schedule_interval"`
+	StorageAdmissionRatio float64       `mapstructure:"storage_admission_ratio" json:"storage_admission_ratio"`
 }
 
 // Flag describes one setting: its flag name, default and help. The
@@ -117,6 +124,7 @@ var serverFlags = []Flag{
 	{"max-conns-per-client", 128, "open connections one non-loopback client address (an IPv4 address or an IPv6 /64) may hold; more are closed at once"},
 	{"etcd-max-request-bytes", 3 << 19, "etcd's --max-request-bytes (1.5 MiB by default): every record is checked against it before it is committed, and the embedded member uses it"},
 	{"advertise-url", "", "URL other replicas and workers use to reach this API (default http://<listen address>)"},
+	{"node-name", "", "the node (machine) this replica runs on, named as the 'orion etcd' members' --node-name names theirs: while it leads, etcd's raft leader is moved off this node (default: the host name; on Kubernetes, spec.nodeName)"},
 	{"stream-stale-after", 300 * time.Millisecond, "a worker or leader stream silent this long is treated as dead (the leader sends heartbeats every 100ms)"},
 	{"worker-reconnect-grace", 2 * time.Second, "how long a disconnected worker keeps its running attempts before they are re-queued"},
 	{"worker-max-slots", 1024, "most slots a worker (or a replica's own executor) may announce; a worker with more is refused and stops"},
@@ -160,6 +168,11 @@ var serverFlags = []Flag{
 	{"write-timeout", 30 * time.Second, "how long an API write waits for its commit"},
 	{"shutdown-grace", 10 * time.Second, "how long SIGTERM waits for running tasks before killing them"},
 	{"task-log-dir", "", "where full task logs are kept (default <data-dir>/logs)"},
+	{"max-live-dags", 10000, "most DAGs running at once (submitted or retried, not finished); more are refused with 429 too_many_live_dags"},
+	{"max-live-tasks", 1000000, "most tasks in the DAGs running at once (finished or not, until their DAG finishes); more are refused with 429 too_many_live_tasks"},
+	{"max-schedules", 1000, "most schedules; more are refused with 429 too_many_schedules"},
+	{"min-schedule-interval", time.Second, "shortest time between two ticks of a schedule; a schedule that ticks more often is refused with 400 schedule_too_frequent"},
+	{"storage-admission-ratio", 0.5, "share of etcd's quota the database in use may reach, counting what running DAGs have yet to write, before new DAGs and retries are refused with 507 storage_full (the rest is kept for admitted work to finish, be cancelled and deleted, and for leases)"},
 }
 
 // serverSettings are `orion server`'s settings: env ORION_ + KEY, the
@@ -364,6 +377,21 @@ func (s Server) Validate() error {
 	}
 	if s.EtcdMaxRequestBytes < 64<<10 {
 		errs = append(errs, fmt.Errorf("etcd_max_request_bytes %d: must be ≥ 65536 (etcd's default is 1572864)", s.EtcdMaxRequestBytes))
+	}
+	if s.MaxLiveDAGs < 1 {
+		errs = append(errs, fmt.Errorf("max_live_dags %d: must be ≥ 1", s.MaxLiveDAGs))
+	}
+	if s.MaxLiveTasks < s.MaxTasksPerDAG {
+		errs = append(errs, fmt.Errorf("max_live_tasks %d: must be at least max_tasks_per_dag (%d), or no DAG of that size could run", s.MaxLiveTasks, s.MaxTasksPerDAG))
+	}
+	if s.MaxSchedules < 1 {
+		errs = append(errs, fmt.Errorf("max_schedules %d: must be ≥ 1", s.MaxSchedules))
+	}
+	if s.MinScheduleInterval < time.Second {
+		errs = append(errs, fmt.Errorf("min_schedule_interval %s: must be ≥ 1s (a schedule ticks at most once a second)", s.MinScheduleInterval))
+	}
+	if s.StorageAdmissionRatio <= 0 || s.StorageAdmissionRatio > 0.95 {
+		errs = append(errs, fmt.Errorf("storage_admission_ratio %v: must be > 0 and ≤ 0.95 (the rest of etcd's quota is what admitted work finishes in)", s.StorageAdmissionRatio))
 	}
 	if s.RateLimit <= 0 {
 		errs = append(errs, fmt.Errorf("rate_limit %v: must be > 0", s.RateLimit))

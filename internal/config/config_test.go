@@ -91,6 +91,12 @@ func TestValidationNamesTheSetting(t *testing.T) {
 		{[]string{"--session-ttl", "500ms"}, "session_ttl"},
 		{[]string{"--log-format", "xml"}, "log_format"},
 		{[]string{"--listen", "nope"}, "listen"},
+		{[]string{"--max-live-dags", "0"}, "max_live_dags"},
+		{[]string{"--max-live-tasks", "999"}, "max_live_tasks"}, // under max_tasks_per_dag
+		{[]string{"--max-schedules", "0"}, "max_schedules"},
+		{[]string{"--min-schedule-interval", "500ms"}, "min_schedule_interval"},
+		{[]string{"--storage-admission-ratio", "0.99"}, "storage_admission_ratio"},
+		{[]string{"--storage-admission-ratio", "0"}, "storage_admission_ratio"},
 	} {
 		if _, err := load(t, "", nil, c.args...); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: %v, want an error naming %s", c.args, err, c.want)

@@ -49,6 +49,7 @@ type Etcd struct {
 	PeerTrustedCAFile       string        `mapstructure:"peer_trusted_ca_file" json:"peer_trusted_ca_file,omitempty"`
 	PeerClientCertAuth      bool          `mapstructure:"peer_client_cert_auth" json:"peer_client_cert_auth"`
 	ReadyTimeout            time.Duration `mapstructure:"ready_timeout" json:"ready_timeout"`
+	NodeName                string        `mapstructure:"node_name" json:"node_name,omitempty"`
 }
 
 // EtcdEnvPrefix prefixes the environment form of every `orion etcd`
@@ -91,6 +92,7 @@ var etcdSettings = Settings{
 		{Name: "peer-trusted-ca-file", Default: "", Usage: "CA (PEM) that signed the other members' peer certificates"},
 		{Name: "peer-client-cert-auth", Default: false, Usage: "refuse peers without a certificate signed by --peer-trusted-ca-file"},
 		{Name: "ready-timeout", Default: 5 * time.Minute, Usage: "how long to wait for the member to join a quorum before giving up"},
+		{Name: "node-name", Default: "", Usage: "the node (machine) this member runs on, named as the scheduler replicas' --node-name names theirs; served on the client URL so that Orion's leader keeps etcd's raft leader off its own node (default: the host name; on Kubernetes, spec.nodeName)"},
 	},
 	EnvPrefix: EtcdEnvPrefix,
 	ConfigEnv: EtcdEnvPrefix + "CONFIG",
@@ -246,6 +248,7 @@ func (e Etcd) Member() etcdmember.Config {
 		LogLevel:                e.LogLevel,
 		AllowRemoteClients:      e.AllowRemoteClients,
 		ReadyTimeout:            e.ReadyTimeout,
+		Node:                    e.NodeName,
 		ClientTLS:               etcdmember.TLS{CertFile: e.CertFile, KeyFile: e.KeyFile, TrustedCAFile: e.TrustedCAFile, ClientCertAuth: e.ClientCertAuth},
 		PeerTLS:                 etcdmember.TLS{CertFile: e.PeerCertFile, KeyFile: e.PeerKeyFile, TrustedCAFile: e.PeerTrustedCAFile, ClientCertAuth: e.PeerClientCertAuth},
 	}

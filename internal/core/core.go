@@ -31,6 +31,12 @@ type Config struct {
 	// MaxOutputBytes bounds a task's outputs (model.CheckOutputs); default
 	// model.DefaultMaxOutputBytes. Attempts carry it to their workers.
 	MaxOutputBytes int
+	// MaxLiveDAGs bounds the DAGs running at once (submitted or retried, not
+	// finished) and MaxLiveTasks the tasks of those DAGs (all of them,
+	// finished or not, until their DAG finishes): a submission or retry past
+	// either is refused (limits.go). 0: no bound.
+	MaxLiveDAGs  int
+	MaxLiveTasks int
 }
 
 func (c Config) withDefaults() Config {
@@ -70,6 +76,8 @@ type Core struct {
 	counts [numStatuses]int // tasks per status over all DAGs
 	// poolRunning counts running tasks per required pool label (see pools.go).
 	poolRunning map[string]int
+	// live counts the running DAGs and their tasks (limits.go).
+	live liveCount
 
 	// Leader-only state below: volatile, never part of what replicas agree
 	// on, dropped by StepDown.
@@ -91,6 +99,9 @@ type Core struct {
 	// transaction, each with its task: the ones a success may be folded
 	// into (Seal).
 	unsealed map[*TaskRecord]*task
+	// pendingLive counts the DAGs (and their tasks) proposed to run, by a
+	// submission or a retry, whose record is not applied yet (limits.go).
+	pendingLive liveCount
 }
 
 type dagRun struct {
@@ -117,6 +128,7 @@ type dagRun struct {
 	conds      map[int32]*expr.Program // compiled `when:` conditions, by task, as evaluated
 
 	inflight   bool     // leader: a proposal for the DAG record is being committed
+	retrying   bool     // leader: that proposal is a retry, counted in pendingLive
 	wantCancel bool     // leader: cancel once the in-flight proposal is applied
 	reserved   int32    // leader: dispatches proposed and not yet applied
 	classes    []*class // leader: the classes bound to this DAG's max_active_tasks
@@ -261,6 +273,10 @@ func (c *Core) applyDelete(e *Entry) {
 			c.effects = append(c.effects, Effect{Kind: EffectCancel, Worker: t.rec.Worker, ID: t.attemptID()})
 		}
 	}
+	if d.rec.Status == DAGRunning {
+		c.live.add(d, -1) // deleted by hand while running
+	}
+	c.settleRetry(d)
 	d.deleted = true
 	c.dropClasses(d)
 	delete(c.dags, e.DAG)
@@ -281,6 +297,7 @@ func (c *Core) applyDAG(e *Entry) error {
 			return applyErr(e, "%v", err)
 		}
 		c.dags[e.DAG] = d
+		c.live.add(d, 1)
 		c.counts[Pending] += len(d.tasks)
 		for i := range d.tasks[:d.nTasks] {
 			if t := &d.tasks[i]; len(d.deps[i]) == 0 {
@@ -288,7 +305,10 @@ func (c *Core) applyDAG(e *Entry) error {
 			}
 		}
 		if c.leader {
-			delete(c.pendingSubmit, e.DAG)
+			if p := c.pendingSubmit[e.DAG]; p != nil {
+				delete(c.pendingSubmit, e.DAG)
+				c.pendingLive.subSpec(&p.DAG)
+			}
 			c.reconcileDAG(d)
 		}
 		return nil
@@ -308,6 +328,7 @@ func (c *Core) applyDAG(e *Entry) error {
 		requested := rec.CancelRequested && !d.rec.CancelRequested
 		d.rec = rec
 		if c.leader {
+			c.settleRetry(d)
 			d.inflight = false
 			if requested {
 				for i := range d.tasks[:d.nTasks] {
@@ -357,6 +378,15 @@ func (c *Core) applyDAG(e *Entry) error {
 		}
 	}
 	d.rec = rec
+	if c.leader {
+		c.settleRetry(d) // whatever applied, the DAG's proposal is over
+	}
+	switch {
+	case to.Terminal() && !from.Terminal():
+		c.live.add(d, -1)
+	case !to.Terminal() && from.Terminal():
+		c.live.add(d, 1)
+	}
 	if to.Terminal() {
 		d.wantCancel = false // a cancel asked for while the DAG finished is moot
 	}
@@ -585,6 +615,9 @@ func (c *Core) Restore(rev int64, dags, tasks []Entry) []error {
 		}
 		c.dags[e.DAG] = d
 		c.counts[Pending] += len(d.tasks)
+		if d.rec.Status == DAGRunning {
+			c.live.add(d, 1)
+		}
 	}
 	for k := range tasks {
 		e := &tasks[k]

@@ -86,10 +86,15 @@ type taskTemplates struct {
 	fields []fieldTemplate
 	tasks  []int32 // the tasks the templates name, by index
 	err    string  // a template that does not compile (only a record written by hand has one)
-	// rendered is the spec rendered for attempt renderedFor, from its
-	// dispatch proposal to its effect.
+	// rendered is the spec rendered for attempt renderedFor of run
+	// renderedRun, from its dispatch proposal to its effect: keyed by both,
+	// since attempt numbers go on across a DAG's retry while what a render
+	// reads (its upstream's outputs) may differ, and a proposal that was
+	// never applied (abandoned, poisoned, a term ended) must not lend its
+	// render to a later one.
 	rendered    *model.Task
 	renderedFor int
+	renderedRun int
 }
 
 // fieldTemplate is one templated field: "command", "env.NAME", ...

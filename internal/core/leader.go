@@ -2,6 +2,7 @@ package core
 
 import (
 	"bytes"
+	"container/heap"
 	"encoding/json"
 	"reflect"
 	"sort"
@@ -136,12 +137,19 @@ func (c *Core) StepDown() {
 	c.workers, c.workerList, c.pendingSubmit = nil, nil, nil
 	c.classes, c.classList, c.poolReserved = nil, nil, nil
 	c.unsealed, c.judging = nil, nil
+	c.pendingLive = liveCount{}
 	for _, d := range c.dags {
-		d.inflight, d.wantCancel, d.reserved, d.classes, d.parked = false, false, 0, nil, false
+		d.inflight, d.wantCancel, d.reserved, d.classes = false, false, 0, nil
+		d.retrying, d.parked = false, false
 		for i := range d.tasks {
 			t := &d.tasks[i]
 			t.inflight, t.dispatching, t.stash, t.reserved, t.queued, t.cls = false, false, nil, nil, false, nil
 			t.early = nil
+		}
+		for _, tt := range d.tpls {
+			if tt != nil && tt != noTemplates {
+				tt.rendered = nil
+			}
 		}
 	}
 }
@@ -419,6 +427,27 @@ func (c *Core) Submit(spec *model.DAG, now time.Time) (SubmitOutcome, error) {
 	if !c.leader {
 		return 0, ErrNotLeader
 	}
+	if out, err := c.Known(spec); out != 0 || err != nil {
+		return out, err
+	}
+	if err := c.admit(spec.ID, len(spec.Tasks)); err != nil {
+		return 0, err
+	}
+	rec := &DAGRecord{DAG: *spec, Status: DAGRunning, Run: 1, SubmittedAt: now.UTC()}
+	c.pendingSubmit[spec.ID] = rec
+	c.pendingLive.addSpec(spec)
+	c.outbox = append(c.outbox, Entry{DAG: spec.ID, D: rec})
+	return SubmitProposed, nil
+}
+
+// Known answers a submission of a DAG whose id the leader knows already, as
+// Submit would: SubmitDuplicate or SubmitPending for the same content, a
+// conflict for other content. It returns 0 and nil for a new id (or on a
+// standby), which Submit then admits or refuses.
+func (c *Core) Known(spec *model.DAG) (SubmitOutcome, error) {
+	if !c.leader {
+		return 0, nil
+	}
 	if d := c.dags[spec.ID]; d != nil {
 		if sameSpec(&d.rec.DAG, spec) {
 			return SubmitDuplicate, nil
@@ -431,10 +460,7 @@ func (c *Core) Submit(spec *model.DAG, now time.Time) (SubmitOutcome, error) {
 		}
 		return 0, &Error{Code: apitypes.CodeConflict, Msg: "DAG " + spec.ID + " is being submitted with different content"}
 	}
-	rec := &DAGRecord{DAG: *spec, Status: DAGRunning, Run: 1, SubmittedAt: now.UTC()}
-	c.pendingSubmit[spec.ID] = rec
-	c.outbox = append(c.outbox, Entry{DAG: spec.ID, D: rec})
-	return SubmitProposed, nil
+	return 0, nil
 }
 
 // WithdrawSubmit forgets the proposal of DAG id when etcd refused it without
@@ -442,10 +468,12 @@ func (c *Core) Submit(spec *model.DAG, now time.Time) (SubmitOutcome, error) {
 // log, so a later submission with this id is judged afresh. It reports
 // whether such a proposal was pending.
 func (c *Core) WithdrawSubmit(id string) bool {
-	if c.pendingSubmit[id] == nil {
+	p := c.pendingSubmit[id]
+	if p == nil {
 		return false
 	}
 	delete(c.pendingSubmit, id)
+	c.pendingLive.subSpec(&p.DAG)
 	return true
 }
 
@@ -522,6 +550,10 @@ func (c *Core) RetryDAG(id string, now time.Time) error {
 	case d.remaining != 0 || d.inflight:
 		return &Error{Code: apitypes.CodeConflict, Msg: "DAG " + id + " is still stopping its tasks; try again", Stopping: true}
 	}
+	if err := c.admit(id, len(d.tasks)); err != nil {
+		return err // a retry runs the DAG again: admitted as a submission is
+	}
+	c.proposeRetryLive(d)
 	rec := *d.rec
 	rec.Status, rec.Run, rec.FinishedAt, rec.CancelRequested = DAGRunning, d.rec.Run+1, nil, false
 	d.wantCancel = false
@@ -592,6 +624,69 @@ func (c *Core) Expire(cutoff time.Time) int {
 		}
 	}
 	return n
+}
+
+// ExpireOldest proposes the deletion of up to n finished DAGs ahead of
+// their retention, those that finished first first (then by id), and
+// returns their ids: what the leader does while etcd's database is above
+// its admission limit.
+func (c *Core) ExpireOldest(n int) []string {
+	if !c.leader || n <= 0 {
+		return nil
+	}
+	// The n that finished first, kept in a heap whose top is the latest
+	// of them: a pass costs one walk of the DAGs, not a sort of them all.
+	busy := c.onWorkers()
+	h := &finishedHeap{}
+	for _, d := range c.dags {
+		if !d.rec.Status.Terminal() || d.remaining != 0 || d.inflight || busy[d] {
+			continue // busy: a cancelled attempt still on its worker (DeleteDAG)
+		}
+		switch {
+		case h.Len() < n:
+			heap.Push(h, d)
+		case finishedBefore(d, (*h)[0]):
+			(*h)[0] = d
+			heap.Fix(h, 0)
+		}
+	}
+	oldest := []*dagRun(*h)
+	sort.Slice(oldest, func(i, j int) bool { return finishedBefore(oldest[i], oldest[j]) })
+	ids := make([]string, 0, len(oldest))
+	for _, d := range oldest {
+		c.proposeDelete(d)
+		ids = append(ids, d.id)
+	}
+	return ids
+}
+
+// finishedBefore orders finished DAGs by their finish time, then id; one
+// whose finish time was lost (written by hand) comes first.
+func finishedBefore(x, y *dagRun) bool {
+	a, b := x.rec.FinishedAt, y.rec.FinishedAt
+	switch {
+	case a == nil || b == nil:
+		if (a == nil) != (b == nil) {
+			return a == nil
+		}
+	case !a.Equal(*b):
+		return a.Before(*b)
+	}
+	return x.id < y.id
+}
+
+// finishedHeap is a max-heap of finished DAGs by finishedBefore.
+type finishedHeap []*dagRun
+
+func (h finishedHeap) Len() int           { return len(h) }
+func (h finishedHeap) Less(i, j int) bool { return finishedBefore(h[j], h[i]) }
+func (h finishedHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *finishedHeap) Push(x any)        { *h = append(*h, x.(*dagRun)) }
+func (h *finishedHeap) Pop() any {
+	old := *h
+	d := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return d
 }
 
 // Reported says what Report did with a result.
@@ -909,7 +1004,7 @@ func (c *Core) proposeDispatch(t *task, w *worker, spec *model.Task, early bool)
 	if spec != nil && spec != t.spec() && !early {
 		// Kept for the dispatch effect, made once the record is applied.
 		tt := t.dag.templates(t)
-		tt.rendered, tt.renderedFor = spec, t.attempt()+1
+		tt.rendered, tt.renderedFor, tt.renderedRun = spec, t.attempt()+1, t.dag.rec.Run
 	}
 	c.proposeAttempt(t, w, t.attempt()+1, spec, early, early)
 }

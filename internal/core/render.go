@@ -34,7 +34,7 @@ func (c *Core) attemptSpec(t *task) (*model.Task, error) {
 	if tt == noTemplates {
 		return t.spec(), nil
 	}
-	if tt.rendered != nil && tt.renderedFor == t.attempt() {
+	if tt.rendered != nil && tt.renderedFor == t.attempt() && tt.renderedRun == t.dag.rec.Run {
 		s := tt.rendered
 		tt.rendered = nil
 		return s, nil

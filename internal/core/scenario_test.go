@@ -13,6 +13,7 @@ import (
 	"github.com/cockroachdb/datadriven"
 
 	"github.com/orion-sched/orion/internal/dag"
+	"github.com/orion-sched/orion/internal/http/apitypes"
 	"github.com/orion-sched/orion/internal/model"
 )
 
@@ -27,6 +28,7 @@ import (
 // The language (arguments in [brackets] are optional):
 //
 //	config [retry-base=1s] [retry-cap=30s] [orphan-grace=2s] [pool-limits=(gpu=2,...)] [max-output-bytes=N]
+//	       [max-live-dags=N] [max-live-tasks=N]
 //	    start over with an empty core using this policy (first command only)
 //	worker id=w1 [slots=1] [labels=(pool=gpu,...)] [early] [before]
 //	                                register (or resize, or relabel) a live worker;
@@ -80,6 +82,8 @@ import (
 //	advance 2s                      move the clock, then fire every armed timer
 //	                                that is due, earliest first
 //	cancel d1 / retry d1 / delete d1 CancelDAG / RetryDAG / DeleteDAG
+//	expire-oldest N                 ExpireOldest: delete the N finished DAGs that
+//	                                finished first
 //	adopt w1 d1/a#1                 a worker's hello lists an attempt (Adopt's
 //	                                verdict is printed)
 //	state                           Dump()
@@ -89,6 +93,8 @@ import (
 //	                                dispatches of handlers and notifications
 //	statuses d1 [d2 ...]            each DAG's status and its tasks' on one
 //	                                line (a skipped one with its reason)
+//	live                            the running DAGs and their tasks (Live), on
+//	                                the leader and on the standby
 //	workers                         each worker's slots and busy count
 //	waiting                         each ready task's wait reason on the
 //	                                leader, then on the standby, and the pools
@@ -176,9 +182,14 @@ func (h *harness) run(td *datadriven.TestData) string {
 				cfg.PoolLimits[k] = n
 			}
 		}
+		td.MaybeScanArgs(h.t, "max-live-dags", &cfg.MaxLiveDAGs)
+		td.MaybeScanArgs(h.t, "max-live-tasks", &cfg.MaxLiveTasks)
 		*h = *newHarness(h.t, cfg)
 		c := h.c.Config()
 		h.printf("retry-base=%s retry-cap=%s orphan-grace=%s\n", c.RetryBase, c.RetryCap, c.OrphanGrace)
+		if c.MaxLiveDAGs > 0 || c.MaxLiveTasks > 0 {
+			h.printf("max-live-dags=%d max-live-tasks=%d\n", c.MaxLiveDAGs, c.MaxLiveTasks)
+		}
 		if len(c.PoolLimits) > 0 {
 			h.printf("pool-limits=%s\n", model.FormatLabels(limitsText(c.PoolLimits)))
 		}
@@ -245,16 +256,22 @@ func (h *harness) run(td *datadriven.TestData) string {
 		return h.out.String()
 	case "cancel":
 		if err := h.c.CancelDAG(h.bare(td, 0), h.now); err != nil {
-			h.printf("error: %s: %v\n", err.(*Error).Code, err)
+			h.printf("error: %s: %v\n", errCode(err), err)
 		}
 	case "retry":
 		if err := h.c.RetryDAG(h.bare(td, 0), h.now); err != nil {
-			h.printf("error: %s: %v\n", err.(*Error).Code, err)
+			h.printf("error: %s: %v\n", errCode(err), err)
 		}
 	case "delete":
 		if err := h.c.DeleteDAG(h.bare(td, 0), h.now); err != nil {
-			h.printf("error: %s: %v\n", err.(*Error).Code, err)
+			h.printf("error: %s: %v\n", errCode(err), err)
 		}
+	case "expire-oldest":
+		n, err := strconv.Atoi(h.bare(td, 0))
+		if err != nil {
+			td.Fatalf(h.t, "expire-oldest N: %v", err)
+		}
+		h.printf("expired: %v\n", h.c.ExpireOldest(n))
 	case "adopt":
 		w, id := h.bare(td, 0), h.attemptID(td, h.bare(td, 1))
 		if v := h.c.Adopt(w, id); v.Adopted() {
@@ -270,6 +287,10 @@ func (h *harness) run(td *datadriven.TestData) string {
 		for _, a := range td.CmdArgs {
 			h.statuses(a.Key)
 		}
+	case "live":
+		d, n := h.c.Live()
+		sd, sn := h.standby.Live()
+		h.printf("leader: %d DAGs, %d tasks; standby: %d DAGs, %d tasks\n", d, n, sd, sn)
 	case "workers":
 		for _, w := range h.c.Workers() {
 			h.printf("%s slots=%d busy=%d", w.ID, w.Slots, w.Busy)
@@ -294,10 +315,15 @@ func (h *harness) run(td *datadriven.TestData) string {
 		}
 	case "replay":
 		want := h.c.Dump()
+		wd, wn := h.c.Live()
 		if got := h.replay().Dump(); got != want {
 			h.printf("replay differs:\n%s", got)
 		} else if got := h.restore().Dump(); got != want {
 			h.printf("restore differs:\n%s", got)
+		} else if d, n := h.restore().Live(); d != wd || n != wn {
+			h.printf("restore counts %d live DAGs and %d tasks, the leader %d and %d\n", d, n, wd, wn)
+		} else if d, n := h.replay().Live(); d != wd || n != wn {
+			h.printf("replay counts %d live DAGs and %d tasks, the leader %d and %d\n", d, n, wd, wn)
 		} else {
 			h.printf("ok\n")
 		}
@@ -529,7 +555,7 @@ func (h *harness) submit(td *datadriven.TestData) {
 	out, err := h.c.Submit(spec, h.now)
 	switch {
 	case err != nil:
-		h.printf("error: %s: %v\n", err.(*Error).Code, err)
+		h.printf("error: %s: %v\n", errCode(err), err)
 	case out == SubmitProposed:
 		h.printf("submitted: proposed\n")
 	case out == SubmitPending:
@@ -570,6 +596,11 @@ func (h *harness) commit(n int) {
 	}
 	if got, want := h.standby.Dump(), h.c.Dump(); got != want {
 		h.t.Errorf("standby differs from leader\nleader:\n%s\nstandby:\n%s", want, got)
+	}
+	if sd, sn := h.standby.Live(); true {
+		if d, n := h.c.Live(); d != sd || n != sn {
+			h.t.Errorf("live counts: leader %d DAGs %d tasks, standby %d and %d", d, n, sd, sn)
+		}
 	}
 	if r := h.readyList(); r != "" {
 		h.printf("ready: %s\n", r)
@@ -694,6 +725,17 @@ func (h *harness) fireDue() {
 }
 
 func (h *harness) replay() *Core { return replayLog(h.t, h.cfg, h.log) }
+
+// errCode is the code of an error the core returns.
+func errCode(err error) apitypes.Code {
+	switch e := err.(type) {
+	case *Error:
+		return e.Code
+	case *LimitError:
+		return e.Code
+	}
+	return "?"
+}
 
 func (h *harness) restore() *Core { return restoreLog(h.t, h.cfg, h.rev, h.log) }
 

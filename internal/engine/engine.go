@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/orion-sched/orion/internal/core"
+	"github.com/orion-sched/orion/internal/http/apitypes"
 	"github.com/orion-sched/orion/internal/metrics"
 	"github.com/orion-sched/orion/internal/model"
 	"github.com/orion-sched/orion/internal/store"
@@ -61,6 +62,13 @@ type Config struct {
 	// or its own connection broke), and a healthy leader must not be
 	// deposed for that. Nil: a dropped stream is evidence enough.
 	LeaderAnswers func(ctx context.Context, name string) bool
+
+	// Storage, when set, is what the leader knows of etcd's space: new
+	// work is admitted only while the database in use stays under
+	// StorageAdmission (a share) of its quota, and above it the leader
+	// deletes finished DAGs early and compacts (admission.go).
+	Storage          Storage
+	StorageAdmission float64
 
 	// OnLeading is called on the loop goroutine when this replica starts or
 	// stops leading, so the worker hub accepts or closes connections (and the
@@ -165,6 +173,11 @@ type Engine struct {
 	retireReq     chan chan struct{}        // Retire's requests
 	prevLeader    string                    // leader of the term before ours, from its term record
 
+	// Storage admission (admission.go): loop-owned.
+	press pressure
+	// Why the last attempt to open a session failed (set off the loop).
+	sessionErr atomic.Pointer[error]
+
 	status  atomic.Pointer[Status]
 	commits atomic.Int64 // transactions committed
 	entries atomic.Int64 // entries committed
@@ -193,6 +206,11 @@ type Status struct {
 	Workers []core.WorkerView
 	Counts  map[core.Status]int
 	DAGs    int
+	// LiveTasks counts the tasks of the DAGs running (core.Live).
+	LiveTasks int
+	// Storage is etcd's space as this replica measures it (with
+	// Config.Storage; nil before a first measurement).
+	Storage *apitypes.Storage
 }
 
 // resultRef names a worker's result, to acknowledge once it is durable.
@@ -380,6 +398,7 @@ func (e *Engine) Run(ctx context.Context) error {
 				lastExpire = now
 				e.c.Expire(now.Add(-e.cfg.Retention))
 			}
+			e.relieve(ctx, e.clock.Now()) // not the tick's time, which may lag behind
 			e.publishStatus()
 		}
 		e.afterEvent(ctx)
@@ -750,6 +769,8 @@ func (e *Engine) resetTimer() {
 func (e *Engine) publishStatus() {
 	s := &Status{Node: e.cfg.Node, Leader: e.c.IsLeader(), AppliedRev: e.c.Rev(), Loaded: true,
 		Counts: e.c.Counts(), DAGs: e.c.DAGCount(), Workers: e.c.Workers()}
+	_, s.LiveTasks = e.c.Live()
+	s.Storage = e.storageView()
 	if e.term != nil {
 		s.LeaderSince, s.FirstCommitAt = e.term.Won(), e.firstCommitAt
 	}
@@ -764,6 +785,13 @@ func (e *Engine) publishStatus() {
 	switch {
 	case e.session == nil:
 		s.Problem = "no etcd session: etcd is unreachable or has no quorum; reopening it"
+		if err := e.sessionErr.Load(); err != nil && store.IsNoSpace(*err) {
+			// etcd answers, and refuses: under its NOSPACE alarm it grants
+			// no lease. Orion's own writes never raise it (store/space.go).
+			s.Problem = "no etcd session: etcd is full (its NOSPACE alarm is raised) and grants no lease, so this replica " +
+				"cannot campaign; it tries again until etcd has room (Orion's own etcd members reclaim it by themselves; " +
+				"otherwise compact, defragment and disarm it: README, \"Storage full\")"
+		}
 	case e.loading:
 		s.Problem = "re-reading the state from etcd"
 	}
@@ -775,6 +803,9 @@ func (e *Engine) publishStatus() {
 	}
 	e.status.Store(s)
 	e.m.ReplicaLag.Set(float64(s.Lag))
+	dags, _ := e.c.Live()
+	e.m.LiveDAGs.Set(float64(dags))
+	e.m.LiveTasks.Set(float64(s.LiveTasks))
 	counts := s.Counts
 	e.m.QueueSize.Set(float64(counts[core.Ready]))
 	e.m.Running.Set(float64(counts[core.Running]))

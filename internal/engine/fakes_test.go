@@ -55,6 +55,13 @@ type fakeStore struct {
 	loadGate chan struct{}
 	// wins records every Campaign that returned a term, as name@fence.
 	wins []string
+	// The next loseDeposes Depose requests are never answered (`depose
+	// lose=N`), as requests etcd forwarded to a raft leader that died;
+	// lostDeposes counts those, deposes those answered.
+	deposes, loseDeposes, lostDeposes int
+	// leaseErr, when set, refuses every new session, as etcd under its
+	// NOSPACE alarm refuses every lease grant.
+	leaseErr error
 }
 
 // unavailable waits while etcd is down: nil once it is up, ctx's error if
@@ -263,6 +270,9 @@ func (s *fakeStore) OpenSession(ctx context.Context, ttl time.Duration, reg stor
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.leaseErr != nil {
+		return nil, s.leaseErr
+	}
 	fs := &fakeSession{done: make(chan struct{}), s: s}
 	s.sessions = append(s.sessions, fs)
 	return fs, nil
@@ -500,7 +510,16 @@ func (s *fakeStore) CurrentLeader(ctx context.Context) (store.Leader, bool, erro
 
 func (s *fakeStore) Depose(ctx context.Context, suspect string) (bool, error) {
 	s.mu.Lock()
+	if s.loseDeposes > 0 {
+		// Forwarded to a raft leader that died: never answered.
+		s.loseDeposes--
+		s.lostDeposes++
+		s.mu.Unlock()
+		<-ctx.Done()
+		return false, ctx.Err()
+	}
 	defer s.mu.Unlock()
+	s.deposes++
 	if s.leader != suspect {
 		return false, nil
 	}

@@ -94,13 +94,23 @@ import (
 //	                            whatever the record holds, until `hook clear`
 //	release                     let a held commit go
 //	lose-lease                  the engine's lease ends (expired or revoked)
+//	space in-use=N quota=N      etcd's space as measured (bytes): the storage
+//	                            admission (half the quota) applies from then on
+//	compactions                 the revisions the leader compacted through
+//	leases refused|granted      etcd refuses new sessions' leases (as under its
+//	                            NOSPACE alarm), or grants them again
 //	etcd down|up                quorum lost (every request waits for it or
 //	                            its deadline) or back
 //	loads hold|release          every read of the whole state (Load) waits
 //	                            until released; the rest of etcd answers
 //	leader-answers yes|no       whether a suspected leader answers when asked
-//	suspect x                   the stream to leader x dropped (SuspectLeader);
+//	suspect x [async]           the stream to leader x dropped (SuspectLeader);
 //	                            waits until the depose attempt has ended
+//	                            (async: does not wait)
+//	depose [lose=N]             the next N requests to depose a leader are
+//	                            never answered (forwarded to an etcd raft
+//	                            leader that died); without lose=: how many
+//	                            were lost, and whether one was answered
 //	election                    who holds the election
 //	campaigns                   every campaign that won, as name@fence
 //	problem                     the problem the replica reports (readyz)
@@ -120,7 +130,7 @@ import (
 //	                            history
 //	poison                      the poison entries counted, by outcome
 //	load-count                  how many times the engine read etcd whole
-//	wait leader|standby|answer NAME|dag D STATUS|task D/T STATUS|started W N|acked W N|early W|committing D|loads N|dags N|elected|poison OUTCOME N
+//	wait leader|standby|answer NAME|dag D STATUS|task D/T STATUS|started W N|acked W N|early W|committing D|loads N|dags N|gone D|session-refused|elected|poison OUTCOME N
 //	                            wait (bounded) until it holds (elected: the
 //	                            loop took its campaign's win, and may still
 //	                            wait for a re-read before it leads)
@@ -138,7 +148,7 @@ func TestEngineScenarios(t *testing.T) {
 			t.Skip()
 		}
 		h := &engineHarness{t: t, st: newFakeStore(), clk: newFakeClock(), ws: map[string]*fakeWorker{},
-			answers: map[string]string{}}
+			answers: map[string]string{}, space: &fakeSpace{}}
 		t.Cleanup(h.stop)
 		datadriven.RunTest(t, path, func(t *testing.T, td *datadriven.TestData) string {
 			h.t = t
@@ -171,6 +181,28 @@ type engineHarness struct {
 	opsRefused    int    // transactions refused by hook members-max-ops
 	opsLargest    int    // the most entries of one it accepted
 	incarnation   string // the first term record's incarnation (term-record)
+	space         *fakeSpace
+}
+
+// fakeSpace is etcd's space as a scenario sets it (`space`), and the
+// compactions the leader asks for. Unset, the storage admission is off.
+type fakeSpace struct {
+	mu          sync.Mutex
+	u           store.Usage
+	compactions []int64
+}
+
+func (s *fakeSpace) Usage() store.Usage {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.u
+}
+
+func (s *fakeSpace) Compact(_ context.Context, rev int64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.compactions = append(s.compactions, rev)
+	return nil
 }
 
 const harnessWait = 10 * time.Second
@@ -344,6 +376,31 @@ func (h *engineHarness) run(td *datadriven.TestData) string {
 		} else {
 			h.st.loseLease()
 		}
+	case "space":
+		// etcd's space as measured: in-use and quota in bytes.
+		inUse, _ := strconv.ParseInt(arg("in-use", "0"), 10, 64)
+		quota, _ := strconv.ParseInt(arg("quota", "0"), 10, 64)
+		h.space.mu.Lock()
+		h.space.u = store.Usage{Known: true, Quota: quota, Size: inUse, InUse: inUse}
+		h.space.mu.Unlock()
+	case "compactions":
+		// The revisions the leader compacted etcd's history through, once
+		// the compaction asked for, if any, has ended.
+		h.waitFor("no compaction under way", func() bool {
+			busy := true
+			_ = h.query(func(*core.Core) { busy = h.eng.press.compacting })
+			return !busy
+		})
+		h.space.mu.Lock()
+		defer h.space.mu.Unlock()
+		return fmt.Sprintf("%v\n", h.space.compactions)
+	case "leases":
+		h.st.mu.Lock()
+		h.st.leaseErr = nil
+		if td.CmdArgs[0].Key == "refused" {
+			h.st.leaseErr = fmt.Errorf("leadership: session: %w", rpctypes.ErrGRPCNoSpace)
+		}
+		h.st.mu.Unlock()
 	case "etcd":
 		// down: quorum lost (requests wait); up: it is back.
 		h.st.setUp(td.CmdArgs[0].Key == "up")
@@ -353,11 +410,30 @@ func (h *engineHarness) run(td *datadriven.TestData) string {
 		h.mu.Lock()
 		h.leaderAnswers = td.CmdArgs[0].Key == "yes"
 		h.mu.Unlock()
+	case "depose":
+		// depose lose=N: the next N requests to depose a leader are never
+		// answered; depose: how many requests were sent so far.
+		if len(td.CmdArgs) == 0 {
+			h.st.mu.Lock()
+			defer h.st.mu.Unlock()
+			return fmt.Sprintf("%d lost, answered: %v\n", h.st.lostDeposes, h.st.deposes > 0)
+		}
+		n, err := strconv.Atoi(arg("lose", "0"))
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		h.st.mu.Lock()
+		h.st.loseDeposes = n
+		h.st.mu.Unlock()
 	case "suspect":
 		// What the replica's worker agent reports when its stream to the
-		// leader drops; done once the depose attempt has ended.
+		// leader drops; done once the depose attempt has ended (async: at
+		// once, for a depose that waits for the clock).
 		h.eng.SuspectLeader(td.CmdArgs[0].Key)
 		h.barrier()
+		if len(td.CmdArgs) > 1 && td.CmdArgs[1].Key == "async" {
+			break
+		}
 		h.waitFor("the depose attempt to end", func() bool {
 			deposing := true
 			_ = h.eng.Query(context.Background(), func(*core.Core) { deposing = h.eng.deposing })
@@ -644,6 +720,9 @@ func (h *engineHarness) start() {
 			}
 		},
 	}
+	// The storage admission at half the quota, the default: in effect
+	// once a scenario sets the space.
+	cfg.Storage, cfg.StorageAdmission = h.space, 0.5
 	h.eng = New(cfg, h.st)
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
@@ -973,6 +1052,15 @@ func (h *engineHarness) wait(td *datadriven.TestData) {
 				taken = h.eng.session != nil && h.eng.campaignStop == nil && len(h.eng.elected) == 0
 			})
 			return taken
+		})
+	case "session-refused":
+		// An attempt to open a session failed.
+		h.waitFor(what, func() bool { return h.eng.sessionErr.Load() != nil })
+	case "gone":
+		h.waitFor(what, func() bool {
+			known := true
+			_ = h.eng.Query(context.Background(), func(c *core.Core) { _, known = c.Summary(args[1]) })
+			return !known
 		})
 	case "poison":
 		// wait poison OUTCOME N: at least N poison entries ended so.

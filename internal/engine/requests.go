@@ -60,7 +60,8 @@ func (e *Engine) Submit(ctx context.Context, d *model.DAG) (SubmitResult, error)
 	// Measured here, off the loop and before the entry can join a batch: a
 	// record etcd would refuse must fail alone, with a 413 that says why.
 	probe := core.Entry{DAG: d.ID, D: &core.DAGRecord{DAG: *d, Status: core.DAGRunning, Run: 1, SubmittedAt: e.clock.Now().UTC()}}
-	if err := store.CheckSize(&probe, e.cfg.Limits); err != nil {
+	cost, err := store.Measure(&probe, e.cfg.Limits)
+	if err != nil {
 		var tl *store.TooLargeError
 		if errors.As(err, &tl) {
 			msg := tl.Error() + ": split it into smaller DAGs, or move large scripts into files the commands run"
@@ -69,10 +70,19 @@ func (e *Engine) Submit(ctx context.Context, d *model.DAG) (SubmitResult, error)
 		return SubmitResult{}, err
 	}
 	w := &waiter{kind: waitSubmit, ch: make(chan waitResult, 1)}
-	err := e.do(ctx, func() {
-		out, err := e.c.Submit(d, e.clock.Now())
+	err = e.do(ctx, func() {
+		// A DAG known already is answered as before, full or not (an
+		// idempotent retry of an accepted submission must not get 507).
+		out, err := e.c.Known(d)
+		if err == nil && out == 0 && e.c.IsLeader() {
+			err = e.admitStorage("DAG "+d.ID, workCost(cost, d))
+		}
+		if err == nil && out == 0 {
+			out, err = e.c.Submit(d, e.clock.Now())
+		}
 		switch {
 		case err != nil:
+			e.countRefusal(err)
 			w.ch <- waitResult{err: err}
 		case out == core.SubmitDuplicate:
 			w.ch <- waitResult{}
@@ -93,9 +103,18 @@ func (e *Engine) Cancel(ctx context.Context, id string) (core.DAGStatus, error) 
 	return e.dagChange(ctx, id, waitCancel, e.c.CancelDAG)
 }
 
-// Retry starts a new run of a failed or cancelled DAG.
+// Retry starts a new run of a failed or cancelled DAG: admitted as a
+// submission is (its tasks run and write again).
 func (e *Engine) Retry(ctx context.Context, id string) (core.DAGStatus, error) {
-	return e.dagChange(ctx, id, waitRetry, e.c.RetryDAG)
+	return e.dagChange(ctx, id, waitRetry, func(id string, now time.Time) error {
+		if spec := e.c.RetrySpec(id); spec != nil && e.c.IsLeader() {
+			// Its record is written now and when it ends again.
+			if err := e.admitStorage("the retry of DAG "+id, workCost(int64(core.RecordBytes(spec)), spec)); err != nil {
+				return err
+			}
+		}
+		return e.c.RetryDAG(id, now)
+	})
 }
 
 // Delete deletes a finished DAG with all its tasks and returns once the
@@ -135,6 +154,7 @@ func (e *Engine) dagChange(ctx context.Context, id string, kind waitKind, fn fun
 	w := &waiter{kind: kind, ch: make(chan waitResult, 1)}
 	err := e.do(ctx, func() {
 		if err := fn(id, e.clock.Now()); err != nil {
+			e.countRefusal(err)
 			w.ch <- waitResult{err: err}
 			return
 		}
@@ -145,6 +165,14 @@ func (e *Engine) dagChange(ctx context.Context, id string, kind waitKind, fn fun
 	}
 	r, err := w.wait(ctx, e.done)
 	return r.status, err
+}
+
+// countRefusal counts a request a global limit refused.
+func (e *Engine) countRefusal(err error) {
+	var le *core.LimitError
+	if errors.As(err, &le) {
+		e.m.Refused.WithLabelValues(le.Limit).Inc()
+	}
 }
 
 // Leader asks etcd which node leads (any replica can answer); "" when none.

@@ -43,6 +43,12 @@ type StorageFullError struct {
 }
 
 func (e *StorageFullError) Error() string {
+	var ns *store.NoSpaceError
+	if errors.As(e.Cause, &ns) && ns.Guard {
+		return fmt.Sprintf("storage full: %v. DAG %s was not written. DAGs already accepted stay readable and go on; "+
+			"finished DAGs are deleted ahead of their retention, oldest first, to make room. "+
+			"Retry later with the same DAG id, cancel or delete DAGs, or raise the quota", e.Cause, e.DAG)
+	}
 	return fmt.Sprintf("storage full: %v. DAG %s was not written. DAGs already accepted stay readable, and their tasks go on "+
 		"once etcd has room: Orion's own etcd members (embedded, `orion etcd`) compact, defragment and disarm the alarm by themselves; "+
 		"an external etcd needs etcdctl compact, defrag and alarm disarm (docs/operations.md#storage-full). "+
@@ -94,7 +100,14 @@ func (e *Engine) onNoSpace(ctx context.Context, cr commitResult) {
 		// Refused again right after a retry: etcd is still full.
 		backoff = min(2*fs.backoff, storageRetryMax)
 	}
-	if !fs.active() {
+	var ns *store.NoSpaceError
+	switch {
+	case fs.active():
+	case errors.As(cr.err, &ns) && ns.Guard:
+		e.log.Warn("etcd's database is near its quota: Orion holds its writes short of etcd's NOSPACE alarm (so that leases and "+
+			"a new leader's writes still fit); submissions are refused with 507 and task transitions held until there is room. "+
+			"Finished DAGs are deleted ahead of their retention meanwhile", zap.Error(cr.err), zap.Int("held", len(kept)))
+	default:
 		e.log.Warn("etcd is full (NOSPACE): submissions are refused with 507 and task transitions held until it has room. "+
 			"Orion's own etcd members recover by themselves; for an external etcd run:\n"+store.ExternalNoSpaceRecipe,
 			zap.Error(cr.err), zap.Int("held", len(kept)))

@@ -57,6 +57,16 @@ const (
 	NoSpaceDisarmRatio = 0.8
 	// maintenanceStepTimeout bounds one compaction or alarm request.
 	maintenanceStepTimeout = 30 * time.Second
+	// DefragAboveRatio is the share of the quota past which a member whose
+	// database holds free pages worth DefragFreeShare of the quota (history
+	// compacted away, DAGs deleted) defragments itself
+	// without waiting for the NOSPACE alarm: etcd compares the whole file,
+	// free pages included, with the quota, and Orion's leader holds its
+	// writes short of it (store.Reserve) rather than raise the alarm, so
+	// without this the file would stay at its high-water mark once
+	// retention and compaction had freed its pages.
+	DefragAboveRatio = 0.6
+	DefragFreeShare  = 0.25
 )
 
 // maintenanceMetrics are the loop's collectors, labelled by member: several
@@ -109,6 +119,7 @@ type maintainer struct {
 	marks      []revMark // (time, revision) samples for the time-based compaction
 	compacted  int64     // the last revision this loop compacted to
 	nextRepair time.Time // no NOSPACE repair before this
+	nextDefrag time.Time // no defragmentation ahead of the alarm before this
 }
 
 type revMark struct {
@@ -152,6 +163,10 @@ func (mt *maintainer) step(ctx context.Context, now time.Time) {
 	if raised && !now.Before(mt.nextRepair) {
 		mt.nextRepair = now.Add(mt.retry)
 		mt.repair(ctx)
+	}
+	if !raised && !now.Before(mt.nextDefrag) && mt.sparse() {
+		mt.nextDefrag = now.Add(mt.retry) // each pauses the member: spaced like the repairs
+		mt.defragSparse()
 	}
 	if mt.retention > 0 {
 		mt.compactByAge(ctx, now)
@@ -223,6 +238,36 @@ func (mt *maintainer) repair(ctx context.Context) {
 	mt.met.repairs.WithLabelValues(mt.m.name, "disarmed").Inc()
 	mt.met.nospace.WithLabelValues(mt.m.name).Set(0)
 	mt.lg.Warn("NOSPACE alarm disarmed: etcd accepts writes again", zap.Int64("db_size_bytes", after), zap.Int64("quota_bytes", mt.quota))
+}
+
+// sparse reports a database past DefragAboveRatio of the quota with free
+// pages worth DefragFreeShare of the quota.
+func (mt *maintainer) sparse() bool {
+	if mt.quota <= 0 {
+		return false
+	}
+	be := mt.m.etcd.Server.Backend()
+	size, inUse := be.Size(), be.SizeInUse()
+	return float64(size) >= DefragAboveRatio*float64(mt.quota) && float64(size-inUse) >= DefragFreeShare*float64(mt.quota)
+}
+
+// defragSparse defragments the member ahead of the alarm (see sparse).
+func (mt *maintainer) defragSparse() {
+	s := mt.m.etcd.Server
+	before, inUse := s.Backend().Size(), s.Backend().SizeInUse()
+	if free, ok := mt.free(); ok && free < inUse+walSegmentBytes {
+		return // a defragmentation writes a copy of the database beside it
+	}
+	mt.lg.Warn("the database is near its quota and much of it is free pages: defragmenting before etcd would refuse writes",
+		zap.Int64("db_size_bytes", before), zap.Int64("db_size_in_use_bytes", inUse), zap.Int64("quota_bytes", mt.quota))
+	started := time.Now()
+	if err := s.Defragment(); err != nil {
+		mt.lg.Error("defragmentation failed; retrying later", zap.Error(err), zap.Duration("retry_in", mt.retry))
+		return
+	}
+	mt.met.defrags.WithLabelValues(mt.m.name).Inc()
+	mt.lg.Info("defragmented", zap.Int64("db_size_before", before), zap.Int64("db_size_after", s.Backend().Size()),
+		zap.Duration("took", time.Since(started)))
 }
 
 // compactByAge compacts to the newest revision seen at least retention ago.

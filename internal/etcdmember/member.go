@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -178,6 +179,11 @@ type Config struct {
 	// ReadyTimeout bounds how long Start waits for the member to become
 	// ready. Default 30 s.
 	ReadyTimeout time.Duration
+
+	// Node names the machine the member runs on (a Kubernetes node, a
+	// host), served at NodePath on the client URL. Default: the host name
+	// (DefaultNode).
+	Node string
 }
 
 // TLS is one listener's TLS: the certificate it presents and, with
@@ -372,6 +378,7 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 	ec.MaxRequestBytes = c.MaxRequestBytes
 
 	ec.UnsafeNoFsync = false // etcd is orion's WAL: never trade durability for speed.
+	ec.UserHandlers = map[string]http.Handler{NodePath: nodeHandler(NodeInfo{Member: c.Name, Node: c.Node})}
 
 	ec.Logger = "zap"
 	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(lg)
@@ -553,6 +560,9 @@ func (c Config) normalize() (Config, memberURLs, zapcore.Level, error) {
 	}
 	if c.ClientURL == "" {
 		c.ClientURL = DefaultClientURL
+	}
+	if c.Node == "" {
+		c.Node = DefaultNode()
 	}
 	if c.PeerURL == "" {
 		c.PeerURL = DefaultPeerURL

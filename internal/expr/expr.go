@@ -6,9 +6,10 @@
 // and the run it belongs to.
 //
 // It is pure, like the core that evaluates it: the builtins that read the
-// clock (now) or multiply a string (repeat) are not available, compiling
-// bounds the size of an expression and evaluating bounds the memory it may
-// allocate, so a DAG's expressions cost the leader's loop a bounded amount
+// clock or the host's zone files, depend on map order or multiply a string
+// are not available, compiling bounds the size of an expression, and
+// evaluating bounds the elements it may allocate and the text it may build
+// (bounded.go), so a DAG's expressions cost the leader's loop a bounded amount
 // whatever a submitter writes. Programs are compiled at submission, where a
 // syntax error or a reference to a parameter or task that does not exist is
 // refused naming the field, and cached in memory; nothing compiled is ever
@@ -52,12 +53,10 @@ const (
 	NameRun    = "run"    // run.tick, run.interval_start, run.interval_end (schedules)
 )
 
-var options = []exprlang.Option{
+var options = append([]exprlang.Option{
 	exprlang.Env(Env{}),
-	exprlang.DisableBuiltin("now"),    // the clock: leader and standby would disagree
-	exprlang.DisableBuiltin("repeat"), // a string a billion bytes long from a few
 	exprlang.MaxNodes(maxNodes),
-}
+}, boundedOptions()...)
 
 // Program is one compiled expression.
 type Program struct {
@@ -140,6 +139,7 @@ func (p *Program) Eval(env Env) (out any, err error) {
 			out, err = nil, fmt.Errorf("%v", r)
 		}
 	}()
+	env.budget = &textBudget{}
 	v := vm.VM{MemoryBudget: memoryBudget}
 	out, err = v.Run(p.prog, env)
 	if err != nil {
@@ -176,6 +176,8 @@ type Env struct {
 	Index int            `expr:"index"`
 	DAG   map[string]any `expr:"dag"` // "id", "run"
 	Run   map[string]any `expr:"run"` // "tick", "interval_start", "interval_end" of a scheduled run
+
+	budget *textBudget // the text this evaluation built (bounded.go)
 }
 
 // String renders a value as a template does: a string as it is, a whole

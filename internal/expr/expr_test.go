@@ -3,9 +3,11 @@ package expr
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 func env() Env {
@@ -146,7 +148,10 @@ func TestCondition(t *testing.T) {
 // The same program over the same env yields the same value: leader and
 // standby evaluate alike.
 func TestDeterministic(t *testing.T) {
-	tpl, _ := ParseTemplate("{{ toJSON(tasks.list.outputs) }} {{ keys(tasks.list.outputs.meta) }}")
+	tpl, err := ParseTemplate("{{ toJSON(tasks.list.outputs) }} {{ string(tasks.list.outputs.meta) }} {{ tasks.list.outputs }}")
+	if err != nil {
+		t.Fatal(err)
+	}
 	first, err := tpl.Render(env(), 0)
 	if err != nil {
 		t.Fatal(err)
@@ -154,6 +159,94 @@ func TestDeterministic(t *testing.T) {
 	for i := 0; i < 50; i++ {
 		if got, _ := tpl.Render(env(), 0); got != first {
 			t.Fatalf("render %d: %q, first %q", i, got, first)
+		}
+	}
+}
+
+// What would differ between leader and standby (the clock, the host's zone
+// files, map order) is not in the language.
+func TestNondeterministicBuiltinsRefused(t *testing.T) {
+	for _, src := range []string{
+		"now()", `date("2026-11-28", "2006-01-02", "Europe/Paris")`, `timezone("UTC")`,
+		"keys(params)", "values(params)", "toPairs(params)", `repeat("x", 3)`,
+	} {
+		if _, err := Compile(src); err == nil {
+			t.Errorf("%s compiled", src)
+		}
+	}
+}
+
+// Expressions a few dozen bytes long that would build gigabytes of text
+// (the memory budget counts elements, not bytes) fail with an error naming
+// the bound, quickly, instead of running the leader out of memory.
+func TestTextBounded(t *testing.T) {
+	var lets strings.Builder
+	lets.WriteString(`let a0 = "xxxxxxxxxxxxxxxx"; `)
+	for i := 1; i <= 60; i++ {
+		fmt.Fprintf(&lets, "let a%d = a%d + a%d; ", i, i-1, i-1)
+	}
+	lets.WriteString("len(a60)")
+	for _, src := range []string{
+		`len(reduce(1..40, #acc + #acc, "xx"))`,
+		lets.String(),
+		`len(replace(replace(replace(params.region + "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxx", "x", params.region + "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"), "x", "xxxxxxxxxxxxxxxxxxxxxxxxxxxx"), "x", "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"))`,
+		`len(toJSON(toJSON(toJSON(toJSON(toJSON(toJSON(toJSON(toJSON(toJSON(toJSON(toJSON(toJSON(toJSON(toJSON(toJSON(toJSON(toJSON(toJSON(toJSON(toJSON(toJSON(toJSON("\"")))))))))))))))))))))))`,
+		`len(join(map(1..90000, "` + strings.Repeat("y", 100) + `")))`,
+		`len(string(map(1..90000, "` + strings.Repeat("y", 100) + `")))`,
+		`len(upper(join(map(1..9000, "` + strings.Repeat("y", 100) + `"))))`,
+		`let s = join(map(1..5000, "` + strings.Repeat("y", 100) + `")); len(join(map(1..40000, s)))`,
+		`let s = join(map(1..5000, "` + strings.Repeat("y", 100) + `")); len(toJSON(map(1..40000, s)))`,
+		`let s = join(map(1..5000, "` + strings.Repeat("y", 100) + `")); len(replace(s, "y", s))`,
+		`let a = map(1..300, 1); let b = map(1..300, a); let c = map(1..300, b); all(c, all(#, all(#, # == 1)))`,
+	} {
+		p, err := Compile(src)
+		if err != nil {
+			t.Fatalf("%.60s: %v", src, err)
+		}
+		start := time.Now()
+		v, err := p.Eval(env())
+		if err == nil {
+			t.Errorf("%.60s: evaluated to %v", src, v)
+			continue
+		}
+		if !strings.Contains(err.Error(), "bytes of text") && !strings.Contains(err.Error(), "memory budget") &&
+			!strings.Contains(err.Error(), "steps") {
+			t.Errorf("%.60s: %v", src, err)
+		}
+		t.Logf("%.40s: %v in %v", src, err, time.Since(start))
+	}
+}
+
+// Bounded text keeps the language's behaviour: numbers still add, strings
+// concatenate, the text builtins answer as before.
+func TestTextBuiltinsStillWork(t *testing.T) {
+	for src, want := range map[string]any{
+		`1 + 2`:                          3,
+		`1.5 + 2`:                        3.5,
+		`params.region + "-" + "x"`:      "eu-x",
+		`join(["a", "b"], ",")`:          "a,b",
+		`upper("eu") + lower("EU")`:      "EUeu",
+		`replace("a-b", "-", "_")`:       "a_b",
+		`toJSON([1])`:                    "[\n  1\n]",
+		`string(1)`:                      "1",
+		`toBase64("x")`:                  "eA==",
+		`len(params.region + "abc") > 2`: true,
+		`all([1, 2], # > 0)`:             true,
+		`filter([1, 2, 3], # > 1)`:       []any{2, 3},
+		`map([1, 2], # + 1)`:             []any{2, 3},
+		`reduce([1, 2, 3], #acc + #, 0)`: 6,
+		`count(["a", "bb"], len(#) > 1)`: 1,
+	} {
+		p, err := Compile(src)
+		if err != nil {
+			t.Fatalf("%s: %v", src, err)
+		}
+		got, err := p.Eval(env())
+		if err != nil {
+			t.Fatalf("%s: %v", src, err)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%s = %#v, want %#v", src, got, want)
 		}
 	}
 }

@@ -62,6 +62,10 @@ type Metrics struct {
 	StorageFull        prometheus.Gauge
 	StorageFullRefused prometheus.Counter
 
+	// Keeping etcd's raft leader off the leader's node (leaderapart).
+	EtcdLeaderMoves *prometheus.CounterVec
+
+	Admission // global limits and storage admission (admission.go)
 	// Poison entries: records the store refused alone for what they hold.
 	PoisonEntries *prometheus.CounterVec
 }
@@ -113,6 +117,9 @@ func New() *Metrics {
 	m.KubeLabelErrors = f.counter("orion_kube_label_errors_total", "Failed attempts to set the leader/standby label on a pod.")
 	m.HTTPRequests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orion_http_requests_total", Help: "API requests by route and status code."}, []string{"route", "code"})
 	r.MustRegister(m.HTTPRequests)
+	m.EtcdLeaderMoves = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orion_etcd_leader_moves_total",
+		Help: "MoveLeader requests this replica made while leading, to move etcd's raft leader off its own node, by outcome (moved, failed)."}, []string{"outcome"})
+	r.MustRegister(m.EtcdLeaderMoves)
 	m.RetentionDeletes = f.counter("orion_retention_deleted_dags_total", "Finished DAGs deleted by the retention policy.")
 	m.RequestedDeletes = f.counter("orion_requested_deleted_dags_total", "Finished DAGs deleted on request (DELETE /api/v1/dags/{id}, orion delete).")
 	m.EtcdDBSizeBytes = f.gauge("orion_etcd_db_size_bytes", "Size of the etcd backend database as reported by the member this node talks to.")
@@ -123,6 +130,7 @@ func New() *Metrics {
 	m.WorkerSlots = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "orion_worker_slots", Help: "Executor slots per worker (leader's view)."}, []string{"worker"})
 	m.WorkerBusy = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "orion_worker_busy_slots", Help: "Busy executor slots per worker (leader's view)."}, []string{"worker"})
 	r.MustRegister(m.WorkerSlots, m.WorkerBusy)
+	m.Admission = newAdmission(f)
 	m.PoisonEntries = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orion_poison_entries_total",
 		Help: "Records etcd refused alone as too large, by what the leader did instead: shrunk (written again without output tail, error and earlier attempts), failed (a dispatch that cannot be recorded: the task failed), parked (nothing smaller: left for the next term)."},
 		[]string{"outcome"})

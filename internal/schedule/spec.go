@@ -400,3 +400,30 @@ func (c *Compiled) graceOf(tick time.Time) time.Duration {
 	}
 	return g
 }
+
+// intervalScan is how many ticks MinInterval looks at.
+const intervalScan = 1000
+
+// MinInterval is the shortest time between two consecutive ticks among the
+// schedule's first intervalScan ticks after a fixed reference time (so that
+// it is a function of the schedule alone): @every's duration, or for a
+// cron expression the closest pair its fields allow (every second, "*/5 *
+// * * * *": 5 s; "0,30 0 * * * *": 30 s). 0 when it ticks at most once.
+func (c *Compiled) MinInterval() time.Duration {
+	if c.every > 0 {
+		return c.every
+	}
+	var least time.Duration
+	prev := c.next(neverRef)
+	for i := 0; i < intervalScan && !prev.IsZero(); i++ {
+		n := c.next(prev)
+		if n.IsZero() {
+			break
+		}
+		if d := n.Sub(prev); least == 0 || d < least {
+			least = d
+		}
+		prev = n
+	}
+	return least
+}

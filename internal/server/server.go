@@ -23,6 +23,7 @@ import (
 	"github.com/orion-sched/orion/internal/engine"
 	"github.com/orion-sched/orion/internal/etcdmember"
 	"github.com/orion-sched/orion/internal/http/api"
+	"github.com/orion-sched/orion/internal/http/apitypes"
 	"github.com/orion-sched/orion/internal/http/console"
 	"github.com/orion-sched/orion/internal/http/demo"
 	"github.com/orion-sched/orion/internal/http/events"
@@ -30,6 +31,7 @@ import (
 	"github.com/orion-sched/orion/internal/http/kit"
 	"github.com/orion-sched/orion/internal/http/seedapi"
 	"github.com/orion-sched/orion/internal/kubelabel"
+	"github.com/orion-sched/orion/internal/leaderapart"
 	"github.com/orion-sched/orion/internal/metrics"
 	"github.com/orion-sched/orion/internal/schedule/firer"
 	"github.com/orion-sched/orion/internal/store"
@@ -49,8 +51,9 @@ type Server struct {
 	HTTPAddr string // the address actually bound
 
 	log       *zap.Logger
-	route     *store.Route // the leader's transactions to etcd's raft leader
-	view      *leaderView  // who leads, which replicas are registered
+	route     *store.Route        // the leader's transactions to etcd's raft leader
+	apart     *leaderapart.Keeper // etcd's raft leader off this node while leading; nil on one member
+	view      *leaderView         // who leads, which replicas are registered
 	agent     *workerstream.Agent
 	labeler   *kubelabel.Labeler
 	http      *http.Server
@@ -58,6 +61,7 @@ type Server struct {
 	ectx      context.Context
 	ref       demo.EngineRef        // the running engine (a demo crash replaces it)
 	firer     *firer.Firer          // fires schedule ticks while this replica leads
+	space     *store.SpaceGauge     // etcd's space: admission, the writes' guard (store/space.go)
 	newEngine func() *engine.Engine // builds an engine wired like the first
 	engineCh  chan error
 }
@@ -143,6 +147,11 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 		return nil, err
 	}
 	s.route = store.NewRoute(s.Client, endpoints, memberDialer(cc), log.Named("commit-route"))
+	if len(endpoints) > 1 {
+		s.apart = leaderapart.New(leaderapart.Config{Client: s.Client, Node: cfg.NodeName, Dial: memberDialer(cc),
+			HTTP:   &http.Client{Timeout: time.Second, Transport: &http.Transport{TLSClientConfig: cc.TLS, Proxy: nil}},
+			Logger: log.Named("apart"), Moved: func(o string) { s.Metrics.EtcdLeaderMoves.WithLabelValues(o).Inc() }})
+	}
 
 	// The replica's own slots: a local executor driven by an agent that
 	// keeps a stream to the leader, like any worker's (an in-process pipe
@@ -239,6 +248,8 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 	s.ectx, s.cancel = ectx, cancel
 	etcdStore := store.NewEtcd(s.Client)
 	etcdStore.CommitThrough(s.route.KV())
+	s.space = store.NewSpaceGauge(s.Client, 0)
+	etcdStore.GuardWith(s.space)
 	etcdStore.KnowLeaderFrom(view.ElectedLeader)
 	s.firer = firer.NewFirer(firer.Config{
 		Engine:    func() firer.Engine { return s.ref.Get() },
@@ -247,14 +258,15 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 		BadValues: s.Metrics.BadValues,
 		Logger:    log.Named("schedules"),
 	})
-	schedules := &firer.Service{Engine: func() firer.Engine { return s.ref.Get() }, Store: etcdStore, Firer: s.firer, Limits: limits}
+	schedules := &firer.Service{Engine: func() firer.Engine { return s.ref.Get() }, Store: etcdStore, Firer: s.firer, Limits: limits,
+		MaxSchedules: cfg.MaxSchedules, MinInterval: cfg.MinScheduleInterval, Refused: s.Metrics.Refused}
+	setLimitGauges(s.Metrics, cfg)
 	workerEvents := engine.HubWorkers(ectx, s.Hub.Events())
 	s.newEngine = func() *engine.Engine {
 		return engine.New(engine.Config{
-			Node:   cfg.Name,
-			APIURL: apiURL,
-			Core: core.Config{RetryBase: cfg.RetryBase, RetryCap: cfg.RetryCap, OrphanGrace: cfg.OrphanGrace, PoolLimits: cfg.PoolLimits,
-				MaxOutputBytes: cfg.MaxOutputBytes},
+			Node:             cfg.Name,
+			APIURL:           apiURL,
+			Core:             coreConfig(cfg),
 			Limits:           limits,
 			CommitPipeline:   commitPipeline(cfg),
 			SessionTTL:       cfg.SessionTTL,
@@ -267,12 +279,17 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 			DispatchObserver: o.dispatchObserver,
 			OnReload:         s.Events.Reset,
 			LeaderAnswers:    view.leaderAnswers,
+			Storage:          s.space,
+			StorageAdmission: cfg.StorageAdmissionRatio,
 			OnLeading: func(leading bool, term engine.Leading) {
 				if leading {
 					s.Hub.SetTerm(workerstream.Term{Incarnation: term.Incarnation, Fence: term.Fence.Rev})
 				}
 				s.Hub.SetLeading(leading)
 				s.firer.SetLeading(leading)
+				if s.apart != nil {
+					s.apart.Leading(leading)
+				}
 				if s.labeler != nil {
 					s.labeler.Leading(leading, term.Previous)
 				}
@@ -336,6 +353,7 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 		PID:           os.Getpid(),
 		Routes:        routes,
 		Schedules:     schedules,
+		Storage:       func() *apitypes.Storage { return s.ref.Get().Status().Storage },
 	})
 	s.http = &http.Server{
 		Handler:           handler,
@@ -348,6 +366,7 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 	}
 
 	go view.run(ectx)
+	go s.space.Run(ectx)
 	go watchEtcdSpace(ectx, s.Client, s.Metrics, log, s.Member == nil)
 	go s.runEngine(s.ref.Get())
 	go func() {
@@ -367,6 +386,23 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 		}
 	}()
 	return s, nil
+}
+
+// coreConfig is the scheduling policy the settings give.
+func coreConfig(cfg config.Server) core.Config {
+	return core.Config{RetryBase: cfg.RetryBase, RetryCap: cfg.RetryCap, OrphanGrace: cfg.OrphanGrace, PoolLimits: cfg.PoolLimits,
+		MaxOutputBytes: cfg.MaxOutputBytes, MaxLiveDAGs: cfg.MaxLiveDAGs, MaxLiveTasks: cfg.MaxLiveTasks}
+}
+
+// setLimitGauges publishes the global limits beside the counts they bound.
+func setLimitGauges(m *metrics.Metrics, cfg config.Server) {
+	for limit, v := range map[string]float64{
+		"max_live_dags": float64(cfg.MaxLiveDAGs), "max_live_tasks": float64(cfg.MaxLiveTasks),
+		"max_schedules": float64(cfg.MaxSchedules), "min_schedule_interval": cfg.MinScheduleInterval.Seconds(),
+		"storage_admission_ratio": cfg.StorageAdmissionRatio,
+	} {
+		m.Limit.WithLabelValues(limit).Set(v)
+	}
 }
 
 // listenError says once what went wrong with the API address (net's own
@@ -456,6 +492,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 }
 
 func (s *Server) closeResources() {
+	if s.apart != nil {
+		s.apart.Close()
+	}
 	if s.Hub != nil {
 		_ = s.Hub.Close()
 	}

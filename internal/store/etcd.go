@@ -86,7 +86,14 @@ type Etcd struct {
 	w      *Writer     // the current term's
 	// knownLeader is the cluster view's leader (KnowLeaderFrom), or nil.
 	knownLeader func() (Leader, bool)
+	// guard keeps the leader's writes short of etcd's quota (GuardWith).
+	guard *SpaceGauge
 }
+
+// GuardWith has every fenced write of the leader (the log's transactions,
+// schedules and their cursors) checked by g before it is sent, and counted
+// in it once committed (space.go). Call it before the engine starts.
+func (s *Etcd) GuardWith(g *SpaceGauge) { s.guard = g }
 
 // NewEtcd returns the store on cli. The caller keeps ownership of cli.
 func NewEtcd(cli *clientv3.Client) *Etcd { return &Etcd{cli: cli, commit: cli.KV} }
@@ -210,6 +217,7 @@ func (s *Etcd) Begin(fence Fence, entries []core.Entry, lim Limits, term *TermRe
 	}
 	if s.w == nil || s.w.Fence() != fence {
 		s.w = NewWriter(s.commit, fence)
+		s.w.guard = s.guard
 	}
 	return etcdPending{p: s.w.Begin(entries, lim, extra...), cli: s.cli}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -80,14 +81,21 @@ func (e *TooLargeError) Error() string {
 // a batch, so that one oversized record never fails the others committed
 // with it.
 func CheckSize(e *core.Entry, lim Limits) error {
-	_, n, err := Ops(e)
+	_, err := Measure(e, lim)
+	return err
+}
+
+// Measure is CheckSize that also returns what e's puts cost against etcd's
+// quota (space.go).
+func Measure(e *core.Entry, lim Limits) (cost int64, err error) {
+	ops, n, err := Ops(e)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if n > lim.RecordLimit() {
-		return &TooLargeError{DAG: e.DAG, Size: n, Limit: lim.RecordLimit()}
+		return 0, &TooLargeError{DAG: e.DAG, Size: n, Limit: lim.RecordLimit()}
 	}
-	return nil
+	return opsCost(ops), nil
 }
 
 // EntryOps is how many operations a transaction has for entries (and the
@@ -99,6 +107,10 @@ type Committed struct {
 	Revs   []int64 // parallel to the entries given to Commit
 	Txns   int     // transactions used
 	Resent int     // transactions refused because they reached etcd before their predecessor, and sent again
+	// Retried counts attempts sent again after etcd did not answer one in
+	// time (a proposal lost with a raft leader, a dead member) or dropped
+	// it: each cost the attempt's bound (250 ms, then doubled) or 10 ms.
+	Retried int
 }
 
 // Commit writes entries in order, in as few fenced transactions as the limits
@@ -145,6 +157,7 @@ const CommitKey = Prefix + "commit"
 type Writer struct {
 	kv    clientv3.KV
 	fence Fence
+	guard *SpaceGauge // nil: no guard (space.go)
 
 	mu    sync.Mutex
 	base  string // CommitKey's value before the chain began (when known)
@@ -155,14 +168,16 @@ type Writer struct {
 
 // txnSlot is one transaction of the chain.
 type txnSlot struct {
-	ops    []clientv3.Op
-	marker string // the marker it sets; "" when it puts nothing (see send)
-	prev   *txnSlot
-	done   chan struct{} // closed once err, rev and after are set
-	err    error
-	rev    int64
-	after  string // CommitKey's value once it applied
-	resent bool   // refused for arriving before its predecessor applied, and sent again
+	ops     []clientv3.Op
+	marker  string // the marker it sets; "" when it puts nothing (see send)
+	prev    *txnSlot
+	done    chan struct{} // closed once err, rev and after are set
+	err     error
+	rev     int64
+	after   string // CommitKey's value once it applied
+	resent  bool   // refused for arriving before its predecessor applied, and sent again
+	retried int    // attempts sent again after no answer, or a dropped proposal
+	cost    int64  // what its puts cost against etcd's quota (counted when a guard is set)
 }
 
 func (t *txnSlot) finish(rev int64, after string, err error) {
@@ -296,6 +311,7 @@ func (p *Pending) Commit(ctx context.Context) (Committed, error) {
 		if t.resent {
 			out.Resent++
 		}
+		out.Retried += t.retried
 		if err != nil {
 			// NOSPACE refuses the whole transaction before applying it: a
 			// known outcome, unlike a timeout, so it gets its own type.
@@ -310,6 +326,9 @@ func (p *Pending) Commit(ctx context.Context) (Committed, error) {
 			return out, err
 		}
 		t.finish(rev, after, nil)
+		if p.w.guard != nil {
+			p.w.guard.Wrote(t.cost)
+		}
 		out.Txns++
 		from := 0
 		if i > 0 {
@@ -363,6 +382,14 @@ func (w *Writer) send(ctx context.Context, t *txnSlot) (int64, string, error) {
 	}
 	if prev != nil && prev.failed() {
 		return 0, "", &PredecessorError{Err: prev.err}
+	}
+	if t.marker != "" && w.guard != nil {
+		// Checked once, before the first attempt: refused by the guard,
+		// nothing was sent, a known outcome like etcd's NOSPACE.
+		t.cost = opsCost(t.ops) + PutCost(CommitKey, len(t.marker))
+		if err := w.guard.Check(t.cost); err != nil {
+			return 0, "", err
+		}
 	}
 	for attempt := firstAttempt; ; attempt *= 2 {
 		expect, err := w.expectAfter(ctx, prev)
@@ -427,9 +454,48 @@ func (w *Writer) send(ctx context.Context, t *txnSlot) (int64, string, error) {
 				return 0, "", ErrFenced
 			}
 		}
-		if ctx.Err() != nil || !unknownOutcome(err) {
+		if ctx.Err() != nil {
 			return 0, "", err
 		}
+		if proposalDropped(err) {
+			if err := pause(ctx, droppedPause); err != nil {
+				return 0, "", err
+			}
+			t.retried++
+			continue
+		}
+		if !unknownOutcome(err) {
+			return 0, "", err
+		}
+		t.retried++
+	}
+}
+
+// proposalDropped reports etcd's raft refusing a proposal outright: while
+// etcd's leader hands its leadership over (MoveLeader, which Orion's
+// leader asks for to keep it off its own node, or a member stopping
+// gracefully) it drops every proposal, and etcd answers "raft proposal
+// dropped" (gRPC Unknown). Nothing was applied: the transaction goes
+// again droppedPause later, once the new leader serves, instead of failing
+// the commit (which made the leader re-read etcd).
+func proposalDropped(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "raft proposal dropped")
+}
+
+// droppedPause spaces transactions sent again after a dropped proposal: a
+// leadership transfer takes a few milliseconds, and each refusal comes at
+// once.
+const droppedPause = 10 * time.Millisecond
+
+// pause waits d, or returns ctx's error if it ends first.
+func pause(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
 	}
 }
 

@@ -25,10 +25,25 @@ type NoSpaceError struct {
 	Quota  int64 // the member's --quota-backend-bytes; 0 when unknown
 	DBSize int64 // the member's database file size; 0 when unknown
 	Cause  error // etcd's own error
+	// Guard marks a write Orion refused itself before etcd would have
+	// (SpaceGauge.Check), so that etcd raises no alarm: InUse is then the
+	// database in use, as estimated.
+	Guard bool
+	InUse int64
 }
 
 func (e *NoSpaceError) Error() string {
 	msg := ErrNoSpace.Error()
+	if e.Guard {
+		msg = fmt.Sprintf("etcd's database (%s, %s of it in use) is within %s of its quota of %s: Orion holds its writes here, "+
+			"short of etcd's NOSPACE alarm, so that leases and a new leader's first writes still fit", mib(e.DBSize), mib(e.InUse),
+			mib(Reserve(e.Quota)), mib(e.Quota))
+		if e.InUse < e.DBSize*3/4 {
+			msg += "; much of the database is free pages: a defragmentation gives them back (Orion's own etcd members do it by themselves; " +
+				"otherwise etcdctl defrag)"
+		}
+		return msg
+	}
 	if e.Quota > 0 {
 		msg = fmt.Sprintf("etcd is out of space: its database (%s) reached the backend quota of %s "+
 			"(quota-backend-bytes %d; NOSPACE alarm)", mib(e.DBSize), mib(e.Quota), e.Quota)

@@ -25,7 +25,7 @@ import (
 // Order is a matter of speed only: the marker chain keeps the log correct
 // whichever way a transaction goes. So the Route never waits for the
 // leader: a transaction goes through the balanced client while the raft
-// leader is unknown, its connection is not ready, or the last transaction
+// leader is unknown, its connection is not up, or the last transaction
 // through it failed; a look-up runs in the background meanwhile, and again
 // whenever a response shows a new raft term (a new election, maybe a new
 // leader).
@@ -94,24 +94,35 @@ func (r *Route) Close() {
 
 // pick returns the client for the next transaction and the raft term it
 // was pinned at (0 for the balanced client).
+//
+// Only a connection that is up takes a transaction: one that is not would
+// hold it (the client waits for a connection) while the balanced client
+// has others. That matters after a node loss: the member that died with
+// the leader replica was etcd's raft leader, so it is the one a standby's
+// route pinned, and gRPC shows its lost connection as idle, not failed,
+// until asked for it; the new leader's first write waited a whole attempt
+// (250 ms) on it.
 func (r *Route) pick() (*clientv3.Client, uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.pinned != nil && usable(r.pinned.ActiveConnection().GetState()) {
+	if r.pinned == nil {
+		r.lookupLocked()
+		return r.all, 0
+	}
+	conn := r.pinned.ActiveConnection()
+	switch conn.GetState() {
+	case connectivity.Ready:
 		return r.pinned, r.term
+	case connectivity.Idle:
+		// Unused for long, or just lost: have it connect for the next
+		// transaction (a dead member's then fails, and is dropped).
+		conn.Connect()
+	case connectivity.Connecting:
+	default: // failed or closed
+		r.pinned, r.pinnedEP = nil, ""
 	}
-	if r.pinned != nil {
-		r.pinned, r.pinnedEP = nil, "" // its connection broke: look again
-	}
-	r.lookupLocked()
+	r.lookupLocked() // the raft leader may have moved with it
 	return r.all, 0
-}
-
-// usable is a connection state a transaction may wait on: a connection
-// that is up or on its way up (an idle one connects on its first request),
-// not one that failed or closed.
-func usable(s connectivity.State) bool {
-	return s == connectivity.Ready || s == connectivity.Idle || s == connectivity.Connecting
 }
 
 // answered notes the outcome of a transaction sent through c, pinned at

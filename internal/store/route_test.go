@@ -8,6 +8,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/connectivity"
 
 	"github.com/orion-sched/orion/internal/core"
 	"github.com/orion-sched/orion/internal/testutil/etcdtest"
@@ -92,4 +93,57 @@ func TestRouteFollowsTheRaftLeader(t *testing.T) {
 		return p != "" && p != old && p == raftLeader(t, cli)
 	})
 	commit("after", 4)
+}
+
+// A transaction never waits on a pinned connection that is not up: when
+// the raft leader's member dies (a node loss takes it with the leader
+// replica), gRPC shows the lost connection as idle or connecting, not
+// failed, and a transaction sent there would wait for it while the other
+// members answer. The route sends it through the balanced client and
+// looks for the new raft leader.
+func TestRouteSkipsAPinnedConnectionThatIsNotUp(t *testing.T) {
+	members, cli := etcdtest.StartCluster(t, 3)
+	byURL := map[string]int{}
+	for i, m := range members {
+		byURL[m.ClientURL()] = i
+	}
+	dial := func(ep string) (*clientv3.Client, error) {
+		return clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: time.Second, Logger: zap.NewNop()})
+	}
+	route := NewRoute(cli, cli.Endpoints(), dial, zap.NewNop())
+	t.Cleanup(route.Close)
+	testkit.WaitFor(t, 10*time.Second, "the route pinned to the raft leader", func() bool {
+		p := route.Pinned()
+		return p != "" && p == raftLeader(t, cli)
+	})
+	// A transaction through the pinned connection brings it up.
+	if _, err := route.KV().Txn(context.Background()).Then(clientv3.OpPut("k", "v")).Commit(); err != nil {
+		t.Fatal(err)
+	}
+	route.mu.Lock()
+	pinned := route.pinned
+	route.mu.Unlock()
+	if c, _ := route.pick(); c != pinned {
+		t.Fatalf("a route pinned to a connection that is up picked another client")
+	}
+
+	old := route.Pinned()
+	if err := members[byURL[old]].Close(); err != nil {
+		t.Logf("closing the raft leader's member: %v", err)
+	}
+	testkit.WaitFor(t, 10*time.Second, "the dead member's connection down", func() bool {
+		return pinned.ActiveConnection().GetState() != connectivity.Ready
+	})
+	if c, term := route.pick(); c != cli || term != 0 {
+		t.Fatalf("pick chose the dead member's connection (state %v) over the balanced client", pinned.ActiveConnection().GetState())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := route.KV().Txn(ctx).Then(clientv3.OpPut("k", "w")).Commit(); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, 10*time.Second, "the route pinned to the new raft leader", func() bool {
+		p := route.Pinned()
+		return p != "" && p != old && p == raftLeader(t, cli)
+	})
 }

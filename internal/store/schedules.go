@@ -87,6 +87,15 @@ func (s *Etcd) Schedules(ctx context.Context) (out []StoredSchedule, bad []error
 	return out, bad, nil
 }
 
+// CountSchedules counts the schedules, keys only.
+func (s *Etcd) CountSchedules(ctx context.Context) (int, error) {
+	resp, err := s.cli.Get(ctx, SchedulePrefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return 0, err
+	}
+	return int(resp.Count), nil
+}
+
 // Schedule reads one schedule and its cursor; ok is false when there is
 // none.
 func (s *Etcd) Schedule(ctx context.Context, id string) (StoredSchedule, bool, error) {
@@ -147,12 +156,21 @@ func (s *Etcd) PutCursor(ctx context.Context, f Fence, id string, createRev int6
 // term is over, ErrScheduleChanged when a condition failed. A put is the
 // same put sent again, so a caller may repeat one whose outcome is unknown.
 func (s *Etcd) fencedTxn(ctx context.Context, f Fence, conds []clientv3.Cmp, ops ...clientv3.Op) (int64, error) {
+	cost := opsCost(ops)
+	if s.guard != nil {
+		if err := s.guard.Check(cost); err != nil {
+			return 0, err
+		}
+	}
 	resp, err := s.cli.Txn(ctx).If(append([]clientv3.Cmp{f.cmp()}, conds...)...).Then(ops...).
 		Else(clientv3.OpGet(f.Key)).Commit()
 	if err != nil {
 		return 0, mapNoSpace(err)
 	}
 	if resp.Succeeded {
+		if s.guard != nil {
+			s.guard.Wrote(cost)
+		}
 		return resp.Header.Revision, nil
 	}
 	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 0 || kvs[0].CreateRevision != f.Rev {

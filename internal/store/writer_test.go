@@ -10,6 +10,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/orion-sched/orion/internal/core"
 	"github.com/orion-sched/orion/internal/testutil/etcdtest"
@@ -145,6 +146,9 @@ func TestWriterSendsAgainExactlyOnce(t *testing.T) {
 			}
 			if kv.txns < 2 {
 				t.Fatalf("%d transactions sent, want the lost one sent again", kv.txns)
+			}
+			if got.Retried != 1 {
+				t.Errorf("Commit says %d attempts sent again, want 1", got.Retried)
 			}
 			// The next transaction follows on from the marker.
 			if _, err := w.Commit(ctx, []core.Entry{dagEntry(id+"-next", 1)}, DefaultLimits); err != nil {
@@ -332,4 +336,90 @@ func TestWriterTwoLostAnswersInFlight(t *testing.T) {
 	if r1.Revs[0] >= r2.res.Revs[0] {
 		t.Fatalf("first at %d, second at %d", r1.Revs[0], r2.res.Revs[0])
 	}
+}
+
+// While etcd's leader hands its leadership over (MoveLeader, or a member
+// stopping gracefully) it drops every proposal, and etcd answers "raft
+// proposal dropped": nothing was applied. The Writer sends the transaction
+// again instead of failing the commit. Here the transactions go straight
+// to the member that leads, and leadership moves away from it and back,
+// ten times, while they flow.
+func TestWriterRidesOutLeadershipTransfers(t *testing.T) {
+	members, cli := etcdtest.StartCluster(t, 3)
+	var lead string
+	testkit.WaitFor(t, 10*time.Second, "a raft leader", func() bool { lead = raftLeader(t, cli); return lead != "" })
+	one, err := clientv3.New(clientv3.Config{Endpoints: []string{lead}, DialTimeout: time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer one.Close()
+	ids := map[string]uint64{} // client URL → member id
+	ml, err := cli.MemberList(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ml.Members {
+		ids[m.ClientURLs[0]] = m.ID
+	}
+	var other string
+	for _, m := range members {
+		if m.ClientURL() != lead {
+			other = m.ClientURL()
+			break
+		}
+	}
+
+	w := electedWriter(t, cli, one.KV)
+	stop := make(chan struct{})
+	done := make(chan error, 1)
+	var committed atomic.Int64
+	go func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			default:
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			_, err := w.Commit(ctx, []core.Entry{dagEntry(fmt.Sprintf("d%d", i), 1)}, DefaultLimits)
+			cancel()
+			if err != nil {
+				done <- fmt.Errorf("commit %d: %w", i, err)
+				return
+			}
+			committed.Add(1)
+		}
+	}()
+	move := func(from, to string) {
+		t.Helper()
+		c, err := clientv3.New(clientv3.Config{Endpoints: []string{from}, DialTimeout: time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := c.MoveLeader(ctx, ids[to]); err != nil {
+			t.Fatalf("moving etcd's leadership from %s to %s: %v", from, to, err)
+		}
+	}
+	for range 10 {
+		move(lead, other)
+		move(other, lead)
+		n := committed.Load()
+		testkit.WaitFor(t, 20*time.Second, "commits going on", func() bool {
+			select {
+			case err := <-done:
+				t.Fatal(err)
+			default:
+			}
+			return committed.Load() >= n+3
+		})
+	}
+	close(stop)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d commits over 20 leadership transfers", committed.Load())
 }

@@ -68,7 +68,7 @@ func faults() []fault {
 		{name: "kill -9 worker mid-task", inject: killWorker},
 		{name: "kill -9 etcd follower", etcd: true, inject: killEtcdFollower},
 		{name: "kill -9 etcd raft leader", etcd: true, short: true, inject: killEtcdLeader},
-		{name: "kill -9 leader + its etcd member", etcd: true, inject: killLeaderAndMember},
+		{name: "kill -9 leader + etcd raft leader", etcd: true, inject: killLeaderAndEtcdLeader},
 		{name: "SIGSTOP leader 2s", inject: stopLeader},
 		{name: "SIGSTOP standby 3s", short: true, inject: stopStandby},
 		{name: "SIGSTOP worker 3s", inject: stopWorker},
@@ -454,12 +454,16 @@ func killEtcdLeader(d *drill) {
 	d.termAfter(before, t0)
 }
 
-// killLeaderAndMember kills the leader replica and the etcd member first
-// in every replica's --etcd-endpoints (the harness gives them all the same
-// list): the member its client dials first.
-func killLeaderAndMember(d *drill) {
+// killLeaderAndEtcdLeader kills the leader replica and etcd's raft leader
+// at the same moment: a node loss, where one machine ran both. The raft
+// leader is looked up before every run (it is the first member only in the
+// first run of a fresh cluster), so every run is the case where etcd has no
+// leader while the standbys depose the dead replica.
+func killLeaderAndEtcdLeader(d *drill) {
 	old, _ := d.c.Leader()
-	e := d.c.Etcd[0]
+	i := d.etcdLeader()
+	e := d.c.Etcd[i]
+	elected := d.watchEtcdElection(i)
 	t0 := time.Now()
 	old.Signal(syscall.SIGKILL)
 	e.Signal(syscall.SIGKILL)
@@ -469,6 +473,12 @@ func killLeaderAndMember(d *drill) {
 	_, me := d.c.AwaitNewLeader(old.Name, t0, 30*time.Second)
 	d.res.takeover = me.FirstCommitAt.Sub(t0)
 	time.Sleep(time.Until(t0.Add(3 * time.Second))) // the fault: the member down for 3 s
+	election := "not seen"
+	if at := <-elected; !at.IsZero() {
+		election = ms(at.Sub(t0))
+	}
+	d.res.notes = append(d.res.notes, fmt.Sprintf("%s: %s and etcd %s killed; etcd elected a new leader after %s; takeover %s; steps:\n    %s",
+		d.prefix, old.Name, e.Name, election, ms(d.res.takeover), d.phases(t0)))
 	d.restartEtcd(e)
 	d.c.Restart(old)
 }
@@ -693,6 +703,59 @@ func (d *drill) etcdLeader() int {
 		return err == nil, fmt.Sprint(err)
 	})
 	return i
+}
+
+// watchEtcdElection polls the members other than etcd[dead] every 5 ms,
+// from now on, and delivers when one first names a leader other than
+// etcd[dead] (the zero time if none did within 5 s): how long etcd's own
+// election took, to tell it from Orion's part of a takeover.
+func (d *drill) watchEtcdElection(dead int) <-chan time.Time {
+	out := make(chan time.Time, 1)
+	type member struct {
+		cli *clientv3.Client
+		url string
+	}
+	var ms []member
+	var deadID uint64
+	for i, u := range d.c.ClientURLs {
+		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{u}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		st, err := cli.Status(ctx, u)
+		cancel()
+		if i == dead {
+			if err == nil {
+				deadID = st.Header.MemberId
+			}
+			cli.Close()
+			continue
+		}
+		ms = append(ms, member{cli, u})
+	}
+	go func() {
+		defer func() {
+			for _, m := range ms {
+				m.cli.Close()
+			}
+		}()
+		deadline := time.Now().Add(5 * time.Second)
+		for time.Now().Before(deadline) {
+			for _, m := range ms {
+				ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+				st, err := m.cli.Status(ctx, m.url)
+				cancel()
+				if err == nil && st.Leader != 0 && st.Leader != deadID && deadID != 0 {
+					out <- time.Now()
+					return
+				}
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		out <- time.Time{}
+	}()
+	return out
 }
 
 func (d *drill) restartEtcd(e *cluster.Proc) {

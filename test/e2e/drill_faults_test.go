@@ -14,11 +14,13 @@ import (
 	"github.com/orion-sched/orion/test/internal/cluster"
 )
 
-// orion drill --fault stop and --fault etcd-member, once each, against one
-// cluster: the stopped leader hands over and follows again, the killed etcd
-// member is restarted and healthy, no task is lost or run twice, and each
-// drill reports its figure (not asserted: the machine is shared). A
-// partition is refused with a pointer to make drills.
+// orion drill --fault stop, --fault etcd-member and --fault node, once
+// each, against one cluster: the stopped leader hands over and follows
+// again, the killed etcd member is restarted and healthy, a node loss (the
+// leader and etcd's raft leader killed together) is taken over and both
+// come back, no task is lost or run twice, and each drill reports its
+// figure (not asserted: the machine is shared). A partition is refused
+// with a pointer to make drills.
 func TestDrillFaults(t *testing.T) {
 	out, err := exec.Command(cluster.Bin, "drill", "--fault", "partition", "--server", "http://127.0.0.1:1").CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "make drills") {
@@ -98,6 +100,26 @@ func TestDrillFaults(t *testing.T) {
 	for pid, cmdline := range c.Strays() {
 		if !strings.Contains(cmdline, " etcd ") {
 			t.Errorf("pid %d in this cluster's directory is not the restarted etcd member: %s", pid, cmdline)
+		}
+	}
+
+	node := run("node", "--fault", "node")
+	d = node.Drills[0]
+	if d.Fault != "node" || d.TakeoverMS == nil || d.StallMS == nil || d.NewLeader == "" || d.RestartedPID <= 0 ||
+		!strings.Contains(d.Killed, " + etcd e") || strings.HasPrefix(d.Killed, d.NewLeader+" ") {
+		t.Errorf("node: %+v", d)
+	}
+	t.Logf("node: %s killed, %s took over in %.0f ms, write stall %.0f ms", d.Killed, d.NewLeader, *d.TakeoverMS, *d.StallMS)
+	// The replica and the member came back: every replica answers, every
+	// member is healthy.
+	for _, s := range c.Servers {
+		if _, err := c.Self(s); err != nil {
+			t.Errorf("%s after the node drill: %v", s.Name, err)
+		}
+	}
+	for i := range c.Etcd {
+		if code, body, err := c.Get(c.ClientURLs[i], "/health"); code != 200 || !strings.Contains(string(body), `"health":"true"`) {
+			t.Errorf("etcd member %d after the node drill: %d %s %v", i+1, code, body, err)
 		}
 	}
 }

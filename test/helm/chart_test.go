@@ -383,6 +383,8 @@ func checkEtcd(t *testing.T, r *Rendered, e expect) {
 		t.Errorf("etcd --name %q, want $(POD_NAME)", v)
 	}
 	checkFieldRef(t, c, "POD_NAME", "metadata.name")
+	checkFieldRef(t, c, "ORION_ETCD_NODE_NAME", "spec.nodeName")
+	checkAvoids(t, "etcd", sts.Spec.Template.Spec.Affinity, "scheduler")
 	ic, _ := flagValue(c.Args, "initial-cluster")
 	var want []string
 	for i := range e.etcd {
@@ -423,6 +425,24 @@ func mountedFrom(c *corev1.Container, path, volume string) bool {
 		}
 	}
 	return false
+}
+
+// checkAvoids checks that pods of component prefer nodes without a pod of
+// other (scheduler.avoidEtcdNodes): a node lost then rarely takes the
+// scheduler's leader and etcd's raft leader together.
+func checkAvoids(t *testing.T, component string, aff *corev1.Affinity, other string) {
+	t.Helper()
+	if aff == nil || aff.PodAntiAffinity == nil {
+		t.Errorf("%s: no pod anti-affinity", component)
+		return
+	}
+	for _, w := range aff.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution {
+		ls := w.PodAffinityTerm.LabelSelector
+		if ls != nil && ls.MatchLabels["app.kubernetes.io/component"] == other && w.PodAffinityTerm.TopologyKey == "kubernetes.io/hostname" && w.Weight < 100 {
+			return
+		}
+	}
+	t.Errorf("%s: want a preferred anti-affinity (weight under 100) on kubernetes.io/hostname against %s pods, got %+v", component, other, aff.PodAntiAffinity)
 }
 
 func checkFieldRef(t *testing.T, c *corev1.Container, name, field string) {
@@ -542,6 +562,10 @@ func checkScheduler(t *testing.T, r *Rendered, e expect) {
 		!labels.SelectorFromSet(pa[0].PodAffinityTerm.LabelSelector.MatchLabels).Matches(labels.Set(sts.Spec.Template.Labels)) {
 		t.Errorf("scheduler: want a soft anti-affinity on kubernetes.io/hostname selecting its own pods, got %+v", aff.PodAntiAffinity)
 	}
+	if e.etcd > 0 {
+		checkAvoids(t, "scheduler", aff, "etcd")
+	}
+	checkFieldRef(t, c, "ORION_NODE_NAME", "spec.nodeName")
 	if pdb := findPDB(r, sts.Spec.Template.Labels); pdb == nil || pdb.Spec.MaxUnavailable == nil || pdb.Spec.MaxUnavailable.IntValue() != 1 {
 		t.Errorf("scheduler: want a PodDisruptionBudget with maxUnavailable 1, got %+v", pdb)
 	}

@@ -569,6 +569,8 @@ func (p *simPod) prepare() {
 					val = namespace
 				case "status.podIP":
 					val = p.ip
+				case "spec.nodeName":
+					val = "fidelity-node" // one machine runs every pod
 				default:
 					t.Fatalf("%s: fieldRef %s not simulated", p.name, vf.FieldRef.FieldPath)
 				}

@@ -54,7 +54,17 @@ if [ -d /run/orion-kube/pids ]; then
 fi
 
 # Bound everything: the watchdog tears the cluster down and ends the run.
-( sleep "$BOUND"; say "FAIL: the whole run exceeded ${BOUND}s; tearing down"; kill -TERM $$ 2>/dev/null ) &
+# Its sleep dies with it: a sleep left behind would keep whatever this run
+# inherited open for the whole bound (flock /work/.locks/heavy make
+# kube-test: the lock, held 25 minutes after a 2-minute run).
+(
+  trap 'kill "$nap" 2>/dev/null; exit 0' TERM
+  sleep "$BOUND" &
+  nap=$!
+  wait "$nap"
+  say "FAIL: the whole run exceeded ${BOUND}s; tearing down"
+  kill -TERM $$ 2>/dev/null
+) &
 WATCHDOG=$!
 cleanup() {
   kill "$WATCHDOG" 2>/dev/null

@@ -5,7 +5,7 @@ package kube
 // "FIGURE name: value". It runs only when ORION_KUBE_DRILLS is set (by
 // test/kube/kube-test.sh): "full" runs every drill, "ci" a reduced set
 // (install, live checks, helm test, leader pod delete, kill -9, rollout
-// restart, worker pod delete, etcd pod delete).
+// restart, worker pod delete, etcd pod delete, node loss).
 //
 // Every DAG is made of shell tasks that append "DAG/TASK ATTEMPT POD" to
 // runs.log in a hostPath directory mounted into the workers (the ledger):
@@ -639,6 +639,40 @@ func (r *roleWatch) stop() {
 	r.active.stop()
 }
 
+// steps lists the takeover's steps in pod's log after t0, each with its
+// offset: the stream to the leader lost, the leader deposed, leadership
+// won, the term's first write.
+func (e *env) steps(pod string, t0 time.Time) string {
+	out, err := e.run(e.kubectl, "-n", namespace, "logs", pod, "-c", "scheduler")
+	if err != nil {
+		return err.Error()
+	}
+	var steps []string
+	for _, l := range strings.Split(out, "\n") {
+		var m struct {
+			TS      float64 `json:"ts"`
+			Msg     string  `json:"msg"`
+			Retried int     `json:"retried"`
+		}
+		if json.Unmarshal([]byte(l), &m) != nil {
+			continue
+		}
+		at := time.Unix(0, int64(m.TS*1e9))
+		switch m.Msg {
+		case "lost the leader; reconnecting", "deposed the leader after its stream dropped", "the silent leader no longer leads",
+			"could not depose the silent leader", "campaign failed; retrying", "became leader", "first write of the term committed":
+			if at.After(t0) {
+				step := fmt.Sprintf("+%.0f ms %s", ms(at.Sub(t0)), m.Msg)
+				if m.Retried > 0 {
+					step += fmt.Sprintf(" (%d attempts sent again)", m.Retried)
+				}
+				steps = append(steps, step)
+			}
+		}
+	}
+	return strings.Join(steps, "; ")
+}
+
 // becameLeader is the time pod's log says it became leader (the last time).
 func (e *env) becameLeader(pod string) (time.Time, error) {
 	out, err := e.run(e.kubectl, "-n", namespace, "logs", pod, "-c", "scheduler")
@@ -670,6 +704,13 @@ func (e *env) becameLeader(pod string) (time.Time, error) {
 // leader, fails.
 func (e *env) activeSwitch(r *roleWatch, old string, t0 time.Time, d time.Duration) (sw activeTimes) {
 	e.t.Helper()
+	return e.activeSwitchBounded(r, old, t0, d, true)
+}
+
+// activeSwitchBounded is activeSwitch; bounded false reports the lags
+// without failing on them.
+func (e *env) activeSwitchBounded(r *roleWatch, old string, t0 time.Time, d time.Duration, bounded bool) (sw activeTimes) {
+	e.t.Helper()
 	for {
 		c, err := e.cluster()
 		if err == nil && c.Leader != "" && c.Leader != old {
@@ -694,10 +735,10 @@ func (e *env) activeSwitch(r *roleWatch, old string, t0 time.Time, d time.Durati
 				// then retry a second later (its informer had not yet seen
 				// its own update for the first label): that part is
 				// reported, not bounded.
-				if lag := sw.labelled - sw.tookOver; lag > time.Second {
+				if lag := sw.labelled - sw.tookOver; lag > time.Second && bounded {
 					e.t.Errorf("the new leader's pod was labelled %v after its takeover (want < 1 s); after the fault:\n%s", lag, r.timeline(t0))
 				}
-				if lag := sw.includes - sw.tookOver; lag > time.Second {
+				if lag := sw.includes - sw.tookOver; lag > time.Second && bounded {
 					e.t.Errorf("orion-active selects the new leader %v after its takeover (want < 1 s); after the fault:\n%s", lag, r.timeline(t0))
 				}
 				return sw
@@ -848,6 +889,7 @@ workers:
 	t.Run("rollout restart", func(t *testing.T) { e.t = t; e.drillRollout() })
 	t.Run("worker pod delete", func(t *testing.T) { e.t = t; e.drillWorkerDelete() })
 	t.Run("etcd pod delete", func(t *testing.T) { e.t = t; e.drillEtcdDelete() })
+	t.Run("node loss", func(t *testing.T) { e.t = t; e.drillNodeLoss() })
 	// Not in CI's reduced set: scale and upgrade take about a minute.
 	if mode == "full" {
 		t.Run("scale 3-5-3", func(t *testing.T) { e.t = t; e.drillScale() })
@@ -1055,6 +1097,74 @@ func (e *env) drillEtcdDelete() {
 	for _, f := range failures {
 		t.Errorf("failed submission: %s", f)
 	}
+	e.settle(ok, 1)
+}
+
+// drillNodeLoss: what losing a node that ran the scheduler's leader and
+// etcd's raft leader does to them. Both processes are SIGKILLed at the same
+// moment from the node (by host PID: neither resigns nor hands over), and
+// both pods are force-deleted at once (grace 0), as Kubernetes does with
+// the pods of a node that is gone; the StatefulSets create them again. The
+// test cluster has one node, so every pod shares it: the leader does not
+// move etcd's raft leadership elsewhere, and the coincidence is there by
+// construction. With a client submitting through the Service all along:
+// the first write after the kill is accepted within 1 s, none fails, no
+// DAG is lost.
+func (e *env) drillNodeLoss() {
+	t := e.t
+	c, err := e.cluster()
+	if err != nil {
+		t.Fatal(err)
+	}
+	member := ""
+	for _, m := range c.Etcd.Members {
+		if m.IsLeader {
+			member = m.Name
+		}
+	}
+	if member == "" {
+		t.Fatalf("no etcd member is the raft leader: %+v", c.Etcd.Members)
+	}
+	old := e.waitActive("", 30*time.Second)
+	roles := e.watchRoles()
+	defer roles.stop()
+	s := e.startSubmitter("node", 20*time.Millisecond)
+	time.Sleep(2 * time.Second)
+	spid := e.containerPID(e.containerID(old, "scheduler"))
+	epid := e.containerPID(e.containerID(member, "etcd"))
+	// The signals are sent from here, back to back: every figure counts
+	// from the first.
+	t0 := time.Now()
+	if err := syscall.Kill(spid, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill -9 %d (%s): %v", spid, old, err)
+	}
+	if err := syscall.Kill(epid, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill -9 %d (%s): %v", epid, member, err)
+	}
+	e.k("delete", "pod", old, member, "--force", "--grace-period=0", "--wait=false")
+	_, took := e.waitLeaderNot(old, 30*time.Second)
+	// orion-active is reported, not bounded here: Kubernetes' EndpointSlice
+	// controller follows two pods deleted and created again at once, and
+	// took 0.4-2.2 s to (the leader kill -9 drill bounds it at 1 s).
+	sw := e.activeSwitchBounded(roles, old, t0, 30*time.Second, false)
+	time.Sleep(time.Second)
+	ok, failures, gap := s.finish()
+	first := s.firstAcceptedAfter(t0)
+	refused, firstRefusal := s.refused()
+	figure(t, "node loss", "%s and %s (etcd's raft leader) killed and force-deleted together: first write sent after the kill accepted through the Service %.0f ms after it; new leader seen through the API after %.0f ms; %v; %d submissions, %d failed, %d attempts refused during the takeover and retried, longest gap %.0f ms",
+		old, member, ms(first), ms(took), sw, len(ok)+len(failures), len(failures), refused, ms(gap))
+	if refused > 0 {
+		t.Logf("first refusal: %s", firstRefusal)
+	}
+	t.Logf("takeover steps in %s's log: %s", sw.leader, e.steps(sw.leader, t0))
+	for _, f := range failures {
+		t.Errorf("failed submission: %s", f)
+	}
+	if first < 0 || first > time.Second {
+		t.Errorf("first write after the node loss took %v (want < 1 s)", first)
+	}
+	e.rolloutWait("statefulset/orion-etcd")
+	e.rolloutWait("statefulset/" + scheduler)
 	e.settle(ok, 1)
 }
 

@@ -98,29 +98,49 @@ own ("-worker" for workers).
 {{- end }}
 
 {{/* Soft or hard pod anti-affinity on the node, unless affinity is given:
-include "orion.affinity" (list $ "scheduler" .Values.scheduler). */}}
+include "orion.affinity" (list $ "scheduler" .Values.scheduler).
+With scheduler.avoidEtcdNodes (and the chart's etcd), scheduler and etcd pods
+also prefer nodes without a pod of the other (a weaker term than their own
+spread): a node lost then rarely takes the scheduler's leader and etcd's
+raft leader together. */}}
 {{- define "orion.affinity" -}}
 {{- $root := index . 0 }}
 {{- $component := index . 1 }}
 {{- $v := index . 2 }}
+{{- $other := "" }}
+{{- if and $root.Values.scheduler.avoidEtcdNodes $root.Values.etcd.enabled }}
+{{- $other = get (dict "scheduler" "etcd" "etcd" "scheduler") $component }}
+{{- end }}
 {{- if $v.affinity }}
 {{- toYaml $v.affinity }}
-{{- else if eq $v.antiAffinity "soft" }}
+{{- else if or (eq $v.antiAffinity "soft") (eq $v.antiAffinity "hard") }}
 podAntiAffinity:
+  {{- if eq $v.antiAffinity "hard" }}
+  requiredDuringSchedulingIgnoredDuringExecution:
+    - topologyKey: kubernetes.io/hostname
+      labelSelector:
+        matchLabels:
+          {{- include "orion.componentSelectorLabels" (list $root $component) | nindent 10 }}
+  {{- end }}
+  {{- if or (eq $v.antiAffinity "soft") $other }}
   preferredDuringSchedulingIgnoredDuringExecution:
+    {{- if eq $v.antiAffinity "soft" }}
     - weight: 100
       podAffinityTerm:
         topologyKey: kubernetes.io/hostname
         labelSelector:
           matchLabels:
             {{- include "orion.componentSelectorLabels" (list $root $component) | nindent 12 }}
-{{- else if eq $v.antiAffinity "hard" }}
-podAntiAffinity:
-  requiredDuringSchedulingIgnoredDuringExecution:
-    - topologyKey: kubernetes.io/hostname
-      labelSelector:
-        matchLabels:
-          {{- include "orion.componentSelectorLabels" (list $root $component) | nindent 10 }}
+    {{- end }}
+    {{- if $other }}
+    - weight: 50
+      podAffinityTerm:
+        topologyKey: kubernetes.io/hostname
+        labelSelector:
+          matchLabels:
+            {{- include "orion.componentSelectorLabels" (list $root $other) | nindent 12 }}
+    {{- end }}
+  {{- end }}
 {{- end }}
 {{- end }}
 

@@ -17,6 +17,7 @@ import (
 	"github.com/orion-sched/orion/internal/core"
 	"github.com/orion-sched/orion/internal/dag"
 	"github.com/orion-sched/orion/internal/engine"
+	"github.com/orion-sched/orion/internal/http/apitypes"
 	"github.com/orion-sched/orion/internal/http/guard"
 	"github.com/orion-sched/orion/internal/http/kit"
 	"github.com/orion-sched/orion/internal/http/openapi"
@@ -101,6 +102,9 @@ type Config struct {
 	Hosts guard.Hosts
 	// Schedules serves /api/v1/schedules. Nil: no schedule routes.
 	Schedules Schedules
+	// Storage describes etcd's space for /readyz and the cluster view
+	// (nil, or a nil answer: not shown).
+	Storage func() *apitypes.Storage
 	// Routes are extra handlers mounted behind the same rate limit and
 	// authentication (the worker stream endpoint).
 	Routes map[string]http.Handler
@@ -208,6 +212,14 @@ func (s *server) node() string {
 		return s.cfg.Node
 	}
 	return s.status().Node
+}
+
+// storage is etcd's space as this replica measures it, or nil.
+func (s *server) storage() *apitypes.Storage {
+	if s.cfg.Storage == nil {
+		return nil
+	}
+	return s.cfg.Storage()
 }
 
 // status never returns nil.

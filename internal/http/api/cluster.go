@@ -129,7 +129,7 @@ func (s *server) cluster(w http.ResponseWriter, r *http.Request) {
 		AppliedRevision: st.AppliedRev,
 		Lag:             st.Lag,
 		Workers:         []apitypes.Worker{},
-		Etcd:            apitypes.EtcdInfo{Endpoints: s.cfg.EtcdEndpoints},
+		Etcd:            apitypes.EtcdInfo{Endpoints: s.cfg.EtcdEndpoints, Storage: s.storage()},
 	}
 	if resp.Etcd.Endpoints == nil {
 		resp.Etcd.Endpoints = []string{}

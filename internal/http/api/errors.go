@@ -22,6 +22,7 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var (
 		ve  *dag.ValidationError
 		ce  *core.Error
+		le  *core.LimitError
 		mbe *http.MaxBytesError
 	)
 	errors.As(err, &ce)
@@ -40,6 +41,14 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 			s.m.TooLarge.Inc()
 		}
 		kit.WriteError(w, status, apitypes.Code(ve.Code), ve.Message, ve.Details)
+	case errors.As(err, &le):
+		// A global limit: the count it bounds goes down as DAGs finish
+		// (max_live_dags, max_live_tasks) or as schedules are deleted.
+		if le.Code != apitypes.CodeTooManySchedules {
+			w.Header().Set("Retry-After", "5")
+		}
+		kit.WriteError(w, http.StatusTooManyRequests, le.Code, le.Msg,
+			[]string{fmt.Sprintf("%s %d", le.Limit, le.Max)})
 	case errors.Is(err, engine.ErrStorageFull):
 		// A known outcome (nothing was written), unlike 503's "unknown":
 		// retrying at once would be refused the same way.

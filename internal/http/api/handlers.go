@@ -371,8 +371,11 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
 		// Loaded and serving reads from what it applied, but cut off from
 		// etcd: writes through it would fail, and a probe should say so.
 		w.Header().Set("Retry-After", "1")
-		kit.WriteJSON(w, http.StatusServiceUnavailable, apitypes.Ready{Status: "not_ready", Leader: st.Leader, Problem: st.Problem, Term: st.HoldsTerm})
+		kit.WriteJSON(w, http.StatusServiceUnavailable, apitypes.Ready{Status: "not_ready", Leader: st.Leader, Problem: st.Problem,
+			Term: st.HoldsTerm, Storage: s.storage()})
 		return
 	}
-	kit.WriteJSON(w, http.StatusOK, apitypes.Ready{Status: "ready", Leader: st.Leader, Term: st.HoldsTerm})
+	// Limited or full storage leaves the replica ready: it serves reads,
+	// cancellations and deletions, and says what it refuses.
+	kit.WriteJSON(w, http.StatusOK, apitypes.Ready{Status: "ready", Leader: st.Leader, Term: st.HoldsTerm, Storage: s.storage()})
 }

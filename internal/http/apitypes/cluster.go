@@ -79,6 +79,9 @@ type EtcdInfo struct {
 	Members   []EtcdMember `json:"members,omitempty"`
 	// Alarms lists etcd's raised alarms; absent when none is.
 	Alarms []EtcdAlarm `json:"alarms,omitempty"`
+	// Storage is etcd's space as the answering replica measures it;
+	// absent before a first measurement.
+	Storage *Storage `json:"storage,omitempty"`
 }
 
 // EtcdAlarm is one raised etcd alarm. NOSPACE means a member's backend

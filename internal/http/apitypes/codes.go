@@ -41,6 +41,15 @@ const (
 	CodeStorageFull      Code = "storage_full"       // 507, with Retry-After: etcd reached its backend quota (NOSPACE); nothing was written
 )
 
+// The global limits' codes: each refusal's message names the setting and its
+// value.
+const (
+	CodeTooManyLiveDAGs     Code = "too_many_live_dags"    // 429, with Retry-After: max_live_dags DAGs are running
+	CodeTooManyLiveTasks    Code = "too_many_live_tasks"   // 429, with Retry-After: running DAGs hold max_live_tasks tasks
+	CodeTooManySchedules    Code = "too_many_schedules"    // 429: max_schedules schedules exist
+	CodeScheduleTooFrequent Code = "schedule_too_frequent" // 400: ticks closer together than min_schedule_interval
+)
+
 // ErrorBody is the JSON of every error response of /api/v1:
 // {"error": {"code": "...", "message": "...", "details": [...]}}.
 type ErrorBody struct {

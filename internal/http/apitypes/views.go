@@ -161,4 +161,8 @@ type Ready struct {
 	// or re-reading etcd to lead on in the same term. Standbys ask it
 	// before deposing a leader whose stream dropped.
 	Term bool `json:"term"`
+	// Storage is etcd's space, once measured: a replica stays ready
+	// while it is limited or full (it serves reads, cancellations and
+	// deletions), and says so here.
+	Storage *Storage `json:"storage,omitempty"`
 }

@@ -283,6 +283,7 @@ func (h *Handler) submit(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var (
 		ce *core.Error
+		le *core.LimitError
 		ve *dag.ValidationError
 	)
 	errors.As(err, &ce)
@@ -298,6 +299,10 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	case ce != nil && ce.Code == apitypes.CodeConflict:
 		writeError(w, http.StatusConflict, apitypes.CodeConflict,
 			"this Idempotency-Key was already used for a different DAG: "+ce.Msg)
+	case errors.As(err, &le):
+		// A global limit (max_live_dags, max_live_tasks), as on /api/v1/dags.
+		w.Header().Set("Retry-After", "5")
+		writeError(w, http.StatusTooManyRequests, le.Code, le.Msg)
 	case errors.As(err, &ve):
 		writeValidationError(w, ve)
 	case errors.Is(err, context.DeadlineExceeded):

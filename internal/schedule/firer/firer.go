@@ -42,6 +42,7 @@ var _ Engine = (*engine.Engine)(nil)
 type Store interface {
 	Schedules(ctx context.Context) ([]store.StoredSchedule, []error, error)
 	Schedule(ctx context.Context, id string) (store.StoredSchedule, bool, error)
+	CountSchedules(ctx context.Context) (int, error)
 	PutSchedule(ctx context.Context, f store.Fence, sc *schedule.Schedule, modRev int64) (int64, error)
 	DeleteSchedule(ctx context.Context, f store.Fence, id string, modRev int64) (int64, error)
 	PutCursor(ctx context.Context, f store.Fence, id string, createRev int64, c store.Cursor) (int64, error)
@@ -156,11 +157,21 @@ func (f *Firer) Track(scheduleID, runID string) {
 // loop is one term's firing state.
 type loop struct {
 	*Firer
-	eng    Engine
-	fence  store.Fence
+	eng   Engine
+	fence store.Fence
+	scan  time.Time // last full scan of the DAGs for runs
+
+	mu     sync.Mutex                 // active: the schedules of a pass fire at once
 	active map[string]map[string]bool // schedule → its runs that may still be running
-	scan   time.Time                  // last full scan of the DAGs for runs
 }
+
+// fireParallel bounds the schedules a pass fires at once. Fired one after
+// the other, each tick cost its submission's commit and its cursor's (two
+// etcd round trips): 100 schedules ticking every second made passes of
+// seconds on a 3-member cluster, and their ticks fired late, two at a time
+// (issue 27). Fired at once, the submissions share the engine's group
+// commits and the cursors go to etcd together.
+const fireParallel = 64
 
 func (f *Firer) run(ctx context.Context) {
 	l := &loop{Firer: f, eng: f.cfg.Engine()}
@@ -200,6 +211,8 @@ func (f *Firer) run(ctx context.Context) {
 }
 
 func (l *loop) add(scheduleID, runID string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	if l.active == nil {
 		l.active = make(map[string]map[string]bool)
 	}
@@ -213,7 +226,9 @@ func (l *loop) add(scheduleID, runID string) {
 // every DAG at the start of a term and every so often (runs started by
 // others), the runs it knows of in between.
 func (l *loop) refreshActive(ctx context.Context, now time.Time) error {
+	l.mu.Lock()
 	full := l.active == nil || now.Sub(l.scan) > 10*l.cfg.Rescan
+	l.mu.Unlock()
 	qctx, cancel := context.WithTimeout(ctx, submitTimeout)
 	defer cancel()
 	if full {
@@ -234,10 +249,15 @@ func (l *loop) refreshActive(ctx context.Context, now time.Time) error {
 		if err != nil {
 			return err
 		}
+		l.mu.Lock()
 		l.active, l.scan = active, now
+		l.mu.Unlock()
 		return nil
 	}
 	return l.eng.Query(qctx, func(c *core.Core) {
+		// On the engine's loop: a Query whose context ended may still run.
+		l.mu.Lock()
+		defer l.mu.Unlock()
 		for sid, runs := range l.active {
 			for id := range runs {
 				if s, ok := c.Summary(id); !ok || s.Status != core.DAGRunning {
@@ -255,6 +275,8 @@ func (l *loop) refreshActive(ctx context.Context, now time.Time) error {
 // before the next pass, and over when the term has ended.
 func (l *loop) pass(ctx context.Context) (wait time.Duration, over bool) {
 	now := l.cfg.Clock.Now()
+	began := time.Now() // the pass's own duration, on the wall clock
+	defer func() { l.cfg.Metrics.Pass.Observe(time.Since(began).Seconds()) }()
 	wait = l.cfg.Rescan
 	rctx, cancel := context.WithTimeout(ctx, submitTimeout)
 	scheds, bad, err := l.cfg.Store.Schedules(rctx)
@@ -276,16 +298,42 @@ func (l *loop) pass(ctx context.Context) (wait time.Duration, over bool) {
 		}
 		return errorRetry, false
 	}
+	// Every schedule at once (fireParallel at most); each fires its own
+	// due ticks in order.
+	waits := make([]time.Duration, len(scheds))
+	overs := make([]bool, len(scheds))
+	sem := make(chan struct{}, fireParallel)
+	var wg sync.WaitGroup
 	for i := range scheds {
-		w, over := l.fire(ctx, &scheds[i], now)
-		if over {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			waits[i], overs[i] = l.fire(ctx, &scheds[i], now)
+		}()
+	}
+	wg.Wait()
+	for i := range scheds {
+		if overs[i] {
 			return 0, true
 		}
-		if w > 0 && w < wait {
+		if w := waits[i]; w > 0 && w < wait {
 			wait = w
 		}
 	}
-	return wait, false
+	// The waits count from the pass's start, and the loop waits from its
+	// end: without this each pass would start later than the last by the
+	// time it took, and the ticks it fires drift late until they are
+	// (measured: passes of 270 ms, ticks fired 0.3 s late at the median).
+	return max(wait-l.cfg.Clock.Now().Sub(now), time.Millisecond), false
+}
+
+// activeRuns is how many runs of a schedule may still be running.
+func (l *loop) activeRuns(scheduleID string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.active[scheduleID])
 }
 
 // fire handles one schedule's due ticks at now and returns when it wants
@@ -303,7 +351,7 @@ func (l *loop) fire(ctx context.Context, sc *store.StoredSchedule, now time.Time
 	if sc.Cursor != nil {
 		cursor = sc.Cursor.Tick
 	}
-	plan := comp.Plan(schedule.State{Cursor: cursor, Active: len(l.active[sc.ID])}, now)
+	plan := comp.Plan(schedule.State{Cursor: cursor, Active: l.activeRuns(sc.ID)}, now)
 	newCursor, lastRun := plan.Cursor, ""
 	if sc.Cursor != nil {
 		lastRun = sc.Cursor.Run
@@ -334,10 +382,14 @@ func (l *loop) fire(ctx context.Context, sc *store.StoredSchedule, now time.Time
 		l.add(sc.ID, runID)
 		if created {
 			m.Fired.Inc()
+			// On time is the rule, and with many schedules ticking every
+			// second a line per tick would be most of the log.
+			lvl := zap.DebugLevel
 			if a.Late {
 				m.Late.Inc()
+				lvl = zap.InfoLevel
 			}
-			l.log.Info("tick fired", zap.String("schedule", sc.ID), zap.String("run", runID),
+			l.log.Log(lvl, "tick fired", zap.String("schedule", sc.ID), zap.String("run", runID),
 				zap.Time("tick", a.Tick), zap.Duration("late_by", now.Sub(a.Tick)))
 		} else {
 			l.log.Info("tick's run already exists", zap.String("schedule", sc.ID), zap.String("run", runID))

@@ -3,7 +3,9 @@ package firer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -61,12 +63,15 @@ func (e *fakeEngine) LeaderFence(context.Context) (store.Fence, error) { return 
 
 // fakeStore keeps schedules and cursors in memory, fenced on a revision.
 type fakeStore struct {
+	mu        sync.Mutex // the schedules of a pass fire at once
 	scheds    map[string]store.StoredSchedule
 	fence     int64 // the current term's fence revision
 	cursorErr error // returned once by the next PutCursor
 }
 
 func (s *fakeStore) Schedules(context.Context) ([]store.StoredSchedule, []error, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	var out []store.StoredSchedule
 	for _, sc := range s.scheds {
 		out = append(out, sc)
@@ -74,12 +79,22 @@ func (s *fakeStore) Schedules(context.Context) ([]store.StoredSchedule, []error,
 	return out, nil, nil
 }
 
+func (s *fakeStore) CountSchedules(context.Context) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.scheds), nil
+}
+
 func (s *fakeStore) Schedule(_ context.Context, id string) (store.StoredSchedule, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	sc, ok := s.scheds[id]
 	return sc, ok, nil
 }
 
 func (s *fakeStore) PutSchedule(_ context.Context, f store.Fence, sc *schedule.Schedule, modRev int64) (int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if f.Rev != s.fence {
 		return 0, store.ErrFenced
 	}
@@ -89,11 +104,15 @@ func (s *fakeStore) PutSchedule(_ context.Context, f store.Fence, sc *schedule.S
 }
 
 func (s *fakeStore) DeleteSchedule(_ context.Context, f store.Fence, id string, modRev int64) (int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	delete(s.scheds, id)
 	return 1, nil
 }
 
 func (s *fakeStore) PutCursor(_ context.Context, f store.Fence, id string, createRev int64, c store.Cursor) (int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if err := s.cursorErr; err != nil {
 		s.cursorErr = nil
 		return 0, err
@@ -242,5 +261,75 @@ func TestFirerPausedThenResumed(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(b.m.Skipped.WithLabelValues(schedule.DropCatchup)); n != 4 {
 		t.Errorf("skipped for catch-up %v, want 4", n)
+	}
+}
+
+// barrierEngine holds every submission until want of them are in flight
+// at once, then commits them all: a firer that submitted its schedules'
+// ticks one after the other would wait on it forever (here: until the
+// test's deadline ends the submissions).
+type barrierEngine struct {
+	*fakeEngine
+	mu      sync.Mutex
+	want    int
+	waiting int
+	open    chan struct{}
+}
+
+func (e *barrierEngine) Submit(ctx context.Context, d *model.DAG) (engine.SubmitResult, error) {
+	e.mu.Lock()
+	if e.waiting++; e.waiting == e.want {
+		close(e.open)
+	}
+	e.mu.Unlock()
+	select {
+	case <-e.open:
+	case <-ctx.Done():
+		return engine.SubmitResult{}, ctx.Err()
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.fakeEngine.Submit(ctx, d)
+}
+
+// A pass fires its schedules at once, not one after the other (issue 27:
+// 100 schedules ticking every second, each tick two etcd round trips in a
+// row, made passes of seconds and fired their ticks late): every due
+// tick's submission is in flight before any is answered, and each tick is
+// fired once, its cursor recorded.
+func TestFirerFiresSchedulesAtOnce(t *testing.T) {
+	const n = 40
+	b := newBundle(t, schedule.Spec{Cron: "@every 1s"})
+	tmpl := b.st.scheds["tick"]
+	delete(b.st.scheds, "tick")
+	for i := range n {
+		sc := tmpl
+		sc.ID = fmt.Sprintf("s%02d", i)
+		sc.DAG.ID, sc.DAG.Name = sc.ID, sc.ID
+		b.st.scheds[sc.ID] = sc
+	}
+	eng := &barrierEngine{fakeEngine: b.eng, want: n, open: make(chan struct{})}
+	f := NewFirer(Config{Engine: func() Engine { return eng }, Store: b.st, Clock: b.clock, Metrics: b.m})
+	b.l = &loop{Firer: f, eng: eng, fence: store.Fence{Key: "k", Rev: b.st.fence}}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		b.at(t, time.Second+10*time.Millisecond)
+	}()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("the pass did not end: its submissions were not in flight at once")
+	}
+	if got := len(b.runs()); got != n {
+		t.Fatalf("%d runs, want %d: %v", got, n, b.runs())
+	}
+	for id, sc := range b.st.scheds {
+		if sc.Cursor == nil || !sc.Cursor.Tick.Equal(time.Date(2026, 11, 25, 15, 45, 1, 0, time.UTC)) {
+			t.Errorf("cursor of %s: %+v", id, sc.Cursor)
+		}
+	}
+	if fired := testutil.ToFloat64(b.m.Fired); fired != n {
+		t.Errorf("fired %v, want %d", fired, n)
 	}
 }

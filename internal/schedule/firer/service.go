@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/orion-sched/orion/internal/core"
 	"github.com/orion-sched/orion/internal/dag"
@@ -26,6 +29,17 @@ type Service struct {
 	// Limits bounds a schedule record like a submitted DAG (etcd's request
 	// limit).
 	Limits store.Limits
+	// MaxSchedules bounds the schedules (0: none); MinInterval the time
+	// between two ticks of one (0: none).
+	MaxSchedules int
+	MinInterval  time.Duration
+	// Refused counts refusals by the setting that refused (nil: none).
+	Refused *prometheus.CounterVec
+
+	// creating serializes the creation of schedules on the leader, so
+	// that the count MaxSchedules bounds is read and raised by one
+	// creation at a time.
+	creating sync.Mutex
 }
 
 // PutResult says what a Put did.
@@ -96,6 +110,9 @@ func (s *Service) Put(ctx context.Context, sc *schedule.Schedule) (PutResult, er
 	if err := s.checkSize(sc); err != nil {
 		return PutResult{}, err
 	}
+	if err := s.checkInterval(sc); err != nil {
+		return PutResult{}, err
+	}
 	for range 3 {
 		old, ok, err := s.Store.Schedule(ctx, sc.ID)
 		if err != nil {
@@ -109,7 +126,7 @@ func (s *Service) Put(ctx context.Context, sc *schedule.Schedule) (PutResult, er
 			}
 			sc.CreatedAt, modRev = old.CreatedAt, old.ModRev
 		}
-		rev, err := s.Store.PutSchedule(ctx, f, sc, modRev)
+		rev, err := s.put(ctx, f, sc, modRev)
 		if errors.Is(err, store.ErrScheduleChanged) {
 			continue
 		}
@@ -120,6 +137,52 @@ func (s *Service) Put(ctx context.Context, sc *schedule.Schedule) (PutResult, er
 		return PutResult{Created: !ok, Changed: ok, Rev: rev}, nil
 	}
 	return PutResult{}, mapErr(store.ErrScheduleChanged)
+}
+
+// put writes sc, and when it creates one (modRev 0), counts the schedules
+// first, one creation at a time.
+func (s *Service) put(ctx context.Context, f store.Fence, sc *schedule.Schedule, modRev int64) (int64, error) {
+	if modRev != 0 || s.MaxSchedules <= 0 {
+		return s.Store.PutSchedule(ctx, f, sc, modRev)
+	}
+	s.creating.Lock()
+	defer s.creating.Unlock()
+	n, err := s.Store.CountSchedules(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if n >= s.MaxSchedules {
+		s.refused("max_schedules")
+		return 0, &core.LimitError{Code: apitypes.CodeTooManySchedules, Limit: "max_schedules", Max: s.MaxSchedules,
+			Msg: fmt.Sprintf("schedule %s refused: there are %d schedules, the most this server keeps (max_schedules %d); "+
+				"delete one first", sc.ID, n, s.MaxSchedules)}
+	}
+	return s.Store.PutSchedule(ctx, f, sc, modRev)
+}
+
+func (s *Service) refused(limit string) {
+	if s.Refused != nil {
+		s.Refused.WithLabelValues(limit).Inc()
+	}
+}
+
+// checkInterval refuses a schedule whose ticks come closer together than
+// MinInterval.
+func (s *Service) checkInterval(sc *schedule.Schedule) error {
+	if s.MinInterval <= 0 {
+		return nil
+	}
+	c, err := sc.Compile()
+	if err != nil {
+		return nil // Validate said why already
+	}
+	if d := c.MinInterval(); d > 0 && d < s.MinInterval {
+		s.refused("min_schedule_interval")
+		msg := fmt.Sprintf("schedule.cron: %q ticks %s apart; this server allows ticks at least %s apart (min_schedule_interval %s)",
+			sc.Cron, d, s.MinInterval, s.MinInterval)
+		return &dag.ValidationError{Code: string(apitypes.CodeScheduleTooFrequent), Message: msg, Details: []string{msg}}
+	}
+	return nil
 }
 
 func (s *Service) checkSize(sc *schedule.Schedule) error {

@@ -127,14 +127,17 @@ func EnableAuth(t testing.TB, cli *clientv3.Client, rootPass, user, pass, prefix
 // StartCluster starts a cluster of n embedded members in this process, on
 // free loopback ports, and a client of all of them; everything is closed
 // when the test ends (a member the test closed itself is closed again
-// harmlessly).
-func StartCluster(t testing.TB, n int) ([]*etcdmember.Member, *clientv3.Client) {
+// harmlessly). mods change member i's configuration (its node, say).
+func StartCluster(t testing.TB, n int, mods ...func(i int, c *etcdmember.Config)) ([]*etcdmember.Member, *clientv3.Client) {
 	t.Helper()
 	cfgs := make([]etcdmember.Config, n)
 	var initial []string
 	for i := range cfgs {
 		cfgs[i] = etcdmember.Config{Name: fmt.Sprintf("m%d", i+1), DataDir: t.TempDir(),
 			ClientURL: testkit.FreeURL(t), PeerURL: testkit.FreeURL(t), Logger: zap.NewNop()}
+		for _, mod := range mods {
+			mod(i, &cfgs[i])
+		}
 		initial = append(initial, cfgs[i].Name+"="+cfgs[i].PeerURL)
 	}
 	// Each member is ready once a quorum is: start them together.

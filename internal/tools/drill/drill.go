@@ -176,6 +176,8 @@ type Report struct {
 	DeathP99MS      *float64  `json:"death_p99_ms,omitempty"`
 	AfterDeathP50MS *float64  `json:"after_death_p50_ms,omitempty"`
 	AfterDeathP99MS *float64  `json:"after_death_p99_ms,omitempty"`
+	StallP50MS      *float64  `json:"stall_p50_ms,omitempty"`
+	StallP99MS      *float64  `json:"stall_p99_ms,omitempty"`
 	StallMaxMS      *float64  `json:"stall_max_ms,omitempty"`
 	Lost            int       `json:"lost"`
 	Duplicates      int       `json:"duplicates"`
@@ -355,8 +357,11 @@ func (d *driller) drill(ctx context.Context, n int) (*Result, error) {
 	}
 
 	res := &Result{N: n, Fault: string(d.o.Fault), DAG: dagID, Killed: leader.Name, KilledPID: leader.PID}
-	if d.o.Fault == FaultStop {
+	switch d.o.Fault {
+	case FaultStop:
 		return d.stopLeader(ctx, tag, res, leader, proc, standbys)
+	case FaultNode:
+		return d.nodeLoss(ctx, tag, res, cl, leader, proc, standbys)
 	}
 	if st, err := procfs.ReadStat(proc.PID); err == nil {
 		res.RSSMiB = float64(st.RSSPages*uint64(os.Getpagesize())) / (1 << 20)
@@ -392,10 +397,11 @@ func (d *driller) drill(ctx context.Context, n int) (*Result, error) {
 	return res, nil
 }
 
-// settle waits for the drill's DAG and accounts it now, so its numbers
-// belong to this fault.
-func (d *driller) settle(ctx context.Context, tag string, res *Result) {
-	if err := d.waitDone(ctx, []string{res.DAG}); err != nil {
+// settle waits for the drill's DAG (and more, a trickle's) and accounts
+// them now, so their numbers belong to this fault.
+func (d *driller) settle(ctx context.Context, tag string, res *Result, more ...string) {
+	ids := append([]string{res.DAG}, more...)
+	if err := d.waitDone(ctx, ids); err != nil {
 		d.logf("%s: %v", tag, err)
 	}
 	runs, _, err := d.readRuns()
@@ -403,12 +409,17 @@ func (d *driller) settle(ctx context.Context, tag string, res *Result) {
 		res.fail(err)
 		return
 	}
-	t, err := d.account(ctx, res.DAG, runs)
-	if err != nil {
-		res.fail(fmt.Errorf("accounting %s: %w", res.DAG, err))
-		return
+	res.Lost, res.Duplicates, res.Reruns = 0, 0, 0
+	for _, id := range ids {
+		t, err := d.account(ctx, id, runs)
+		if err != nil {
+			res.fail(fmt.Errorf("accounting %s: %w", id, err))
+			continue
+		}
+		res.Lost += t.Lost
+		res.Duplicates += t.Duplicates
+		res.Reruns += t.Reruns
 	}
-	res.Lost, res.Duplicates, res.Reruns = t.Lost, t.Duplicates, t.Reruns
 }
 
 // stopLeader freezes the leader (SIGSTOP) for StopFor, measures the takeover
@@ -974,8 +985,8 @@ func (d *driller) final(ctx context.Context, rep *Report, wait bool) {
 		rep.AfterDeathP50MS, rep.AfterDeathP99MS = &p50, &p99
 	}
 	if len(stalls) > 0 {
-		mx := Percentile(stalls, 100)
-		rep.StallMaxMS = &mx
+		p50, p99, mx := Percentile(stalls, 50), Percentile(stalls, 99), Percentile(stalls, 100)
+		rep.StallP50MS, rep.StallP99MS, rep.StallMaxMS = &p50, &p99, &mx
 	}
 	rep.Failures = rep.Planned - ok
 	if accountFailed {
@@ -1036,6 +1047,9 @@ func (d *driller) printDrill(r *Result) {
 		if r.DeathMS != nil {
 			fmt.Fprintf(&b, " (process gone after %s, RSS %.0f MiB)", fmtMS(r.DeathMS), r.RSSMiB)
 		}
+		if r.StallMS != nil {
+			fmt.Fprintf(&b, "; write stall %s", fmtMS(r.StallMS))
+		}
 	default:
 		b.WriteString("no takeover")
 	}
@@ -1061,8 +1075,8 @@ func (r *Report) Print(w io.Writer) {
 			fmtMS(r.DeathP50MS), fmtMS(r.DeathP99MS), fmtMS(r.AfterDeathP50MS), fmtMS(r.AfterDeathP99MS))
 	}
 	if r.StallMaxMS != nil {
-		fmt.Fprintf(w, "write stall (longest gap between acknowledged submissions, from the kill) over %d drills: max %s\n",
-			countStalls(r), fmtMS(r.StallMaxMS))
+		fmt.Fprintf(w, "write stall (longest gap between acknowledged submissions, from the kill) over %d drills: p50 %s, p99 %s, max %s\n",
+			countStalls(r), fmtMS(r.StallP50MS), fmtMS(r.StallP99MS), fmtMS(r.StallMaxMS))
 	}
 	fmt.Fprintf(w, "totals: %d/%d drills, %d failures, %d lost, %d duplicates, %d reruns after a killed worker (allowed)\n",
 		len(r.Drills), r.Planned, r.Failures, r.Lost, r.Duplicates, r.Reruns)

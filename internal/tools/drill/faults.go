@@ -30,6 +30,11 @@ const (
 	// FaultEtcdMember SIGKILLs one etcd member (then restarts it) under a
 	// trickle of submissions, whose longest gap is the write stall.
 	FaultEtcdMember Fault = "etcd-member"
+	// FaultNode SIGKILLs the scheduler leader and etcd's raft leader at
+	// once, as the loss of a node that ran both does, under a trickle of
+	// submissions; it measures the takeover and the write stall, then
+	// restarts both.
+	FaultNode Fault = "node"
 	// FaultPartition is refused: see ParseFault.
 	FaultPartition Fault = "partition"
 )
@@ -40,7 +45,7 @@ const (
 // loopback). The drill suite builds such a cluster itself.
 func ParseFault(s string) (Fault, error) {
 	switch f := Fault(strings.ToLower(strings.TrimSpace(s))); f {
-	case FaultKill, FaultStop, FaultEtcdMember:
+	case FaultKill, FaultStop, FaultEtcdMember, FaultNode:
 		return f, nil
 	case FaultPartition:
 		return "", errors.New("--fault partition: a real partition needs each replica in a network namespace of its own, " +
@@ -49,7 +54,7 @@ func ParseFault(s string) (Fault, error) {
 			"it creates (root and iproute2). Here, --fault stop freezes the leader with its sockets open, " +
 			"which is what a partition looks like to the others")
 	}
-	return "", fmt.Errorf("--fault %q: want kill, stop, etcd-member or partition", s)
+	return "", fmt.Errorf("--fault %q: want kill, stop, etcd-member, node or partition", s)
 }
 
 // minStop is the shortest --stop-for: the leader's session lease is 1 s,
@@ -163,24 +168,7 @@ func (d *driller) drillEtcd(ctx context.Context, n int) (*Result, error) {
 		res.fail(rerr)
 		return res, fmt.Errorf("%s: %w", tag, rerr)
 	}
-	if err := d.waitDone(ctx, append([]string{dagID}, tr.ids...)); err != nil {
-		d.logf("%s: %v", tag, err)
-	}
-	runs, _, err := d.readRuns()
-	if err != nil {
-		res.fail(err)
-		return res, nil
-	}
-	for _, id := range append([]string{dagID}, tr.ids...) {
-		t, err := d.account(ctx, id, runs)
-		if err != nil {
-			res.fail(fmt.Errorf("accounting %s: %w", id, err))
-			continue
-		}
-		res.Lost += t.Lost
-		res.Duplicates += t.Duplicates
-		res.Reruns += t.Reruns
-	}
+	d.settle(ctx, tag, res, tr.ids...)
 	return res, nil
 }
 
@@ -328,8 +316,10 @@ func (d *driller) restartMember(ctx context.Context, name string, p *ProcInfo, c
 	}
 }
 
-// trickle submits a one-task DAG every 20 ms, one at a time, each retried
-// (by the client, with its id) until acknowledged.
+// trickle submits a one-task DAG every 20 ms, one at a time. A submission
+// that fails is sent again, with the same id, 20 ms later to the next
+// replica: never after a Retry-After (a 503 without a leader says 1 s),
+// so that the stall it measures is the cluster's, not a client's backoff.
 type trickle struct {
 	d       *driller
 	started time.Time
@@ -345,28 +335,56 @@ type trickle struct {
 func (d *driller) startTrickle(ctx context.Context, prefix string) *trickle {
 	ctx, cancel := context.WithCancel(ctx)
 	tr := &trickle{d: d, started: time.Now(), cancel: cancel, done: make(chan struct{})}
+	// One client per replica, each sending once (the leader first).
+	urls := d.o.Servers
+	if d.leaderURL != "" {
+		urls = append([]string{d.leaderURL}, urls...)
+	}
+	var clients []*client.Client
+	seen := map[string]bool{}
+	for _, u := range urls {
+		if seen[u] {
+			continue
+		}
+		seen[u] = true
+		c := client.New([]string{u}, d.o.Token)
+		c.Retries = client.RetryPolicy{MaxAttempts: 1}
+		c.UserAgent = "orion-drill"
+		c.HTTPClient.Timeout = 10 * time.Second
+		clients = append(clients, c)
+	}
 	go func() {
 		defer close(tr.done)
-		for i := 1; ctx.Err() == nil; i++ {
+		next := 0      // the replica to send to: the last that acknowledged
+		unacked := ""  // sent, not acknowledged: it may have been committed
+		defer func() { // account it, if the cluster has it (stop checks)
+			if unacked != "" {
+				tr.mu.Lock()
+				tr.ids = append(tr.ids, unacked)
+				tr.mu.Unlock()
+			}
+		}()
+		for i := 1; ctx.Err() == nil; {
 			id := fmt.Sprintf("%s-t%04d", prefix, i)
 			body, err := DAGSpec(id, d.runsPath, 1)
 			if err != nil {
 				return
 			}
 			sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
-			_, err = d.client().Submit(sctx, body, "application/json")
+			_, err = clients[next].Submit(sctx, body, "application/json")
 			scancel()
 			now := time.Now()
 			tr.mu.Lock()
 			if err == nil {
 				tr.ackAt = append(tr.ackAt, now)
 				tr.ids = append(tr.ids, id)
-			} else if ctx.Err() == nil {
-				tr.failed++
+				i, unacked = i+1, ""
 			} else {
-				// Cut off by stop: it may have been committed; account it
-				// if the cluster has it.
-				tr.ids = append(tr.ids, id)
+				unacked = id
+				if ctx.Err() == nil {
+					tr.failed++
+					next = (next + 1) % len(clients)
+				}
 			}
 			tr.mu.Unlock()
 			if !sleepCtx(ctx, 20*time.Millisecond) {

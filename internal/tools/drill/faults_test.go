@@ -10,7 +10,7 @@ import (
 )
 
 func TestParseFault(t *testing.T) {
-	for s, want := range map[string]Fault{"kill": FaultKill, " Stop ": FaultStop, "etcd-member": FaultEtcdMember} {
+	for s, want := range map[string]Fault{"kill": FaultKill, " Stop ": FaultStop, "etcd-member": FaultEtcdMember, "Node": FaultNode} {
 		if f, err := ParseFault(s); err != nil || f != want {
 			t.Errorf("%q: %q %v", s, f, err)
 		}

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -292,6 +293,11 @@ type Options struct {
 	// certificates required, and the replicas with its CA, client
 	// certificate and etcd user.
 	Secure *Secure
+	// Nodes, when set, says which node etcd member i and replica i run on
+	// (--node-name): one machine made to look like several, for the
+	// leader's keeping etcd's raft leader off its node. Unset, every
+	// process says the host name: one node.
+	Nodes []string
 }
 
 // Secure is a cluster's etcd TLS and the replicas' etcd credentials.
@@ -386,6 +392,9 @@ func Define(t *testing.T, o Options) *Cluster {
 		if o.EtcdHost != "127.0.0.1" { // an address of the test's own namespaces
 			e.Args = append(e.Args, "--allow-remote-clients")
 		}
+		if i := slices.Index(c.Etcd, e); i < len(o.Nodes) {
+			e.Args = append(e.Args, "--node-name", o.Nodes[i])
+		}
 		if s := o.Secure; s != nil {
 			e.Args = append(e.Args, "--cert-file", s.Certs.Cert, "--key-file", s.Certs.Key, "--trusted-ca-file", s.Certs.CA, "--client-cert-auth",
 				"--peer-cert-file", s.Certs.Cert, "--peer-key-file", s.Certs.Key, "--peer-trusted-ca-file", s.Certs.CA, "--peer-client-cert-auth")
@@ -422,6 +431,9 @@ func Define(t *testing.T, o Options) *Cluster {
 		}
 		if o.Token != "" {
 			s.Args = append(s.Args, "--auth-token", o.Token)
+		}
+		if i <= len(o.Nodes) {
+			s.Args = append(s.Args, "--node-name", o.Nodes[i-1])
 		}
 		if o.Secure != nil {
 			s.Args = append(s.Args, "--config", c.WriteEtcdConfig(name, o.Secure.Certs.CA, o.Secure.Username, o.Secure.Password))

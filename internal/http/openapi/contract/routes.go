@@ -131,6 +131,8 @@ var (
 		fail(415, apitypes.CodeUnsupportedMedia),
 	}
 	notFound = fail(404, apitypes.CodeNotFound)
+	// new running work, bounded by max_live_dags and max_live_tasks
+	liveWork = fail(429, apitypes.CodeTooManyLiveDAGs, apitypes.CodeTooManyLiveTasks)
 	conflict = fail(409, apitypes.CodeConflict)
 	// the demo controls, in either error shape
 	demoControl = []Failure{
@@ -175,7 +177,7 @@ var Routes = []Route{
 			ok(201, apitypes.SubmitResponse{}, "created", hdrLocation, hdrRevision),
 			ok(200, apitypes.SubmitResponse{}, "a DAG with this id and the same content exists already (created is false)", hdrLocation, hdrRevision),
 		},
-		Errors: join(document, writes, []Failure{conflict}),
+		Errors: join(document, writes, []Failure{conflict, liveWork}),
 	},
 	{
 		Method: "GET", Path: "/api/v1/dags", ID: "listDAGs", Tag: "dags", Summary: "List DAGs, newest first",
@@ -216,7 +218,7 @@ var Routes = []Route{
 		Method: "POST", Path: "/api/v1/dags/{id}/retry", ID: "retryDAG", Tag: "dags", Summary: "Retry a DAG's failed and upstream-failed tasks",
 		Params:  []Param{dagID},
 		Replies: []Reply{ok(200, apitypes.ActionResponse{}, "the DAG's status once the change is committed", hdrRevision)},
-		Errors:  join([]Failure{notFound, conflict}, writes),
+		Errors:  join([]Failure{notFound, conflict, liveWork}, writes),
 	},
 	{
 		Method: "DELETE", Path: "/api/v1/dags/{id}", ID: "deleteDAG", Tag: "dags", Summary: "Delete a finished DAG with its tasks",
@@ -235,7 +237,8 @@ var Routes = []Route{
 			ok(201, apitypes.SchedulePutResponse{}, "created", hdrLocation, hdrRevision),
 			ok(200, apitypes.SchedulePutResponse{}, "updated, or unchanged", hdrLocation, hdrRevision),
 		},
-		Errors: join(document, writes, []Failure{conflict}),
+		Errors: join(document, writes, []Failure{conflict,
+			fail(400, apitypes.CodeScheduleTooFrequent), fail(429, apitypes.CodeTooManySchedules)}),
 	},
 	{
 		Method: "GET", Path: "/api/v1/schedules", ID: "listSchedules", Tag: "schedules", Summary: "List schedules",
@@ -274,7 +277,7 @@ var Routes = []Route{
 			ok(201, apitypes.TriggerResponse{}, "a run was submitted", hdrLocation, hdrRevision),
 			ok(200, apitypes.TriggerResponse{}, "the run of this tick exists already", hdrLocation, hdrRevision),
 		},
-		Errors: join([]Failure{notFound, conflict}, writes),
+		Errors: join([]Failure{notFound, conflict, liveWork}, writes),
 	},
 	{
 		Method: "GET", Path: "/api/v1/schedules/{id}/runs", ID: "listScheduleRuns", Tag: "schedules", Summary: "A schedule's runs, newest tick first",
@@ -388,7 +391,7 @@ var Routes = []Route{
 			fail(403, apitypes.CodeForbidden),
 			conflict,
 			fail(413, apitypes.CodeBodyTooLarge, apitypes.CodeDAGTooLarge),
-			fail(429, apitypes.CodeOverloaded),
+			fail(429, apitypes.CodeOverloaded, apitypes.CodeTooManyLiveDAGs, apitypes.CodeTooManyLiveTasks),
 			fail(500, apitypes.CodeInternal),
 			fail(503, apitypes.CodeUnavailable, apitypes.CodeNotLeader),
 			fail(504, apitypes.CodeTimeout),

@@ -40,12 +40,16 @@ type live struct {
 	seen map[apitypes.Code]string // code → the first request that got it
 }
 
-func startLive(t *testing.T) *live {
+func startLive(t *testing.T, mods ...func(*config.Server)) *live {
 	s, base := servertest.Start(t, func(c *config.Server) {
 		c.AuthToken = apiToken
 		c.MaxTasksPerDAG = 5
 		c.MaxBodyBytes = 64 << 10
 		c.Slots = 2
+		c.MaxSchedules, c.MinScheduleInterval = 1, time.Minute
+		for _, mod := range mods {
+			mod(c)
+		}
 	})
 	l := &live{s: s, base: base, seen: map[apitypes.Code]string{}}
 	l.c = &http.Client{Timeout: 30 * time.Second, Transport: checking{t: t, l: l, next: http.DefaultTransport}}
@@ -245,6 +249,8 @@ func TestLiveAnswers(t *testing.T) {
 		// schedules
 		{method: "POST", path: "/api/v1/schedules", body: cron, status: 201},
 		{method: "POST", path: "/api/v1/schedules", body: cron, status: 200},
+		{method: "POST", path: "/api/v1/schedules", body: `{"id":"fast","schedule":{"cron":"@every 1s"},"tasks":[{"id":"a","kind":"noop"}]}`, status: 400, code: apitypes.CodeScheduleTooFrequent},
+		{method: "POST", path: "/api/v1/schedules", body: `{"id":"second","schedule":{"cron":"0 3 * * *"},"tasks":[{"id":"a","kind":"noop"}]}`, status: 429, code: apitypes.CodeTooManySchedules},
 		{method: "POST", path: "/api/v1/schedules", body: `{"id":"bad","schedule":{"cron":"every day"},"tasks":[{"id":"a"}]}`, status: 400, code: apitypes.CodeInvalidSchedule},
 		{method: "GET", path: "/api/v1/schedules", status: 200},
 		{method: "GET", path: "/api/v1/schedules/nightly", status: 200},
@@ -331,6 +337,8 @@ func TestLiveAnswers(t *testing.T) {
 	l.websocket(t, "/api/v1/events/ws")
 	l.websocket(t, "/ws")
 
+	liveLimits(t, l)
+
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	codes, err := NewSource(Root()).Enum("github.com/orion-sched/orion/internal/http/apitypes", "Code")
@@ -345,6 +353,38 @@ func TestLiveAnswers(t *testing.T) {
 			t.Errorf("no call answered code %q: drive a route to it here, or list it in faultOnly with the test that does", c.Value)
 		case seen && listed:
 			t.Logf("code %q is listed in faultOnly (%s) but %s answered it", c.Value, why, where)
+		}
+	}
+}
+
+// liveLimits drives the limits on running work, on a server of their own
+// (max_live_dags 2, max_live_tasks 2), and notes its codes in l.
+func liveLimits(t *testing.T, l *live) {
+	lim := startLive(t, func(c *config.Server) { c.MaxLiveDAGs, c.MaxLiveTasks = 2, 2 })
+	sleeping := func(id string, n int) string {
+		var ts []string
+		for i := range n {
+			ts = append(ts, fmt.Sprintf(`{"id":"t%d","kind":"sleep","duration":"1m"}`, i))
+		}
+		return fmt.Sprintf(`{"id":%q,"tasks":[%s]}`, id, strings.Join(ts, ","))
+	}
+	seed := `[{"id":"s-a","payload":"x","priority":1,"dependencies":[]}]`
+	for _, c := range []call{
+		{method: "POST", path: "/api/v1/dags", body: sleeping("one", 1), status: 201},
+		{method: "POST", path: "/api/v1/dags", body: sleeping("two", 2), status: 429, code: apitypes.CodeTooManyLiveTasks},
+		{method: "POST", path: "/api/v1/dags", body: sleeping("three", 1), status: 201},
+		{method: "POST", path: "/api/v1/dags", body: sleeping("four", 1), status: 429, code: apitypes.CodeTooManyLiveDAGs},
+		{method: "POST", path: "/api/v1/dag", body: seed, hdr: []string{"Idempotency-Key", "seed-limit"}, status: 429, code: apitypes.CodeTooManyLiveDAGs},
+	} {
+		lim.do(t, c)
+	}
+	lim.mu.Lock()
+	defer lim.mu.Unlock()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for code, where := range lim.seen {
+		if _, ok := l.seen[code]; !ok {
+			l.seen[code] = where
 		}
 	}
 }

@@ -791,9 +791,13 @@ export interface components {
          *     - `unavailable`: 503, with Retry-After: stopping, offline, or the request was cancelled
          *     - `timeout`: 504: the scheduler did not answer in time
          *     - `storage_full`: 507, with Retry-After: etcd reached its backend quota (NOSPACE); nothing was written
+         *     - `too_many_live_dags`: 429, with Retry-After: max_live_dags DAGs are running
+         *     - `too_many_live_tasks`: 429, with Retry-After: running DAGs hold max_live_tasks tasks
+         *     - `too_many_schedules`: 429: max_schedules schedules exist
+         *     - `schedule_too_frequent`: 400: ticks closer together than min_schedule_interval
          * @enum {string}
          */
-        ErrorCode: "parse_error" | "unsupported_media_type" | "invalid_dag" | "cycle" | "too_many_tasks" | "dag_too_large" | "invalid_schedule" | "bad_request" | "unauthorized" | "forbidden" | "cross_origin" | "demo_disabled" | "not_found" | "method_not_allowed" | "conflict" | "host_not_allowed" | "body_too_large" | "rate_limited" | "overloaded" | "internal" | "unreachable" | "not_leader" | "unavailable" | "timeout" | "storage_full";
+        ErrorCode: "parse_error" | "unsupported_media_type" | "invalid_dag" | "cycle" | "too_many_tasks" | "dag_too_large" | "invalid_schedule" | "bad_request" | "unauthorized" | "forbidden" | "cross_origin" | "demo_disabled" | "not_found" | "method_not_allowed" | "conflict" | "host_not_allowed" | "body_too_large" | "rate_limited" | "overloaded" | "internal" | "unreachable" | "not_leader" | "unavailable" | "timeout" | "storage_full" | "too_many_live_dags" | "too_many_live_tasks" | "too_many_schedules" | "schedule_too_frequent";
         /** @description ErrorInfo says what went wrong. Message is a sentence for people; Details lists the problems one per line (the server never sends null). */
         ErrorInfo: {
             code: components["schemas"]["ErrorCode"];
@@ -813,6 +817,8 @@ export interface components {
             alarms?: components["schemas"]["EtcdAlarm"][];
             endpoints: string[];
             members?: components["schemas"]["EtcdMember"][];
+            /** @description Storage is etcd's space as the answering replica measures it; absent before a first measurement. */
+            storage?: components["schemas"]["Storage"];
         };
         /** @description EtcdMember is one etcd cluster member. */
         EtcdMember: {
@@ -1024,6 +1030,8 @@ export interface components {
             problem?: string;
             /** @description "ready" or "not_ready" */
             status: string;
+            /** @description Storage is etcd's space, once measured: a replica stays ready while it is limited or full (it serves reads, cancellations and deletions), and says so here. */
+            storage?: components["schemas"]["Storage"];
             /** @description Term is true while the replica holds the leadership term: leading, or re-reading etcd to lead on in the same term. Standbys ask it before deposing a leader whose stream dropped. */
             term: boolean;
         };
@@ -1273,6 +1281,27 @@ export interface components {
             start?: string;
             timezone?: string;
         };
+        /** @description Storage is etcd's space as a replica measures it (every member, every second), in /readyz and the cluster view. */
+        Storage: {
+            /** Format: int64 */
+            admission_limit_bytes: number;
+            admission_ratio: number;
+            /**
+             * Format: int64
+             * @description The largest database among the members and the part of it in use (both estimated: measured, plus what the leader wrote since), the smallest quota, and the in-use size above which new work is refused (storage_admission_ratio of the quota).
+             */
+            db_size_bytes: number;
+            /** Format: int64 */
+            in_use_bytes: number;
+            /** Format: date-time */
+            measured_at: string;
+            message?: string;
+            nospace_alarm?: boolean;
+            /** Format: int64 */
+            quota_bytes: number;
+            /** @description StorageOK, StorageLimited, StorageFull */
+            state: string;
+        };
         /** @description SubmitResponse answers POST /api/v1/dags (201 when the request created the DAG; 200 with Created false when a DAG with the same id and content already existed, an idempotent retry). Status is set only on 201. */
         SubmitResponse: {
             created: boolean;
@@ -1504,6 +1533,20 @@ export interface components {
                     error?: {
                         /** @enum {string} */
                         code?: "bad_request";
+                    };
+                };
+            };
+        };
+        /** @description 400 Bad Request: `bad_request`, `cycle`, `invalid_dag`, `invalid_schedule`, `parse_error`, `schedule_too_frequent`, `too_many_tasks` */
+        BadRequestOrCycleOrInvalidDagOrInvalidScheduleOrParseErrorOrScheduleTooFrequentOrTooManyTasks: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"] & {
+                    error?: {
+                        /** @enum {string} */
+                        code?: "bad_request" | "cycle" | "invalid_dag" | "invalid_schedule" | "parse_error" | "schedule_too_frequent" | "too_many_tasks";
                     };
                 };
             };
@@ -1747,8 +1790,40 @@ export interface components {
                 };
             };
         };
-        /** @description 429 Too Many Requests: `overloaded`, `rate_limited` */
-        RateLimited_SeedOverloaded: {
+        /** @description 429 Too Many Requests: `rate_limited`, `too_many_live_dags`, `too_many_live_tasks` */
+        RateLimitedOrTooManyLiveDagsOrTooManyLiveTasks: {
+            headers: {
+                /** @description seconds to wait before trying again */
+                "Retry-After"?: number;
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"] & {
+                    error?: {
+                        /** @enum {string} */
+                        code?: "rate_limited" | "too_many_live_dags" | "too_many_live_tasks";
+                    };
+                };
+            };
+        };
+        /** @description 429 Too Many Requests: `rate_limited`, `too_many_schedules` */
+        RateLimitedOrTooManySchedules: {
+            headers: {
+                /** @description seconds to wait before trying again */
+                "Retry-After"?: number;
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"] & {
+                    error?: {
+                        /** @enum {string} */
+                        code?: "rate_limited" | "too_many_schedules";
+                    };
+                };
+            };
+        };
+        /** @description 429 Too Many Requests: `overloaded`, `rate_limited`, `too_many_live_dags`, `too_many_live_tasks` */
+        RateLimited_SeedOverloadedOrTooManyLiveDagsOrTooManyLiveTasks: {
             headers: {
                 /** @description seconds to wait before trying again */
                 "Retry-After"?: number;
@@ -1762,7 +1837,7 @@ export interface components {
                     };
                 }) | (components["schemas"]["SeedErrorBody"] & {
                     /** @enum {string} */
-                    code?: "overloaded";
+                    code?: "overloaded" | "too_many_live_dags" | "too_many_live_tasks";
                 });
             };
         };
@@ -2174,7 +2249,7 @@ export interface operations {
             409: components["responses"]["SeedConflict"];
             413: components["responses"]["SeedBodyTooLargeOrDagTooLarge"];
             421: components["responses"]["HostNotAllowed"];
-            429: components["responses"]["RateLimited_SeedOverloaded"];
+            429: components["responses"]["RateLimited_SeedOverloadedOrTooManyLiveDagsOrTooManyLiveTasks"];
             500: components["responses"]["Internal_SeedInternal"];
             503: components["responses"]["SeedNotLeaderOrUnavailable"];
             504: components["responses"]["SeedTimeout"];
@@ -2290,7 +2365,7 @@ export interface operations {
             413: components["responses"]["BodyTooLargeOrDagTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             421: components["responses"]["HostNotAllowed"];
-            429: components["responses"]["RateLimited"];
+            429: components["responses"]["RateLimitedOrTooManyLiveDagsOrTooManyLiveTasks"];
             500: components["responses"]["Internal"];
             503: components["responses"]["NotLeaderOrUnavailable"];
             504: components["responses"]["Timeout"];
@@ -2428,7 +2503,7 @@ export interface operations {
             409: components["responses"]["Conflict"];
             413: components["responses"]["BodyTooLarge"];
             421: components["responses"]["HostNotAllowed"];
-            429: components["responses"]["RateLimited"];
+            429: components["responses"]["RateLimitedOrTooManyLiveDagsOrTooManyLiveTasks"];
             500: components["responses"]["Internal"];
             503: components["responses"]["NotLeaderOrUnavailable"];
             504: components["responses"]["Timeout"];
@@ -2809,14 +2884,14 @@ export interface operations {
                     "application/json": components["schemas"]["SchedulePutResponse"];
                 };
             };
-            400: components["responses"]["BadRequestOrCycleOrInvalidDagOrInvalidScheduleOrParseErrorOrTooManyTasks"];
+            400: components["responses"]["BadRequestOrCycleOrInvalidDagOrInvalidScheduleOrParseErrorOrScheduleTooFrequentOrTooManyTasks"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["CrossOrigin"];
             409: components["responses"]["Conflict"];
             413: components["responses"]["BodyTooLargeOrDagTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             421: components["responses"]["HostNotAllowed"];
-            429: components["responses"]["RateLimited"];
+            429: components["responses"]["RateLimitedOrTooManySchedules"];
             500: components["responses"]["Internal"];
             503: components["responses"]["NotLeaderOrUnavailable"];
             504: components["responses"]["Timeout"];
@@ -3035,7 +3110,7 @@ export interface operations {
             409: components["responses"]["Conflict"];
             413: components["responses"]["BodyTooLarge"];
             421: components["responses"]["HostNotAllowed"];
-            429: components["responses"]["RateLimited"];
+            429: components["responses"]["RateLimitedOrTooManyLiveDagsOrTooManyLiveTasks"];
             500: components["responses"]["Internal"];
             503: components["responses"]["NotLeaderOrUnavailable"];
             504: components["responses"]["Timeout"];
@@ -3181,11 +3256,12 @@ type ReadonlyArray<T> = [
     unknown[]
 ] ? Readonly<Exclude<T, undefined>> : Readonly<Exclude<T, undefined>[]>;
 export const dAGStatusValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["DAGStatus"]> = ["running", "succeeded", "failed", "cancelled"];
-export const errorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ErrorCode"]> = ["parse_error", "unsupported_media_type", "invalid_dag", "cycle", "too_many_tasks", "dag_too_large", "invalid_schedule", "bad_request", "unauthorized", "forbidden", "cross_origin", "demo_disabled", "not_found", "method_not_allowed", "conflict", "host_not_allowed", "body_too_large", "rate_limited", "overloaded", "internal", "unreachable", "not_leader", "unavailable", "timeout", "storage_full"];
+export const errorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ErrorCode"]> = ["parse_error", "unsupported_media_type", "invalid_dag", "cycle", "too_many_tasks", "dag_too_large", "invalid_schedule", "bad_request", "unauthorized", "forbidden", "cross_origin", "demo_disabled", "not_found", "method_not_allowed", "conflict", "host_not_allowed", "body_too_large", "rate_limited", "overloaded", "internal", "unreachable", "not_leader", "unavailable", "timeout", "storage_full", "too_many_live_dags", "too_many_live_tasks", "too_many_schedules", "schedule_too_frequent"];
 export const taskKindValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["TaskKind"]> = ["shell", "http", "noop", "sleep"];
 export const taskKindInputValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["TaskKindInput"]> = ["shell", "http", "noop", "sleep"];
 export const taskStatusValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["TaskStatus"]> = ["pending", "ready", "running", "retrying", "succeeded", "failed", "upstream_failed", "cancelled", "skipped"];
 export const componentsResponsesBadRequestContentApplicationJsonErrorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["BadRequest"]["content"]["application/json"]["error"]["code"]> = ["bad_request"];
+export const componentsResponsesBadRequestOrCycleOrInvalidDagOrInvalidScheduleOrParseErrorOrScheduleTooFrequentOrTooManyTasksContentApplicationJsonErrorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["BadRequestOrCycleOrInvalidDagOrInvalidScheduleOrParseErrorOrScheduleTooFrequentOrTooManyTasks"]["content"]["application/json"]["error"]["code"]> = ["bad_request", "cycle", "invalid_dag", "invalid_schedule", "parse_error", "schedule_too_frequent", "too_many_tasks"];
 export const componentsResponsesBadRequestOrCycleOrInvalidDagOrInvalidScheduleOrParseErrorOrTooManyTasksContentApplicationJsonErrorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["BadRequestOrCycleOrInvalidDagOrInvalidScheduleOrParseErrorOrTooManyTasks"]["content"]["application/json"]["error"]["code"]> = ["bad_request", "cycle", "invalid_dag", "invalid_schedule", "parse_error", "too_many_tasks"];
 export const componentsResponsesBodyTooLargeContentApplicationJsonErrorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["BodyTooLarge"]["content"]["application/json"]["error"]["code"]> = ["body_too_large"];
 export const componentsResponsesBodyTooLargeOrDagTooLargeContentApplicationJsonErrorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["BodyTooLargeOrDagTooLarge"]["content"]["application/json"]["error"]["code"]> = ["body_too_large", "dag_too_large"];
@@ -3223,14 +3299,16 @@ export const componentsResponsesNotFoundContentApplicationJsonErrorCodeValues: R
 export const componentsResponsesNotLeaderContentApplicationJsonErrorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["NotLeader"]["content"]["application/json"]["error"]["code"]> = ["not_leader"];
 export const componentsResponsesNotLeaderOrUnavailableContentApplicationJsonErrorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["NotLeaderOrUnavailable"]["content"]["application/json"]["error"]["code"]> = ["not_leader", "unavailable"];
 export const componentsResponsesRateLimitedContentApplicationJsonErrorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["RateLimited"]["content"]["application/json"]["error"]["code"]> = ["rate_limited"];
-export const componentsResponsesRateLimited_SeedOverloadedContentApplicationJsonOneOf0ErrorCodeValues: ReadonlyArray<Extract<Extract<FlattenedDeepRequired<components>["responses"]["RateLimited_SeedOverloaded"]["content"]["application/json"], {
+export const componentsResponsesRateLimitedOrTooManyLiveDagsOrTooManyLiveTasksContentApplicationJsonErrorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["RateLimitedOrTooManyLiveDagsOrTooManyLiveTasks"]["content"]["application/json"]["error"]["code"]> = ["rate_limited", "too_many_live_dags", "too_many_live_tasks"];
+export const componentsResponsesRateLimitedOrTooManySchedulesContentApplicationJsonErrorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["RateLimitedOrTooManySchedules"]["content"]["application/json"]["error"]["code"]> = ["rate_limited", "too_many_schedules"];
+export const componentsResponsesRateLimited_SeedOverloadedOrTooManyLiveDagsOrTooManyLiveTasksContentApplicationJsonOneOf0ErrorCodeValues: ReadonlyArray<Extract<Extract<FlattenedDeepRequired<components>["responses"]["RateLimited_SeedOverloadedOrTooManyLiveDagsOrTooManyLiveTasks"]["content"]["application/json"], {
     error: unknown;
 }>["error"], {
     code: unknown;
 }>["code"]> = ["rate_limited"];
-export const componentsResponsesRateLimited_SeedOverloadedContentApplicationJsonOneOf1CodeValues: ReadonlyArray<Extract<FlattenedDeepRequired<components>["responses"]["RateLimited_SeedOverloaded"]["content"]["application/json"], {
+export const componentsResponsesRateLimited_SeedOverloadedOrTooManyLiveDagsOrTooManyLiveTasksContentApplicationJsonOneOf1CodeValues: ReadonlyArray<Extract<FlattenedDeepRequired<components>["responses"]["RateLimited_SeedOverloadedOrTooManyLiveDagsOrTooManyLiveTasks"]["content"]["application/json"], {
     code: unknown;
-}>["code"]> = ["overloaded"];
+}>["code"]> = ["overloaded", "too_many_live_dags", "too_many_live_tasks"];
 export const componentsResponsesSeedBadRequestOrCycleOrInvalidDagOrParseErrorOrTooManyTasksContentApplicationJsonCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["SeedBadRequestOrCycleOrInvalidDagOrParseErrorOrTooManyTasks"]["content"]["application/json"]["code"]> = ["bad_request", "cycle", "invalid_dag", "parse_error", "too_many_tasks"];
 export const componentsResponsesSeedBodyTooLargeOrDagTooLargeContentApplicationJsonCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["SeedBodyTooLargeOrDagTooLarge"]["content"]["application/json"]["code"]> = ["body_too_large", "dag_too_large"];
 export const componentsResponsesSeedConflictContentApplicationJsonCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["SeedConflict"]["content"]["application/json"]["code"]> = ["conflict"];
