@@ -489,6 +489,56 @@ func TestCancelAndRetry(t *testing.T) {
 	contains(t, "stderr", r.err, "accepts 1 arg(s), received 0")
 }
 
+// A DAG with rules, handlers and notifications: its table says what each
+// task runs by, and why a skipped one was; its tasks say it in full; a
+// cancel says the DAG runs on while its handlers do.
+func TestRulesAndHandlers(t *testing.T) {
+	cleanEnv(t)
+	f := newFake(t)
+	v := f.seed(t, `id: d1
+name: release
+tasks:
+  - {id: deploy, command: "exit 1", max_retries: 0}
+  - {id: rollback, depends_on: [deploy], trigger_rule: one_failed, when: 'tasks.deploy.status == "failed"'}
+  - {id: lint, continue_on_failure: true}
+on_exit: {command: "echo bye"}
+notify: [{url: "http://127.0.0.1:9/hook", on: [failed]}]
+`, 0)
+	f.mu.Lock()
+	v.Tasks[2].Status, v.Tasks[2].Skipped = client.StatusSkipped, "condition"
+	f.mu.Unlock()
+	f.noAdvance = true
+	r := run(t, "", "get", "dag", "d1", "--server", f.URL)
+	must(t, r, 0)
+	table := r.out[strings.Index(r.out, "TASK"):]
+	want := "TASK       KIND   STATUS               RULE                   ATTEMPTS  WORKER  DURATION  EXIT  ERROR\n" +
+		"deploy     shell  pending              all_success            0         -       -         -     -\n" +
+		"rollback   noop   pending              one_failed +when       0         -       -         -     -\n" +
+		"lint       noop   skipped (condition)  all_success +continue  0         -       -         -     -\n" +
+		"on_exit    shell  pending              handler                0         -       -         -     -\n" +
+		"notify[0]  http   pending              notification           0         -       -         -     -\n"
+	if table != want {
+		t.Errorf("table:\n%s\nwant:\n%s", table, want)
+	}
+
+	r = run(t, "", "get", "task", "d1/rollback", "--server", f.URL)
+	must(t, r, 0)
+	contains(t, "stdout", r.out, "Rule:        one_failed\n", "When:        tasks.deploy.status == \"failed\"\n")
+	r = run(t, "", "get", "task", "d1/lint", "--server", f.URL)
+	contains(t, "stdout", r.out, "On failure:  continue: a failure counts as a success", "Skipped:     condition: its when: was false\n")
+	r = run(t, "", "get", "task", "d1/on_exit", "--server", f.URL)
+	contains(t, "stdout", r.out, "Runs:        as the DAG's on_exit handler, once its tasks have ended\n")
+
+	r = run(t, "", "cancel", "d1", "--server", f.URL)
+	must(t, r, 0)
+	if r.out != "dag d1: running, cancel requested: its tasks are being cancelled; its handlers and notifications run, "+
+		"then it is cancelled (cancel again to stop them)\n" {
+		t.Errorf("cancel %q", r.out)
+	}
+	r = run(t, "", "get", "dag", "d1", "--server", f.URL)
+	contains(t, "stdout", r.out, "Status:     running (cancel requested: its handlers and notifications run, then it is cancelled)\n")
+}
+
 func TestDelete(t *testing.T) {
 	cleanEnv(t)
 	f := newFake(t)

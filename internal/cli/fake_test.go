@@ -157,7 +157,19 @@ func (f *fakeServer) add(d *model.DAG) *client.DAG {
 			deps = []string{}
 		}
 		v.Tasks = append(v.Tasks, client.Task{ID: t.ID, Kind: t.Kind, Status: client.StatusPending,
-			MaxRetries: t.MaxRetries, Priority: t.Priority, DependsOn: deps, Spec: t})
+			MaxRetries: t.MaxRetries, Priority: t.Priority, DependsOn: deps, Spec: t,
+			TriggerRule: t.Rule(), When: t.When, Role: "task"})
+	}
+	// A DAG's handlers and notifications are tasks after its own; this
+	// fake never runs them (advance runs only the DAG file's tasks).
+	for _, h := range d.Handlers() {
+		v.Tasks = append(v.Tasks, client.Task{ID: h.ID, Kind: h.Task.Kind, Status: client.StatusPending, DependsOn: []string{},
+			Spec: *h.Task, TriggerRule: model.AllSuccess, When: h.Task.When, Role: "handler"})
+	}
+	for i, n := range d.Notify {
+		v.Tasks = append(v.Tasks, client.Task{ID: model.NotifyID(i), Kind: model.KindHTTP, Status: client.StatusPending,
+			DependsOn: []string{}, Spec: model.Task{Kind: model.KindHTTP, URL: n.URL, Method: n.Method},
+			TriggerRule: model.AllSuccess, Role: "notification"})
 	}
 	v.Params = d.Params
 	recount(v)
@@ -200,7 +212,7 @@ func (f *fakeServer) advance(d *client.DAG) {
 	}
 	for i := range d.Tasks {
 		t := &d.Tasks[i]
-		if t.Status != client.StatusPending {
+		if t.Status != client.StatusPending || t.Role != "task" {
 			continue
 		}
 		ready := true
@@ -384,6 +396,13 @@ func (f *fakeServer) cancel(w http.ResponseWriter, r *http.Request) {
 	}
 	if d.Status != client.DAGRunning {
 		apiErr(w, 409, "conflict", "dag "+d.ID+" is "+d.Status+", not running")
+		return
+	}
+	if f.specs[d.ID].HasHooks() && !d.CancelRequested {
+		// Its tasks are cancelled, its handlers and notifications are
+		// to run: the DAG still runs.
+		d.CancelRequested = true
+		apiJSON(w, 200, map[string]any{"id": d.ID, "status": d.Status, "cancel_requested": true})
 		return
 	}
 	for i := range d.Tasks {

@@ -139,7 +139,7 @@ func exitCode(c *int) string {
 // outcomes first, then what is in flight, then what waits.
 var countOrder = []string{
 	client.StatusSucceeded, client.StatusFailed, client.StatusUpstreamFailed, client.StatusCancelled,
-	client.StatusRunning, client.StatusRetrying, client.StatusReady, client.StatusPending,
+	client.StatusSkipped, client.StatusRunning, client.StatusRetrying, client.StatusReady, client.StatusPending,
 }
 
 // formatCounts renders non-zero counts as "succeeded=3 running=2"; statuses

@@ -2,9 +2,13 @@ package cli
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/orion-sched/orion/internal/client"
+	"github.com/orion-sched/orion/internal/model"
 )
 
 func newGetDAGCmd() *cobra.Command {
@@ -14,9 +18,12 @@ func newGetDAGCmd() *cobra.Command {
 		Long: `Show a DAG: its status and run, then one line per task with its
 latest attempt. ERROR is shortened; use 'orion get task' for all of it. A
 ready task that waits for a worker with its labels, or for a DAG or pool
-limit, says so there ("waiting: ..."). The DAG's parameters are listed with
-the values its runs use, and a scheduled run's tick and data interval.
-'orion get task' shows a task's outputs.`,
+limit, says so there ("waiting: ..."). A DAG with trigger rules, conditions,
+handlers or notifications gets a RULE column: the task's trigger rule (and
+"when" if it has a condition), or what a handler or notification is; a
+skipped task says why (condition, trigger_rule, not_needed). The DAG's
+parameters are listed with the values its runs use, and a scheduled run's
+tick and data interval. 'orion get task' shows a task's outputs.`,
 		Example: `  orion get dag 20260102-150405-a1b2c3
   orion get dag nightly-etl -o json`,
 		Args: cobra.ExactArgs(1),
@@ -36,7 +43,11 @@ the values its runs use, and a scheduled run's tick and data interval.
 			hw := newTable(out)
 			row(hw, "ID:", d.ID)
 			row(hw, "Name:", d.Name)
-			row(hw, "Status:", d.Status)
+			status := d.Status
+			if d.CancelRequested && d.Status == client.DAGRunning {
+				status += " (cancel requested: its handlers and notifications run, then it is cancelled)"
+			}
+			row(hw, "Status:", status)
 			row(hw, "Run:", fmt.Sprint(d.Run))
 			row(hw, "Submitted:", formatTime(&d.SubmittedAt))
 			row(hw, "Finished:", formatTime(d.FinishedAt))
@@ -57,17 +68,69 @@ the values its runs use, and a scheduled run's tick and data interval.
 			}
 			fmt.Fprintln(out)
 			tw := newTable(out)
-			row(tw, "TASK", "KIND", "STATUS", "ATTEMPTS", "WORKER", "DURATION", "EXIT", "ERROR")
+			rules := hasRules(d.Tasks)
+			head := []string{"TASK", "KIND", "STATUS", "ATTEMPTS", "WORKER", "DURATION", "EXIT", "ERROR"}
+			if rules {
+				head = slices.Insert(head, 3, "RULE")
+			}
+			row(tw, head...)
 			for i := range d.Tasks {
 				t := &d.Tasks[i]
 				errText := truncate(t.Error, 60)
 				if t.Waiting != "" { // a ready task held back: say why
 					errText = truncate("waiting: "+t.Waiting, 100)
 				}
-				row(tw, t.ID, string(t.Kind), t.Status, fmt.Sprint(t.Attempts), t.Worker,
-					taskDuration(t), exitCode(t.ExitCode), errText)
+				status := t.Status
+				if t.Skipped != "" {
+					status += " (" + t.Skipped + ")"
+				}
+				cells := []string{t.ID, string(t.Kind), status, fmt.Sprint(t.Attempts), t.Worker,
+					taskDuration(t), exitCode(t.ExitCode), errText}
+				if rules {
+					cells = slices.Insert(cells, 3, ruleText(t))
+				}
+				row(tw, cells...)
 			}
 			return tw.Flush()
 		},
 	}
 }
+
+// hasRules reports whether any task runs by something else than "all its
+// dependencies succeeded": a rule, a condition, continue_on_failure, or a
+// handler's or notification's role.
+func hasRules(tasks []client.Task) bool {
+	for i := range tasks {
+		if t := &tasks[i]; ruleText(t) != string(model.AllSuccess) {
+			return true
+		}
+	}
+	return false
+}
+
+// ruleText says what a task runs by, in a few words.
+func ruleText(t *client.Task) string {
+	s := string(t.TriggerRule)
+	switch t.Role {
+	case roleHandler:
+		s = "handler"
+	case roleNotification:
+		s = "notification"
+	}
+	if s == "" {
+		s = string(model.AllSuccess)
+	}
+	if t.When != "" {
+		s += " +when"
+	}
+	if t.Spec.ContinueOnFailure {
+		s += " +continue"
+	}
+	return s
+}
+
+// The roles of a DAG's tasks, as the API spells them.
+const (
+	roleHandler      = "handler"
+	roleNotification = "notification"
+)

@@ -55,6 +55,25 @@ func printTask(out io.Writer, dagID string, t *client.Task) error {
 		row(hw, kv[0]+":", kv[1])
 	}
 	row(hw, "Depends on:", strings.Join(t.DependsOn, ", "))
+	// Labels no wider than "Depends on:", so that a task without rules
+	// prints as it always did.
+	switch {
+	case t.Role == roleHandler:
+		row(hw, "Runs:", "as the DAG's "+t.ID+" handler, once its tasks have ended")
+	case t.Role == roleNotification:
+		row(hw, "Runs:", "as a notification, once the DAG's tasks and handlers have ended")
+	case t.TriggerRule != "" && t.TriggerRule != model.AllSuccess:
+		row(hw, "Rule:", string(t.TriggerRule))
+	}
+	if t.When != "" {
+		row(hw, "When:", truncate(t.When, 200))
+	}
+	if t.Spec.ContinueOnFailure {
+		row(hw, "On failure:", "continue: a failure counts as a success for its dependants and the DAG")
+	}
+	if t.Skipped != "" {
+		row(hw, "Skipped:", skipReasons[t.Skipped])
+	}
 	row(hw, "Priority:", fmt.Sprint(t.Priority))
 	row(hw, "Status:", t.Status)
 	row(hw, "Attempts:", fmt.Sprintf("%d (retries used %d of %d)", t.Attempts, t.Retries, t.MaxRetries))
@@ -182,4 +201,11 @@ func specLines(s *model.Task) [][2]string {
 		add("Timeout", s.Timeout.D().String())
 	}
 	return l
+}
+
+// skipReasons say why a task was skipped, by the event of its record.
+var skipReasons = map[string]string{
+	"condition":    "condition: its when: was false",
+	"trigger_rule": "trigger_rule: its dependencies ended in a way its rule does not run on",
+	"not_needed":   "not_needed: the way the DAG ended does not call for it",
 }

@@ -49,6 +49,7 @@ const (
 	StatusFailed         = apitypes.StatusFailed
 	StatusUpstreamFailed = apitypes.StatusUpstreamFailed
 	StatusCancelled      = apitypes.StatusCancelled
+	StatusSkipped        = apitypes.StatusSkipped
 )
 
 // DAG statuses: a DAG is running until it ends in one of the other three.

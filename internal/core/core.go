@@ -16,6 +16,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/orion-sched/orion/internal/expr"
 	"github.com/orion-sched/orion/internal/model"
 )
 
@@ -88,6 +89,7 @@ type Core struct {
 	workerList    []*worker
 	pendingSubmit map[string]*DAGRecord
 	ahead         []*task // dependents of successes proposed since Schedule last ran
+	judging       []*task // ready tasks whose conditions Schedule judges (rules.go)
 	stats         Stats
 	classes       map[string]*class // ready queues by constraints (pools.go)
 	classList     []*class          // the same, in creation order
@@ -117,6 +119,17 @@ type dagRun struct {
 	counts     [numStatuses]int32
 	deleted    bool
 
+	// Trigger rules, handlers and notifications (rules.go). d.tasks holds
+	// the DAG file's tasks first, in order, then its handlers, then its
+	// notifications: their specs are in hooks, built once from the record.
+	nTasks, nHandlers int32
+	hooks             []model.Task
+	byRole            [numRoles][numStatuses]int32
+	// contFailed counts the failed tasks of each role whose
+	// continue_on_failure makes their failure count as a success.
+	contFailed [numRoles]int32
+	conds      map[int32]*expr.Program // compiled `when:` conditions, by task, as evaluated
+
 	inflight   bool     // leader: a proposal for the DAG record is being committed
 	retrying   bool     // leader: that proposal is a retry, counted in pendingLive
 	wantCancel bool     // leader: cancel once the in-flight proposal is applied
@@ -136,7 +149,9 @@ type task struct {
 	idx     int32
 	status  Status
 	rec     *TaskRecord // latest applied record; nil until the task first runs
-	waiting int32       // dependencies that have not succeeded
+	waiting int32       // dependencies that have not succeeded (or failed with continue_on_failure)
+	bad     int32       // dependencies that ended failed for it: failed, upstream_failed or cancelled
+	skipped int32       // dependencies that ended skipped
 	queued  bool        // in its class's ready queue
 	cls     *class      // leader: the class it queues in, once known
 
@@ -156,8 +171,14 @@ type task struct {
 	homeless, handingOver bool
 }
 
-func (t *task) spec() *model.Task { return &t.dag.rec.Tasks[t.idx] }
-func (t *task) id() string        { return t.dag.rec.Tasks[t.idx].ID }
+func (t *task) spec() *model.Task {
+	if d := t.dag; t.idx >= d.nTasks {
+		return &d.hooks[t.idx-d.nTasks]
+	}
+	return &t.dag.rec.Tasks[t.idx]
+}
+
+func (t *task) id() string { return t.spec().ID }
 
 // attempt is the number of the latest attempt, 0 before the first.
 func (t *task) attempt() int {
@@ -278,7 +299,7 @@ func (c *Core) applyDAG(e *Entry) error {
 	}
 	d := c.dags[e.DAG]
 	if d == nil {
-		if rec.Status != DAGRunning || rec.Run != 1 {
+		if rec.Status != DAGRunning || rec.Run != 1 || rec.CancelRequested {
 			return applyErr(e, "a new DAG must be running in run 1, got %s in run %d", rec.Status, rec.Run)
 		}
 		d, err := newDAGRun(e.DAG, rec, e.Rev)
@@ -287,12 +308,10 @@ func (c *Core) applyDAG(e *Entry) error {
 		}
 		c.dags[e.DAG] = d
 		c.live.add(d, 1)
-		for i := range d.tasks {
-			t := &d.tasks[i]
-			c.counts[Pending]++
-			d.counts[Pending]++
-			if t.waiting == 0 {
-				c.setStatus(t, Ready)
+		c.counts[Pending] += len(d.tasks)
+		for i := range d.tasks[:d.nTasks] {
+			if t := &d.tasks[i]; len(d.deps[i]) == 0 {
+				c.setStatus(t, Ready) // no dependency: every rule says run
 			}
 		}
 		if c.leader {
@@ -310,10 +329,31 @@ func (c *Core) applyDAG(e *Entry) error {
 	}
 	from, to := d.rec.Status, rec.Status
 	if from == to && rec.Run == d.rec.Run {
-		d.rec = rec // a re-put of the same state (by hand, say) changes nothing
+		if d.rec.CancelRequested && !rec.CancelRequested {
+			return applyErr(e, "a DAG's cancellation cannot be withdrawn")
+		}
+		// A cancellation requested (with what runs at the DAG's end still
+		// to run), or a re-put of the same state (by hand, say), which
+		// changes nothing.
+		requested := rec.CancelRequested && !d.rec.CancelRequested
+		d.rec = rec
 		if c.leader {
 			c.settleRetry(d)
 			d.inflight = false
+			if requested {
+				for i := range d.tasks[:d.nTasks] {
+					c.reconcileTask(&d.tasks[i])
+				}
+			}
+			// The queues dropped the DAG's ready tasks while its record
+			// was in flight (dispatchable), and their conditions wait
+			// for it (conditionDue): those that may still run, its
+			// handlers and notifications, go back.
+			for i := range d.tasks {
+				if t := &d.tasks[i]; dispatchable(t) {
+					c.becameReady(t)
+				}
+			}
 			c.reconcileDAG(d)
 		}
 		return nil
@@ -329,6 +369,9 @@ func (c *Core) applyDAG(e *Entry) error {
 		if d.remaining != 0 {
 			return applyErr(e, "cannot retry while %d tasks are not finished", d.remaining)
 		}
+		if rec.CancelRequested {
+			return applyErr(e, "a retry cannot start cancelled")
+		}
 	default:
 		if rec.Run != d.rec.Run {
 			return applyErr(e, "a %s record for run %d, DAG is in run %d", to, rec.Run, d.rec.Run)
@@ -336,12 +379,12 @@ func (c *Core) applyDAG(e *Entry) error {
 	}
 	switch to {
 	case DAGSucceeded:
-		if int(d.counts[Succeeded]) != len(d.tasks) {
-			return applyErr(e, "DAG cannot succeed with %d of %d tasks succeeded", d.counts[Succeeded], len(d.tasks))
+		if d.remaining != 0 || d.end() != DAGSucceeded {
+			return applyErr(e, "DAG cannot succeed with %d tasks unfinished and %d failed", d.remaining, d.failures(roleTask)+d.failures(roleHandler))
 		}
 	case DAGFailed:
-		if d.remaining != 0 || int(d.counts[Succeeded]) == len(d.tasks) {
-			return applyErr(e, "DAG cannot fail while %d tasks are unfinished or all succeeded", d.remaining)
+		if d.remaining != 0 || d.end() == DAGSucceeded {
+			return applyErr(e, "DAG cannot fail while %d tasks are unfinished or none failed", d.remaining)
 		}
 	}
 	d.rec = rec
@@ -362,7 +405,9 @@ func (c *Core) applyDAG(e *Entry) error {
 	}
 	if c.leader {
 		d.inflight = false
-		if to == DAGCancelled {
+		// A cancellation cancels every unfinished task; a retry may find
+		// tasks its rules skip (or fail) at once.
+		if to == DAGCancelled || to == DAGRunning {
 			for i := range d.tasks {
 				c.reconcileTask(&d.tasks[i])
 			}
@@ -373,40 +418,50 @@ func (c *Core) applyDAG(e *Entry) error {
 }
 
 // resetForRetry starts a DAG's new run: every task that did not succeed goes
-// back to pending, keeping its attempt counter so attempt ids never repeat.
+// back to pending, keeping its attempt counter so attempt ids never repeat;
+// so do its handlers and notifications, which run at each end.
 func (c *Core) resetForRetry(d *dagRun) {
 	for i := range d.tasks {
 		t := &d.tasks[i]
-		if t.status != Succeeded {
+		if t.status != Succeeded || t.idx >= d.nTasks {
 			c.setStatus(t, Pending)
 		}
 	}
 	c.recomputeReadiness(d)
 }
 
-// recomputeReadiness recounts each task's unfinished dependencies and moves
-// pending tasks with none left to ready.
+// recomputeReadiness recounts each task's dependencies by outcome and moves
+// the pending tasks whose trigger rule says run to ready.
 func (c *Core) recomputeReadiness(d *dagRun) {
-	for i := range d.tasks {
+	for i := range d.tasks[:d.nTasks] {
 		t := &d.tasks[i]
-		var w int32
+		t.waiting, t.bad, t.skipped = int32(len(d.deps[i])), 0, 0
 		for _, j := range d.deps[i] {
-			if d.tasks[j].status != Succeeded {
-				w++
-			}
+			t.count(d.tasks[j].outcome())
 		}
-		t.waiting = w
-		if t.status == Pending && w == 0 {
+	}
+	for i := range d.tasks {
+		if t := &d.tasks[i]; t.status == Pending && c.verdict(t) == run {
 			c.setStatus(t, Ready)
 		}
 	}
 }
 
 func newDAGRun(id string, rec *DAGRecord, seq int64) (*dagRun, error) {
-	n := len(rec.Tasks)
-	if n == 0 {
+	if len(rec.Tasks) == 0 {
 		return nil, fmt.Errorf("DAG has no tasks")
 	}
+	handlers := rec.Handlers()
+	hooks := make([]model.Task, 0, len(handlers)+len(rec.Notify))
+	for _, h := range handlers {
+		s := *h.Task
+		s.ID = h.ID
+		hooks = append(hooks, s)
+	}
+	for i := range rec.Notify {
+		hooks = append(hooks, notifySpec(&rec.Notify[i], i))
+	}
+	n := len(rec.Tasks) + len(hooks)
 	d := &dagRun{
 		id:         id,
 		rec:        rec,
@@ -416,16 +471,24 @@ func newDAGRun(id string, rec *DAGRecord, seq int64) (*dagRun, error) {
 		deps:       make([][]int32, n),
 		dependents: make([][]int32, n),
 		remaining:  n,
+		nTasks:     int32(len(rec.Tasks)),
+		nHandlers:  int32(len(handlers)),
+		hooks:      hooks,
 	}
-	for i := range rec.Tasks {
-		if _, dup := d.index[rec.Tasks[i].ID]; dup {
-			return nil, fmt.Errorf("duplicate task id %q", rec.Tasks[i].ID)
+	d.counts[Pending] = int32(n)
+	d.byRole[roleTask][Pending] = d.nTasks
+	d.byRole[roleHandler][Pending] = d.nHandlers
+	d.byRole[roleNotify][Pending] = int32(len(rec.Notify))
+	for i := range d.tasks {
+		t := &d.tasks[i]
+		t.dag, t.idx = d, int32(i)
+		if _, dup := d.index[t.id()]; dup {
+			return nil, fmt.Errorf("duplicate task id %q", t.id())
 		}
-		d.index[rec.Tasks[i].ID] = int32(i)
+		d.index[t.id()] = int32(i)
 	}
 	for i := range rec.Tasks {
 		t := &d.tasks[i]
-		t.dag, t.idx = d, int32(i)
 		for _, dep := range rec.Tasks[i].DependsOn {
 			j, ok := d.index[dep]
 			if !ok {
@@ -463,14 +526,8 @@ func (c *Core) applyTask(e *Entry) error {
 	prev := t.rec
 	t.rec = rec
 	c.setStatus(t, to)
-	if to == Succeeded {
-		for _, j := range d.dependents[i] {
-			dt := &d.tasks[j]
-			dt.waiting--
-			if dt.waiting == 0 && dt.status == Pending {
-				c.setStatus(dt, Ready)
-			}
-		}
+	if to.Terminal() {
+		c.ended(t)
 	}
 	if c.leader {
 		c.afterTaskApplied(t, from, prev)
@@ -501,6 +558,8 @@ func (c *Core) checkTask(e *Entry, t *task) error {
 		return applyErr(e, "%s record for attempt %d, latest is %d", to, rec.Attempt, t.attempt())
 	case starts && d.rec.Status != DAGRunning:
 		return applyErr(e, "%s in a %s DAG", startName(to), d.rec.Status)
+	case starts && d.rec.CancelRequested && t.idx < d.nTasks:
+		return applyErr(e, "%s of a task in a DAG being cancelled", startName(to))
 	case (to == UpstreamFailed) != rec.Cascade:
 		return applyErr(e, "cascade flag %v on a %s record", rec.Cascade, to)
 	}
@@ -526,12 +585,10 @@ func (c *Core) setStatus(t *task, s Status) {
 	}
 	d := t.dag
 	c.counts[t.status]--
-	d.counts[t.status]--
 	wasTerminal := t.status.Terminal()
 	c.countRunning(t, t.status, s)
-	t.status = s
+	d.count(t, s)
 	c.counts[s]++
-	d.counts[s]++
 	switch {
 	case s.Terminal() && !wasTerminal:
 		d.remaining--
@@ -541,8 +598,7 @@ func (c *Core) setStatus(t *task, s Status) {
 	if s == Ready && c.leader {
 		// Only the leader dispatches; a standby's queue would only grow.
 		// BecomeLeader queues every ready task.
-		t.readyAt = c.now
-		c.enqueue(t)
+		c.becameReady(t)
 	}
 }
 
@@ -571,7 +627,6 @@ func (c *Core) Restore(rev int64, dags, tasks []Entry) []error {
 		}
 		c.dags[e.DAG] = d
 		c.counts[Pending] += len(d.tasks)
-		d.counts[Pending] = int32(len(d.tasks))
 		if d.rec.Status == DAGRunning {
 			c.live.add(d, 1)
 		}
@@ -591,7 +646,7 @@ func (c *Core) Restore(rev int64, dags, tasks []Entry) []error {
 		t := &d.tasks[i]
 		t.rec = e.T
 		s := e.T.Status
-		if e.T.Run < d.rec.Run && s != Succeeded {
+		if e.T.Run < d.rec.Run && (s != Succeeded || t.idx >= d.nTasks) {
 			s = Pending // reset by the DAG's retry
 		}
 		c.forceStatus(t, s)
@@ -607,12 +662,10 @@ func (c *Core) Restore(rev int64, dags, tasks []Entry) []error {
 func (c *Core) forceStatus(t *task, s Status) {
 	d := t.dag
 	c.counts[t.status]--
-	d.counts[t.status]--
 	if s.Terminal() && !t.status.Terminal() {
 		d.remaining--
 	}
 	c.countRunning(t, t.status, s)
-	t.status = s
+	d.count(t, s)
 	c.counts[s]++
-	d.counts[s]++
 }

@@ -10,7 +10,7 @@ import (
 // exprEnv builds what t's expressions read, from committed state only, so
 // that whoever evaluates them (the leader now, a new leader later) gets the
 // same value: the DAG's parameters, and the status and committed outputs of
-// the tasks t's expressions name (upstream of t: submission checks it), the
+// the tasks t's templates and `when:` name (upstream of t: submission checks it), the
 // DAG's id and run, and a scheduled run's tick and interval. Only the named
 // tasks are looked up, so its cost does not grow with the DAG. Index is -1:
 // t is not a mapped instance.
@@ -19,11 +19,22 @@ func (c *Core) exprEnv(t *task) expr.Env {
 	env := expr.Env{Params: d.paramValues(), Index: -1,
 		DAG: map[string]any{"id": d.id, "run": d.rec.Run}, Run: d.rec.Scheduled.Env()}
 	tt := d.templates(t)
-	if len(tt.tasks) > 0 {
-		env.Tasks = make(map[string]any, len(tt.tasks))
-		for _, j := range tt.tasks {
-			up := &d.tasks[j]
+	var cond []string // the tasks t's `when:` names, once it is compiled
+	if p := d.conds[t.idx]; p != nil {
+		cond = p.Refs().Tasks
+	}
+	if len(tt.tasks)+len(cond) > 0 {
+		env.Tasks = make(map[string]any, len(tt.tasks)+len(cond))
+		add := func(up *task) {
 			env.Tasks[up.id()] = map[string]any{"status": up.status.String(), "outputs": d.outputValues(up)}
+		}
+		for _, j := range tt.tasks {
+			add(&d.tasks[j])
+		}
+		for _, id := range cond {
+			if j, ok := d.index[id]; ok {
+				add(&d.tasks[j])
+			}
 		}
 	}
 	return env

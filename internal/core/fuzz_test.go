@@ -43,20 +43,38 @@ func FuzzApply(f *testing.F) {
 	})
 }
 
-// fuzzShapes are the task lists a fuzzed DAG record can carry.
-var fuzzShapes = [][]model.Task{
-	{tk("a"), tk("b", "a"), tk("c", "a"), tk("d", "b", "c")},
-	{tk("a"), tk("b", "a"), tk("c", "b")},
-	{tk("a")},
-	{tk("a"), tk("b")},
+// fuzzShapes are the DAGs (tasks, handlers, notifications) a fuzzed DAG
+// record can carry.
+var fuzzShapes = []model.DAG{
+	{Tasks: []model.Task{tk("a"), tk("b", "a"), tk("c", "a"), tk("d", "b", "c")}},
+	{Tasks: []model.Task{tk("a"), tk("b", "a"), tk("c", "b")}},
+	{Tasks: []model.Task{tk("a")}},
+	{Tasks: []model.Task{tk("a"), tk("b")}},
+	// Trigger rules, conditions, continue_on_failure, handlers and
+	// notifications.
+	{Tasks: []model.Task{withRules(tk("a"), "", "", true), withRules(tk("b", "a"), model.OneFailed, "", false),
+		withRules(tk("c", "a"), model.AllDone, `tasks.a.status == "failed"`, false),
+		withRules(tk("d", "b", "c"), model.NoneFailed, "false", false)},
+		OnFailure: ptr(tk(model.OnFailureID)), OnExit: ptr(tk(model.OnExitID)),
+		Notify: []model.Notification{{URL: "http://hook.test/", On: []string{"failed", "cancelled"}}}},
+	{Tasks: []model.Task{tk("a"), withRules(tk("b", "a"), model.AllFailed, "dag.run", false),
+		withRules(tk("c", "a", "b"), model.OneSuccess, "", true)},
+		OnSuccess: ptr(tk(model.OnSuccessID)), Notify: []model.Notification{{URL: "http://hook.test/"}}},
 }
+
+func withRules(t model.Task, rule model.TriggerRule, when string, cont bool) model.Task {
+	t.TriggerRule, t.When, t.ContinueOnFailure = rule, when, cont
+	return t
+}
+
+func ptr(t model.Task) *model.Task { return &t }
 
 // fuzzOtherSpecs lets a DAG record for an existing DAG carry another task
 // list than the DAG's. TestBugDAGRecordWithOtherTasksPanics shows that this
 // panics today; turn it off to fuzz for anything else.
 var fuzzOtherSpecs = true
 
-var fuzzTaskIDs = []string{"a", "b", "c", "d", "zz"}
+var fuzzTaskIDs = []string{"a", "b", "c", "d", "zz", "on_failure", "on_exit", "notify[0]"}
 
 var fuzzDAGStatuses = []DAGStatus{DAGRunning, DAGSucceeded, DAGFailed, DAGCancelled, "paused"}
 
@@ -193,19 +211,20 @@ func fuzzDAGEntry(in *fuzzIn, c *Core) Entry {
 	if in.pick(32) == 0 {
 		return Entry{DAG: id} // no record
 	}
-	tasks := fuzzShapes[in.pick(len(fuzzShapes))]
+	shape := fuzzShapes[in.pick(len(fuzzShapes))]
 	status := fuzzDAGStatuses[in.pick(len(fuzzDAGStatuses))]
 	run := 1
 	if d := c.dags[id]; d != nil {
 		if !fuzzOtherSpecs || in.pick(8) != 0 {
-			tasks = d.rec.Tasks
+			shape = d.rec.DAG
 		}
 		run = d.rec.Run + []int{0, 1, 0, 1, -1, 2}[in.pick(6)]
 	} else if in.pick(8) == 0 {
 		run = in.pick(3)
 	}
-	d := model.DAG{ID: id, Name: id, Tasks: append([]model.Task(nil), tasks...)}
-	return Entry{DAG: id, D: &DAGRecord{DAG: d, Status: status, Run: run, SubmittedAt: t0}}
+	d := shape
+	d.ID, d.Name, d.Tasks = id, id, append([]model.Task(nil), shape.Tasks...)
+	return Entry{DAG: id, D: &DAGRecord{DAG: d, Status: status, Run: run, SubmittedAt: t0, CancelRequested: in.pick(6) == 0}}
 }
 
 func fuzzTaskEntry(in *fuzzIn, c *Core) Entry {
@@ -256,6 +275,8 @@ func checkConsistent(t *testing.T, c *Core, after string) {
 	for _, id := range c.sortedDAGIDs() {
 		d := c.dags[id]
 		var counts [numStatuses]int32
+		var byRole [numRoles][numStatuses]int32
+		var cont [numRoles]int32
 		remaining := 0
 		for i := range d.tasks {
 			tk := &d.tasks[i]
@@ -267,18 +288,35 @@ func checkConsistent(t *testing.T, c *Core, after string) {
 			if !tk.status.Terminal() {
 				remaining++
 			}
-			var w int32
+			var w, bad, skipped int32
 			for _, j := range d.deps[i] {
-				if d.tasks[j].status != Succeeded {
+				switch d.tasks[j].outcome() {
+				case endedOK:
+				case endedBad:
+					bad++
+					w++
+				case endedSkipped:
+					skipped++
+					w++
+				default:
 					w++
 				}
 			}
-			if w != tk.waiting {
-				t.Fatalf("after %s: %s/%s waiting=%d, but %d dependencies have not succeeded\n%s", after, id, tk.id(), tk.waiting, w, c.Dump())
+			if w != tk.waiting || bad != tk.bad || skipped != tk.skipped {
+				t.Fatalf("after %s: %s/%s waiting=%d bad=%d skipped=%d, but its dependencies say %d %d %d\n%s",
+					after, id, tk.id(), tk.waiting, tk.bad, tk.skipped, w, bad, skipped, c.Dump())
+			}
+			r := d.role(tk.idx)
+			byRole[r][tk.status]++
+			if tk.status == Failed && tk.spec().ContinueOnFailure {
+				cont[r]++
 			}
 		}
 		if counts != d.counts {
 			t.Fatalf("after %s: DAG %s counts %v, tasks say %v", after, id, d.counts, counts)
+		}
+		if byRole != d.byRole || cont != d.contFailed {
+			t.Fatalf("after %s: DAG %s counts by role %v %v, tasks say %v %v", after, id, d.byRole, d.contFailed, byRole, cont)
 		}
 		if remaining != d.remaining {
 			t.Fatalf("after %s: DAG %s remaining=%d, tasks say %d\n%s", after, id, d.remaining, remaining, c.Dump())

@@ -120,8 +120,7 @@ func (c *Core) BecomeLeader(now time.Time) {
 			t := &d.tasks[i]
 			switch t.status {
 			case Ready:
-				t.readyAt = now
-				c.enqueue(t)
+				c.becameReady(t)
 			case Retrying:
 				c.armRetry(t)
 			case Running:
@@ -141,7 +140,7 @@ func (c *Core) StepDown() {
 	c.outbox, c.effects, c.ahead = nil, nil, nil
 	c.workers, c.workerList, c.pendingSubmit = nil, nil, nil
 	c.classes, c.classList, c.poolReserved = nil, nil, nil
-	c.unsealed, c.handovers = nil, nil
+	c.unsealed, c.handovers, c.judging = nil, nil, nil
 	c.pendingLive = liveCount{}
 	for _, d := range c.dags {
 		d.inflight, d.wantCancel, d.reserved, d.classes = false, false, 0, nil
@@ -349,7 +348,8 @@ func (c *Core) judgeClaim(w *worker, t *task, id model.AttemptID) Claim {
 		// orphan requeue, typically: it is being replaced, so stop it
 		// rather than let two run at once).
 		return ClaimStale
-	case id.Attempt != t.attempt()+1 || t.status != Ready || t.inflight || t.dag.rec.Status != DAGRunning || t.dag.inflight:
+	case id.Attempt != t.attempt()+1 || t.status != Ready || t.inflight || t.dag.rec.Status != DAGRunning || t.dag.inflight ||
+		ordinaryStopped(t):
 		return ClaimNotDispatched
 	case !w.before:
 		return ClaimNotDispatched
@@ -511,6 +511,13 @@ func sameSpec(a, b *model.DAG) bool {
 
 // CancelDAG asks for a running DAG to be cancelled: the DAG record first, then
 // every unfinished task, whose running attempts are killed.
+//
+// A DAG with handlers or notifications is cancelled in two steps, as Argo
+// stops a workflow: the first request makes its record cancel_requested
+// (still running), its tasks are cancelled, and then what runs at its end
+// runs (on_exit, the notifications sent on cancelled); once all of it has
+// ended, the record becomes cancelled. A second request, while that runs,
+// cancels it too (Argo's terminate).
 func (c *Core) CancelDAG(id string, now time.Time) error {
 	d, err := c.requested(id, now)
 	if err != nil {
@@ -562,7 +569,7 @@ func (c *Core) RetryDAG(id string, now time.Time) error {
 	}
 	c.proposeRetryLive(d)
 	rec := *d.rec
-	rec.Status, rec.Run, rec.FinishedAt = DAGRunning, d.rec.Run+1, nil
+	rec.Status, rec.Run, rec.FinishedAt, rec.CancelRequested = DAGRunning, d.rec.Run+1, nil, false
 	d.wantCancel = false
 	c.proposeDAG(d, &rec)
 	return nil
@@ -942,6 +949,9 @@ func (c *Core) Schedule(now time.Time) int {
 	if !c.leader {
 		return 0
 	}
+	if len(c.judging) > 0 {
+		c.judgeConditions()
+	}
 	n := c.scheduleHandovers()
 	ahead := c.ahead
 	c.ahead = c.ahead[:0]
@@ -1052,18 +1062,22 @@ func (c *Core) proposeAttempt(t *task, w *worker, attempt int, spec *model.Task,
 	w.attempts[id] = t
 	if send {
 		c.effects = append(c.effects, Effect{Kind: EffectDispatch, Worker: w.id, ReadyAt: t.readyAt,
-			Attempt: model.Attempt{AttemptID: id, Spec: *spec, MaxOutputBytes: c.cfg.MaxOutputBytes}})
+			Attempt: model.Attempt{AttemptID: id, Spec: c.hookSpec(t, spec), MaxOutputBytes: c.cfg.MaxOutputBytes}})
 	}
 }
 
 // noteAhead remembers the dependents that t's proposed success will make
 // ready, so that Schedule may dispatch them right behind it (see Schedule).
+// Only a dependent with the default rule and no condition qualifies: a
+// condition reads committed state, and the success is not committed yet.
 func (c *Core) noteAhead(t *task) {
 	d := t.dag
 	for _, j := range d.dependents[t.idx] {
 		dep := &d.tasks[j]
-		if dep.status == Pending && !dep.inflight && dep.waiting == 1 {
-			c.ahead = append(c.ahead, dep)
+		if dep.status == Pending && !dep.inflight && dep.waiting == 1 && dep.bad == 0 && dep.skipped == 0 {
+			if s := dep.spec(); s.TriggerRule == "" && s.When == "" {
+				c.ahead = append(c.ahead, dep)
+			}
 		}
 	}
 }
@@ -1074,7 +1088,7 @@ func (c *Core) noteAhead(t *task) {
 func aheadReady(dep *task) bool {
 	d := dep.dag
 	return dep.status == Pending && !dep.inflight && dep.waiting == 1 &&
-		!d.deleted && !d.inflight && d.rec.Status == DAGRunning
+		!d.deleted && !d.inflight && d.rec.Status == DAGRunning && !d.rec.CancelRequested
 }
 
 // endDispatch ends t's dispatch proposal, applied or abandoned: its place
@@ -1154,21 +1168,14 @@ func (c *Core) afterTaskApplied(t *task, from Status, prev *TaskRecord) {
 			id := t.attemptID()
 			w.attempts[id] = t
 			c.effects = append(c.effects, Effect{Kind: EffectDispatch, Worker: w.id, ReadyAt: t.readyAt,
-				Attempt: model.Attempt{AttemptID: id, Spec: *spec, MaxOutputBytes: c.cfg.MaxOutputBytes}})
+				Attempt: model.Attempt{AttemptID: id, Spec: c.hookSpec(t, spec), MaxOutputBytes: c.cfg.MaxOutputBytes}})
 		}
 	case Retrying:
 		c.armRetry(t)
-	case Failed:
-		c.cascade(t)
 	case Cancelled, UpstreamFailed:
 		if from == Running && prev != nil {
 			c.effects = append(c.effects, Effect{Kind: EffectCancel, Worker: prev.Worker,
 				ID: model.AttemptID{DAG: t.dag.id, Task: t.id(), Attempt: prev.Attempt}})
-		}
-		// A new leader's cascade may have started midway: carry it on from
-		// here (dependents already proposed are in flight and skipped).
-		for _, j := range t.dag.dependents[t.idx] {
-			c.reconcileTask(&t.dag.tasks[j])
 		}
 	}
 	if t.stash != nil {
@@ -1194,28 +1201,6 @@ func (c *Core) armRetry(t *task) {
 	c.effects = append(c.effects, Effect{Kind: EffectTimer, Timer: TimerRetry, ID: t.attemptID(), At: at})
 }
 
-// cascade marks every transitive dependent of a task that failed for good as
-// upstream_failed, breadth first, each exactly once however many paths lead
-// to it.
-func (c *Core) cascade(root *task) {
-	d := root.dag
-	visited := make(map[int32]bool)
-	queue := append([]int32(nil), d.dependents[root.idx]...)
-	for len(queue) > 0 {
-		i := queue[0]
-		queue = queue[1:]
-		if visited[i] {
-			continue
-		}
-		visited[i] = true
-		queue = append(queue, d.dependents[i]...)
-		t := &d.tasks[i]
-		if !t.status.Terminal() && !t.inflight {
-			c.proposeCascade(t, root.id())
-		}
-	}
-}
-
 func (c *Core) proposeCascade(t *task, cause string) {
 	rec := c.nextRecord(t)
 	rec.Status, rec.Event, rec.Cascade, rec.Cause = UpstreamFailed, "cascade", true, cause
@@ -1225,14 +1210,15 @@ func (c *Core) proposeCascade(t *task, cause string) {
 
 // reconcileTask proposes what the committed state says must happen to a task
 // and nobody has proposed yet. It makes the leader's work a function of the
-// log, which is why a new leader can finish what a dead one started.
+// log, which is why a new leader can finish what a dead one started: a
+// cascade or a cancellation cut short, a verdict of skip.
 func (c *Core) reconcileTask(t *task) {
 	if t.inflight || t.status.Terminal() || t.dag.deleted {
 		return
 	}
 	d := t.dag
-	switch d.rec.Status {
-	case DAGCancelled:
+	switch {
+	case d.rec.Status == DAGCancelled, d.rec.Status == DAGRunning && ordinaryStopped(t):
 		if t.status == Running && isPod(t) && !c.attemptAlive(t) {
 			// Nobody would delete its pod: cancelled once a worker holds
 			// the attempt (handover.go).
@@ -1245,20 +1231,12 @@ func (c *Core) reconcileTask(t *task) {
 			rec.Error = "" // a running attempt's is a hand-over's note
 		}
 		c.proposeTask(t, rec)
-	case DAGRunning:
-		if t.status == Running {
-			return
-		}
-		for _, j := range d.deps[t.idx] {
-			dep := &d.tasks[j]
-			if dep.status == Failed || dep.status == UpstreamFailed || dep.status == Cancelled {
-				cause := dep.id()
-				if dep.status == UpstreamFailed && dep.rec != nil && dep.rec.Cause != "" {
-					cause = dep.rec.Cause
-				}
-				c.proposeCascade(t, cause)
-				return
-			}
+	case d.rec.Status == DAGRunning && t.status == Pending:
+		switch v, why := c.verdictWhy(t); v {
+		case skip:
+			c.proposeSkip(t, why)
+		case upstreamFailed:
+			c.proposeCascade(t, cascadeCause(t))
 		}
 	}
 }
@@ -1272,12 +1250,14 @@ func (c *Core) reconcileDAG(d *dagRun) {
 	switch {
 	case d.wantCancel:
 		d.wantCancel = false
+		if d.rec.HasHooks() && !d.rec.CancelRequested {
+			rec.CancelRequested = true // still running: what runs at its end runs
+			c.proposeDAG(d, &rec)
+			return
+		}
 		rec.Status = DAGCancelled
 	case d.remaining == 0:
-		rec.Status = DAGFailed
-		if int(d.counts[Succeeded]) == len(d.tasks) {
-			rec.Status = DAGSucceeded
-		}
+		rec.Status = d.end()
 	default:
 		return
 	}

@@ -98,7 +98,8 @@ func (c *Core) dropClasses(d *dagRun) {
 func dispatchable(t *task) bool {
 	// A DAG record in flight can only be a cancellation here (completion
 	// and retry leave no ready task): never dispatch past it.
-	return t.status == Ready && !t.inflight && !t.dag.deleted && t.dag.rec.Status == DAGRunning && !t.dag.inflight
+	return t.status == Ready && !t.inflight && !t.dag.deleted && t.dag.rec.Status == DAGRunning && !t.dag.inflight &&
+		!ordinaryStopped(t)
 }
 
 // head drops the stale entries at the top of a class's queue and returns the

@@ -103,9 +103,54 @@ func (s *sim) randomDAG() *model.DAG {
 				tk.DependsOn = append(tk.DependsOn, fmt.Sprintf("t%d", j))
 			}
 		}
+		s.randomRules(&tk)
 		d.Tasks = append(d.Tasks, tk)
 	}
+	s.randomHooks(d)
 	return d
+}
+
+// randomRules gives a task, at random, a trigger rule, a condition over
+// its dependencies' statuses or the run, and continue_on_failure.
+func (s *sim) randomRules(tk *model.Task) {
+	if s.rng.IntN(3) == 0 {
+		tk.TriggerRule = model.TriggerRules[s.rng.IntN(len(model.TriggerRules))]
+	}
+	if s.rng.IntN(6) == 0 {
+		tk.ContinueOnFailure = true
+	}
+	switch x := s.rng.IntN(10); {
+	case x == 0:
+		tk.When = "dag.run > 1"
+	case x == 1:
+		tk.When = "false"
+	case x < 4 && len(tk.DependsOn) > 0:
+		dep := tk.DependsOn[s.rng.IntN(len(tk.DependsOn))]
+		tk.When = fmt.Sprintf("tasks[%q].status %s \"succeeded\"", dep, []string{"==", "!="}[s.rng.IntN(2)])
+	case x == 4:
+		tk.When = "dag.run" // not true or false: the task fails
+	}
+}
+
+// randomHooks gives a DAG, at random, handlers and notifications.
+func (s *sim) randomHooks(d *model.DAG) {
+	hook := func() *model.Task {
+		if s.rng.IntN(3) != 0 {
+			return nil
+		}
+		return &model.Task{Kind: model.KindNoop, MaxRetries: s.rng.IntN(2), Timeout: model.Duration(time.Minute)}
+	}
+	d.OnSuccess, d.OnFailure, d.OnExit = hook(), hook(), hook()
+	for i := s.rng.IntN(4); i > 1; i-- {
+		n := model.Notification{URL: "http://hook.test/", MaxRetries: s.rng.IntN(2), Timeout: model.Duration(time.Minute)}
+		for _, st := range model.NotifyStatuses {
+			if s.rng.IntN(2) == 0 {
+				n.On = append(n.On, st)
+			}
+		}
+		d.Notify = append(d.Notify, n)
+	}
+	d.Normalize()
 }
 
 // commit takes a batch of proposals, gives it a revision, round-trips it
@@ -212,11 +257,9 @@ func (s *sim) handleEffects() {
 		case EffectDispatch:
 			id := ef.Attempt.AttemptID
 			d := s.c.dags[id.DAG]
-			ti := d.index[id.Task]
-			for _, j := range d.deps[ti] {
-				if d.tasks[j].status != Succeeded {
-					s.t.Fatalf("%v dispatched before dependency %s succeeded", id, d.tasks[j].id())
-				}
+			t := &d.tasks[d.index[id.Task]]
+			if v := s.c.verdict(t); v != run {
+				s.t.Fatalf("%v dispatched while its trigger rule says %d\n%s", id, v, s.c.Dump())
 			}
 			for other, a := range s.running {
 				if other.DAG == id.DAG && other.Task == id.Task && !a.cancelled && s.workers[a.worker] {
@@ -438,27 +481,32 @@ func (s *sim) checkFinal() {
 		if !d.rec.Status.Terminal() || d.remaining != 0 {
 			s.t.Fatalf("DAG %s not finished: %s remaining=%d\n%s", id, d.rec.Status, d.remaining, s.c.Dump())
 		}
-		if d.rec.Status != DAGFailed {
+		if d.rec.Status == DAGCancelled {
 			continue
 		}
+		if end := d.end(); d.rec.Status != end {
+			s.t.Fatalf("DAG %s ended %s; its tasks say %s\n%s", id, d.rec.Status, end, s.c.Dump())
+		}
+		// Every task of this run ended as its trigger rule, judged from
+		// how its dependencies ended, says: it ran (a false condition
+		// skips it then), or it was skipped or upstream_failed.
 		for i := range d.tasks {
-			if d.tasks[i].status != Failed {
-				continue
+			t := &d.tasks[i]
+			if t.rec.Run != d.rec.Run {
+				continue // succeeded in an earlier run, and kept by the retry
 			}
-			// Every transitive dependent of a failed task is upstream_failed.
-			seen := map[int32]bool{}
-			q := append([]int32(nil), d.dependents[i]...)
-			for len(q) > 0 {
-				j := q[0]
-				q = q[1:]
-				if seen[j] {
-					continue
-				}
-				seen[j] = true
-				if st := d.tasks[j].status; st != UpstreamFailed {
-					s.t.Fatalf("DAG %s: %s depends on failed %s but is %s\n%s", id, d.tasks[j].id(), d.tasks[i].id(), st, s.c.Dump())
-				}
-				q = append(q, d.dependents[j]...)
+			v, _ := s.c.verdictWhy(t)
+			ok := false
+			switch t.status {
+			case Succeeded, Failed:
+				ok = v == run
+			case Skipped:
+				ok = v == skip || v == run && t.rec.Event == SkipCondition
+			case UpstreamFailed:
+				ok = v == upstreamFailed
+			}
+			if !ok {
+				s.t.Fatalf("DAG %s: %s ended %s (%s) where its rule says %d\n%s", id, t.id(), t.status, t.rec.Event, v, s.c.Dump())
 			}
 		}
 	}

@@ -16,6 +16,10 @@ type DAGRecord struct {
 	Run         int        `json:"run"` // 1 on submit, +1 per retry
 	SubmittedAt time.Time  `json:"submitted_at"`
 	FinishedAt  *time.Time `json:"finished_at,omitempty"`
+	// CancelRequested marks a running DAG with handlers or notifications
+	// that a user cancelled: its tasks are cancelled, then what runs at
+	// its end runs, and then it is cancelled (Core.CancelDAG).
+	CancelRequested bool `json:"cancel_requested,omitempty"`
 }
 
 // TaskRecord is the value of /orion/v1/tasks/<dag>/<task>: a task's runtime
@@ -40,7 +44,10 @@ type TaskRecord struct {
 	Error      string     `json:"error,omitempty"`
 	OutputTail string     `json:"output_tail,omitempty"`
 	// Event is the last thing that happened to the task: dispatch, succeed,
-	// fail, timeout, retry, requeue, orphan, cascade, cancel.
+	// fail, timeout, retry, requeue, orphan, cascade, cancel; or, on a
+	// skipped record, why it was skipped: condition (its `when:` was
+	// false), trigger_rule, not_needed (a handler or notification the
+	// DAG's end does not call for).
 	Event string `json:"event"`
 	// Outcome is how the latest attempt ended (succeed, fail, timeout,
 	// requeue, orphan), kept while the task waits for its next attempt.

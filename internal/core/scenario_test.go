@@ -3,6 +3,7 @@ package core
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -46,8 +47,13 @@ import (
 //	    a                             id
 //	    b deps=a,c prio=1 retries=2   dependencies, priority, max_retries
 //	    c pool=gpu sel=(zone=a,...)   required labels
-//	    d deps=a | echo {{ x }}       a shell task: its command after " | "
-//	                                (param values read as -p reads them)
+//	    d rule=one_failed cont        trigger rule, continue_on_failure
+//	    e deps=a when: <expression>   a condition: the rest of the line
+//	    on_exit [retries=N] [when: ...]  a handler (on_success, on_failure, on_exit)
+//	    notify on=(failed,...) [retries=N]  a notification to http://hook.test/
+//	                                   (its number is its order)
+//	    f deps=a | echo {{ x }}       a shell task: its command after " | "
+//	                                   (param values read as -p reads them)
 //	commit [n=K]                    commit the oldest K proposals (all by
 //	                                default) in one transaction (one
 //	                                revision), JSON round-trip and apply them;
@@ -81,6 +87,12 @@ import (
 //	adopt w1 d1/a#1                 a worker's hello lists an attempt (Adopt's
 //	                                verdict is printed)
 //	state                           Dump()
+//	drive [fail=(a,b,...)]          run everything to its end, quietly:
+//	                                every attempt succeeds but those of the
+//	                                tasks listed, which fail; it prints the
+//	                                dispatches of handlers and notifications
+//	statuses d1 [d2 ...]            each DAG's status and its tasks' on one
+//	                                line (a skipped one with its reason)
 //	live                            the running DAGs and their tasks (Live), on
 //	                                the leader and on the standby
 //	workers                         each worker's slots and busy count
@@ -120,11 +132,12 @@ type harness struct {
 	log     []Entry // committed entries as decoded, with their revisions
 	rev     int64
 	now     time.Time
-	timers  []Effect        // armed and not yet fired
-	sent    []model.Attempt // every attempt dispatched, in order
-	shown   int             // proposals in the outbox already printed
+	timers  []Effect // armed and not yet fired
+	shown   int      // proposals in the outbox already printed
 	out     strings.Builder
 	started bool
+	quiet   bool            // drive: print nothing
+	sent    []model.Attempt // drive: attempts dispatched and not yet reported
 }
 
 func newHarness(t *testing.T, cfg Config) *harness {
@@ -135,6 +148,9 @@ func newHarness(t *testing.T, cfg Config) *harness {
 }
 
 func (h *harness) printf(format string, args ...any) {
+	if h.quiet {
+		return
+	}
 	fmt.Fprintf(&h.out, format, args...)
 }
 
@@ -273,6 +289,12 @@ func (h *harness) run(td *datadriven.TestData) string {
 		}
 	case "state":
 		h.printf("%s", h.c.Dump())
+	case "drive":
+		h.drive(td)
+	case "statuses":
+		for _, a := range td.CmdArgs {
+			h.statuses(a.Key)
+		}
 	case "live":
 		d, n := h.c.Live()
 		sd, sn := h.standby.Live()
@@ -330,13 +352,80 @@ func (h *harness) flush(indent string) {
 	h.shown = len(h.c.outbox)
 	for _, ef := range h.c.TakeEffects() {
 		h.printf("%seffect: %s\n", indent, fmtEffect(ef))
-		if ef.Kind == EffectTimer {
+		switch ef.Kind {
+		case EffectTimer:
 			h.timers = append(h.timers, ef)
-		}
-		if ef.Kind == EffectDispatch {
+		case EffectDispatch:
 			h.sent = append(h.sent, ef.Attempt)
 		}
 	}
+}
+
+// drive runs the DAGs to their end quietly: it dispatches, commits, and
+// reports every attempt sent as succeeded, or failed for the tasks listed,
+// until nothing is left to do.
+func (h *harness) drive(td *datadriven.TestData) {
+	var fail []string
+	if td.HasArg("fail") {
+		td.ScanArgs(h.t, "fail", &fail)
+	}
+	h.quiet = true
+	var hooks []string // the dispatches of handlers and notifications, printed
+	defer func() {
+		h.quiet = false
+		for _, l := range hooks {
+			h.printf("%s\n", l)
+		}
+	}()
+	h.sent = nil
+	for round := 0; round < 1000; round++ {
+		h.c.Schedule(h.now)
+		h.flush("")
+		if len(h.c.outbox) == 0 && len(h.sent) == 0 {
+			return
+		}
+		h.commit(0)
+		sent := h.sent
+		h.sent = nil
+		for _, a := range sent {
+			if ef := (Effect{Kind: EffectDispatch, Worker: h.workerOf(a.AttemptID), Attempt: a}); a.Spec.Env[EnvDAGStatus] != "" || a.Spec.Body != "" {
+				hooks = append(hooks, fmtEffect(ef))
+			}
+			out := model.Succeeded
+			if slices.Contains(fail, a.Task) {
+				out = model.Failed
+			}
+			h.c.Report(model.Result{AttemptID: a.AttemptID, Worker: h.workerOf(a.AttemptID), Outcome: out,
+				StartedAt: h.now, FinishedAt: h.now}, h.now)
+		}
+		h.flush("")
+	}
+	td.Fatalf(h.t, "drive: still busy after 1000 rounds\n%s", h.c.Dump())
+}
+
+// workerOf is the worker an attempt was dispatched to.
+func (h *harness) workerOf(id model.AttemptID) string {
+	if t := h.c.lookup(id.DAG, id.Task); t != nil && t.rec != nil {
+		return t.rec.Worker
+	}
+	return ""
+}
+
+// statuses prints a DAG's status and each task's, on one line.
+func (h *harness) statuses(id string) {
+	v, ok := h.c.DAG(id)
+	if !ok {
+		h.printf("no DAG %s\n", id)
+		return
+	}
+	h.printf("%s %s:", id, v.Status)
+	for _, t := range v.Tasks {
+		h.printf(" %s=%s", t.ID, t.Status)
+		if t.Status == Skipped {
+			h.printf("(%s)", t.Event)
+		}
+	}
+	h.printf("\n")
 }
 
 func (h *harness) durArg(td *datadriven.TestData, key string) time.Duration {
@@ -398,17 +487,40 @@ func (h *harness) submit(td *datadriven.TestData) {
 			continue
 		}
 		line, command, shell := strings.Cut(line, " | ")
+		line, when, _ := strings.Cut(line, " when: ")
 		tid, args, err := datadriven.ParseLine(line)
 		if err != nil {
 			td.Fatalf(h.t, "%v", err)
 		}
-		tk := model.Task{ID: tid, Kind: model.KindNoop, Timeout: model.Duration(time.Minute)}
+		if tid == "notify" {
+			n := model.Notification{URL: "http://hook.test/", Timeout: model.Duration(time.Minute)}
+			for _, a := range args {
+				switch a.Key {
+				case "on":
+					n.On = a.Vals
+				case "retries":
+					n.MaxRetries, err = strconv.Atoi(a.Vals[0])
+				default:
+					td.Fatalf(h.t, "notify: unknown key %s", a.Key)
+				}
+				if err != nil {
+					td.Fatalf(h.t, "notify: %s: %v", a.Key, err)
+				}
+			}
+			spec.Notify = append(spec.Notify, n)
+			continue
+		}
+		tk := model.Task{ID: tid, Kind: model.KindNoop, Timeout: model.Duration(time.Minute), When: when}
 		if shell {
 			tk.Kind, tk.Command = model.KindShell, command
 		}
 		for _, a := range args {
-			if a.Key == "sel" {
+			switch a.Key {
+			case "sel":
 				tk.Selector = parseLabelVals(td, h.t, a.Vals)
+				continue
+			case "cont":
+				tk.ContinueOnFailure = true
 				continue
 			}
 			if len(a.Vals) != 1 {
@@ -429,6 +541,8 @@ func (h *harness) submit(td *datadriven.TestData) {
 				if tk.Kind == model.KindPod {
 					tk.Pod = []byte(`{"image":"busybox"}`)
 				}
+			case "rule":
+				tk.TriggerRule = model.TriggerRule(v)
 			default:
 				td.Fatalf(h.t, "task %s: unknown key %s", tid, a.Key)
 			}
@@ -440,7 +554,16 @@ func (h *harness) submit(td *datadriven.TestData) {
 			// A pod task has no command: " | text" is its env ARG.
 			tk.Env, tk.Command = map[string]string{"ARG": tk.Command}, ""
 		}
-		spec.Tasks = append(spec.Tasks, tk)
+		switch tid {
+		case model.OnSuccessID:
+			spec.OnSuccess = &tk
+		case model.OnFailureID:
+			spec.OnFailure = &tk
+		case model.OnExitID:
+			spec.OnExit = &tk
+		default:
+			spec.Tasks = append(spec.Tasks, tk)
+		}
 	}
 	spec.Normalize()
 	if err := dag.Validate(spec, dag.Limits{}); err != nil {
@@ -655,6 +778,13 @@ func fmtEffect(ef Effect) string {
 		if ef.Attempt.Stop {
 			s += " (stop: delete its pod, create none)"
 		}
+		if v, ok := ef.Attempt.Spec.Env[EnvDAGStatus]; ok {
+			s += fmt.Sprintf(" %s=%s %s=%s %s=%s", EnvDAGStatus, v, EnvFailedTasks, ef.Attempt.Spec.Env[EnvFailedTasks],
+				EnvFailedCount, ef.Attempt.Spec.Env[EnvFailedCount])
+		}
+		if k := ef.Attempt.Spec.Headers["Idempotency-Key"]; k != "" {
+			s += fmt.Sprintf(" key=%s body=%s", k, ef.Attempt.Spec.Body)
+		}
 		if ef.Attempt.Spec.Kind == model.KindShell {
 			s += fmt.Sprintf(" command=%q", ef.Attempt.Spec.Command)
 		}
@@ -681,6 +811,9 @@ func fmtEntry(e *Entry) string {
 		fmt.Fprintf(&b, "delete dag %s", e.DAG)
 	case e.D != nil:
 		fmt.Fprintf(&b, "dag %s %s run=%d", e.DAG, e.D.Status, e.D.Run)
+		if e.D.CancelRequested {
+			b.WriteString(" cancel_requested")
+		}
 	case e.T != nil:
 		r := e.T
 		fmt.Fprintf(&b, "%s/%s %s", e.DAG, e.Task, r.Status)

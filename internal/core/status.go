@@ -15,10 +15,11 @@ const (
 	Failed                       // terminal: retries exhausted
 	UpstreamFailed               // terminal: a transitive dependency failed for good
 	Cancelled                    // terminal: the DAG was cancelled
+	Skipped                      // terminal: its trigger rule or condition said not to run (rules.go)
 	numStatuses
 )
 
-var statusNames = [numStatuses]string{"pending", "ready", "running", "retrying", "succeeded", "failed", "upstream_failed", "cancelled"}
+var statusNames = [numStatuses]string{"pending", "ready", "running", "retrying", "succeeded", "failed", "upstream_failed", "cancelled", "skipped"}
 
 func (s Status) String() string {
 	if s < numStatuses {
@@ -76,7 +77,14 @@ const (
 // through recordAllowed, derived changes through setStatus; anything else is
 // a bug.
 //
-//	pending  → ready            derived: all dependencies succeeded
+//	pending  → ready            derived: its trigger rule says run (all
+//	                            dependencies succeeded, by default), or, for
+//	                            a handler or a notification, the DAG's
+//	                            other tasks ended as it waits for
+//	pending  → skipped          written: its trigger rule says skip, or a
+//	                            handler or notification is not needed for
+//	                            the way the DAG ended (rules.go)
+//	ready    → skipped          written: its `when:` condition is false
 //	ready    → running          written: the leader dispatched an attempt
 //	ready    → succeeded        written: an attempt's dispatch and its success
 //	                            in one record (the attempt was sent before its
@@ -84,15 +92,19 @@ const (
 //	                            record was sent: see Core.AllowEarly)
 //	ready    → failed           written: the store refused every form of the
 //	                            task's dispatch record, so it cannot run
-//	                            (Core.Poisoned)
+//	                            (Core.Poisoned), or its `when:` condition
+//	                            cannot be evaluated (it would fail again)
 //	running  → succeeded|failed|retrying
 //	running  → ready            written: orphan or requeue; no retry consumed
 //	running  → running          written: a pod task's attempt handed over to
 //	                            another worker, same attempt (handover.go)
 //	retrying → ready            written: the backoff timer fired
-//	pending|ready|running|retrying → upstream_failed   written: cascade from a failed ancestor
+//	pending|ready|running|retrying → upstream_failed   written: its trigger rule says a
+//	                                                   dependency's failure fails it
 //	pending|ready|running|retrying → cancelled         written: the DAG was cancelled
-//	failed|upstream_failed|cancelled → pending         derived: the DAG was retried
+//	failed|upstream_failed|cancelled|skipped → pending derived: the DAG was retried
+//	succeeded → pending         derived: the DAG was retried, for a handler or a
+//	                            notification, which runs again at each end
 var taskTransitions = func() (t [numStatuses][numStatuses]transitionKind) {
 	allow := func(k transitionKind, from Status, to ...Status) {
 		for _, s := range to {
@@ -100,13 +112,15 @@ var taskTransitions = func() (t [numStatuses][numStatuses]transitionKind) {
 		}
 	}
 	allow(derived, Pending, Ready)
-	allow(written, Pending, UpstreamFailed, Cancelled)
-	allow(written, Ready, Running, Succeeded, Failed, UpstreamFailed, Cancelled)
+	allow(written, Pending, UpstreamFailed, Cancelled, Skipped)
+	allow(written, Ready, Running, Succeeded, Failed, UpstreamFailed, Cancelled, Skipped)
 	allow(written, Running, Running, Succeeded, Failed, Retrying, Ready, UpstreamFailed, Cancelled)
 	allow(written, Retrying, Ready, UpstreamFailed, Cancelled)
 	allow(derived, Failed, Pending)
 	allow(derived, UpstreamFailed, Pending)
 	allow(derived, Cancelled, Pending)
+	allow(derived, Skipped, Pending)
+	allow(derived, Succeeded, Pending)
 	return t
 }()
 

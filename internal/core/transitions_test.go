@@ -150,6 +150,10 @@ func documentedTaskTransitions() map[[2]Status]bool {
 	add(Failed, Pending)                      // the DAG was retried (derived)
 	add(UpstreamFailed, Pending)              //
 	add(Cancelled, Pending)                   //
+	add(Pending, Skipped)                     // its trigger rule says skip, or a handler is not needed
+	add(Ready, Skipped)                       // its condition is false
+	add(Skipped, Pending)                     // the DAG was retried (derived)
+	add(Succeeded, Pending)                   // the DAG was retried: a handler or notification (derived)
 	return m
 }
 
@@ -212,6 +216,10 @@ var taskStates = map[Status]func(r *rig) int{
 	},
 	Cancelled: func(r *rig) int {
 		r.must(xPut(Cancelled, 0))
+		return 0
+	},
+	Skipped: func(r *rig) int {
+		r.must(xPut(Skipped, 0))
 		return 0
 	},
 }
@@ -382,10 +390,10 @@ func TestDAGPreconditions(t *testing.T) {
 		}, dagPut(pair, DAGSucceeded, 1), ""},
 		{"succeed with a task running", func(r *rig) {
 			r.must(pPut(Running, 1), pPut(Succeeded, 1), xPut(Running, 1))
-		}, dagPut(pair, DAGSucceeded, 1), "DAG cannot succeed with 1 of 2 tasks succeeded"},
+		}, dagPut(pair, DAGSucceeded, 1), "DAG cannot succeed with 1 tasks unfinished and 0 failed"},
 		{"succeed with a task failed", func(r *rig) {
 			r.must(pPut(Running, 1), pPut(Succeeded, 1), xPut(Running, 1), xPut(Failed, 1))
-		}, dagPut(pair, DAGSucceeded, 1), "DAG cannot succeed with 1 of 2 tasks succeeded"},
+		}, dagPut(pair, DAGSucceeded, 1), "DAG cannot succeed with 0 tasks unfinished and 1 failed"},
 		{"fail with a task unfinished", func(r *rig) {
 			r.must(pPut(Running, 1), pPut(Failed, 1))
 		}, dagPut(pair, DAGFailed, 1), "DAG cannot fail while 1 tasks are unfinished"},
@@ -619,4 +627,72 @@ func TestHandoverRecord(t *testing.T) {
 	done := rec(Succeeded, 1, 1)
 	done.Worker = "w2"
 	r.must(taskPut("d", "x", done))
+}
+
+// hooked is pair with an on_exit handler and a notification.
+var hooked = func() model.DAG {
+	d := spec("h", tk("p"), tk("x", "p"))
+	d.OnExit = &model.Task{ID: model.OnExitID, Kind: model.KindNoop, Timeout: model.Duration(time.Minute)}
+	d.Notify = []model.Notification{{URL: "http://hook.test/", Timeout: model.Duration(time.Minute)}}
+	return d
+}()
+
+func hookedPut(status DAGStatus, run int, cancelRequested bool) Entry {
+	e := dagPut(hooked, status, run)
+	e.D.CancelRequested = cancelRequested
+	return e
+}
+
+// What a cancel_requested record may do, and what may happen under it.
+func TestCancelRequestedChecks(t *testing.T) {
+	put := func(id string, s Status, run, attempt int) Entry { return taskPut("h", id, rec(s, run, attempt)) }
+	r := newRig(t)
+	r.refuse(hookedPut(DAGRunning, 1, true), "a new DAG must be running in run 1")
+	r.must(hookedPut(DAGRunning, 1, false), put("p", Running, 1, 1), put("p", Succeeded, 1, 1), hookedPut(DAGRunning, 1, true))
+	r.refuse(hookedPut(DAGRunning, 1, false), "a DAG's cancellation cannot be withdrawn")
+	// The DAG file's tasks may not start; its handlers and notifications
+	// may, once the tasks have ended.
+	r.refuse(put("x", Running, 1, 1), "dispatch of a task in a DAG being cancelled")
+	r.must(put("x", Cancelled, 1, 0))
+	if got := r.status("h", model.OnExitID); got != Ready {
+		t.Fatalf("on_exit is %s once the tasks were cancelled, want ready", got)
+	}
+	if got := r.status("h", "notify[0]"); got != Pending {
+		t.Fatalf("notify[0] is %s while on_exit runs, want pending", got)
+	}
+	r.must(put(model.OnExitID, Running, 1, 1), put(model.OnExitID, Succeeded, 1, 1))
+	if got := r.status("h", "notify[0]"); got != Ready {
+		t.Fatalf("notify[0] is %s once on_exit ended, want ready", got)
+	}
+	r.refuse(hookedPut(DAGFailed, 1, true), "DAG cannot fail while 1 tasks are unfinished")
+	r.must(put("notify[0]", Running, 1, 1), put("notify[0]", Failed, 1, 1))
+	r.refuse(hookedPut(DAGSucceeded, 1, true), "DAG cannot succeed with 0 tasks unfinished and 1 failed")
+	r.must(hookedPut(DAGCancelled, 1, true))
+	r.refuse(hookedPut(DAGRunning, 2, true), "a retry cannot start cancelled")
+	// The retry runs the handler and the notification again, succeeded
+	// or not: the derived transitions succeeded → pending and
+	// failed → pending.
+	r.must(hookedPut(DAGRunning, 2, false))
+	for _, id := range []string{"p", "x", model.OnExitID, "notify[0]"} {
+		want := Pending
+		switch id {
+		case "p":
+			want = Succeeded // kept
+		case "x":
+			want = Ready
+		}
+		if got := r.status("h", id); got != want {
+			t.Errorf("%s is %s in run 2, want %s", id, got, want)
+		}
+	}
+}
+
+// A skipped task goes back to pending when its DAG is retried, and is
+// judged again.
+func TestSkippedResetByRetry(t *testing.T) {
+	r := newRig(t).must(dagPut(pair, DAGRunning, 1), pPut(Running, 1), pPut(Failed, 1), xPut(Skipped, 0), dagPut(pair, DAGFailed, 1))
+	r.must(dagPut(pair, DAGRunning, 2))
+	if got := r.status("d", "x"); got != Pending {
+		t.Errorf("x is %s after the retry, want pending", got)
+	}
 }

@@ -29,13 +29,21 @@ func (d *dagRun) summary() DAGSummary {
 		}
 	}
 	return DAGSummary{ID: d.id, Name: d.rec.Name, Status: d.rec.Status, Run: d.rec.Run,
-		SubmittedAt: d.rec.SubmittedAt, FinishedAt: d.rec.FinishedAt, TaskCount: len(d.tasks), Counts: counts}
+		SubmittedAt: d.rec.SubmittedAt, FinishedAt: d.rec.FinishedAt, TaskCount: len(d.tasks), Counts: counts,
+		CancelRequested: d.rec.CancelRequested}
 }
+
+// roleNames are the roles as the API spells them (TaskView.Role).
+var roleNames = [numRoles]string{roleTask: "task", roleHandler: "handler", roleNotify: "notification"}
 
 func (t *task) view() TaskView {
 	s := t.spec()
 	v := TaskView{ID: s.ID, Kind: s.Kind, Status: t.status, Attempts: t.attempt(), Retries: t.retries(),
-		MaxRetries: s.MaxRetries, Priority: s.Priority, DependsOn: s.DependsOn, Spec: *s}
+		MaxRetries: s.MaxRetries, Priority: s.Priority, DependsOn: s.DependsOn, Spec: *s,
+		TriggerRule: s.Rule(), When: s.When, Role: roleNames[t.dag.role(t.idx)]}
+	if t.status == Skipped && t.rec != nil {
+		v.Skipped = t.rec.Event
+	}
 	if v.DependsOn == nil {
 		v.DependsOn = []string{}
 	}
@@ -48,7 +56,7 @@ func (t *task) view() TaskView {
 			v.History = append(v.History, apitypes.Attempt(h))
 		}
 		v.HistoryOmitted = r.HistoryOmitted
-		if r.StartedAt != nil && r.FinishedAt != nil && !r.Cascade {
+		if r.StartedAt != nil && r.FinishedAt != nil && !r.Cascade && r.Status != Skipped {
 			ms := r.FinishedAt.Sub(*r.StartedAt).Milliseconds()
 			v.DurationMs = &ms
 		}
@@ -139,10 +147,17 @@ func (c *Core) Dump() string {
 	var b strings.Builder
 	for _, id := range c.sortedDAGIDs() {
 		d := c.dags[id]
-		fmt.Fprintf(&b, "dag %s %s run=%d remaining=%d\n", id, d.rec.Status, d.rec.Run, d.remaining)
+		fmt.Fprintf(&b, "dag %s %s run=%d remaining=%d", id, d.rec.Status, d.rec.Run, d.remaining)
+		if d.rec.CancelRequested {
+			b.WriteString(" cancel_requested")
+		}
+		b.WriteByte('\n')
 		for i := range d.tasks {
 			t := &d.tasks[i]
 			fmt.Fprintf(&b, "  %s %s attempt=%d retries=%d waiting=%d", t.id(), t.status, t.attempt(), t.retries(), t.waiting)
+			if t.bad > 0 || t.skipped > 0 {
+				fmt.Fprintf(&b, " bad=%d skipped=%d", t.bad, t.skipped)
+			}
 			if t.rec != nil {
 				fmt.Fprintf(&b, " event=%s worker=%s cascade=%v cause=%s history=%d", t.rec.Event, t.rec.Worker, t.rec.Cascade, t.rec.Cause, len(t.rec.History))
 				if len(t.rec.Outputs) > 0 {

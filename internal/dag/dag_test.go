@@ -36,7 +36,7 @@ func asVE(t *testing.T, err error) *ValidationError {
 }
 
 func TestGoodFixtures(t *testing.T) {
-	for _, name := range []string{"etl.yaml", "seed-pipeline.yaml", "diamond.json", "mixed.yaml", "etl-params.yaml"} {
+	for _, name := range []string{"etl.yaml", "seed-pipeline.yaml", "diamond.json", "mixed.yaml", "etl-params.yaml", "deploy-pipeline.yaml"} {
 		t.Run(name, func(t *testing.T) {
 			d, err := ParseFile(filepath.Join(fixtures, name))
 			if err != nil {
@@ -153,6 +153,8 @@ func TestBadFixtures(t *testing.T) {
 		{"bad-timeout.yaml", CodeInvalid, []string{`task "a"`, "timeout 48h0m0s"}},
 		{"empty.json", CodeInvalid, []string{"no tasks"}},
 		{"not-json.json", CodeParse, []string{"invalid JSON at line 1"}},
+		{"bad-when.yaml", CodeInvalid, []string{`task "b": when: tasks.c: task c is not upstream of this task`, `task "c": when: `}},
+		{"bad-trigger-rule.yaml", CodeInvalid, []string{`task "b": trigger_rule "any_success" is unknown`}},
 		{"bad-template.yaml", CodeInvalid, []string{`task "a": command: tasks.b is not upstream of a`, `task "b": command: "echo {{ params.region": a {{ without its }}`}},
 	}
 	seen := map[string]bool{}

@@ -39,6 +39,12 @@ type rawDAG struct {
 
 	MaxActiveTasks int `json:"max_active_tasks" yaml:"max_active_tasks"`
 
+	// Handlers and notifications.
+	OnSuccess *rawTask          `json:"on_success" yaml:"on_success"`
+	OnFailure *rawTask          `json:"on_failure" yaml:"on_failure"`
+	OnExit    *rawTask          `json:"on_exit" yaml:"on_exit"`
+	Notify    []rawNotification `json:"notify" yaml:"notify"`
+
 	Params model.Params `json:"params" yaml:"params"`
 }
 
@@ -70,8 +76,24 @@ type rawTask struct {
 	Pool     string            `json:"pool" yaml:"pool"`
 	Selector map[string]string `json:"selector" yaml:"selector"`
 
-	Pod     podDoc             `json:"pod" yaml:"pod"`
+	Pod podDoc `json:"pod" yaml:"pod"`
+	// Trigger rule, condition and failure policy.
+	TriggerRule       string `json:"trigger_rule" yaml:"trigger_rule"`
+	When              string `json:"when" yaml:"when"`
+	ContinueOnFailure bool   `json:"continue_on_failure" yaml:"continue_on_failure"`
+
 	Outputs *model.HTTPOutputs `json:"outputs" yaml:"outputs"`
+}
+
+// rawNotification is a notify entry as written; MaxRetries is a pointer for
+// the same reason as a task's.
+type rawNotification struct {
+	URL        string            `json:"url" yaml:"url"`
+	On         []string          `json:"on" yaml:"on"`
+	Method     string            `json:"method" yaml:"method"`
+	Headers    map[string]string `json:"headers" yaml:"headers"`
+	Timeout    model.Duration    `json:"timeout" yaml:"timeout"`
+	MaxRetries *int              `json:"max_retries" yaml:"max_retries"`
 }
 
 // FormatOf maps a Content-Type header to a format. Types that clients send
@@ -311,46 +333,69 @@ func (r *rawDAG) toDAG() (*model.DAG, error) {
 	d := &model.DAG{ID: r.ID, Name: r.Name, Tasks: make([]model.Task, len(r.Tasks)), MaxActiveTasks: r.MaxActiveTasks, Params: r.Params}
 	var p problems
 	for i := range r.Tasks {
-		rt := &r.Tasks[i]
-		t := model.Task{
-			ID: rt.ID, Name: rt.Name, Kind: model.Kind(rt.Kind),
-			Command: rt.Command, Interpreter: rt.Interpreter, Env: rt.Env, Workdir: rt.Workdir,
-			URL: rt.URL, Method: rt.Method, ExpectStatus: rt.ExpectStatus,
-			Duration: rt.Duration, Fail: rt.Fail,
-			DependsOn: rt.DependsOn, Priority: rt.Priority,
-			MaxRetries: model.DefaultMaxRetries, Timeout: rt.Timeout,
-			Pool: rt.Pool, Selector: rt.Selector, Outputs: rt.Outputs,
-			Pod: rt.Pod.canonical(),
+		d.Tasks[i] = r.Tasks[i].toTask(&p, taskLabel{i: i, id: r.Tasks[i].ID, name: r.Tasks[i].Name})
+	}
+	for _, h := range []struct {
+		raw *rawTask
+		to  **model.Task
+		id  string
+	}{{r.OnSuccess, &d.OnSuccess, model.OnSuccessID}, {r.OnFailure, &d.OnFailure, model.OnFailureID}, {r.OnExit, &d.OnExit, model.OnExitID}} {
+		if h.raw != nil {
+			t := h.raw.toTask(&p, handlerLabel(h.id))
+			*h.to = &t
 		}
-		if rt.MaxRetries != nil {
-			t.MaxRetries = *rt.MaxRetries
+	}
+	for i := range r.Notify {
+		n := &r.Notify[i]
+		x := model.Notification{URL: n.URL, On: n.On, Method: n.Method, Headers: n.Headers, Timeout: n.Timeout,
+			MaxRetries: model.DefaultMaxRetries}
+		if n.MaxRetries != nil {
+			x.MaxRetries = *n.MaxRetries
 		}
-		label := taskLabel{i, rt.ID, rt.Name}
-		if rt.Type != "" {
-			st, ok := seedTypes[strings.ToLower(strings.TrimSpace(rt.Type))]
-			switch {
-			case !ok:
-				p.addf("%s: unknown type %q (want bash, sh, shell, python, http, noop or sleep)", label, rt.Type)
-			case rt.Kind != "" && model.Kind(strings.ToLower(strings.TrimSpace(rt.Kind))) != st.kind:
-				p.addf("%s: kind %q and type %q disagree; give only one", label, rt.Kind, rt.Type)
-			default:
-				t.Kind = st.kind
-				if t.Interpreter == "" {
-					t.Interpreter = st.interpreter
-				}
-			}
-		}
-		if rt.DependsOn != nil && rt.Dependencies != nil {
-			p.addf("%s: give depends_on or dependencies, not both", label)
-		} else if rt.Dependencies != nil {
-			t.DependsOn = rt.Dependencies
-		}
-		d.Tasks[i] = t
+		d.Notify = append(d.Notify, x)
 	}
 	if err := p.err(CodeInvalid); err != nil {
 		return nil, err
 	}
 	return d, nil
+}
+
+// toTask converts one task as written, reporting contradictory seed aliases.
+func (rt *rawTask) toTask(p *problems, label taskLabel) model.Task {
+	t := model.Task{
+		ID: rt.ID, Name: rt.Name, Kind: model.Kind(rt.Kind),
+		Command: rt.Command, Interpreter: rt.Interpreter, Env: rt.Env, Workdir: rt.Workdir,
+		URL: rt.URL, Method: rt.Method, ExpectStatus: rt.ExpectStatus,
+		Duration: rt.Duration, Fail: rt.Fail,
+		DependsOn: rt.DependsOn, Priority: rt.Priority,
+		MaxRetries: model.DefaultMaxRetries, Timeout: rt.Timeout,
+		Pool: rt.Pool, Selector: rt.Selector, Outputs: rt.Outputs,
+		TriggerRule: model.TriggerRule(rt.TriggerRule), When: rt.When, ContinueOnFailure: rt.ContinueOnFailure,
+		Pod: rt.Pod.canonical(),
+	}
+	if rt.MaxRetries != nil {
+		t.MaxRetries = *rt.MaxRetries
+	}
+	if rt.Type != "" {
+		st, ok := seedTypes[strings.ToLower(strings.TrimSpace(rt.Type))]
+		switch {
+		case !ok:
+			p.addf("%s: unknown type %q (want bash, sh, shell, python, http, noop or sleep)", label, rt.Type)
+		case rt.Kind != "" && model.Kind(strings.ToLower(strings.TrimSpace(rt.Kind))) != st.kind:
+			p.addf("%s: kind %q and type %q disagree; give only one", label, rt.Kind, rt.Type)
+		default:
+			t.Kind = st.kind
+			if t.Interpreter == "" {
+				t.Interpreter = st.interpreter
+			}
+		}
+	}
+	if rt.DependsOn != nil && rt.Dependencies != nil {
+		p.addf("%s: give depends_on or dependencies, not both", label)
+	} else if rt.Dependencies != nil {
+		t.DependsOn = rt.Dependencies
+	}
+	return t
 }
 
 // taskLabel names a task in messages before ids are known to be valid. It
@@ -360,10 +405,16 @@ func (r *rawDAG) toDAG() (*model.DAG, error) {
 type taskLabel struct {
 	i        int
 	id, name string
+	handler  string // the field of a DAG's handler (on_exit, ...)
 }
+
+// handlerLabel names a DAG's handler by its field.
+func handlerLabel(field string) taskLabel { return taskLabel{i: -1, handler: field} }
 
 func (l taskLabel) String() string {
 	switch {
+	case l.handler != "":
+		return l.handler
 	case l.id != "":
 		return fmt.Sprintf("task %q", l.id)
 	case strings.TrimSpace(l.name) != "":

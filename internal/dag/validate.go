@@ -165,7 +165,7 @@ func Validate(d *model.DAG, limits Limits) error {
 	index := make(map[string]int, len(d.Tasks))
 	for i := range d.Tasks {
 		t := &d.Tasks[i]
-		label := taskLabel{i, t.ID, t.Name}
+		label := taskLabel{i: i, id: t.ID, name: t.Name}
 		switch {
 		case t.ID == "":
 			p.addf("%s: id is required (give id or name)", label)
@@ -186,7 +186,7 @@ func Validate(d *model.DAG, limits Limits) error {
 
 	for i := range d.Tasks {
 		t := &d.Tasks[i]
-		label := taskLabel{i, t.ID, t.Name}
+		label := taskLabel{i: i, id: t.ID, name: t.Name}
 		// Repeats are found by scanning the entries before for a short list
 		// (most tasks, and no allocation), by a set for a long one.
 		var seen map[string]bool
@@ -215,6 +215,8 @@ func Validate(d *model.DAG, limits Limits) error {
 			}
 		}
 	}
+
+	validateRules(&p, d, index, limits)
 
 	for _, c := range findCycles(d, index) {
 		p.addf("%s", c)

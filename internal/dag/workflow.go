@@ -37,18 +37,6 @@ func taskTemplates(t *model.Task, fn func(field, text string)) {
 	}
 }
 
-func sortedKeys(m map[string]string) []string {
-	if len(m) == 0 {
-		return nil
-	}
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
-}
-
 // ParseParamFlags reads overrides written name=value (orion submit -p,
 // ?param=): the value is the rest after the first '='.
 func ParseParamFlags(flags []string) (map[string]string, error) {
@@ -106,9 +94,17 @@ func Bind(d *model.DAG, overrides map[string]string) error {
 		return err
 	}
 	env := submissionEnv(d)
+	tasks := make([]*model.Task, 0, len(d.Tasks)+3)
+	labels := make([]taskLabel, 0, cap(tasks))
 	for i := range d.Tasks {
-		t := &d.Tasks[i]
-		label := taskLabel{i, t.ID, t.Name}
+		tasks = append(tasks, &d.Tasks[i])
+		labels = append(labels, taskLabel{i: i, id: d.Tasks[i].ID, name: d.Tasks[i].Name})
+	}
+	for _, h := range d.Handlers() {
+		tasks, labels = append(tasks, h.Task), append(labels, handlerLabel(h.ID))
+	}
+	for n, t := range tasks {
+		label := labels[n]
 		render := func(field, text string) (string, bool) {
 			tpl, err := expr.ParseTemplate(text)
 			if err != nil {
@@ -190,44 +186,58 @@ func validateParams(p *problems, d *model.DAG, stored bool) {
 // validateWorkflow checks what a task reads and publishes: each template
 // compiles, names only declared params and tasks upstream of its task
 // (a task can read only what is committed before it starts), and an http
-// task's outputs have valid names and paths.
+// task's outputs have valid names and paths. A handler runs once every task
+// has ended, so it may read any of them.
 func validateWorkflow(p *problems, d *model.DAG, index map[string]int) {
 	var deps [][]int // built on the first reference to a task
 	for i := range d.Tasks {
 		t := &d.Tasks[i]
-		label := taskLabel{i, t.ID, t.Name}
-		taskTemplates(t, func(field, text string) {
-			tpl, err := expr.ParseTemplate(text)
-			if err != nil {
-				p.addf("%s: %s: %v", label, field, err)
-				return
+		validateTemplates(p, d, index, taskLabel{i: i, id: t.ID, name: t.Name}, t, func(j int) bool {
+			if deps == nil {
+				deps = depIndices(d, index)
 			}
-			refs := tpl.Refs()
-			for _, name := range refs.Params {
-				if _, ok := d.Params[name]; !ok {
-					p.addf("%s: %s: params.%s is not declared (%s)", label, field, name, declaredList(d.Params))
-				}
-			}
-			for _, id := range refs.Tasks {
-				j, ok := index[id]
-				switch {
-				case !ok:
-					p.addf("%s: %s: tasks.%s: there is no task %q", label, field, id, id)
-				case field == "pool" || strings.HasPrefix(field, "selector."):
-					// Bind renders them, so only a template Bind could not
-					// render gets here; it said why.
-				default:
-					if deps == nil {
-						deps = depIndices(d, index)
-					}
-					if !upstream(deps, i, j) {
-						p.addf("%s: %s: tasks.%s is not upstream of %s: a template reads only the tasks its task depends on, directly or through others", label, field, id, t.ID)
-					}
-				}
-			}
+			return isUpstream(deps, i, j)
 		})
-		validateOutputs(p, label, t)
 	}
+	for _, h := range d.Handlers() {
+		validateTemplates(p, d, index, handlerLabel(h.ID), h.Task, func(int) bool { return true })
+	}
+	for i := range d.Notify {
+		if n := &d.Notify[i]; expr.HasTemplate(n.URL) {
+			p.addf("notify[%d]: url: a notification's url is not a template", i)
+		}
+	}
+}
+
+// validateTemplates checks t's templates and outputs; upstream says whether
+// the task of index j is upstream of t.
+func validateTemplates(p *problems, d *model.DAG, index map[string]int, label taskLabel, t *model.Task, upstream func(j int) bool) {
+	taskTemplates(t, func(field, text string) {
+		tpl, err := expr.ParseTemplate(text)
+		if err != nil {
+			p.addf("%s: %s: %v", label, field, err)
+			return
+		}
+		refs := tpl.Refs()
+		for _, name := range refs.Params {
+			if _, ok := d.Params[name]; !ok {
+				p.addf("%s: %s: params.%s is not declared (%s)", label, field, name, declaredList(d.Params))
+			}
+		}
+		for _, id := range refs.Tasks {
+			j, ok := index[id]
+			switch {
+			case !ok:
+				p.addf("%s: %s: tasks.%s: there is no task %q", label, field, id, id)
+			case field == "pool" || strings.HasPrefix(field, "selector."):
+				// Bind renders them, so only a template Bind could not
+				// render gets here; it said why.
+			case !upstream(j):
+				p.addf("%s: %s: tasks.%s is not upstream of %s: a template reads only the tasks its task depends on, directly or through others", label, field, id, t.ID)
+			}
+		}
+	})
+	validateOutputs(p, label, t)
 }
 
 // depIndices is DAG.DepIndices over an index already built.
@@ -243,10 +253,10 @@ func depIndices(d *model.DAG, index map[string]int) [][]int {
 	return out
 }
 
-// upstream reports whether task j is a transitive dependency of task i: a
+// isUpstream reports whether task j is a transitive dependency of task i: a
 // walk up from i that stops as soon as it meets j (most templates read a
 // direct dependency, found at the first step).
-func upstream(deps [][]int, i, j int) bool {
+func isUpstream(deps [][]int, i, j int) bool {
 	seen := map[int]bool{i: true}
 	queue := append([]int(nil), deps[i]...)
 	for len(queue) > 0 {

@@ -578,6 +578,7 @@ type fakeWorker struct {
 	cancels      []model.AttemptID
 	unacked      []model.Result
 	acks         int
+	hooks        []string // handlers' and notifications' attempts, as `hooks` prints them
 }
 
 func (w *fakeWorker) Release(id model.AttemptID) { w.Cancel(id) }
@@ -623,6 +624,13 @@ func (w *fakeWorker) Start(a model.Attempt) {
 	w.running = append(w.running, a.AttemptID)
 	w.sent = append(w.sent, a)
 	w.totalStarted++
+	if st, ok := a.Spec.Env[core.EnvDAGStatus]; ok {
+		w.hooks = append(w.hooks, fmt.Sprintf("%s %s=%s %s=%s\n", a.AttemptID, core.EnvDAGStatus, st,
+			core.EnvFailedTasks, a.Spec.Env[core.EnvFailedTasks]))
+	}
+	if k := a.Spec.Headers["Idempotency-Key"]; k != "" {
+		w.hooks = append(w.hooks, fmt.Sprintf("%s key=%s\n", a.AttemptID, k))
+	}
 }
 func (w *fakeWorker) Cancel(id model.AttemptID) {
 	w.mu.Lock()

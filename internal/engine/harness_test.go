@@ -54,8 +54,17 @@ import (
 //	term-record                 the term record in the store: who leads, and
 //	                            the workers it lists
 //	submit id=d1 [max-active=N] Submit (async): one task per line, "b deps=a",
-//	                            "g pool=gpu", "c deps=b | echo {{ x }}" (a
-//	                            shell task: its command after " | ")
+//	                            "g pool=gpu retries=0" (max_retries; 1 by
+//	                            default), "c rule=all_done cont" (a trigger
+//	                            rule, continue_on_failure), "d when: <expr>" (a
+//	                            condition: the rest of the line); "on_exit"
+//	                            (a handler), "notify [on=(failed,...)]";
+//	                            "c deps=b | echo {{ x }}" (a shell task: its
+//	                            command after " | ")
+//	cancel d1                   Cancel (async)
+//	hooks w1                    the attempts of handlers and notifications
+//	                            w1 was sent: the DAG's outcome in a handler's
+//	                            environment, a notification's delivery key
 //	claim w1 d1/a#1 ...         w1 now runs these attempts, as if a leader
 //	                            before had sent them early: its next hello
 //	                            lists them
@@ -525,6 +534,23 @@ func (h *engineHarness) run(td *datadriven.TestData) string {
 			h.results <- r
 		}
 		h.barrier()
+	case "cancel":
+		id := td.CmdArgs[0].Key
+		h.async("cancel "+id, func(ctx context.Context) string {
+			st, err := h.eng.Cancel(ctx, id)
+			if err != nil {
+				return "error: " + err.Error()
+			}
+			return string(st)
+		})
+		h.barrier()
+	case "hooks":
+		h.mu.Lock()
+		w := h.ws[td.CmdArgs[0].Key]
+		h.mu.Unlock()
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return strings.Join(w.hooks, "")
 	case "claim":
 		h.mu.Lock()
 		w := h.ws[td.CmdArgs[0].Key]
@@ -1069,7 +1095,19 @@ func (h *engineHarness) spec(id, input string) *model.DAG {
 		if len(f) == 0 {
 			continue
 		}
-		t := model.Task{ID: f[0], Kind: model.KindNoop, MaxRetries: 1}
+		line, when, _ := strings.Cut(line, " when: ")
+		f = strings.Fields(line)
+		if f[0] == "notify" {
+			n := model.Notification{URL: "http://hook.test/", MaxRetries: 1}
+			for _, kv := range f[1:] {
+				if v, ok := strings.CutPrefix(kv, "on=("); ok {
+					n.On = strings.Split(strings.TrimSuffix(v, ")"), ",")
+				}
+			}
+			d.Notify = append(d.Notify, n)
+			continue
+		}
+		t := model.Task{ID: f[0], Kind: model.KindNoop, MaxRetries: 1, When: when}
 		if shell {
 			t.Kind, t.Command = model.KindShell, command
 		}
@@ -1080,8 +1118,26 @@ func (h *engineHarness) spec(id, input string) *model.DAG {
 			if v, ok := strings.CutPrefix(kv, "pool="); ok {
 				t.Pool = v
 			}
+			if v, ok := strings.CutPrefix(kv, "rule="); ok {
+				t.TriggerRule = model.TriggerRule(v)
+			}
+			if kv == "cont" {
+				t.ContinueOnFailure = true
+			}
+			if v, ok := strings.CutPrefix(kv, "retries="); ok {
+				t.MaxRetries, _ = strconv.Atoi(v)
+			}
 		}
-		d.Tasks = append(d.Tasks, t)
+		switch t.ID {
+		case model.OnSuccessID:
+			d.OnSuccess = &t
+		case model.OnFailureID:
+			d.OnFailure = &t
+		case model.OnExitID:
+			d.OnExit = &t
+		default:
+			d.Tasks = append(d.Tasks, t)
+		}
 	}
 	d.Normalize()
 	if err := dag.Validate(d, dag.Limits{}); err != nil {

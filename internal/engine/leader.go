@@ -562,6 +562,8 @@ func (e *Engine) count(en *core.Entry) {
 			e.m.TasksCancelled.Inc()
 		case core.UpstreamFailed:
 			e.m.TasksUpstream.Inc()
+		case core.Skipped:
+			e.m.TasksSkipped.Inc()
 		case core.Ready:
 			if en.T.Event == "orphan" {
 				e.m.TasksOrphaned.Inc()

@@ -24,9 +24,10 @@ type waiter struct {
 }
 
 type waitResult struct {
-	created bool
-	status  core.DAGStatus
-	err     error
+	created         bool
+	status          core.DAGStatus
+	cancelRequested bool // cancel: the DAG's handlers run before it is cancelled
+	err             error
 }
 
 func (w *waiter) wait(ctx context.Context, stopped <-chan struct{}) (waitResult, error) {
@@ -60,11 +61,14 @@ func (e *Engine) resolveWaiters(en *core.Entry) {
 		case w.kind == waitSubmit:
 			r.created, r.status = w.created, en.D.Status
 		case w.kind == waitCancel:
-			r.status = en.D.Status
+			// A DAG with handlers or notifications answers once its
+			// cancellation is requested: its tasks are being cancelled,
+			// and what runs at its end runs (core.CancelDAG).
+			r.status, r.cancelRequested = en.D.Status, en.D.CancelRequested
 			if en.D.Status.Terminal() && en.D.Status != core.DAGCancelled {
 				r.err = &core.Error{Code: "conflict", Msg: fmt.Sprintf("DAG %s %s before it could be cancelled", en.DAG, en.D.Status)}
 			}
-			done = en.D.Status.Terminal()
+			done = en.D.Status.Terminal() || en.D.CancelRequested
 		case w.kind == waitRetry:
 			r.status = en.D.Status
 			done = en.D.Status == core.DAGRunning

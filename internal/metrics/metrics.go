@@ -18,6 +18,7 @@ type Metrics struct {
 	TasksRetried     prometheus.Counter
 	TasksCancelled   prometheus.Counter
 	TasksUpstream    prometheus.Counter
+	TasksSkipped     prometheus.Counter
 	TasksOrphaned    prometheus.Counter
 	DAGsSubmitted    prometheus.Counter
 	DAGsFinished     *prometheus.CounterVec
@@ -82,6 +83,7 @@ func New() *Metrics {
 	m.TasksRetried = f.counter("orion_tasks_retried_total", "Failed attempts that were scheduled for a retry.")
 	m.TasksCancelled = f.counter("orion_tasks_cancelled_total", "Tasks cancelled with their DAG.")
 	m.TasksUpstream = f.counter("orion_tasks_upstream_failed_total", "Tasks marked upstream_failed by a failure cascade.")
+	m.TasksSkipped = f.counter("orion_tasks_skipped_total", "Tasks skipped by their trigger rule or condition, or handlers and notifications the DAG's end did not call for.")
 	m.TasksOrphaned = f.counter("orion_tasks_orphaned_total", "Attempts re-queued because their worker vanished.")
 	m.DAGsSubmitted = f.counter("orion_dags_submitted_total", "DAGs accepted.")
 	m.DAGsFinished = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orion_dags_finished_total", Help: "DAGs that reached a terminal status, by status."}, []string{"status"})

@@ -53,6 +53,13 @@ type DAG struct {
 	// no bound.
 	MaxActiveTasks int `json:"max_active_tasks,omitempty"`
 
+	// Handlers and notifications (rules.go): tasks that run once the
+	// DAG's tasks have ended, and webhooks told of the DAG's end.
+	OnSuccess *Task          `json:"on_success,omitempty"`
+	OnFailure *Task          `json:"on_failure,omitempty"`
+	OnExit    *Task          `json:"on_exit,omitempty"`
+	Notify    []Notification `json:"notify,omitempty"`
+
 	// Params are the DAG's parameters (params.go): declarations in a DAG
 	// file, the values its runs use once submitted.
 	Params Params `json:"params,omitempty"`
@@ -102,6 +109,14 @@ type Task struct {
 	// to run the task (equality match only).
 	Selector map[string]string `json:"selector,omitempty"`
 
+	// Trigger rule, condition and failure policy (rules.go).
+	TriggerRule       TriggerRule `json:"trigger_rule,omitempty"` // "": all_success
+	When              string      `json:"when,omitempty"`         // an expression (internal/expr)
+	ContinueOnFailure bool        `json:"continue_on_failure,omitempty"`
+	// Headers and Body complete an http request. The DAG file does not
+	// set them: Orion does, for a notification (Notification).
+	Headers map[string]string `json:"headers,omitempty"`
+	Body    string            `json:"body,omitempty"`
 	// Outputs says which outputs an http task takes from its response (a
 	// shell task writes its own to $ORION_OUTPUTS).
 	Outputs *HTTPOutputs `json:"outputs,omitempty"`
@@ -343,65 +358,77 @@ func (d *DAG) Normalize() {
 		d.Name = d.ID
 	}
 	for i := range d.Tasks {
-		t := &d.Tasks[i]
-		t.Name = strings.TrimSpace(t.Name)
-		// The seed format names tasks instead of giving ids.
-		if t.ID == "" {
-			t.ID = t.Name
-		}
-		if t.Name == t.ID {
-			t.Name = ""
-		}
-		t.Kind = Kind(strings.ToLower(strings.TrimSpace(string(t.Kind))))
-		if t.Kind == "" {
-			t.Kind = KindNoop
-			switch {
-			case strings.TrimSpace(t.Command) != "":
-				t.Kind = KindShell
-			case len(t.Pod) > 0:
-				t.Kind = KindPod
-			}
-		}
-		if t.Kind == KindHTTP {
-			if t.Method = strings.TrimSpace(t.Method); !strings.Contains(t.Method, "{{") {
-				// A template is upper-cased once rendered (the core).
-				t.Method = strings.ToUpper(t.Method)
-			}
-			if t.Method == "" {
-				t.Method = "GET"
-			}
-			if t.ExpectStatus == 0 {
-				t.ExpectStatus = 200
-			}
-		}
-		// A zero timeout means "unset": an attempt that may never run is
-		// not something anyone asks for on purpose.
-		if t.Timeout == 0 {
-			t.Timeout = Duration(DefaultTimeout)
-		}
-		// Empty and nil collections mean the same; make them one value so
-		// Canonical does not tell them apart.
-		if len(t.Env) == 0 {
-			t.Env = nil
-		}
-		if len(t.DependsOn) == 0 {
-			t.DependsOn = nil
-		}
-		if len(t.Selector) == 0 {
-			t.Selector = nil
-		}
-		if len(t.Pod) == 0 {
-			t.Pod = nil
-		}
-		if t.Outputs != nil && t.Outputs.Body == "" && len(t.Outputs.JSON) == 0 {
-			t.Outputs = nil
-		}
-		if t.Outputs != nil && len(t.Outputs.JSON) == 0 {
-			t.Outputs.JSON = nil
-		}
+		d.Tasks[i].normalize()
 	}
+	d.normalizeHooks()
 	if len(d.Params) == 0 {
 		d.Params = nil
+	}
+}
+
+// normalize fills a task's defaults in place (see DAG.Normalize).
+func (t *Task) normalize() {
+	t.Name = strings.TrimSpace(t.Name)
+	// The seed format names tasks instead of giving ids.
+	if t.ID == "" {
+		t.ID = t.Name
+	}
+	if t.Name == t.ID {
+		t.Name = ""
+	}
+	t.Kind = Kind(strings.ToLower(strings.TrimSpace(string(t.Kind))))
+	if t.Kind == "" {
+		t.Kind = KindNoop
+		switch {
+		case strings.TrimSpace(t.Command) != "":
+			t.Kind = KindShell
+		case len(t.Pod) > 0:
+			t.Kind = KindPod
+		}
+	}
+	if t.Kind == KindHTTP {
+		if t.Method = strings.TrimSpace(t.Method); !strings.Contains(t.Method, "{{") {
+			// A template is upper-cased once rendered (the core).
+			t.Method = strings.ToUpper(t.Method)
+		}
+		if t.Method == "" {
+			t.Method = "GET"
+		}
+		if t.ExpectStatus == 0 {
+			t.ExpectStatus = 200
+		}
+	}
+	if t.Outputs != nil && t.Outputs.Body == "" && len(t.Outputs.JSON) == 0 {
+		t.Outputs = nil
+	}
+	if t.Outputs != nil && len(t.Outputs.JSON) == 0 {
+		t.Outputs.JSON = nil
+	}
+	// A zero timeout means "unset": an attempt that may never run is
+	// not something anyone asks for on purpose.
+	if t.Timeout == 0 {
+		t.Timeout = Duration(DefaultTimeout)
+	}
+	// Empty and nil collections mean the same; make them one value so
+	// Canonical does not tell them apart.
+	if len(t.Env) == 0 {
+		t.Env = nil
+	}
+	if len(t.DependsOn) == 0 {
+		t.DependsOn = nil
+	}
+	if len(t.Selector) == 0 {
+		t.Selector = nil
+	}
+	if len(t.Pod) == 0 {
+		t.Pod = nil
+	}
+	t.TriggerRule = TriggerRule(strings.ToLower(strings.TrimSpace(string(t.TriggerRule))))
+	if t.TriggerRule == AllSuccess {
+		t.TriggerRule = "" // the default, spelled one way for Canonical
+	}
+	if len(t.Headers) == 0 {
+		t.Headers = nil
 	}
 }
 
@@ -413,6 +440,7 @@ func (d *DAG) Normalize() {
 func (d *DAG) Canonical() []byte {
 	c := *d
 	c.Tasks = append([]Task{}, d.Tasks...) // Normalize must not touch the caller's tasks
+	c.copyHooks()
 	c.Normalize()
 	// encoding/json writes struct fields in declaration order and map keys
 	// sorted, which is all the determinism needed.

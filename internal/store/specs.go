@@ -57,6 +57,8 @@ type recordTail struct {
 	Run         int            `json:"run"`
 	SubmittedAt time.Time      `json:"submitted_at"`
 	FinishedAt  *time.Time     `json:"finished_at,omitempty"`
+
+	CancelRequested bool `json:"cancel_requested,omitempty"`
 }
 
 var tailStart = []byte(`,"status":`)
@@ -84,7 +86,8 @@ func (k *knownSpecs) decodeDAG(e *core.Entry, v []byte) error {
 	sum := maphash.Bytes(k.seed, v[:i])
 	if held, ok := k.byDAG[e.DAG]; ok && held.prefixLen == i && held.sum == sum {
 		if t, ok := k.tail(v[i+1:]); ok {
-			e.D = &core.DAGRecord{DAG: held.dag, Status: t.Status, Run: t.Run, SubmittedAt: t.SubmittedAt, FinishedAt: t.FinishedAt}
+			e.D = &core.DAGRecord{DAG: held.dag, Status: t.Status, Run: t.Run, SubmittedAt: t.SubmittedAt, FinishedAt: t.FinishedAt,
+				CancelRequested: t.CancelRequested}
 			return nil
 		}
 	}

@@ -76,6 +76,13 @@ func TestKnownSpecsDecodeLaterRecordsByTheirTail(t *testing.T) {
 		t.Fatalf("the end record did not reuse the spec: %+v", end.D)
 	}
 
+	// A cancellation requested (a DAG with handlers): the tail carries it.
+	requested := dagEntry("d1", 3)
+	requested.D.CancelRequested = true
+	if got := decode(putEvent(DAGKey("d1"), encoded(t, requested))); !shares(first, got) || !got.D.CancelRequested {
+		t.Fatalf("cancel_requested through the tail: %+v", got.D)
+	}
+
 	changed := dagEntry("d1", 3)
 	changed.D.Tasks[2].Timeout = model.Duration(2 * time.Minute)
 	other := decode(putEvent(DAGKey("d1"), encoded(t, changed)))

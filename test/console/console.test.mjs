@@ -252,6 +252,31 @@ describe("console on a single node", { timeout: 480000 }, () => {
     await waitDAG(page, id, "failed", 60000);
   });
 
+  test("trigger rules and handlers: an optional step, a rollback, a cleanup, a skipped page, handlers", async () => {
+    const id = await submitTemplate(page, "release");
+    await waitLayout(page, 9);
+    await waitDAG(page, id, "failed", 60000);
+    const st = await waitFor("final statuses", async () => {
+      const s = await nodeStatuses(page);
+      return s.on_exit === "succeeded" && s.on_failure === "succeeded" ? s : null;
+    }, 20000);
+    assert.deepEqual(st, {
+      build: "succeeded", lint: "failed", deploy: "succeeded", smoke: "failed", rollback: "succeeded",
+      cleanup: "succeeded", "page-oncall": "skipped", on_failure: "succeeded", on_exit: "succeeded",
+    });
+    await clickNode(page, "rollback");
+    assert.match(await page.textContent('[data-testid="task-rule"]'), /one_failed/);
+    assert.match(await page.textContent('[data-testid="task-when"]'), /tasks\.deploy\.status == "succeeded"/);
+    await clickNode(page, "page-oncall");
+    assert.match(await page.textContent('[data-testid="task-skipped"]'), /its dependencies ended in a way its rule does not run on/);
+    await clickNode(page, "lint");
+    assert.match(await page.textContent('[data-testid="task-rule"]'), /continue on failure/);
+    await clickNode(page, "on_failure");
+    assert.match(await page.textContent('[data-testid="task-rule"]'), /on_failure handler/);
+    assert.match(await page.textContent('[data-testid="output-tail"]'), /release failed: lint,smoke/);
+    await shot(page, "release-rules");
+  });
+
   test("cancel a running DAG", async () => {
     const id = await submitTemplate(page, "chain");
     await waitFor("a running node", async () => Object.values(await nodeStatuses(page)).includes("running"), 20000);
@@ -472,7 +497,7 @@ describe("console on a single node", { timeout: 480000 }, () => {
     await page.hover('.algos [data-help="cascade"]');
     const pop = page.locator(".help-pop");
     await waitFor("the help popover", async () => await pop.isVisible(), 5000);
-    assert.match(await pop.textContent(), /breadth-first/);
+    assert.match(await pop.textContent(), /one level at a time/);
     await shot(page, "help-cascade");
     await page.hover('.algos [data-help="fence"]');
     await waitFor("the fenced-commit help", async () => /CreateRevision/.test((await pop.textContent()) ?? ""), 5000);

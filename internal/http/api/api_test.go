@@ -47,6 +47,7 @@ type fakeBackend struct {
 	seen      map[string]bool
 	blockSub  bool // Submit waits for its context to end
 	cancelErr error
+	cancelSt  core.DAGStatus // what Cancel answers; cancelled when empty
 	retryErr  error
 	deleteErr error
 	cancelled []string
@@ -86,6 +87,9 @@ func (f *fakeBackend) Cancel(ctx context.Context, id string) (core.DAGStatus, er
 		return "", f.cancelErr
 	}
 	f.cancelled = append(f.cancelled, id)
+	if f.cancelSt != "" {
+		return f.cancelSt, nil
+	}
 	return core.DAGCancelled, nil
 }
 
@@ -398,15 +402,17 @@ func TestIdempotencyKey(t *testing.T) {
 
 func TestBadFixtures(t *testing.T) {
 	want := map[string]string{
-		"bad-kind.json":     dag.CodeInvalid,
-		"bad-template.yaml": dag.CodeInvalid,
-		"bad-timeout.yaml":  dag.CodeInvalid,
-		"cycle.yaml":        dag.CodeCycle,
-		"dup-id.yaml":       dag.CodeInvalid,
-		"empty.json":        dag.CodeInvalid,
-		"not-json.json":     dag.CodeParse,
-		"self-dep.yaml":     dag.CodeInvalid,
-		"unknown-dep.json":  dag.CodeInvalid,
+		"bad-kind.json":         dag.CodeInvalid,
+		"bad-template.yaml":     dag.CodeInvalid,
+		"bad-timeout.yaml":      dag.CodeInvalid,
+		"cycle.yaml":            dag.CodeCycle,
+		"dup-id.yaml":           dag.CodeInvalid,
+		"empty.json":            dag.CodeInvalid,
+		"not-json.json":         dag.CodeParse,
+		"self-dep.yaml":         dag.CodeInvalid,
+		"unknown-dep.json":      dag.CodeInvalid,
+		"bad-when.yaml":         dag.CodeInvalid,
+		"bad-trigger-rule.yaml": dag.CodeInvalid,
 	}
 	dir := filepath.Join("..", "..", "..", "test", "fixtures", "bad")
 	files, err := filepath.Glob(filepath.Join(dir, "*"))

@@ -398,8 +398,12 @@ func (s *server) change(w http.ResponseWriter, r *http.Request, wr kit.Write,
 	if st == "" {
 		st = want
 	}
+	// A cancel answers running only when the DAG's cancellation is
+	// requested: its handlers and notifications run before it is
+	// cancelled (core.CancelDAG).
+	requested := want == core.DAGCancelled && st == core.DAGRunning
 	kit.MarkRevision(ctx, s.b, w)
-	kit.WriteJSON(w, http.StatusOK, apitypes.ActionResponse{ID: id, Status: string(st)})
+	kit.WriteJSON(w, http.StatusOK, apitypes.ActionResponse{ID: id, Status: string(st), CancelRequested: requested})
 }
 
 // forwards reports whether r would be forwarded to the leader: a write

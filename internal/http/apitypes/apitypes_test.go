@@ -36,6 +36,7 @@ func TestStatusSpellingsMatchCore(t *testing.T) {
 		core.Running: apitypes.StatusRunning, core.Retrying: apitypes.StatusRetrying,
 		core.Succeeded: apitypes.StatusSucceeded, core.Failed: apitypes.StatusFailed,
 		core.UpstreamFailed: apitypes.StatusUpstreamFailed, core.Cancelled: apitypes.StatusCancelled,
+		core.Skipped: apitypes.StatusSkipped,
 	} {
 		if s.String() != want {
 			t.Errorf("core status %d is %q, apitypes says %q", s, s.String(), want)

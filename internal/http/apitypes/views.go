@@ -16,6 +16,7 @@ const (
 	StatusFailed         = "failed"
 	StatusUpstreamFailed = "upstream_failed"
 	StatusCancelled      = "cancelled"
+	StatusSkipped        = "skipped"
 )
 
 // DAG statuses: a DAG is running until it ends in one of the other three.
@@ -40,6 +41,9 @@ type DAGSummary[S any] struct {
 	FinishedAt  *time.Time     `json:"finished_at,omitempty"`
 	TaskCount   int            `json:"task_count"`
 	Counts      map[string]int `json:"counts"`
+	// CancelRequested: a cancel was asked for a running DAG with handlers
+	// or notifications; its tasks are cancelled, then those run.
+	CancelRequested bool `json:"cancel_requested,omitempty"`
 }
 
 // DAG is one DAG with every task's live state: GET /api/v1/dags/{id}. D is
@@ -88,7 +92,16 @@ type Task[S any] struct {
 	// Waiting says why a ready task is not running yet, when something
 	// other than its turn holds it: a DAG or pool limit, or no connected
 	// worker with the labels it requires.
-	Waiting string     `json:"waiting,omitempty"`
+	Waiting string `json:"waiting,omitempty"`
+	// TriggerRule is the rule the task runs by (all_success when its spec
+	// gives none) and When its condition; Role says what the task is:
+	// "task", or a DAG's "handler" or "notification".
+	TriggerRule model.TriggerRule `json:"trigger_rule"`
+	When        string            `json:"when,omitempty"`
+	Role        string            `json:"role"`
+	// Skipped says why a skipped task was: condition, trigger_rule or
+	// not_needed.
+	Skipped string     `json:"skipped,omitempty"`
 	Spec    model.Task `json:"spec"`
 	// Revision is set on a task answered alone (the etcd revision the
 	// replica had applied, always at least the one that created the DAG);
@@ -128,6 +141,11 @@ type SubmitResponse struct {
 type ActionResponse struct {
 	ID     string `json:"id"`
 	Status string `json:"status"`
+	// CancelRequested answers a cancel of a DAG with handlers or
+	// notifications: still running, its tasks being cancelled, it is
+	// cancelled once what runs at its end has run. A second cancel
+	// cancels that too.
+	CancelRequested bool `json:"cancel_requested,omitempty"`
 }
 
 // StatusDeleted is the status DELETE /api/v1/dags/{id} answers: the DAG and

@@ -51,21 +51,25 @@
 //	 "retry_at":"...", "cascade":true, "cause":"extract", "output_bytes":42}
 //
 // status is a task status (pending ready running retrying succeeded failed
-// upstream_failed cancelled); event is what happened (dispatch succeed fail
-// timeout retry requeue orphan cascade cancel); error is cut to 512 bytes;
+// upstream_failed cancelled skipped); event is what happened (dispatch
+// succeed fail timeout retry requeue orphan cascade cancel, or for a skipped
+// task why: condition trigger_rule not_needed); error is cut to 512 bytes;
 // cascade and cause mark upstream_failed records written by a failure
 // cascade, cause naming the task whose failure started it; output_bytes is
 // the size of the outputs a success published (not their values: read
-// them with GET /api/v1/dags/{dag}/tasks/{task}).
+// them with GET /api/v1/dags/{dag}/tasks/{task}). A DAG's handlers and
+// notifications are tasks too: "on_exit", "notify[0]".
 //
 // DAG record written (submitted, retried, finished, cancelled):
 //
 //	{"type":"dag", "id":"1234:3", "rev":1234, "time":"...", "dag":"etl-1",
 //	 "name":"nightly ETL", "status":"running", "run":1, "tasks":12,
-//	 "submitted_at":"...", "finished_at":"..."}
+//	 "submitted_at":"...", "finished_at":"...", "cancel_requested":true}
 //
-// tasks is the number of tasks; a new DAG has status running and run 1,
-// a retried one a higher run. Load the graph itself from
+// tasks is the number of tasks, handlers and notifications included; a new
+// DAG has status running and run 1, a retried one a higher run;
+// cancel_requested marks a running DAG whose cancellation waits for its
+// handlers and notifications. Load the graph itself from
 // GET /api/v1/dags/{dag}.
 //
 // DAG deleted by the retention policy:
@@ -78,7 +82,7 @@
 //	 "leader":"n1", "revision":1234, "lag":0, "tasks":{"running":3,...},
 //	 "dags":4, "queue_size":2, "running":3, "totals":{"started":..,
 //	 "succeeded":..,"failed":..,"retried":..,"upstream_failed":..,
-//	 "cancelled":..,"dags_submitted":..,"dags_finished":..},
+//	 "cancelled":..,"skipped":..,"dags_submitted":..,"dags_finished":..},
 //	 "throughput":12.5, "throughput_window_s":10, "dropped_events":0,
 //	 "subscribers":2, "dispatch_p50_ms":0.4, "dispatch_p99_ms":3.1,
 //	 "worker_slots":8, "workers_busy":3, "workers":[{"id","slots","busy"}],
@@ -167,7 +171,8 @@ type Event struct {
 	// OutputBytes is the size of the outputs a success published.
 	OutputBytes int `json:"output_bytes,omitempty"`
 
-	SubmittedAt *time.Time `json:"submitted_at,omitempty"`
+	SubmittedAt     *time.Time `json:"submitted_at,omitempty"`
+	CancelRequested bool       `json:"cancel_requested,omitempty"`
 
 	Node    string            `json:"node,omitempty"`
 	Leader  *string           `json:"leader,omitempty"` // leader events: "" means no leader
@@ -210,8 +215,8 @@ func FromEntry(e *core.Entry) Event {
 	default:
 		ev := Event{Type: TypeDAG, Rev: e.Rev, Time: now, DAG: e.DAG, rec: e.D}
 		if d := e.D; d != nil {
-			ev.Name, ev.Status, ev.Run, ev.Tasks = d.Name, string(d.Status), d.Run, len(d.Tasks)
-			ev.FinishedAt = d.FinishedAt
+			ev.Name, ev.Status, ev.Run, ev.Tasks = d.Name, string(d.Status), d.Run, len(d.Tasks)+len(d.Handlers())+len(d.Notify)
+			ev.FinishedAt, ev.CancelRequested = d.FinishedAt, d.CancelRequested
 			if !d.SubmittedAt.IsZero() {
 				t := d.SubmittedAt
 				ev.SubmittedAt = &t

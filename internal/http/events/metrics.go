@@ -58,6 +58,7 @@ type Totals struct {
 	Retried        int64 `json:"retried"`
 	UpstreamFailed int64 `json:"upstream_failed"`
 	Cancelled      int64 `json:"cancelled"`
+	Skipped        int64 `json:"skipped"`
 	DAGsSubmitted  int64 `json:"dags_submitted"`
 	DAGsFinished   int64 `json:"dags_finished"`
 }
@@ -78,6 +79,8 @@ func (t *Totals) count(ev *Event) {
 			t.UpstreamFailed++
 		case "cancelled":
 			t.Cancelled++
+		case "skipped":
+			t.Skipped++
 		}
 	case TypeDAG:
 		switch {

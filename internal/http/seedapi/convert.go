@@ -169,7 +169,7 @@ func countsOf(by func(core.Status) int) Counts {
 	return Counts{
 		Pending:   by(core.Pending) + by(core.Ready) + by(core.Retrying),
 		Running:   by(core.Running),
-		Completed: by(core.Succeeded),
+		Completed: by(core.Succeeded) + by(core.Skipped), // ended without failing: the seed has no skipped
 		Failed:    by(core.Failed) + by(core.UpstreamFailed) + by(core.Cancelled),
 	}
 }

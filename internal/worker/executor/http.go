@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 
 	"github.com/orion-sched/orion/internal/model"
 )
@@ -31,10 +32,12 @@ func defaultHTTPClient() *http.Client {
 	return &http.Client{Transport: t}
 }
 
-// runHTTP sends one request (Method, default GET; no body) to URL and succeeds
-// iff the final status (after redirects) is ExpectStatus (default 200). The
-// log gets the status line and the body (up to 8 MiB); OutputTail gets the
-// status line and the first part of the body.
+// runHTTP sends one request (Method, default GET, with Headers and Body,
+// which only notifications set) to URL and succeeds iff the final status
+// (after redirects) is ExpectStatus, or any 2xx when it is 0 (a
+// notification: webhooks answer 200, 202 or 204). The log gets the status
+// line and the body (up to 8 MiB); OutputTail gets the status line and the
+// first part of the body.
 func (l *Local) runHTTP(ctx context.Context, a model.Attempt, r *model.Result) {
 	f, err := l.createLog(a.AttemptID)
 	if err != nil {
@@ -47,9 +50,6 @@ func (l *Local) runHTTP(ctx context.Context, a model.Attempt, r *model.Result) {
 		method = http.MethodGet
 	}
 	want := a.Spec.ExpectStatus
-	if want == 0 {
-		want = http.StatusOK
-	}
 	fail := func(msg string) {
 		if !classify(ctx, r) {
 			r.Outcome, r.Error = model.Failed, msg
@@ -57,10 +57,17 @@ func (l *Local) runHTTP(ctx context.Context, a model.Attempt, r *model.Result) {
 		fmt.Fprintf(f, "orion: %s\n", msg)
 		r.OutputTail = validHead([]byte(msg), model.TailBytes)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, a.Spec.URL, nil)
+	var reqBody io.Reader
+	if a.Spec.Body != "" {
+		reqBody = strings.NewReader(a.Spec.Body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, a.Spec.URL, reqBody)
 	if err != nil {
 		fail("request: " + err.Error())
 		return
+	}
+	for k, v := range a.Spec.Headers {
+		req.Header.Set(k, v)
 	}
 	req.Header.Set("User-Agent", "orion")
 	req.Header.Set("X-Orion-Attempt", a.AttemptID.String())
@@ -102,7 +109,11 @@ func (l *Local) runHTTP(ctx context.Context, a model.Attempt, r *model.Result) {
 	if rerr != nil && classify(ctx, r) { // the deadline hit while reading the body
 		return
 	}
-	if resp.StatusCode != want {
+	switch {
+	case want == 0 && resp.StatusCode/100 != 2:
+		r.Outcome, r.Error = model.Failed, fmt.Sprintf("unexpected status %s (want 2xx)", model.CutHead(resp.Status, maxStatusLine))
+		return
+	case want != 0 && resp.StatusCode != want:
 		r.Outcome, r.Error = model.Failed, fmt.Sprintf("unexpected status %s (want %d)", model.CutHead(resp.Status, maxStatusLine), want)
 		return
 	}

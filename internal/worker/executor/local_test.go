@@ -532,6 +532,40 @@ func TestHTTP(t *testing.T) {
 	}
 }
 
+// A notification's attempt: a POST with its headers and JSON body, any 2xx
+// answer a delivery, anything else a failure.
+func TestHTTPNotification(t *testing.T) {
+	t.Parallel()
+	type seen struct{ method, ctype, key, team, body string }
+	got := make(chan seen, 4)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got <- seen{r.Method, r.Header.Get("Content-Type"), r.Header.Get("Idempotency-Key"), r.Header.Get("X-Team"), string(b)}
+		switch r.URL.Path {
+		case "/accepted":
+			w.WriteHeader(http.StatusAccepted)
+		case "/gone":
+			w.WriteHeader(http.StatusGone)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	h := newHarness(t, 2, func(c *LocalConfig) { c.HTTPClient = srv.Client() })
+	spec := model.Task{Kind: model.KindHTTP, URL: srv.URL + "/accepted", Method: "POST", Body: `{"dag":"d"}`,
+		Headers: map[string]string{"Content-Type": "application/json", "Idempotency-Key": "d/1/0", "X-Team": "data"}}
+	if r := h.run(spec); r.Outcome != model.Succeeded {
+		t.Fatalf("202: %+v", r)
+	}
+	want := seen{"POST", "application/json", "d/1/0", "data", `{"dag":"d"}`}
+	if s := <-got; s != want {
+		t.Errorf("the receiver saw %+v, want %+v", s, want)
+	}
+	spec.URL = srv.URL + "/gone"
+	if r := h.run(spec); r.Outcome != model.Failed || !strings.Contains(r.Error, "410 Gone (want 2xx)") {
+		t.Fatalf("410: %+v", r)
+	}
+	<-got
+}
+
 // An endpoint chooses its status line: one of 2 MiB fails the attempt at
 // the default client's header limit, one of 50 KB is quoted cut to 256
 // bytes, and neither reaches a result whole. A URL of 8 KB (the spec's
@@ -572,7 +606,7 @@ func TestHTTPResultsAreBounded(t *testing.T) {
 		len(r.Error) > model.MaxErrorBytes || len(r.OutputTail) > model.TailBytes {
 		t.Fatalf("2 MiB status line: %s, error of %d bytes %.200q", r.Outcome, len(r.Error), r.Error)
 	}
-	r = h.run(model.Task{Kind: model.KindHTTP, URL: base + "/long"})
+	r = h.run(model.Task{Kind: model.KindHTTP, URL: base + "/long", ExpectStatus: 200})
 	if r.Outcome != model.Failed || len(r.Error) > 300 || !strings.HasPrefix(r.Error, "unexpected status 503 xxx") ||
 		!strings.HasSuffix(r.Error, "bytes cut] (want 200)") {
 		t.Fatalf("50 KB status line: %s, error %q", r.Outcome, r.Error)

@@ -1050,7 +1050,7 @@ func (c *Cluster) UnfinishedTasks(ids []string) int {
 		}
 		for _, tk := range d.Tasks {
 			switch tk.Status {
-			case "succeeded", "failed", "upstream_failed", "cancelled":
+			case "succeeded", "failed", "upstream_failed", "cancelled", "skipped":
 			default:
 				n++
 			}

@@ -11,6 +11,11 @@ type TaskState struct {
 	Cascade    bool   `json:"cascade"`
 	// Waiting says why a ready task is held back (labels or a limit).
 	Waiting string `json:"waiting"`
+	// Role is task, handler or notification; Skipped says why a skipped
+	// task was; Error is the latest attempt's.
+	Role    string `json:"role"`
+	Skipped string `json:"skipped"`
+	Error   string `json:"error"`
 	// History lists the task's earlier attempts.
 	History []struct {
 		Worker string `json:"worker"`

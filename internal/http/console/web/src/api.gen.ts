@@ -609,6 +609,8 @@ export interface components {
     schemas: {
         /** @description ActionResponse answers POST /api/v1/dags/{id}/cancel and .../retry with the DAG's status, and DELETE /api/v1/dags/{id} with StatusDeleted. */
         ActionResponse: {
+            /** @description CancelRequested answers a cancel of a DAG with handlers or notifications: still running, its tasks being cancelled, it is cancelled once what runs at its end has run. A second cancel cancels that too. */
+            cancel_requested?: boolean;
             id: string;
             status: string;
         };
@@ -639,6 +641,8 @@ export interface components {
         };
         /** @description DAG is one DAG with every task's live state: GET /api/v1/dags/{id}. */
         DAG: {
+            /** @description CancelRequested: a cancel was asked for a running DAG with handlers or notifications; its tasks are cancelled, then those run. */
+            cancel_requested?: boolean;
             counts: {
                 [key: string]: number;
             };
@@ -676,6 +680,11 @@ export interface components {
             /** @description MaxActiveTasks bounds how many of the DAG's tasks run at once; 0 is no bound. */
             max_active_tasks?: number;
             name: string;
+            notify?: components["schemas"]["Notification"][];
+            on_exit?: components["schemas"]["TaskSpec"];
+            on_failure?: components["schemas"]["TaskSpec"];
+            /** @description Handlers and notifications (rules.go): tasks that run once the DAG's tasks have ended, and webhooks told of the DAG's end. */
+            on_success?: components["schemas"]["TaskSpec"];
             /** @description Params are the DAG's parameters (params.go): declarations in a DAG file, the values its runs use once submitted. */
             params?: components["schemas"]["Params"];
             /** @description Scheduled is set on a schedule's run: its tick and data interval. */
@@ -689,6 +698,11 @@ export interface components {
             /** @description MaxActiveTasks bounds how many of the DAG's tasks run at once; 0 is no bound. */
             max_active_tasks?: number;
             name?: string;
+            notify?: components["schemas"]["NotificationInput"][];
+            on_exit?: components["schemas"]["TaskSpecInput"];
+            on_failure?: components["schemas"]["TaskSpecInput"];
+            /** @description Handlers and notifications (rules.go): tasks that run once the DAG's tasks have ended, and webhooks told of the DAG's end. */
+            on_success?: components["schemas"]["TaskSpecInput"];
             /** @description Params are the DAG's parameters (params.go): declarations in a DAG file, the values its runs use once submitted. */
             params?: components["schemas"]["Params"];
             /** @description Scheduled is set on a schedule's run: its tick and data interval. */
@@ -702,6 +716,8 @@ export interface components {
         DAGStatus: "running" | "succeeded" | "failed" | "cancelled";
         /** @description DAGSummary is a DAG as lists show it. */
         DAGSummary: {
+            /** @description CancelRequested: a cancel was asked for a running DAG with handlers or notifications; its tasks are cancelled, then those run. */
+            cancel_requested?: boolean;
             counts: {
                 [key: string]: number;
             };
@@ -822,6 +838,7 @@ export interface components {
         /** @description Event is one message of the stream; see the package documentation for the JSON of each type. Events of the log (task, dag, dag_deleted) have Rev > 0. */
         Event: {
             attempt?: number;
+            cancel_requested?: boolean;
             cascade?: boolean;
             cause?: string;
             dag?: string;
@@ -923,6 +940,8 @@ export interface components {
             failed: number;
             /** Format: int64 */
             retried: number;
+            /** Format: int64 */
+            skipped: number;
             /**
              * Format: int64
              * @description attempts dispatched
@@ -972,6 +991,36 @@ export interface components {
              * @description the etcd revision the view reflects
              */
             revision: number;
+        };
+        /** @description Notification is a webhook told of a DAG's end: a POST (by default) of a JSON summary, sent by an http attempt that Orion adds to the DAG (NotifyID), so it has an http task's retries, timeout and bounds. */
+        Notification: {
+            /** @description besides Content-Type and Idempotency-Key */
+            headers?: {
+                [key: string]: string;
+            };
+            max_retries: number;
+            /** @description default POST */
+            method?: string;
+            /** @description On lists the DAG statuses that send it (succeeded, failed, cancelled); empty: all three. */
+            on?: string[];
+            /** @description per attempt; default DefaultNotifyTimeout */
+            timeout?: components["schemas"]["Duration"];
+            url: string;
+        };
+        /** @description Notification is a webhook told of a DAG's end: a POST (by default) of a JSON summary, sent by an http attempt that Orion adds to the DAG (NotifyID), so it has an http task's retries, timeout and bounds. */
+        NotificationInput: {
+            /** @description besides Content-Type and Idempotency-Key */
+            headers?: {
+                [key: string]: string;
+            };
+            max_retries?: number;
+            /** @description default POST */
+            method?: string;
+            /** @description On lists the DAG statuses that send it (succeeded, failed, cancelled); empty: all three. */
+            on?: string[];
+            /** @description per attempt; default DefaultNotifyTimeout */
+            timeout?: components["schemas"]["DurationInput"];
+            url?: string;
         };
         /** @description A DAG's parameters: name → JSON value (null: required, no default). Templates read them as params.NAME. */
         Params: {
@@ -1327,12 +1376,18 @@ export interface components {
              * @description Revision is set on a task answered alone (the etcd revision the replica had applied, always at least the one that created the DAG); the tasks of a DAG leave it out.
              */
             revision?: number;
+            role: string;
+            /** @description Skipped says why a skipped task was: condition, trigger_rule or not_needed. */
+            skipped?: string;
             spec: components["schemas"]["TaskSpec"];
             /** Format: date-time */
             started_at?: string;
             status: components["schemas"]["TaskStatus"];
+            /** @description TriggerRule is the rule the task runs by (all_success when its spec gives none) and When its condition; Role says what the task is: "task", or a DAG's "handler" or "notification". */
+            trigger_rule: string;
             /** @description Waiting says why a ready task is not running yet, when something other than its turn holds it: a DAG or pool limit, or no connected worker with the labels it requires. */
             waiting?: string;
+            when?: string;
             worker?: string;
         };
         /**
@@ -1359,8 +1414,10 @@ export interface components {
         TaskKindInput: "shell" | "http" | "noop" | "sleep" | "pod";
         /** @description Task is one node of the graph. */
         TaskSpec: {
+            body?: string;
             /** @description shell */
             command?: string;
+            continue_on_failure?: boolean;
             depends_on?: string[];
             /** @description sleep */
             duration?: components["schemas"]["Duration"];
@@ -1370,6 +1427,10 @@ export interface components {
             expect_status?: number;
             /** @description Fail is the probability (0..1) that a sleep task fails; YAML/JSON `true` means 1. */
             fail?: components["schemas"]["Probability"];
+            /** @description Headers and Body complete an http request. The DAG file does not set them: Orion does, for a notification (Notification). */
+            headers?: {
+                [key: string]: string;
+            };
             id: string;
             /** @description empty: /bin/sh; "python3" for seed-style type: python */
             interpreter?: string;
@@ -1393,14 +1454,20 @@ export interface components {
             };
             /** @description per attempt */
             timeout: components["schemas"]["Duration"];
+            /** @description Trigger rule, condition and failure policy (rules.go). "": all_success */
+            trigger_rule?: string;
             /** @description http */
             url?: string;
+            /** @description an expression (internal/expr) */
+            when?: string;
             workdir?: string;
         };
         /** @description Task is one node of the graph. */
         TaskSpecInput: {
+            body?: string;
             /** @description shell */
             command?: string;
+            continue_on_failure?: boolean;
             depends_on?: string[];
             /** @description sleep */
             duration?: components["schemas"]["DurationInput"];
@@ -1410,6 +1477,10 @@ export interface components {
             expect_status?: number;
             /** @description Fail is the probability (0..1) that a sleep task fails; YAML/JSON `true` means 1. */
             fail?: components["schemas"]["ProbabilityInput"];
+            /** @description Headers and Body complete an http request. The DAG file does not set them: Orion does, for a notification (Notification). */
+            headers?: {
+                [key: string]: string;
+            };
             id?: string;
             /** @description empty: /bin/sh; "python3" for seed-style type: python */
             interpreter?: string;
@@ -1433,15 +1504,19 @@ export interface components {
             };
             /** @description per attempt */
             timeout?: components["schemas"]["DurationInput"];
+            /** @description Trigger rule, condition and failure policy (rules.go). "": all_success */
+            trigger_rule?: string;
             /** @description http */
             url?: string;
+            /** @description an expression (internal/expr) */
+            when?: string;
             workdir?: string;
         };
         /**
          * @description A task's status (docs/architecture.md#the-core): pending waits on dependencies, ready is queued, retrying waits for its backoff; succeeded, failed, upstream_failed and cancelled are final until a retry.
          * @enum {string}
          */
-        TaskStatus: "pending" | "ready" | "running" | "retrying" | "succeeded" | "failed" | "upstream_failed" | "cancelled";
+        TaskStatus: "pending" | "ready" | "running" | "retrying" | "succeeded" | "failed" | "upstream_failed" | "cancelled" | "skipped";
         /** @description TriggerResponse answers POST /api/v1/schedules/{id}/trigger. */
         TriggerResponse: {
             created: boolean;
@@ -1475,6 +1550,11 @@ export interface components {
             /** @description MaxActiveTasks bounds how many of the DAG's tasks run at once; 0 is no bound. */
             max_active_tasks?: number;
             name?: string;
+            notify?: components["schemas"]["NotificationInput"][];
+            on_exit?: components["schemas"]["TaskSpecInput"];
+            on_failure?: components["schemas"]["TaskSpecInput"];
+            /** @description Handlers and notifications (rules.go): tasks that run once the DAG's tasks have ended, and webhooks told of the DAG's end. */
+            on_success?: components["schemas"]["TaskSpecInput"];
             /** @description Params are the DAG's parameters (params.go): declarations in a DAG file, the values its runs use once submitted. */
             params?: components["schemas"]["Params"];
             schedule?: components["schemas"]["SpecInput"];
@@ -3289,7 +3369,7 @@ export const dAGStatusValues: ReadonlyArray<FlattenedDeepRequired<components>["s
 export const errorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ErrorCode"]> = ["parse_error", "unsupported_media_type", "invalid_dag", "cycle", "too_many_tasks", "dag_too_large", "invalid_schedule", "bad_request", "unauthorized", "forbidden", "cross_origin", "demo_disabled", "not_found", "method_not_allowed", "conflict", "host_not_allowed", "body_too_large", "rate_limited", "overloaded", "too_many_streams", "internal", "unreachable", "not_leader", "unavailable", "timeout", "storage_full", "too_many_live_dags", "too_many_live_tasks", "too_many_schedules", "schedule_too_frequent"];
 export const taskKindValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["TaskKind"]> = ["shell", "http", "noop", "sleep", "pod"];
 export const taskKindInputValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["TaskKindInput"]> = ["shell", "http", "noop", "sleep", "pod"];
-export const taskStatusValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["TaskStatus"]> = ["pending", "ready", "running", "retrying", "succeeded", "failed", "upstream_failed", "cancelled"];
+export const taskStatusValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["TaskStatus"]> = ["pending", "ready", "running", "retrying", "succeeded", "failed", "upstream_failed", "cancelled", "skipped"];
 export const componentsResponsesBadRequestContentApplicationJsonErrorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["BadRequest"]["content"]["application/json"]["error"]["code"]> = ["bad_request"];
 export const componentsResponsesBadRequestOrCycleOrInvalidDagOrInvalidScheduleOrParseErrorOrScheduleTooFrequentOrTooManyTasksContentApplicationJsonErrorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["BadRequestOrCycleOrInvalidDagOrInvalidScheduleOrParseErrorOrScheduleTooFrequentOrTooManyTasks"]["content"]["application/json"]["error"]["code"]> = ["bad_request", "cycle", "invalid_dag", "invalid_schedule", "parse_error", "schedule_too_frequent", "too_many_tasks"];
 export const componentsResponsesBadRequestOrCycleOrInvalidDagOrInvalidScheduleOrParseErrorOrTooManyTasksContentApplicationJsonErrorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["BadRequestOrCycleOrInvalidDagOrInvalidScheduleOrParseErrorOrTooManyTasks"]["content"]["application/json"]["error"]["code"]> = ["bad_request", "cycle", "invalid_dag", "invalid_schedule", "parse_error", "too_many_tasks"];

@@ -18,6 +18,7 @@ export const STATUS_COLORS: Record<TaskStatus, { bg: string; fg: string; border:
   failed: { bg: "#dc2626", fg: "#ffffff", border: "#7f1d1d" },
   upstream_failed: { bg: "#fecaca", fg: "#7f1d1d", border: "#dc2626" },
   cancelled: { bg: "#6b7280", fg: "#ffffff", border: "#374151" },
+  skipped: { bg: "#f9fafb", fg: "#6b7280", border: "#9ca3af" },
 };
 
 export interface GraphOptions {
@@ -67,6 +68,14 @@ function style(): StylesheetJson {
     { selector: 'node[status = "running"]', style: { "border-width": 3, "border-color": "#93c5fd" } },
     { selector: 'node[status = "retrying"]', style: { "border-style": "dashed", "border-width": 2.5 } },
     { selector: 'node[status = "upstream_failed"]', style: { "border-style": "dashed", "border-width": 2 } },
+    { selector: 'node[status = "skipped"]', style: { "border-style": "dotted", "border-width": 2 } },
+    // A task that runs by another rule than "all its dependencies
+    // succeeded" (or has a condition): a double border. Handlers and
+    // notifications: another shape, and dotted edges from what they wait for.
+    { selector: 'node[rule = "yes"]', style: { "border-style": "double", "border-width": 4 } },
+    { selector: 'node[role = "handler"]', style: { shape: "cut-rectangle" } },
+    { selector: 'node[role = "notification"]', style: { shape: "tag" } },
+    { selector: "edge.implicit", style: { "line-style": "dotted", "target-arrow-shape": "vee", opacity: 0.6 } },
     { selector: "node:selected", style: { "border-width": 4, "border-color": "#f472b6", "overlay-opacity": 0 } },
     { selector: "edge.hl", style: { "line-color": "#db2777", "target-arrow-color": "#db2777", width: 2.6, opacity: 1 } },
     { selector: 'edge[cascade = "yes"]', style: { "line-color": "#f87171", "target-arrow-color": "#f87171", "line-style": "dashed" } },
@@ -118,7 +127,7 @@ export class GraphView {
 
   /** Shows a DAG: rebuilds and lays out when its tasks changed, else recolours. */
   setTasks(dagId: string, tasks: TaskView[]): void {
-    const key = dagId + "|" + tasks.map((t) => t.id + ":" + t.depends_on.join(",")).join(";");
+    const key = dagId + "|" + tasks.map((t) => t.id + ":" + t.depends_on.join(",") + ":" + (t.role ?? "")).join(";");
     if (key !== this.key) {
       this.key = key;
       this.rebuild(tasks);
@@ -150,7 +159,8 @@ export class GraphView {
     const els: ElementDefinition[] = [];
     const compact = tasks.length > 60 ? "compact" : "";
     for (const t of tasks) {
-      els.push({ group: "nodes", data: { id: t.id, label: t.id, status: t.status }, classes: compact });
+      const rule = (t.trigger_rule && t.trigger_rule !== "all_success") || t.when || t.spec?.continue_on_failure ? "yes" : "no";
+      els.push({ group: "nodes", data: { id: t.id, label: t.id, status: t.status, rule, role: t.role ?? "task" }, classes: compact });
     }
     const ids = new Set(tasks.map((t) => t.id));
     for (const t of tasks) {
@@ -158,6 +168,7 @@ export class GraphView {
         if (ids.has(d)) els.push({ group: "edges", data: { id: `${d}->${t.id}`, source: d, target: t.id, cascade: "no" }, classes: compact });
       }
     }
+    els.push(...implicitEdges(tasks, compact));
     this.cy.batch(() => {
       this.cy.elements().remove();
       this.cy.add(els);
@@ -245,4 +256,25 @@ export class GraphView {
 
 function cssEscape(s: string): string {
   return s.replace(/["\\]/g, "\\$&");
+}
+
+/**
+ * Dotted edges to what runs at a DAG's end: each handler waits for every
+ * task, drawn from the tasks nothing depends on; each notification waits for
+ * the handlers too, drawn from them (or from those tasks). None past 50 such
+ * tasks: the picture would say less than the panel.
+ */
+function implicitEdges(tasks: TaskView[], compact: string): ElementDefinition[] {
+  const own = tasks.filter((t) => (t.role ?? "task") === "task");
+  const needed = new Set(own.flatMap((t) => t.depends_on));
+  const leaves = own.filter((t) => !needed.has(t.id)).map((t) => t.id);
+  const handlers = tasks.filter((t) => t.role === "handler").map((t) => t.id);
+  const notes = tasks.filter((t) => t.role === "notification").map((t) => t.id);
+  if (leaves.length > 50) return [];
+  const out: ElementDefinition[] = [];
+  const edge = (s: string, t: string) =>
+    out.push({ group: "edges", data: { id: `${s}=>${t}`, source: s, target: t, cascade: "no" }, classes: ("implicit " + compact).trim() });
+  for (const hd of handlers) for (const l of leaves) edge(l, hd);
+  for (const n of notes) for (const s of handlers.length ? handlers : leaves) edge(s, n);
+  return out;
 }

@@ -17,11 +17,21 @@ export const HELP: Record<string, { title: string; body: string }> = {
       "The order depends only on committed state, so every replica would dispatch in the same order. Queue size is the heap's size.",
   },
   cascade: {
-    title: "BFS cascade",
+    title: "Failure cascade, one level at a time",
     body:
-      "When a task fails for good (its retries are used up), a breadth-first walk over its dependents marks each one upstream_failed, " +
-      "exactly once however many paths lead to it, with cause = the failed task. Those records are committed together, " +
-      "so the graph turns at once. Tasks that do not depend on the failure keep running; the DAG fails when nothing is left to run.",
+      "When a task fails for good (its retries are used up), each dependent whose trigger rule says so (all_success, the default) becomes " +
+      "upstream_failed, with cause = the failed task; once that record is committed, its own dependents are judged the same way, and so on. " +
+      "Each task is marked exactly once however many paths lead to it. Tasks that do not depend on the failure keep running; " +
+      "the DAG fails when nothing is left to run.",
+  },
+  rules: {
+    title: "Trigger rules, conditions, handlers",
+    body:
+      "A task runs when its trigger rule says so, judged as its dependencies end: all_success (the default), all_done, one_success, " +
+      "one_failed, none_failed, all_failed. Otherwise it is skipped or upstream_failed, and its own dependents judge that in turn. " +
+      "A when: condition is judged once the rule says run: false skips the task. continue_on_failure makes a failure count as a success. " +
+      "Handlers (on_success, on_failure, on_exit) run once every task has ended; notifications once the handlers have, " +
+      "the ones the DAG's end does not call for are skipped as not needed.",
   },
   retry: {
     title: "Retries with capped exponential backoff",

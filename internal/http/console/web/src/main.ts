@@ -340,12 +340,12 @@ export class App {
           timer: window.setTimeout(() => {
             const c = this.cascaded;
             this.cascaded = null;
-            if (c) this.say(`BFS cascade from ${c.cause}: ${c.ids.length} task(s) upstream_failed (${c.ids.slice(0, 6).join(", ")}${c.ids.length > 6 ? ", …" : ""})`, "bad");
+            if (c) this.say(`cascade from ${c.cause}: ${c.ids.length} task(s) upstream_failed (${c.ids.slice(0, 6).join(", ")}${c.ids.length > 6 ? ", …" : ""})`, "bad");
           }, 300),
         };
       }
       this.cascaded.ids.push(t.id);
-    }
+    } else if (t.status === "skipped") this.say(`${t.id} skipped (${t.skipped ?? "by its rule"})`, "info");
   }
 
   // ---- rendering ---------------------------------------------------------
@@ -402,7 +402,8 @@ export class App {
     $("#dag-status").replaceChildren(statusBadge(d.status));
     $("#dag-meta").textContent =
       `${d.id} · run ${d.run} · ${d.tasks.length} tasks · submitted ${fmtTime(d.submitted_at)} · rev ${d.revision}` +
-      (d.scheduled ? ` · ${d.scheduled.schedule} tick ${fmtTime(d.scheduled.tick)} (interval from ${fmtTime(d.scheduled.interval_start)})` : "");
+      (d.scheduled ? ` · ${d.scheduled.schedule} tick ${fmtTime(d.scheduled.tick)} (interval from ${fmtTime(d.scheduled.interval_start)})` : "") +
+      (d.cancel_requested && d.status === "running" ? " · cancel requested: its handlers and notifications run, then it is cancelled" : "");
     const params = d.params ?? {};
     $("#dag-params").replaceChildren(
       ...Object.keys(params)
@@ -456,7 +457,15 @@ export class App {
       tip.hidden = true;
       return;
     }
-    tip.replaceChildren(h("b", {}, t.id), " ", statusBadge(t.status), h("div", {}, `attempts ${t.attempts} · priority ${t.priority}` + (t.worker ? ` · ${t.worker}` : "")));
+    const rule =
+      t.role === "handler" ? "handler" : t.role === "notification" ? "notification" : t.trigger_rule && t.trigger_rule !== "all_success" ? t.trigger_rule : "";
+    tip.replaceChildren(
+      h("b", {}, t.id),
+      " ",
+      statusBadge(t.status),
+      h("div", {}, `attempts ${t.attempts} · priority ${t.priority}` + (t.worker ? ` · ${t.worker}` : "") + (rule ? ` · ${rule}` : "") + (t.when ? " · when" : "")),
+      ...(t.skipped ? [h("div", {}, `skipped: ${t.skipped}`)] : []),
+    );
     tip.hidden = false;
     tip.style.left = x + 14 + "px";
     tip.style.top = y + 14 + "px";

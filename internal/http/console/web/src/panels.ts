@@ -59,6 +59,16 @@ export function renderTask(host: HTMLElement, d: DAGView, t: TaskView, now: numb
       ? h("span", {}, `next attempt at ${fmtTime(t.retry_at)} (in ${fmtDuration(Math.max(0, (ms(t.retry_at) ?? now) - now))}) `, helpBadge("retry"))
       : undefined;
   const cascadeInfo = t.cascade || t.status === "upstream_failed" ? h("span", {}, `because ${t.cause || "a dependency"} failed `, helpBadge("cascade")) : undefined;
+  const skipWhy: Record<string, string> = {
+    condition: "its when: condition was false",
+    trigger_rule: "its dependencies ended in a way its rule does not run on",
+    not_needed: "the way the DAG ended does not call for it",
+  };
+  const skippedInfo = t.skipped ? h("span", { "data-testid": "task-skipped" }, (skipWhy[t.skipped] ?? t.skipped) + " ", helpBadge("rules")) : undefined;
+  let ruleInfo: string | undefined = t.trigger_rule;
+  if (t.role === "handler") ruleInfo = `${t.id} handler: runs once the DAG's tasks have ended`;
+  else if (t.role === "notification") ruleInfo = "notification: sent once the DAG's tasks and handlers have ended";
+  else if (spec.continue_on_failure) ruleInfo += " · continue on failure";
 
   const head = h(
     "div.task-head",
@@ -72,6 +82,9 @@ export function renderTask(host: HTMLElement, d: DAGView, t: TaskView, now: numb
   const requires = Object.keys(required).length ? fmtLabels(required) : undefined;
   const facts = kv([
     ["waiting", t.waiting ? h("span", { "data-testid": "task-waiting" }, t.waiting) : undefined],
+    ["rule", ruleInfo ? h("span", { "data-testid": "task-rule" }, ruleInfo) : undefined],
+    ["when", t.when ? h("code", { "data-testid": "task-when" }, t.when) : undefined],
+    ["skipped", skippedInfo],
     ["requires", requires],
     ["attempts", `${t.attempts} (retries used ${t.retries} of ${t.max_retries})`],
     ["worker", t.worker ?? "—"],

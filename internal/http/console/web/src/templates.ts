@@ -10,13 +10,24 @@ interface T {
   priority?: number;
   max_retries?: number;
   timeout?: string;
+  trigger_rule?: string;
+  when?: string;
+  continue_on_failure?: boolean;
+}
+
+/** A DAG of templates: its tasks, and the handlers that run at its end. */
+interface D {
+  name: string;
+  tasks: T[];
+  on_failure?: Omit<T, "id">;
+  on_exit?: Omit<T, "id">;
 }
 
 export interface Template {
   key: string;
   title: string;
   description: string;
-  dag: () => { name: string; tasks: T[] };
+  dag: () => D;
 }
 
 const sh = (id: string, command: string, deps: string[] = [], extra: Partial<T> = {}): T => ({
@@ -142,6 +153,33 @@ function cascade() {
   };
 }
 
+/**
+ * A release: an optional lint that fails without stopping it, a smoke test
+ * that fails, a rollback that runs because it did (one_failed) and only if
+ * the deploy went out (when), a cleanup that runs whatever happened
+ * (all_done), a page to on-call skipped (the deploy did not fail), and
+ * handlers at the end.
+ */
+function release() {
+  return {
+    name: "release",
+    tasks: [
+      sh("build", 'echo "building web"; sleep 0.4; echo "built"'),
+      sh("lint", 'echo "style: 3 warnings" >&2; exit 1', ["build"], { continue_on_failure: true, max_retries: 0 }),
+      sh("deploy", 'echo "deploying to production"; sleep 0.5; echo "deployed"', ["build", "lint"], { max_retries: 0 }),
+      sh("smoke", 'echo "smoke test: GET /health"; echo "503" >&2; exit 1', ["deploy"], { max_retries: 0 }),
+      sh("rollback", 'echo "rolling back to the previous release"', ["deploy", "smoke"], {
+        trigger_rule: "one_failed",
+        when: 'tasks.deploy.status == "succeeded"',
+      }),
+      sh("cleanup", 'echo "removing build artifacts"', ["smoke", "rollback"], { trigger_rule: "all_done" }),
+      sh("page-oncall", 'echo "paging on-call: the deploy failed"', ["deploy"], { trigger_rule: "one_failed" }),
+    ],
+    on_failure: { kind: "shell" as const, command: 'echo "release failed: $ORION_FAILED_TASKS"', max_retries: 0 },
+    on_exit: { kind: "shell" as const, command: 'echo "release ended: $ORION_DAG_STATUS"', max_retries: 0 },
+  };
+}
+
 export const TEMPLATES: Template[] = [
   { key: "chain", title: "Chain (8 steps)", description: "Each task waits for the one before it: one runs at a time.", dag: chain },
   { key: "diamond", title: "Diamond", description: "fetch → left ∥ right → merge: the merge waits for both branches.", dag: diamond },
@@ -153,6 +191,12 @@ export const TEMPLATES: Template[] = [
     description: "flaky-api succeeds on its 2nd attempt; load-db fails for good, and everything downstream becomes upstream_failed.",
     dag: cascade,
   },
+  {
+    key: "release",
+    title: "Release with rollback",
+    description: "lint may fail (continue_on_failure); smoke fails, so rollback runs (one_failed, when deploy went out); cleanup runs anyway (all_done); handlers run at the end.",
+    dag: release,
+  },
 ];
 
 /** A YAML scalar: plain when that is unambiguous, else double-quoted (JSON quoting is valid YAML). */
@@ -163,24 +207,37 @@ function scalar(v: string | number): string {
 }
 
 /** The DAG as YAML, in Orion's native format (what the server reads with Content-Type application/yaml). */
-export function formatDAG(d: { name: string; tasks: T[] }): string {
+export function formatDAG(d: D): string {
   const out = [`name: ${scalar(d.name)}`, "tasks:"];
   for (const t of d.tasks) {
     out.push(`  - id: ${scalar(t.id)}`);
-    out.push(`    kind: ${t.kind}`);
-    if (t.command !== undefined) {
-      if (t.command.includes("\n")) {
-        out.push("    command: |");
-        for (const l of t.command.split("\n")) out.push("      " + l);
-      } else if (!t.command.includes("'")) {
-        out.push(`    command: '${t.command}'`); // YAML single quotes: no escapes inside
-      } else out.push(`    command: ${JSON.stringify(t.command)}`);
-    }
-    if (t.duration !== undefined) out.push(`    duration: ${scalar(t.duration)}`);
-    if (t.depends_on?.length) out.push(`    depends_on: [${t.depends_on.map(scalar).join(", ")}]`);
-    if (t.priority !== undefined) out.push(`    priority: ${t.priority}`);
-    if (t.max_retries !== undefined) out.push(`    max_retries: ${t.max_retries}`);
-    if (t.timeout !== undefined) out.push(`    timeout: ${scalar(t.timeout)}`);
+    fields(out, t, "    ");
+  }
+  for (const [key, t] of [["on_failure", d.on_failure], ["on_exit", d.on_exit]] as const) {
+    if (!t) continue;
+    out.push(`${key}:`);
+    fields(out, t, "  ");
   }
   return out.join("\n") + "\n";
+}
+
+/** A task's fields but its id, at the given indent. */
+function fields(out: string[], t: Omit<T, "id">, ind: string): void {
+  out.push(`${ind}kind: ${t.kind}`);
+  if (t.command !== undefined) {
+    if (t.command.includes("\n")) {
+      out.push(`${ind}command: |`);
+      for (const l of t.command.split("\n")) out.push(`${ind}  ` + l);
+    } else if (!t.command.includes("'")) {
+      out.push(`${ind}command: '${t.command}'`); // YAML single quotes: no escapes inside
+    } else out.push(`${ind}command: ${JSON.stringify(t.command)}`);
+  }
+  if (t.duration !== undefined) out.push(`${ind}duration: ${scalar(t.duration)}`);
+  if (t.depends_on?.length) out.push(`${ind}depends_on: [${t.depends_on.map(scalar).join(", ")}]`);
+  if (t.priority !== undefined) out.push(`${ind}priority: ${t.priority}`);
+  if (t.max_retries !== undefined) out.push(`${ind}max_retries: ${t.max_retries}`);
+  if (t.timeout !== undefined) out.push(`${ind}timeout: ${scalar(t.timeout)}`);
+  if (t.trigger_rule !== undefined) out.push(`${ind}trigger_rule: ${t.trigger_rule}`);
+  if (t.when !== undefined) out.push(`${ind}when: ${JSON.stringify(t.when)}`);
+  if (t.continue_on_failure) out.push(`${ind}continue_on_failure: true`);
 }
