@@ -129,6 +129,10 @@ type dagRun struct {
 	// continue_on_failure makes their failure count as a success.
 	contFailed [numRoles]int32
 	conds      map[int32]*expr.Program // compiled `when:` conditions, by task, as evaluated
+	// awaiting: leader: ready tasks whose condition or templates read a
+	// task that has not ended yet (rules.go, readsUnended); each of the
+	// DAG's tasks that ends looks at them again.
+	awaiting []*task
 
 	inflight   bool     // leader: a proposal for the DAG record is being committed
 	retrying   bool     // leader: that proposal is a retry, counted in pendingLive
@@ -169,6 +173,7 @@ type task struct {
 	// Core.handovers; handingOver: the proposal in flight hands it over to
 	// the worker reserved (handover.go).
 	homeless, handingOver bool
+	awaiting              bool // leader: in its DAG's awaiting list
 }
 
 func (t *task) spec() *model.Task {
@@ -592,6 +597,9 @@ func (c *Core) setStatus(t *task, s Status) {
 	switch {
 	case s.Terminal() && !wasTerminal:
 		d.remaining--
+		if len(d.awaiting) > 0 && c.leader {
+			c.wakeAwaiting(d)
+		}
 	case !s.Terminal() && wasTerminal:
 		d.remaining++
 	}

@@ -144,6 +144,10 @@ func (c *Core) StepDown() {
 	c.pendingLive = liveCount{}
 	for _, d := range c.dags {
 		d.inflight, d.wantCancel, d.reserved, d.classes = false, false, 0, nil
+		for _, t := range d.awaiting {
+			t.awaiting = false
+		}
+		d.awaiting = nil
 		d.retrying, d.parked = false, false
 		for i := range d.tasks {
 			t := &d.tasks[i]
@@ -1075,7 +1079,7 @@ func (c *Core) noteAhead(t *task) {
 	for _, j := range d.dependents[t.idx] {
 		dep := &d.tasks[j]
 		if dep.status == Pending && !dep.inflight && dep.waiting == 1 && dep.bad == 0 && dep.skipped == 0 {
-			if s := dep.spec(); s.TriggerRule == "" && s.When == "" {
+			if s := dep.spec(); s.TriggerRule == "" && s.When == "" && !c.readsUnended(dep, t) {
 				c.ahead = append(c.ahead, dep)
 			}
 		}

@@ -339,12 +339,69 @@ func ordinaryStopped(t *task) bool { return t.dag.rec.CancelRequested && t.idx <
 // `when:` condition is yet to be judged, sets it aside for Schedule to
 // judge (judgeConditions).
 func (c *Core) becameReady(t *task) {
+	if t.awaiting {
+		return // looked at again when one of the tasks it reads ends
+	}
 	t.readyAt = c.now
+	if c.readsUnended(t, nil) {
+		t.awaiting = true
+		t.dag.awaiting = append(t.dag.awaiting, t)
+		return
+	}
 	if t.spec().When != "" {
 		c.judging = append(c.judging, t)
 		return
 	}
 	c.enqueue(t)
+}
+
+// readsUnended reports whether t's condition or templates read a task
+// (other than except) that has not ended. Such a read would depend on when
+// it is made: under one_success or one_failed a task starts while other
+// dependencies, and what they wait for, still run, and a condition judged
+// then could be judged otherwise by a leader after a takeover, a template
+// render a missing output. So t waits, ready, until every task it reads has
+// ended; what it reads is then final. Handlers and notifications run once
+// every task has ended.
+func (c *Core) readsUnended(t *task, except *task) bool {
+	d := t.dag
+	if t.idx >= d.nTasks {
+		return false
+	}
+	unended := func(j int32) bool {
+		r := &d.tasks[j]
+		return r != except && r != t && !r.status.Terminal()
+	}
+	if t.spec().When != "" {
+		if p, err := c.program(t); err == nil {
+			for _, id := range p.Refs().Tasks {
+				if j, ok := d.index[id]; ok && unended(j) {
+					return true
+				}
+			}
+		}
+	}
+	if tt := d.templates(t); tt != noTemplates {
+		for _, j := range tt.tasks {
+			if unended(j) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// wakeAwaiting looks again at d's tasks waiting for what they read, once
+// one of d's tasks has ended.
+func (c *Core) wakeAwaiting(d *dagRun) {
+	list := d.awaiting
+	d.awaiting = nil
+	for _, t := range list {
+		t.awaiting = false
+		if t.status == Ready && !d.deleted {
+			c.becameReady(t)
+		}
+	}
 }
 
 // judgeConditions judges the conditions of the tasks set aside by
