@@ -9,8 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-
 	"github.com/orion-sched/orion/internal/core"
 	"github.com/orion-sched/orion/internal/model"
 	"github.com/orion-sched/orion/internal/store"
@@ -670,8 +668,8 @@ func (w *fakeWorker) takeRunning() []model.AttemptID {
 	return out
 }
 
-// rpctypesTooLarge is etcd's refusal of a request over --max-request-bytes.
-var rpctypesTooLarge = rpctypes.ErrRequestTooLarge
+// errTooLarge is etcd's refusal of a request over --max-request-bytes.
+var errTooLarge = store.ErrRequestTooLarge
 
 // fakeClock is a clock that moves only when the test advances it.
 type fakeClock struct {

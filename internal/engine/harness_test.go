@@ -14,7 +14,7 @@ import (
 
 	"github.com/cockroachdb/datadriven"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
 
@@ -398,7 +398,7 @@ func (h *engineHarness) run(td *datadriven.TestData) string {
 		h.st.mu.Lock()
 		h.st.leaseErr = nil
 		if td.CmdArgs[0].Key == "refused" {
-			h.st.leaseErr = fmt.Errorf("leadership: session: %w", rpctypes.ErrGRPCNoSpace)
+			h.st.leaseErr = fmt.Errorf("leadership: session: %w", store.ErrNoSpace)
 		}
 		h.st.mu.Unlock()
 	case "etcd":
@@ -821,14 +821,14 @@ func (h *engineHarness) hook(kind string) {
 	case "fail":
 		once(func([]core.Entry) (bool, error) { return false, errors.New("etcdserver: request timed out") })
 	case "too-large":
-		once(func([]core.Entry) (bool, error) { return false, rpctypesTooLarge })
+		once(func([]core.Entry) (bool, error) { return false, errTooLarge })
 	case "too-large-batch":
 		// The first transaction of two entries or more is refused.
 		var used sync.Once
 		h.st.setCommitHook(func(entries []core.Entry) (apply bool, err error) {
 			apply = true
 			if len(entries) >= 2 {
-				used.Do(func() { apply, err = false, rpctypesTooLarge })
+				used.Do(func() { apply, err = false, errTooLarge })
 			}
 			return apply, err
 		})
@@ -841,7 +841,7 @@ func (h *engineHarness) hook(kind string) {
 			defer h.opsMu.Unlock()
 			if len(entries) > 3 {
 				h.opsRefused++
-				return false, rpctypes.ErrGRPCTooManyOps
+				return false, store.ErrTooManyOps
 			}
 			h.opsLargest = max(h.opsLargest, len(entries))
 			return true, nil
@@ -859,7 +859,7 @@ func (h *engineHarness) hook(kind string) {
 		h.st.setCommitHook(func(entries []core.Entry) (bool, error) {
 			for _, en := range entries {
 				if !en.Delete {
-					return false, &store.NoSpaceError{Quota: 64 << 20, DBSize: 64 << 20, Cause: rpctypes.ErrNoSpace}
+					return false, &store.NoSpaceError{Quota: 64 << 20, DBSize: 64 << 20}
 				}
 			}
 			return true, nil
@@ -940,7 +940,7 @@ func (h *engineHarness) sizeHook(td *datadriven.TestData) {
 	h.st.setCommitHook(func(entries []core.Entry) (bool, error) {
 		for _, en := range entries {
 			if refuse(en) {
-				return false, rpctypesTooLarge
+				return false, errTooLarge
 			}
 		}
 		return true, nil

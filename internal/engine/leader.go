@@ -5,13 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.uber.org/zap"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/orion-sched/orion/internal/core"
 	"github.com/orion-sched/orion/internal/dag"
@@ -503,9 +499,7 @@ func (e *Engine) txnLimits() store.Limits {
 
 // tooManyOps reports etcd's refusal of a transaction for its number of
 // operations (--max-txn-ops), before applying any of it.
-func tooManyOps(err error) bool {
-	return errors.Is(err, rpctypes.ErrTooManyOps) || errors.Is(err, rpctypes.ErrGRPCTooManyOps)
-}
+func tooManyOps(err error) bool { return errors.Is(err, store.ErrTooManyOps) }
 
 // refusedWhole reports an error with which etcd (or the gRPC client, before
 // sending) refused a transaction for its size, having applied none of it.
@@ -515,18 +509,7 @@ func refusedWhole(err error) bool {
 
 // tooLarge reports etcd's (or the gRPC client's) refusal of a transaction
 // for its bytes, before applying any of it.
-func tooLarge(err error) bool {
-	if errors.Is(err, rpctypes.ErrRequestTooLarge) || errors.Is(err, rpctypes.ErrGRPCRequestTooLarge) {
-		return true
-	}
-	// gRPC's limits: the client's own send limit (MaxCallSendMsgSize) and
-	// the member's receive limit (--max-request-bytes plus gRPC's
-	// overhead), "grpc: received message larger than max". etcd also
-	// answers ResourceExhausted for a full quota and for overload, which
-	// are not about size: those keep the general path.
-	st, ok := status.FromError(err)
-	return ok && st.Code() == codes.ResourceExhausted && strings.Contains(st.Message(), "larger than max")
-}
+func tooLarge(err error) bool { return errors.Is(err, store.ErrRequestTooLarge) }
 
 // apply applies one committed entry and tells whoever waits for it.
 func (e *Engine) apply(en *core.Entry) {

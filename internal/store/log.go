@@ -313,9 +313,10 @@ func (p *Pending) Commit(ctx context.Context) (Committed, error) {
 		}
 		out.Retried += t.retried
 		if err != nil {
-			// NOSPACE refuses the whole transaction before applying it: a
-			// known outcome, unlike a timeout, so it gets its own type.
-			err = mapNoSpace(err)
+			// NOSPACE, too many operations and too many bytes refuse
+			// the whole transaction before applying it: known outcomes,
+			// unlike a timeout, so they get the store's own errors.
+			err = mapRefused(err)
 			t.finish(0, "", err)
 			for _, rest := range p.slots[i+1:] {
 				rest.finish(0, "", &PredecessorError{Err: err})
