@@ -78,6 +78,11 @@ func (c *Core) scheduleHandovers() int {
 			w.busy++
 			w.attempts[t.attemptID()] = t
 			c.effects = append(c.effects, c.handoverDispatch(t, w))
+			if t.dag.rec.Status == DAGCancelled {
+				// Its cancellation waited for a worker to hold it, as
+				// after a hand-over record (handedOver).
+				c.reconcileTask(t)
+			}
 		} else {
 			c.proposeHandover(t, w)
 		}

@@ -764,7 +764,13 @@ func (c *Core) Holds(id model.AttemptID) bool {
 // decide turns the result of the current attempt into the task's next record.
 func (c *Core) decide(t *task, r model.Result) {
 	if t.dag.rec.Status != DAGRunning {
-		return // the DAG is being cancelled; its cancellation record wins
+		// The DAG is cancelled; its cancellation record wins. A task it
+		// did not reach is a pod attempt that waited for a worker to
+		// delete its pod (handover.go): its worker has just let it end.
+		if t.dag.rec.Status == DAGCancelled && !t.dag.deleted {
+			c.proposeCancel(t)
+		}
+		return
 	}
 	rec := c.nextRecord(t)
 	c.setResult(rec, r)
@@ -1238,13 +1244,7 @@ func (c *Core) reconcileTask(t *task) {
 			// the attempt (handover.go).
 			return
 		}
-		rec := c.nextRecord(t)
-		rec.Status, rec.Event = Cancelled, "cancel"
-		rec.FinishedAt = timePtr(c.now)
-		if t.status == Running {
-			rec.Error = "" // a running attempt's is a hand-over's note
-		}
-		c.proposeTask(t, rec)
+		c.proposeCancel(t)
 	case DAGRunning:
 		if t.status == Running {
 			return
@@ -1261,6 +1261,17 @@ func (c *Core) reconcileTask(t *task) {
 			}
 		}
 	}
+}
+
+// proposeCancel proposes t's cancellation, its DAG being cancelled.
+func (c *Core) proposeCancel(t *task) {
+	rec := c.nextRecord(t)
+	rec.Status, rec.Event = Cancelled, "cancel"
+	rec.FinishedAt = timePtr(c.now)
+	if t.status == Running {
+		rec.Error = "" // a running attempt's is a hand-over's note
+	}
+	c.proposeTask(t, rec)
 }
 
 // reconcileDAG proposes a DAG's cancellation or its final status.
