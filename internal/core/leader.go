@@ -323,10 +323,14 @@ func (c *Core) Adopt(workerID string, id model.AttemptID) Claim {
 	default:
 		c.stats.RefusedClaims[v]++
 		// A pod attempt that is the log's current one, held by another
-		// worker or being handed over: this worker lets it go, and the
-		// pod it follows runs on for its holder. Anything else is
-		// stopped (a pod deleted).
-		release := t != nil && !t.dag.deleted && isPod(t) && id.Attempt == t.attempt() && t.status == Running
+		// worker or being handed over to one: this worker lets it go,
+		// and the pod it follows runs on for its holder. Anything else
+		// is stopped (a pod deleted): an attempt stale for another
+		// reason (its cancellation in flight, say) has nobody else to
+		// stop it, and once applied the cancellation would reach a
+		// worker that has let it go.
+		release := t != nil && !t.dag.deleted && isPod(t) && id.Attempt == t.attempt() && t.status == Running &&
+			(v == ClaimOtherWorker || t.handingOver)
 		c.effects = append(c.effects, Effect{Kind: EffectCancel, Worker: workerID, ID: id, Release: release})
 	}
 	return v
