@@ -103,6 +103,9 @@ type Core struct {
 	// handovers are the pod attempts whose worker is gone, waiting for
 	// another (handover.go).
 	handovers []*task
+	// cleanups are the cancelled pod attempts that no worker held, each
+	// waiting for a pod worker to delete its pod (handover.go).
+	cleanups []cleanup
 }
 
 type dagRun struct {
@@ -152,8 +155,10 @@ type task struct {
 	early *TaskRecord
 	// homeless: leader: a pod attempt whose worker is gone, in
 	// Core.handovers; handingOver: the proposal in flight hands it over to
-	// the worker reserved (handover.go).
-	homeless, handingOver bool
+	// the worker reserved (handover.go); ended: a pod attempt whose
+	// worker reported its end, or was told to stop it, while its record
+	// was in flight: a cancellation applied next needs no clean-up.
+	homeless, handingOver, ended bool
 }
 
 func (t *task) spec() *model.Task { return &t.dag.rec.Tasks[t.idx] }

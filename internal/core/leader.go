@@ -141,7 +141,7 @@ func (c *Core) StepDown() {
 	c.outbox, c.effects, c.ahead = nil, nil, nil
 	c.workers, c.workerList, c.pendingSubmit = nil, nil, nil
 	c.classes, c.classList, c.poolReserved = nil, nil, nil
-	c.unsealed, c.handovers = nil, nil
+	c.unsealed, c.handovers, c.cleanups = nil, nil, nil
 	c.pendingLive = liveCount{}
 	for _, d := range c.dags {
 		d.inflight, d.wantCancel, d.reserved, d.classes = false, false, 0, nil
@@ -150,7 +150,7 @@ func (c *Core) StepDown() {
 			t := &d.tasks[i]
 			t.inflight, t.dispatching, t.stash, t.reserved, t.queued, t.cls = false, false, nil, nil, false, nil
 			t.early = nil
-			t.homeless, t.handingOver = false, false
+			t.homeless, t.handingOver, t.ended = false, false, false
 		}
 		for _, tt := range d.tpls {
 			if tt != nil && tt != noTemplates {
@@ -331,6 +331,9 @@ func (c *Core) Adopt(workerID string, id model.AttemptID) Claim {
 		// worker that has let it go.
 		release := t != nil && !t.dag.deleted && isPod(t) && id.Attempt == t.attempt() && t.status == Running &&
 			(v == ClaimOtherWorker || t.handingOver)
+		if t != nil && !release && t.inflight && isPod(t) && id.Attempt == t.attempt() && t.rec.Worker == workerID {
+			t.ended = true // its cancellation, in flight, needs no clean-up
+		}
 		c.effects = append(c.effects, Effect{Kind: EffectCancel, Worker: workerID, ID: id, Release: release})
 	}
 	return v
@@ -405,8 +408,12 @@ func (c *Core) RemoveWorker(id string, now time.Time) {
 	sort.Slice(ids, func(i, j int) bool { return ids[i].String() < ids[j].String() })
 	for _, aid := range ids {
 		t := w.attempts[aid]
-		if t.status == Running && t.attempt() == aid.Attempt && !t.inflight && !t.dag.deleted {
+		switch {
+		case t.status == Running && t.attempt() == aid.Attempt && !t.inflight && !t.dag.deleted:
 			c.requeueOrphan(t, "worker "+id+" is gone")
+		case isPod(t) && t.attempt() == aid.Attempt && (t.status == Cancelled || t.status == UpstreamFailed):
+			// Told to delete its pod, and gone before it said it had.
+			c.cleanUp(t)
 		}
 	}
 }
@@ -729,7 +736,7 @@ func (c *Core) Report(r model.Result, now time.Time) Reported {
 		return 0
 	}
 	checkOutputs(&r, c.cfg.MaxOutputBytes)
-	c.releaseAttempt(r.AttemptID, r.Worker)
+	held := c.releaseAttempt(r.AttemptID, r.Worker)
 	t := c.lookup(r.DAG, r.Task)
 	if t != nil && t.sentEarly(r.Attempt, r.Worker) {
 		// The attempt's dispatch record is not committed yet.
@@ -742,7 +749,7 @@ func (c *Core) Report(r model.Result, now time.Time) Reported {
 	}
 	switch {
 	case t == nil || t.dag.deleted || r.Attempt < 1 || r.Attempt > t.attempt() ||
-		r.Attempt == t.attempt() && t.rec.Worker != r.Worker:
+		r.Attempt == t.attempt() && t.rec.Worker != r.Worker && !held: // held: a pod's clean-up
 		c.stats.UnheldResults++
 		return ReportUnheld
 	case t.status != Running || t.attempt() != r.Attempt:
@@ -773,6 +780,7 @@ func (c *Core) decide(t *task, r model.Result) {
 		// delete its pod (handover.go): its worker has just let it end.
 		if t.dag.rec.Status == DAGCancelled && !t.dag.deleted {
 			c.proposeCancel(t)
+			t.ended = isPod(t)
 		}
 		return
 	}
@@ -1097,13 +1105,17 @@ func (c *Core) endDispatch(t *task) *worker {
 	return w
 }
 
-func (c *Core) releaseAttempt(id model.AttemptID, workerID string) {
+// releaseAttempt frees the slot of attempt id on workerID, and reports
+// whether the worker held it.
+func (c *Core) releaseAttempt(id model.AttemptID, workerID string) bool {
 	if w := c.workers[workerID]; w != nil {
 		if _, ok := w.attempts[id]; ok {
 			delete(w.attempts, id)
 			w.busy--
+			return true
 		}
 	}
+	return false
 }
 
 // afterTaskApplied is the leader's reaction to a committed task record.
@@ -1116,6 +1128,8 @@ func (c *Core) afterTaskApplied(t *task, from Status, prev *TaskRecord) {
 		return
 	}
 	t.inflight = false
+	ended := t.ended
+	t.ended = false
 	early := t.early != nil
 	c.clearEarly(t)
 	dispatched := t.dispatching && (early || rec.Status == Running)
@@ -1172,8 +1186,14 @@ func (c *Core) afterTaskApplied(t *task, from Status, prev *TaskRecord) {
 		c.cascade(t)
 	case Cancelled, UpstreamFailed:
 		if from == Running && prev != nil {
-			c.effects = append(c.effects, Effect{Kind: EffectCancel, Worker: prev.Worker,
-				ID: model.AttemptID{DAG: t.dag.id, Task: t.id(), Attempt: prev.Attempt}})
+			id := model.AttemptID{DAG: t.dag.id, Task: t.id(), Attempt: prev.Attempt}
+			if w := c.workers[prev.Worker]; isPod(t) && !ended && (w == nil || w.attempts[id] == nil) {
+				// Its worker left (or came back without it) while the
+				// record was in flight: nobody would delete its pod.
+				c.cleanUp(t)
+			} else {
+				c.effects = append(c.effects, Effect{Kind: EffectCancel, Worker: prev.Worker, ID: id})
+			}
 		}
 		// A new leader's cascade may have started midway: carry it on from
 		// here (dependents already proposed are in flight and skipped).
