@@ -124,6 +124,7 @@ func (c *Core) scheduleHandovers() int {
 	}
 	n := 0
 	kept := c.handovers[:0]
+	full := false
 	for _, t := range c.handovers {
 		if !c.handoverable(t) {
 			if t.homeless && t.status == Running && !t.dag.deleted && (t.inflight || t.dag.inflight) {
@@ -133,7 +134,14 @@ func (c *Core) scheduleHandovers() int {
 			}
 			continue
 		}
-		w := c.pickWorker(t.spec().Requires())
+		var w *worker
+		if !full {
+			if w = c.pickWorker(t.spec().Requires()); w == nil {
+				// Others may want other labels; none gets a worker once
+				// no pod worker has a free slot.
+				full = c.pickWorker(podWorker) == nil
+			}
+		}
 		if w == nil {
 			kept = append(kept, t)
 			continue
