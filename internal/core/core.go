@@ -111,7 +111,7 @@ type Core struct {
 type dagRun struct {
 	id         string
 	rec        *DAGRecord
-	seq        int64 // revision that created the DAG: submission order
+	seq        int64 // revision that created the DAG: submission order, and identity (model.Attempt.Submission)
 	tasks      []task
 	index      map[string]int32
 	deps       [][]int32

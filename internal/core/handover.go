@@ -217,7 +217,7 @@ func (c *Core) handoverDispatch(t *task, worker string) Effect {
 		spec = s
 	}
 	return Effect{Kind: EffectDispatch, Worker: worker,
-		Attempt: model.Attempt{AttemptID: t.attemptID(), Spec: *spec, MaxOutputBytes: c.cfg.MaxOutputBytes,
+		Attempt: model.Attempt{AttemptID: t.attemptID(), Submission: t.dag.seq, Spec: *spec, MaxOutputBytes: c.cfg.MaxOutputBytes,
 			Handover: true, Stop: t.dag.rec.Status == DAGCancelled}}
 }
 

@@ -1070,7 +1070,7 @@ func (c *Core) proposeAttempt(t *task, w *worker, attempt int, spec *model.Task,
 	w.attempts[id] = t
 	if send {
 		c.effects = append(c.effects, Effect{Kind: EffectDispatch, Worker: w.id, ReadyAt: t.readyAt,
-			Attempt: model.Attempt{AttemptID: id, Spec: *spec, MaxOutputBytes: c.cfg.MaxOutputBytes}})
+			Attempt: model.Attempt{AttemptID: id, Submission: t.dag.seq, Spec: *spec, MaxOutputBytes: c.cfg.MaxOutputBytes}})
 	}
 }
 
@@ -1178,7 +1178,7 @@ func (c *Core) afterTaskApplied(t *task, from Status, prev *TaskRecord) {
 			id := t.attemptID()
 			w.attempts[id] = t
 			c.effects = append(c.effects, Effect{Kind: EffectDispatch, Worker: w.id, ReadyAt: t.readyAt,
-				Attempt: model.Attempt{AttemptID: id, Spec: *spec, MaxOutputBytes: c.cfg.MaxOutputBytes}})
+				Attempt: model.Attempt{AttemptID: id, Submission: t.dag.seq, Spec: *spec, MaxOutputBytes: c.cfg.MaxOutputBytes}})
 		}
 	case Retrying:
 		c.armRetry(t)
