@@ -105,12 +105,15 @@ type Core struct {
 	// handovers are the pod attempts whose worker is gone, waiting for
 	// another (handover.go).
 	handovers []*task
+	// cleanups are the cancelled pod attempts that no worker held, each
+	// waiting for a pod worker to delete its pod (handover.go).
+	cleanups []cleanup
 }
 
 type dagRun struct {
 	id         string
 	rec        *DAGRecord
-	seq        int64 // revision that created the DAG: submission order
+	seq        int64 // revision that created the DAG: submission order, and identity (model.Attempt.Submission)
 	tasks      []task
 	index      map[string]int32
 	deps       [][]int32
@@ -171,9 +174,11 @@ type task struct {
 	early *TaskRecord
 	// homeless: leader: a pod attempt whose worker is gone, in
 	// Core.handovers; handingOver: the proposal in flight hands it over to
-	// the worker reserved (handover.go).
-	homeless, handingOver bool
-	awaiting              bool // leader: in its DAG's awaiting list
+	// the worker reserved (handover.go); ended: a pod attempt whose
+	// worker reported its end, or was told to stop it, while its record
+	// was in flight: a cancellation applied next needs no clean-up.
+	homeless, handingOver, ended bool
+	awaiting                     bool // leader: in its DAG's awaiting list
 }
 
 func (t *task) spec() *model.Task {

@@ -29,6 +29,73 @@ import (
 // (the worker deletes the pod if there is one and creates none), and the
 // task's cancellation is proposed once a worker holds it.
 
+// A pod attempt can also be cancelled by a record applied after its worker
+// left (the cancellation was in flight), or its worker leave once told to
+// cancel it and before it reported that it had. The task is cancelled
+// already; its pod is not deleted. Such an attempt is queued as a clean-up:
+// the next pod worker with a free slot is sent it with Stop, and deletes
+// its pod. No record is needed: deleting by name is idempotent, and a
+// clean-up that two workers run, or that finds no pod, does no harm. The
+// queue is the leader's alone: a new leader does not know it (the pod then
+// runs until its deadline).
+
+// maxCleanups bounds the clean-ups waiting for a worker. Past it the oldest
+// is dropped: its pod runs until its deadline (the task's timeout).
+const maxCleanups = 10000
+
+// cleanup is a cancelled pod attempt whose pod waits to be deleted.
+type cleanup struct {
+	t        *task
+	id       model.AttemptID
+	requires map[string]string
+	dispatch Effect // its Worker set when sent
+}
+
+// podWorker is what a pod attempt requires of its worker at least.
+var podWorker = map[string]string{model.PodsLabel: "true"}
+
+// cleanUp queues the deletion of the pod of t's current attempt, cancelled
+// while no worker holds it.
+func (c *Core) cleanUp(t *task) {
+	if len(c.cleanups) >= maxCleanups {
+		c.cleanups[0] = cleanup{}
+		c.cleanups = c.cleanups[1:]
+	}
+	d := c.handoverDispatch(t, "")
+	d.Attempt.Stop = true
+	c.cleanups = append(c.cleanups, cleanup{t: t, id: t.attemptID(), requires: t.spec().Requires(), dispatch: d})
+}
+
+// scheduleCleanups sends the queued clean-ups, oldest first, to pod
+// workers with a free slot. Each holds its slot until its worker reports.
+func (c *Core) scheduleCleanups() int {
+	n := 0
+	kept := c.cleanups[:0]
+	full := false
+	for _, cu := range c.cleanups {
+		var w *worker
+		if !full {
+			if w = c.pickWorker(cu.requires); w == nil {
+				full = c.pickWorker(podWorker) == nil
+			} else if _, busy := w.attempts[cu.id]; busy {
+				w = nil // already sent there, not reported yet
+			}
+		}
+		if w == nil {
+			kept = append(kept, cu)
+			continue
+		}
+		w.busy++
+		w.attempts[cu.id] = cu.t
+		cu.dispatch.Worker = w.id
+		c.effects = append(c.effects, cu.dispatch)
+		n++
+	}
+	clear(c.cleanups[len(kept):])
+	c.cleanups = kept
+	return n
+}
+
 // isPod reports whether t's attempts are pods.
 func isPod(t *task) bool { return t.spec().Kind == model.KindPod }
 
@@ -53,10 +120,11 @@ func (c *Core) handoverable(t *task) bool {
 // go before ready tasks: they are running already, and hold their limits.
 func (c *Core) scheduleHandovers() int {
 	if len(c.handovers) == 0 {
-		return 0
+		return c.scheduleCleanups()
 	}
 	n := 0
 	kept := c.handovers[:0]
+	full := false
 	for _, t := range c.handovers {
 		if !c.handoverable(t) {
 			if t.homeless && t.status == Running && !t.dag.deleted && (t.inflight || t.dag.inflight) {
@@ -66,7 +134,14 @@ func (c *Core) scheduleHandovers() int {
 			}
 			continue
 		}
-		w := c.pickWorker(t.spec().Requires())
+		var w *worker
+		if !full {
+			if w = c.pickWorker(t.spec().Requires()); w == nil {
+				// Others may want other labels; none gets a worker once
+				// no pod worker has a free slot.
+				full = c.pickWorker(podWorker) == nil
+			}
+		}
 		if w == nil {
 			kept = append(kept, t)
 			continue
@@ -77,7 +152,12 @@ func (c *Core) scheduleHandovers() int {
 			t.homeless = false
 			w.busy++
 			w.attempts[t.attemptID()] = t
-			c.effects = append(c.effects, c.handoverDispatch(t, w))
+			c.effects = append(c.effects, c.handoverDispatch(t, w.id))
+			if toCancel(t) {
+				// Its cancellation waited for a worker to hold it, as
+				// after a hand-over record (handedOver).
+				c.reconcileTask(t)
+			}
 		} else {
 			c.proposeHandover(t, w)
 		}
@@ -85,7 +165,7 @@ func (c *Core) scheduleHandovers() int {
 	}
 	clear(c.handovers[len(kept):])
 	c.handovers = kept
-	return n
+	return n + c.scheduleCleanups()
 }
 
 // proposeHandover proposes that t's running attempt continue on w,
@@ -123,12 +203,12 @@ func (c *Core) handedOver(t *task) {
 		}
 	}
 	w.attempts[t.attemptID()] = t
-	c.effects = append(c.effects, c.handoverDispatch(t, w))
+	c.effects = append(c.effects, c.handoverDispatch(t, w.id))
 }
 
 // handoverDispatch is the dispatch of t's current attempt to w, which
 // adopts its pod (or deletes it, in a cancelled DAG).
-func (c *Core) handoverDispatch(t *task, w *worker) Effect {
+func (c *Core) handoverDispatch(t *task, worker string) Effect {
 	// The attempt's spec as it was first sent: its templates rendered
 	// again over the same committed values (a pure function of them), so
 	// that a worker which must still create the pod creates the same one.
@@ -136,9 +216,9 @@ func (c *Core) handoverDispatch(t *task, w *worker) Effect {
 	if s, err := c.attemptSpec(t); err == nil {
 		spec = s
 	}
-	return Effect{Kind: EffectDispatch, Worker: w.id,
-		Attempt: model.Attempt{AttemptID: t.attemptID(), Spec: *spec, MaxOutputBytes: c.cfg.MaxOutputBytes,
-			Handover: true, Stop: t.dag.rec.Status == DAGCancelled}}
+	return Effect{Kind: EffectDispatch, Worker: worker,
+		Attempt: model.Attempt{AttemptID: t.attemptID(), Submission: t.dag.seq, Spec: *spec, MaxOutputBytes: c.cfg.MaxOutputBytes,
+			Handover: true, Stop: toCancel(t)}}
 }
 
 // abandonHandover gives up t's hand-over proposal, which will never apply.
@@ -182,4 +262,11 @@ func (c *Core) Recorded(worker string, id model.AttemptID) bool {
 		return true
 	}
 	return false
+}
+
+// toCancel reports whether t is to be cancelled: its DAG is, or its DAG's
+// cancellation is requested and t is one of the DAG file's tasks (its
+// handlers still run).
+func toCancel(t *task) bool {
+	return t.dag.rec.Status == DAGCancelled || t.dag.rec.Status == DAGRunning && ordinaryStopped(t)
 }

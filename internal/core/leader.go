@@ -140,7 +140,7 @@ func (c *Core) StepDown() {
 	c.outbox, c.effects, c.ahead = nil, nil, nil
 	c.workers, c.workerList, c.pendingSubmit = nil, nil, nil
 	c.classes, c.classList, c.poolReserved = nil, nil, nil
-	c.unsealed, c.handovers, c.judging = nil, nil, nil
+	c.unsealed, c.handovers, c.judging, c.cleanups = nil, nil, nil, nil
 	c.pendingLive = liveCount{}
 	for _, d := range c.dags {
 		d.inflight, d.wantCancel, d.reserved, d.classes = false, false, 0, nil
@@ -153,7 +153,7 @@ func (c *Core) StepDown() {
 			t := &d.tasks[i]
 			t.inflight, t.dispatching, t.stash, t.reserved, t.queued, t.cls = false, false, nil, nil, false, nil
 			t.early = nil
-			t.homeless, t.handingOver = false, false
+			t.homeless, t.handingOver, t.ended = false, false, false
 		}
 		for _, tt := range d.tpls {
 			if tt != nil && tt != noTemplates {
@@ -313,7 +313,7 @@ func (c *Core) Adopt(workerID string, id model.AttemptID) Claim {
 	switch v {
 	case ClaimHeld:
 		c.hold(w, id, t)
-		if t.dag.rec.Status == DAGCancelled {
+		if toCancel(t) {
 			// Its cancellation waited for a worker to hold it (handover.go).
 			c.reconcileTask(t)
 		}
@@ -326,10 +326,17 @@ func (c *Core) Adopt(workerID string, id model.AttemptID) Claim {
 	default:
 		c.stats.RefusedClaims[v]++
 		// A pod attempt that is the log's current one, held by another
-		// worker or being handed over: this worker lets it go, and the
-		// pod it follows runs on for its holder. Anything else is
-		// stopped (a pod deleted).
-		release := t != nil && !t.dag.deleted && isPod(t) && id.Attempt == t.attempt() && t.status == Running
+		// worker or being handed over to one: this worker lets it go,
+		// and the pod it follows runs on for its holder. Anything else
+		// is stopped (a pod deleted): an attempt stale for another
+		// reason (its cancellation in flight, say) has nobody else to
+		// stop it, and once applied the cancellation would reach a
+		// worker that has let it go.
+		release := t != nil && !t.dag.deleted && isPod(t) && id.Attempt == t.attempt() && t.status == Running &&
+			(v == ClaimOtherWorker || t.handingOver)
+		if t != nil && !release && t.inflight && isPod(t) && id.Attempt == t.attempt() && t.rec.Worker == workerID {
+			t.ended = true // its cancellation, in flight, needs no clean-up
+		}
 		c.effects = append(c.effects, Effect{Kind: EffectCancel, Worker: workerID, ID: id, Release: release})
 	}
 	return v
@@ -405,8 +412,12 @@ func (c *Core) RemoveWorker(id string, now time.Time) {
 	sort.Slice(ids, func(i, j int) bool { return ids[i].String() < ids[j].String() })
 	for _, aid := range ids {
 		t := w.attempts[aid]
-		if t.status == Running && t.attempt() == aid.Attempt && !t.inflight && !t.dag.deleted {
+		switch {
+		case t.status == Running && t.attempt() == aid.Attempt && !t.inflight && !t.dag.deleted:
 			c.requeueOrphan(t, "worker "+id+" is gone")
+		case isPod(t) && t.attempt() == aid.Attempt && (t.status == Cancelled || t.status == UpstreamFailed):
+			// Told to delete its pod, and gone before it said it had.
+			c.cleanUp(t)
 		}
 	}
 }
@@ -736,7 +747,7 @@ func (c *Core) Report(r model.Result, now time.Time) Reported {
 		return 0
 	}
 	checkOutputs(&r, c.cfg.MaxOutputBytes)
-	c.releaseAttempt(r.AttemptID, r.Worker)
+	held := c.releaseAttempt(r.AttemptID, r.Worker)
 	t := c.lookup(r.DAG, r.Task)
 	if t != nil && t.sentEarly(r.Attempt, r.Worker) {
 		// The attempt's dispatch record is not committed yet.
@@ -749,7 +760,7 @@ func (c *Core) Report(r model.Result, now time.Time) Reported {
 	}
 	switch {
 	case t == nil || t.dag.deleted || r.Attempt < 1 || r.Attempt > t.attempt() ||
-		r.Attempt == t.attempt() && t.rec.Worker != r.Worker:
+		r.Attempt == t.attempt() && t.rec.Worker != r.Worker && !held: // held: a pod's clean-up
 		c.stats.UnheldResults++
 		return ReportUnheld
 	case t.status != Running || t.attempt() != r.Attempt:
@@ -775,7 +786,14 @@ func (c *Core) Holds(id model.AttemptID) bool {
 // decide turns the result of the current attempt into the task's next record.
 func (c *Core) decide(t *task, r model.Result) {
 	if t.dag.rec.Status != DAGRunning {
-		return // the DAG is being cancelled; its cancellation record wins
+		// The DAG is cancelled; its cancellation record wins. A task it
+		// did not reach is a pod attempt that waited for a worker to
+		// delete its pod (handover.go): its worker has just let it end.
+		if t.dag.rec.Status == DAGCancelled && !t.dag.deleted {
+			c.proposeCancel(t)
+			t.ended = isPod(t)
+		}
+		return
 	}
 	rec := c.nextRecord(t)
 	c.setResult(rec, r)
@@ -1066,7 +1084,7 @@ func (c *Core) proposeAttempt(t *task, w *worker, attempt int, spec *model.Task,
 	w.attempts[id] = t
 	if send {
 		c.effects = append(c.effects, Effect{Kind: EffectDispatch, Worker: w.id, ReadyAt: t.readyAt,
-			Attempt: model.Attempt{AttemptID: id, Spec: c.hookSpec(t, spec), MaxOutputBytes: c.cfg.MaxOutputBytes}})
+			Attempt: model.Attempt{AttemptID: id, Submission: t.dag.seq, Spec: c.hookSpec(t, spec), MaxOutputBytes: c.cfg.MaxOutputBytes}})
 	}
 }
 
@@ -1105,13 +1123,17 @@ func (c *Core) endDispatch(t *task) *worker {
 	return w
 }
 
-func (c *Core) releaseAttempt(id model.AttemptID, workerID string) {
+// releaseAttempt frees the slot of attempt id on workerID, and reports
+// whether the worker held it.
+func (c *Core) releaseAttempt(id model.AttemptID, workerID string) bool {
 	if w := c.workers[workerID]; w != nil {
 		if _, ok := w.attempts[id]; ok {
 			delete(w.attempts, id)
 			w.busy--
+			return true
 		}
 	}
+	return false
 }
 
 // afterTaskApplied is the leader's reaction to a committed task record.
@@ -1124,6 +1146,8 @@ func (c *Core) afterTaskApplied(t *task, from Status, prev *TaskRecord) {
 		return
 	}
 	t.inflight = false
+	ended := t.ended
+	t.ended = false
 	early := t.early != nil
 	c.clearEarly(t)
 	dispatched := t.dispatching && (early || rec.Status == Running)
@@ -1172,14 +1196,20 @@ func (c *Core) afterTaskApplied(t *task, from Status, prev *TaskRecord) {
 			id := t.attemptID()
 			w.attempts[id] = t
 			c.effects = append(c.effects, Effect{Kind: EffectDispatch, Worker: w.id, ReadyAt: t.readyAt,
-				Attempt: model.Attempt{AttemptID: id, Spec: c.hookSpec(t, spec), MaxOutputBytes: c.cfg.MaxOutputBytes}})
+				Attempt: model.Attempt{AttemptID: id, Submission: t.dag.seq, Spec: c.hookSpec(t, spec), MaxOutputBytes: c.cfg.MaxOutputBytes}})
 		}
 	case Retrying:
 		c.armRetry(t)
 	case Cancelled, UpstreamFailed:
 		if from == Running && prev != nil {
-			c.effects = append(c.effects, Effect{Kind: EffectCancel, Worker: prev.Worker,
-				ID: model.AttemptID{DAG: t.dag.id, Task: t.id(), Attempt: prev.Attempt}})
+			id := model.AttemptID{DAG: t.dag.id, Task: t.id(), Attempt: prev.Attempt}
+			if w := c.workers[prev.Worker]; isPod(t) && !ended && (w == nil || w.attempts[id] == nil) {
+				// Its worker left (or came back without it) while the
+				// record was in flight: nobody would delete its pod.
+				c.cleanUp(t)
+			} else {
+				c.effects = append(c.effects, Effect{Kind: EffectCancel, Worker: prev.Worker, ID: id})
+			}
 		}
 	}
 	if t.stash != nil {
@@ -1228,13 +1258,7 @@ func (c *Core) reconcileTask(t *task) {
 			// the attempt (handover.go).
 			return
 		}
-		rec := c.nextRecord(t)
-		rec.Status, rec.Event = Cancelled, "cancel"
-		rec.FinishedAt = timePtr(c.now)
-		if t.status == Running {
-			rec.Error = "" // a running attempt's is a hand-over's note
-		}
-		c.proposeTask(t, rec)
+		c.proposeCancel(t)
 	case d.rec.Status == DAGRunning && t.status == Pending:
 		switch v, why := c.verdictWhy(t); v {
 		case skip:
@@ -1243,6 +1267,17 @@ func (c *Core) reconcileTask(t *task) {
 			c.proposeCascade(t, cascadeCause(t))
 		}
 	}
+}
+
+// proposeCancel proposes t's cancellation, its DAG being cancelled.
+func (c *Core) proposeCancel(t *task) {
+	rec := c.nextRecord(t)
+	rec.Status, rec.Event = Cancelled, "cancel"
+	rec.FinishedAt = timePtr(c.now)
+	if t.status == Running {
+		rec.Error = "" // a running attempt's is a hand-over's note
+	}
+	c.proposeTask(t, rec)
 }
 
 // reconcileDAG proposes a DAG's cancellation or its final status.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/orion-sched/orion/internal/dag"
 	"github.com/orion-sched/orion/internal/http/apitypes"
+	"github.com/orion-sched/orion/internal/kube/podspec"
 	"github.com/orion-sched/orion/internal/model"
 )
 
@@ -790,6 +791,12 @@ func fmtEffect(ef Effect) string {
 		}
 		if arg, ok := ef.Attempt.Spec.Env["ARG"]; ok && ef.Attempt.Spec.Kind == model.KindPod {
 			s += fmt.Sprintf(" env.ARG=%q", arg)
+		}
+		if ef.Attempt.Spec.Kind == model.KindPod {
+			// The pod it makes or adopts, in a fixed incarnation.
+			a := ef.Attempt
+			a.Incarnation = "INC"
+			s += " pod=" + podspec.Name(a)
 		}
 		return s
 	case EffectCancel:

@@ -30,6 +30,14 @@ type Attempt struct {
 	// wiped and started again, whose attempt numbers start over, never
 	// takes an old pod for one of its own.
 	Incarnation string `json:"incarnation,omitempty"`
+	// Submission is the revision that created the DAG's record: which
+	// submission of the DAG's id the attempt is of. A DAG deleted and
+	// submitted again starts its attempt numbers over; a pod task's pod
+	// is named after the submission too, so that the new DAG never
+	// takes the old one's pod (kept after a failure, or left behind) for
+	// its own. It is in the log (the record's create revision), so every
+	// leader gives an attempt the same.
+	Submission int64 `json:"submission,omitempty"`
 	// Handover marks the dispatch of an attempt that another worker
 	// started and lost (a pod task's): its pod may exist already, and is
 	// adopted by name rather than created again.

@@ -26,9 +26,11 @@ const (
 	LabelDAG         = "orion.io/dag"
 	LabelTask        = "orion.io/task"
 	LabelAttempt     = "orion.io/attempt"
+	LabelSubmission  = "orion.io/submission"
 	AnnotationDAG    = "orion.io/dag"
 	AnnotationTask   = "orion.io/task"
 	AnnotationInc    = "orion.io/incarnation"
+	AnnotationSub    = "orion.io/submission"
 	// Selector selects the pods of Orion's pod tasks.
 	Selector = LabelManagedBy + "=" + ManagedBy
 	// Container is the name of a pod task's one container.
@@ -50,20 +52,23 @@ const (
 	OutputsPath = "/dev/termination-log"
 )
 
-// Name is the name of an attempt's pod: a function of the keyspace's
-// incarnation and the attempt's identity only, so that whoever creates or
-// adopts the attempt's pod (its worker, a worker that takes it over, the
-// same worker after a restart) names the same pod, and the API server's
-// uniqueness of names makes "create if absent" safe however often it is
-// tried. A wiped etcd starts a new incarnation, whose attempt 1 of a DAG
-// with an old id is another pod.
+// Name is the name of attempt a's pod: a function of the keyspace's
+// incarnation, the DAG's submission and the attempt's identity only, so
+// that whoever creates or adopts the attempt's pod (its worker, a worker
+// that takes it over, the same worker after a restart) names the same pod,
+// and the API server's uniqueness of names makes "create if absent" safe
+// however often it is tried. A wiped etcd starts a new incarnation, and a
+// DAG deleted and submitted again a new submission: their attempt 1 of a
+// DAG with an old id is another pod.
 //
 // The name is at most 63 characters (a pod's hostname is its name, cut
 // there), lower case: a readable part made of the DAG and task ids and the
 // attempt number, then 16 characters (80 bits) of a hash of the whole
 // identity, which alone tells attempts apart.
-func Name(incarnation string, id model.AttemptID) string {
-	h := sha256.Sum256([]byte(incarnation + "\x00" + id.DAG + "\x00" + id.Task + "\x00" + strconv.Itoa(id.Attempt)))
+func Name(a model.Attempt) string {
+	id := a.AttemptID
+	h := sha256.Sum256([]byte(a.Incarnation + "\x00" + strconv.FormatInt(a.Submission, 10) + "\x00" +
+		id.DAG + "\x00" + id.Task + "\x00" + strconv.Itoa(id.Attempt)))
 	hash := strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(h[:10]))
 	attempt := strconv.Itoa(id.Attempt)
 	// 63 = dag + "-" + task + "-" + attempt + "-" + hash(16)
@@ -121,6 +126,7 @@ func Build(a model.Attempt, s *Spec, ns string) *corev1.Pod {
 	}
 	labels[LabelManagedBy] = ManagedBy
 	labels[LabelAttempt] = strconv.Itoa(a.Attempt)
+	labels[LabelSubmission] = strconv.FormatInt(a.Submission, 10)
 	if labelValue(a.Incarnation) {
 		labels[LabelIncarnation] = a.Incarnation
 	}
@@ -137,6 +143,7 @@ func Build(a model.Attempt, s *Spec, ns string) *corev1.Pod {
 	annotations[AnnotationDAG] = a.DAG
 	annotations[AnnotationTask] = a.Task
 	annotations[AnnotationInc] = a.Incarnation
+	annotations[AnnotationSub] = strconv.FormatInt(a.Submission, 10)
 
 	env := make([]corev1.EnvVar, 0, len(a.Spec.Env)+len(s.Env)+5)
 	keys := make([]string, 0, len(a.Spec.Env))
@@ -182,7 +189,7 @@ func Build(a model.Attempt, s *Spec, ns string) *corev1.Pod {
 	noLinks := false
 	return &corev1.Pod{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
-		ObjectMeta: metav1.ObjectMeta{Name: Name(a.Incarnation, a.AttemptID), Namespace: ns, Labels: labels, Annotations: annotations},
+		ObjectMeta: metav1.ObjectMeta{Name: Name(a), Namespace: ns, Labels: labels, Annotations: annotations},
 		Spec: corev1.PodSpec{
 			Containers:                   []corev1.Container{c},
 			RestartPolicy:                corev1.RestartPolicyNever,
@@ -207,8 +214,9 @@ func labelValue(s string) bool { return s != "" && len(validation.IsValidLabelVa
 // Owns reports whether pod is attempt a's: the name matches and so do the
 // annotations Build wrote. A pod of that name that is not (a hash
 // collision, or one made by hand) is never adopted.
-func Owns(pod *corev1.Pod, incarnation string, id model.AttemptID) bool {
+func Owns(pod *corev1.Pod, a model.Attempt) bool {
 	an := pod.Annotations
-	return pod.Name == Name(incarnation, id) && an[AnnotationDAG] == id.DAG && an[AnnotationTask] == id.Task &&
-		an[AnnotationInc] == incarnation && pod.Labels[LabelAttempt] == strconv.Itoa(id.Attempt)
+	return pod.Name == Name(a) && an[AnnotationDAG] == a.DAG && an[AnnotationTask] == a.Task &&
+		an[AnnotationInc] == a.Incarnation && an[AnnotationSub] == strconv.FormatInt(a.Submission, 10) &&
+		pod.Labels[LabelAttempt] == strconv.Itoa(a.Attempt)
 }

@@ -18,9 +18,12 @@ func TestNameIsAValidShortDNSLabel(t *testing.T) {
 		{DAG: strings.Repeat("D", 128), Task: strings.Repeat("t.", 64), Attempt: 123456789},
 		{DAG: "___", Task: "...", Attempt: 2},
 	}
+	at := func(inc string, sub int64, id model.AttemptID) model.Attempt {
+		return model.Attempt{AttemptID: id, Incarnation: inc, Submission: sub}
+	}
 	seen := map[string]bool{}
 	for _, id := range ids {
-		n := Name("INC1", id)
+		n := Name(at("INC1", 7, id))
 		if errs := validation.IsDNS1123Label(n); len(errs) > 0 {
 			t.Errorf("%v: name %q: %v", id, n, errs)
 		}
@@ -28,19 +31,22 @@ func TestNameIsAValidShortDNSLabel(t *testing.T) {
 			t.Errorf("%v: name %q given twice", id, n)
 		}
 		seen[n] = true
-		if Name("INC1", id) != n {
+		if Name(at("INC1", 7, id)) != n {
 			t.Errorf("%v: the name is not a function of the attempt", id)
 		}
-		if Name("INC2", id) == n {
+		if Name(at("INC2", 7, id)) == n {
 			t.Errorf("%v: the same name in another incarnation: a wiped etcd would adopt an old pod", id)
+		}
+		if Name(at("INC1", 9, id)) == n {
+			t.Errorf("%v: the same name in another submission: a DAG deleted and submitted again would adopt an old pod", id)
 		}
 		next := id
 		next.Attempt++
-		if Name("INC1", next) == n {
+		if Name(at("INC1", 7, next)) == n {
 			t.Errorf("%v: attempts %d and %d share a pod name", id, id.Attempt, next.Attempt)
 		}
 	}
-	if n := Name("INC1", ids[1]); !strings.HasPrefix(n, "nightly-etl-2026-11-27-load-warehouse-tables-3-") {
+	if n := Name(at("INC1", 7, ids[1])); !strings.HasPrefix(n, "nightly-etl-2026-11-27-load-warehouse-tables-3-") {
 		t.Errorf("name %q: want the DAG, task and attempt readable at its start", n)
 	}
 }
@@ -56,16 +62,23 @@ func TestBuild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := model.Attempt{AttemptID: model.AttemptID{DAG: "d1", Task: "a", Attempt: 2}, Fence: 7, Incarnation: "INC",
+	a := model.Attempt{AttemptID: model.AttemptID{DAG: "d1", Task: "a", Attempt: 2}, Fence: 7, Incarnation: "INC", Submission: 41,
 		Spec: model.Task{ID: "a", Kind: model.KindPod, Timeout: model.Duration(90*time.Second + time.Millisecond), Env: map[string]string{"MODE": "fast", "ORION_ATTEMPT": "99"}}}
 	p := Build(a, s, "jobs")
-	if p.Name != Name("INC", a.AttemptID) || p.Namespace != "jobs" {
+	if p.Name != Name(a) || p.Namespace != "jobs" {
 		t.Errorf("pod %s/%s", p.Namespace, p.Name)
 	}
-	if !Owns(p, "INC", a.AttemptID) || Owns(p, "OTHER", a.AttemptID) {
-		t.Error("Owns does not recognise the pod Build made, or recognises it in another incarnation")
+	other, resubmitted := a, a
+	other.Incarnation, resubmitted.Submission = "OTHER", a.Submission+1
+	if !Owns(p, a) || Owns(p, other) || Owns(p, resubmitted) {
+		t.Error("Owns does not recognise the pod Build made, or recognises it in another incarnation or submission")
 	}
-	if p.Labels[LabelManagedBy] != ManagedBy || p.Labels["team"] != "ml" || p.Labels[LabelAttempt] != "2" || p.Labels[LabelDAG] != "d1" {
+	resubmitted.Spec = model.Task{}
+	if q := Build(resubmitted, s, "jobs"); q.Name == p.Name || Owns(q, a) {
+		t.Errorf("the same attempt of a DAG submitted again: pod %s, the first's %s", q.Name, p.Name)
+	}
+	if p.Labels[LabelManagedBy] != ManagedBy || p.Labels["team"] != "ml" || p.Labels[LabelAttempt] != "2" || p.Labels[LabelDAG] != "d1" ||
+		p.Labels[LabelSubmission] != "41" || p.Annotations[AnnotationSub] != "41" {
 		t.Errorf("labels %v", p.Labels)
 	}
 	if d := *p.Spec.ActiveDeadlineSeconds; d != 91 {

@@ -142,7 +142,7 @@ func (o *out) note(format string, args ...any) {
 // Run runs attempt a (executor.PodRunner).
 func (r *Runner) Run(ctx context.Context, a model.Attempt, w io.Writer, res *model.Result) bool {
 	o := &out{w: w}
-	name := podspec.Name(a.Incarnation, a.AttemptID)
+	name := podspec.Name(a)
 	fail := func(format string, args ...any) bool {
 		res.Outcome, res.Error = model.Failed, fmt.Sprintf(format, args...)
 		o.note("%s", res.Error)
@@ -211,7 +211,7 @@ func (r *Runner) ensure(ctx context.Context, want *corev1.Pod, a model.Attempt) 
 			}
 		}
 		if err == nil {
-			if adopted && !podspec.Owns(pod, a.Incarnation, a.AttemptID) {
+			if adopted && !podspec.Owns(pod, a) {
 				return nil, false, fmt.Errorf("pod %s exists and is not this attempt's (its annotations name another): not adopted", want.Name)
 			}
 			return pod, adopted, nil

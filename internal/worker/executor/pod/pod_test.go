@@ -51,7 +51,7 @@ func attempt(task string, n int, pod string, timeout time.Duration) model.Attemp
 		Spec: model.Task{ID: task, Kind: model.KindPod, Pod: []byte(pod), Timeout: model.Duration(timeout)}}
 }
 
-func name(a model.Attempt) string { return podspec.Name(a.Incarnation, a.AttemptID) }
+func name(a model.Attempt) string { return podspec.Name(a) }
 
 // result waits (bounded) for the executor's next result.
 func result(t *testing.T, l *executor.Local) model.Result {
@@ -348,6 +348,38 @@ func TestForeignPodIsNotAdopted(t *testing.T) {
 	w.Start(a)
 	if res := result(t, w); res.Outcome != model.Failed || !strings.Contains(res.Error, "not this attempt's") {
 		t.Fatalf("result %+v", res)
+	}
+}
+
+// A DAG deleted and submitted again under its id starts its attempt
+// numbers over: its attempt 1, handed over, neither adopts the first
+// submission's failed pod (kept for kubectl) nor reports its result, but
+// runs a pod of its own.
+func TestResubmittedDAGRunsItsOwnPod(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, Config{})
+	old := attempt("a", 1, busybox, time.Minute)
+	old.Submission = 3
+	spec, _ := podspec.Decode(old.Spec.Pod)
+	if _, err := r.api.Client().CreatePod(context.Background(), podspec.Build(old, spec, "jobs")); err != nil {
+		t.Fatal(err)
+	}
+	r.api.Finish(name(old), 1, "Error", "")
+	a := old
+	a.Submission, a.Handover = 9, true
+	r.api.OnCreate = func(n string) {
+		go func() { r.api.Run(n); r.api.Finish(n, 0, "Completed", "") }()
+	}
+	w := r.worker("w1")
+	w.Start(a)
+	if res := result(t, w); res.Outcome != model.Succeeded {
+		t.Fatalf("result %+v: want the new pod's success, not the old pod's failure", res)
+	}
+	if name(a) == name(old) || r.api.Creates(name(a)) != 1 {
+		t.Fatalf("pod %s created %d times; the first submission's is %s", name(a), r.api.Creates(name(a)), name(old))
+	}
+	if _, ok := r.api.Pod(name(old)); !ok {
+		t.Error("the first submission's pod was touched")
 	}
 }
 
