@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -297,7 +298,7 @@ func floodStream(ctx context.Context, url string, i int, fl *floodCounts) {
 }
 
 // leaderWatch asks every replica who leads, every 200 ms, and notes when
-// the answer changes.
+// a replica's answer changes.
 type leaderWatch struct {
 	reads, failed int
 	slowest       time.Duration
@@ -306,7 +307,10 @@ type leaderWatch struct {
 }
 
 func (w *leaderWatch) run(ctx context.Context, servers []string) {
-	last := ""
+	// Each replica's answer against its own previous one: replicas learn
+	// of a change at different moments, and comparing one with another
+	// would count the lag as changes.
+	last := map[string]string{}
 	for ctx.Err() == nil {
 		for _, s := range servers {
 			t0 := time.Now()
@@ -321,12 +325,14 @@ func (w *leaderWatch) run(ctx context.Context, servers []string) {
 				}
 				continue
 			}
-			if l.Leader != last {
-				if last != "" {
-					w.changes = append(w.changes, fmt.Sprintf("%s %s says %q (was %q)", t0.UTC().Format("15:04:05.000"), l.Node, l.Leader, last))
+			if prev, ok := last[s]; !ok || l.Leader != prev {
+				if ok {
+					w.changes = append(w.changes, fmt.Sprintf("%s %s says %q (was %q)", t0.UTC().Format("15:04:05.000"), l.Node, l.Leader, prev))
 				}
-				last = l.Leader
-				w.seen = append(w.seen, l.Leader)
+				last[s] = l.Leader
+				if !slices.Contains(w.seen, l.Leader) {
+					w.seen = append(w.seen, l.Leader)
+				}
 			}
 		}
 		select {
