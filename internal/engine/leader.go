@@ -699,8 +699,16 @@ func (e *Engine) SuspectLeader(name string) {
 
 // leaderProbeTimeout bounds the question to a suspected leader: a killed
 // leader refuses at once, a frozen or cut-off one stays silent, and either
-// costs a takeover no more than this.
-const leaderProbeTimeout = 100 * time.Millisecond
+// costs a takeover no more than this. A leader starved of CPU answers late
+// and cannot be told from a frozen one but by waiting: with 100 ms, on 2
+// cores under 1,000 idle event streams, 4 flooding worker streams and
+// orion bench (issue 27), standbys deposed a live leader 3 to 4 times a
+// run (its stream silent 300 ms, then no answer within 100 ms; it answered
+// in up to 290 ms, once stalled 550 ms). 500 ms keeps the watchdog about
+// as patient as the lease (renewed every TTL/4: a 1 s lease survives a
+// stall of about 750 ms, and stream_stale_after + this is 800 ms), and a
+// frozen leader is still replaced within a second.
+const leaderProbeTimeout = 500 * time.Millisecond
 
 // suspicion is a dropped stream to a leader, and when it was reported.
 type suspicion struct {
