@@ -12,7 +12,6 @@ import (
 
 	"github.com/gorilla/websocket"
 	"go.uber.org/zap"
-	"golang.org/x/time/rate"
 
 	"github.com/orion-sched/orion/internal/http/hijack"
 	"github.com/orion-sched/orion/internal/model"
@@ -163,7 +162,8 @@ type Hub struct {
 	closed  bool
 	conns   map[*hubConn]struct{}
 	workers map[string]*RemoteWorker
-	peers   []Peer // sorted by name
+	budgets *keptBudgets // workers' budgets across their streams (budget.go)
+	peers   []Peer       // sorted by name
 }
 
 // NewHub returns a hub that is not leading: every stream is redirected until
@@ -210,6 +210,7 @@ func NewHub(cfg HubConfig) *Hub {
 		done:     done,
 		conns:    make(map[*hubConn]struct{}),
 		workers:  make(map[string]*RemoteWorker),
+		budgets:  newKeptBudgets(2 * cfg.MaxWorkers),
 	}
 }
 
@@ -366,7 +367,7 @@ func (h *Hub) Handler() http.Handler {
 		// Control frames never reach Recv: pings and pongs draw on the
 		// stream's budget where the websocket handles them (a ping is
 		// answered with a pong, a write).
-		budget := newBudget(h.cfg.MaxRate)
+		budget := newStreamBudget(h.cfg.MaxRate)
 		ping := ws.PingHandler()
 		ws.SetPingHandler(func(data string) error {
 			if !budget.Allow() {
@@ -387,7 +388,7 @@ func (h *Hub) Handler() http.Handler {
 // Accept serves an in-process stream (the hub's end of a Pipe) in a new
 // goroutine and returns at once.
 func (h *Hub) Accept(c Conn) {
-	go h.serve(c, "in-process", newBudget(h.cfg.MaxRate))
+	go h.serve(c, "in-process", newStreamBudget(h.cfg.MaxRate))
 }
 
 // DialSelf connects a worker in this process to this hub through a Pipe,
@@ -414,7 +415,7 @@ type hubConn struct {
 
 // serve runs one stream to its end. budget is the stream's allowance of
 // messages beyond the results of the attempts its worker holds.
-func (h *Hub) serve(c Conn, remote string, budget *rate.Limiter) {
+func (h *Hub) serve(c Conn, remote string, budget *streamBudget) {
 	hc := &hubConn{link: newLink(c, h.cfg.HeartbeatInterval, h.cfg.StaleAfter), remote: remote}
 	h.mu.Lock()
 	if !h.leading || h.closed {
@@ -438,6 +439,18 @@ func (h *Hub) serve(c Conn, remote string, budget *rate.Limiter) {
 	if reason, msg := checkHello(m, h.cfg.MaxSlots); reason != "" {
 		endErr = h.refuseHello(c, remote, reason, msg)
 		return
+	}
+	if remote != "in-process" {
+		key := budgetKey(remote, m.Hello.Worker)
+		h.budgets.adopt(key, budget, time.Now())
+		defer func() { h.budgets.ended(key, time.Now()) }()
+		if !budget.Rested() {
+			// Closed for flooding and back before its budget refilled:
+			// refused before it joins, at no cost to the engine.
+			endErr = errFlood
+			h.floodedAtHello(c, remote, m.Hello.Worker)
+			return
+		}
 	}
 	if ok, full := h.join(hc, m.Hello); !ok {
 		if full != "" {
@@ -495,6 +508,18 @@ func (h *Hub) flooded(hc *hubConn, c Conn, last string) {
 	defer t.Stop()
 	_ = c.Send(Msg{Type: TypeRefused, Refusal: &Refusal{Reason: RefusedFlood,
 		Message: fmt.Sprintf("more than %g messages a second beyond the results of its attempts (worker_stream_max_rate)", h.cfg.MaxRate)}})
+}
+
+// floodedAtHello is flooded for a worker refused at its hello: it dialed
+// again before the budget its last stream spent had refilled.
+func (h *Hub) floodedAtHello(c Conn, remote, worker string) {
+	if h.cfg.OnFlood != nil {
+		h.cfg.OnFlood()
+	}
+	h.log.Debug("worker stream refused at its hello: its budget is spent", zap.String("worker", worker),
+		zap.String("remote", remote))
+	h.answerAndWait(c, Msg{Type: TypeRefused, Refusal: &Refusal{Reason: RefusedFlood,
+		Message: fmt.Sprintf("more than %g messages a second beyond the results of its attempts (worker_stream_max_rate); dial again later", h.cfg.MaxRate)}})
 }
 
 // refuse answers a stream opened while not leading with not_leader.

@@ -359,3 +359,77 @@ func TestMaxWorkers(t *testing.T) {
 	}
 	wantEvent(t, h, Joined, "w3")
 }
+
+// A worker closed for flooding that dials again at once goes on from the
+// budget its last stream spent, not from a fresh burst: refused at its
+// hello, before it joins (the engine sees no join and leave), and counted.
+// Once its budget has refilled it joins again; another worker from the
+// same address is not held back.
+func TestFloodBudgetOutlivesTheStream(t *testing.T) {
+	var c counts
+	cfg := HubConfig{MaxRate: 50}
+	c.hook(&cfg)
+	h := newHub(t, "L", cfg)
+	url := wsURL(serveHub(t, h))
+	r := dialWS(t, url)
+	if err := r.send(Msg{Type: TypeHello, Hello: goodHello("flood")}); err != nil {
+		t.Fatal(err)
+	}
+	if r.until(TypeWelcome) == nil {
+		t.Fatal("not welcomed")
+	}
+	wantEvent(t, h, Joined, "flood")
+	for sent := 0; sent < 10_000; sent++ {
+		if r.send(Msg{Type: TypeHeartbeat}) != nil {
+			break
+		}
+		if _, f := c.get(); f > 0 {
+			break
+		}
+	}
+	eventually(t, "the flood to be counted", func() bool { _, f := c.get(); return f == 1 })
+	if ev := nextEvent(t, h); ev.Kind != Disconnected {
+		t.Fatalf("event %v, want the flooding worker disconnected", ev.Kind)
+	}
+
+	again := dialWS(t, url)
+	if err := again.send(Msg{Type: TypeHello, Hello: goodHello("flood")}); err != nil {
+		t.Fatal(err)
+	}
+	m := again.until(TypeRefused)
+	if m == nil || m.Refusal == nil || m.Refusal.Reason != RefusedFlood {
+		t.Fatalf("dialing again at once: %+v, want a flood refusal at the hello", m)
+	}
+	if _, f := c.get(); f != 2 {
+		t.Fatalf("floods counted %d, want 2 (the refused hello counts)", f)
+	}
+
+	other := dialWS(t, url)
+	if err := other.send(Msg{Type: TypeHello, Hello: goodHello("calm")}); err != nil {
+		t.Fatal(err)
+	}
+	if other.until(TypeWelcome) == nil {
+		t.Fatal("another worker from the same address was not welcomed")
+	}
+	wantEvent(t, h, Joined, "calm")
+
+	// 50 a second: the spent budget allows a message again within 20 ms;
+	// a hello waits for it, bounded.
+	deadline := time.Now().Add(waitFor)
+	for {
+		w := dialWS(t, url)
+		if err := w.send(Msg{Type: TypeHello, Hello: goodHello("flood")}); err != nil {
+			t.Fatal(err)
+		}
+		var m Msg
+		_ = w.ws.SetReadDeadline(time.Now().Add(waitFor))
+		if err := w.ws.ReadJSON(&m); err == nil && m.Type == TypeWelcome {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the worker was never welcomed again once its budget refilled")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	wantEvent(t, h, Joined, "flood")
+}
