@@ -38,6 +38,10 @@ import (
 //	ORION_LOAD_STREAMS   idle event streams (default 1000, at most 2000); the
 //	                     replicas' max_event_subscribers must admit them
 //	ORION_LOAD_FLOODERS  flooding worker streams (default 4, at most 16)
+//	ORION_LOAD_FLOOD_IDS stable (default: a worker in a tight loop, which
+//	                     dials again under its own id) or fresh (a new id
+//	                     each dial: a client with the token posing as ever
+//	                     new workers)
 //	ORION_LOAD_BENCH     bench's flags (default --tasks 10000 --chain 100 --shell-chain 50)
 //
 // Everything stays on loopback: the streams come from 127.0.0.2 to
@@ -278,7 +282,7 @@ func floodStream(ctx context.Context, url string, i int, fl *floodCounts) {
 		if err == nil {
 			fl.dialled.Add(1)
 			hello := workerstream.Msg{Type: workerstream.TypeHello, Hello: &workerstream.Hello{
-				Worker: fmt.Sprintf("load-flood-%d-%d", i, k), Slots: 1, Version: workerstream.ProtocolVersion,
+				Worker: floodID(i, k), Slots: 1, Version: workerstream.ProtocolVersion,
 				Host: "load", PID: 1, Instance: fmt.Sprintf("load-%d-%d", i, k)}}
 			if c.Send(hello) == nil {
 				for j := 0; j < 5_000_000 && ctx.Err() == nil; j++ {
@@ -351,4 +355,12 @@ func benchFigures(out string) string {
 		}
 	}
 	return strings.Join(keep, "\n")
+}
+
+// floodID is the worker id of flooder i's k-th stream (ORION_LOAD_FLOOD_IDS).
+func floodID(i, k int) string {
+	if os.Getenv("ORION_LOAD_FLOOD_IDS") == "fresh" {
+		return fmt.Sprintf("load-flood-%d-%d", i, k)
+	}
+	return fmt.Sprintf("load-flood-%d", i)
 }
