@@ -170,10 +170,10 @@ func TestSlowSubscriberDoesNotSlowPublisher(t *testing.T) {
 	took := time.Since(start)
 	wg.Wait()
 
-	// Generous for -race on a small machine; without it this takes ~20ms.
-	if took > 5*time.Second {
-		t.Errorf("publishing %d events took %v", n, took)
-	}
+	// publishN returned while the slow subscriber had read nothing: the
+	// publisher never waits on a subscriber (had it, this would block for
+	// good). How long it took is logged, not asserted: the machine is
+	// shared and noisy, and the cost per publish is the benchmark's.
 	t.Logf("published %d events in %v (%v each)", n, took, took/n)
 	if len(other) > 0 {
 		t.Errorf("fast subscriber got unexpected events: %v", other)
