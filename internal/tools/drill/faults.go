@@ -150,15 +150,7 @@ func (d *driller) drillEtcd(ctx context.Context, n int) (*Result, error) {
 		return nil, fmt.Errorf("%s: %w", tag, err)
 	}
 	// Writes go on without the member: wait for 20 more acknowledgements.
-	if err := tr.waitAcks(ctx, tr.acks()+20, d.o.TakeoverTimeout+30*time.Second); err != nil {
-		res.fail(fmt.Errorf("writes after the kill: %w", err))
-	}
-	tr.stop()
-	d.dags = append(d.dags, tr.ids...)
-	if stall, ok := tr.stall(t0); ok {
-		res.StallMS = ms(stall)
-	}
-	d.logf("%s: %d submissions acknowledged around the kill, %d refused or failed attempts", tag, len(tr.ackAt), tr.failed)
+	d.endTrickle(ctx, tr, res, t0, tag)
 
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.o.RestartTimeout+30*time.Second)
 	pid, rerr := d.restartMember(rctx, m.Name, proc, clientURL)
@@ -393,6 +385,21 @@ func (d *driller) startTrickle(ctx context.Context, prefix string) *trickle {
 		}
 	}()
 	return tr
+}
+
+// endTrickle waits for 20 more acknowledged writes after a kill at t0 (the
+// cluster writes on without what was killed), stops the trickle, keeps its
+// DAGs for clean-up and records its longest stall.
+func (d *driller) endTrickle(ctx context.Context, tr *trickle, res *Result, t0 time.Time, tag string) {
+	if err := tr.waitAcks(ctx, tr.acks()+20, d.o.TakeoverTimeout+30*time.Second); err != nil {
+		res.fail(fmt.Errorf("writes after the kill: %w", err))
+	}
+	tr.stop()
+	d.dags = append(d.dags, tr.ids...)
+	if stall, ok := tr.stall(t0); ok {
+		res.StallMS = ms(stall)
+	}
+	d.logf("%s: %d submissions acknowledged around the kill, %d refused or failed attempts", tag, len(tr.ackAt), tr.failed)
 }
 
 func (tr *trickle) acks() int {

@@ -51,15 +51,7 @@ func (d *driller) nodeLoss(ctx context.Context, tag string, res *Result, cl *cli
 	}
 
 	d.recordTakeover(ctx, res, standbys, t0)
-	if err := tr.waitAcks(ctx, tr.acks()+20, d.o.TakeoverTimeout+30*time.Second); err != nil {
-		res.fail(fmt.Errorf("writes after the kill: %w", err))
-	}
-	tr.stop()
-	d.dags = append(d.dags, tr.ids...)
-	if stall, ok := tr.stall(t0); ok {
-		res.StallMS = ms(stall)
-	}
-	d.logf("%s: %d submissions acknowledged around the kill, %d refused or failed attempts", tag, len(tr.ackAt), tr.failed)
+	d.endTrickle(ctx, tr, res, t0, tag)
 
 	// Both come back even if the drill is being interrupted: a cluster
 	// must not be left short by an aborted drill.
