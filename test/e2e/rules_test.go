@@ -257,6 +257,12 @@ on_exit:
 	if err != nil || out != "dag terminated: cancelled\n" {
 		t.Fatalf("second cancel: %v\n%s", err, out)
 	}
-	d = n.waitDAG(id, 30*time.Second)
+	// The DAG's record is cancelled first, then its unfinished tasks (as
+	// any cancel without handlers): wait for those too.
+	waitFor(t, "on_exit cancelled", 30*time.Second, func() bool {
+		d, _ := n.dag(id)
+		return d.Status != "running" && d.Task("hold").Status != "running" && d.Task("on_exit").Status != "running"
+	})
+	d, _ = n.dag(id)
 	checkStatuses(t, d.Status, "cancelled", d.Tasks, map[string]string{"hold": "cancelled", "on_exit": "cancelled"})
 }
