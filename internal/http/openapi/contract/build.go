@@ -392,12 +392,19 @@ func specials(src *Source) (map[reflect.Type]Special, error) {
 	if err != nil {
 		return nil, err
 	}
+	ruleT := reflect.TypeFor[model.TriggerRule]()
+	rules, err := fromSource(ruleT)
+	if err != nil {
+		return nil, err
+	}
 	return map[reflect.Type]Special{
 		codeT: {Name: "ErrorCode", Output: enum(codes, "An error's machine-readable code: stable for clients to switch on.")},
 		dagT:  {Name: "DAGStatus", Output: enum(dagStatuses, "A DAG's status: running until it ends in one of the others.")},
 		reflect.TypeFor[core.Status](): {Name: "TaskStatus", Output: enum(taskStatuses,
 			"A task's status (docs/architecture.md#the-core): pending waits on dependencies, ready is queued, "+
-				"retrying waits for its backoff; succeeded, failed, upstream_failed and cancelled are final until a retry.")},
+				"retrying waits for its backoff; succeeded, failed, upstream_failed, skipped and cancelled are final until a retry.")},
+		ruleT: {Name: "TriggerRule", Output: enum(rules, "Which outcomes of a task's dependencies let it run (docs/dag-file.md#trigger-rules-and-conditions)."),
+			Input: enum(rules, "Which outcomes of a task's dependencies let it run (case and surrounding spaces are ignored; absent: all_success).")},
 		kindT: {Name: "TaskKind", Output: enum(kinds, "What a task runs."),
 			Input: enum(kinds, "What a task runs (case and surrounding spaces are ignored; absent: shell with a command, noop otherwise).")},
 		reflect.TypeFor[model.Duration](): {

@@ -1384,7 +1384,7 @@ export interface components {
             started_at?: string;
             status: components["schemas"]["TaskStatus"];
             /** @description TriggerRule is the rule the task runs by (all_success when its spec gives none) and When its condition; Role says what the task is: "task", or a DAG's "handler" or "notification". */
-            trigger_rule: string;
+            trigger_rule: components["schemas"]["TriggerRule"];
             /** @description Waiting says why a ready task is not running yet, when something other than its turn holds it: a DAG or pool limit, or no connected worker with the labels it requires. */
             waiting?: string;
             when?: string;
@@ -1455,7 +1455,7 @@ export interface components {
             /** @description per attempt */
             timeout: components["schemas"]["Duration"];
             /** @description Trigger rule, condition and failure policy (rules.go). "": all_success */
-            trigger_rule?: string;
+            trigger_rule?: components["schemas"]["TriggerRule"];
             /** @description http */
             url?: string;
             /** @description an expression (internal/expr) */
@@ -1505,7 +1505,7 @@ export interface components {
             /** @description per attempt */
             timeout?: components["schemas"]["DurationInput"];
             /** @description Trigger rule, condition and failure policy (rules.go). "": all_success */
-            trigger_rule?: string;
+            trigger_rule?: components["schemas"]["TriggerRuleInput"];
             /** @description http */
             url?: string;
             /** @description an expression (internal/expr) */
@@ -1513,7 +1513,7 @@ export interface components {
             workdir?: string;
         };
         /**
-         * @description A task's status (docs/architecture.md#the-core): pending waits on dependencies, ready is queued, retrying waits for its backoff; succeeded, failed, upstream_failed and cancelled are final until a retry.
+         * @description A task's status (docs/architecture.md#the-core): pending waits on dependencies, ready is queued, retrying waits for its backoff; succeeded, failed, upstream_failed, skipped and cancelled are final until a retry.
          * @enum {string}
          */
         TaskStatus: "pending" | "ready" | "running" | "retrying" | "succeeded" | "failed" | "upstream_failed" | "cancelled" | "skipped";
@@ -1523,6 +1523,30 @@ export interface components {
             run: string;
             schedule: string;
         };
+        /**
+         * @description Which outcomes of a task's dependencies let it run (docs/dag-file.md#trigger-rules-and-conditions).
+         *
+         *     - `all_success`: every dependency succeeded (the default)
+         *     - `all_done`: every dependency ended, whatever its outcome
+         *     - `one_success`: at least one dependency succeeded
+         *     - `one_failed`: at least one dependency failed or was upstream_failed
+         *     - `none_failed`: every dependency ended and none failed (skipped ones count as fine)
+         *     - `all_failed`: every dependency failed or was upstream_failed
+         * @enum {string}
+         */
+        TriggerRule: "all_success" | "all_done" | "one_success" | "one_failed" | "none_failed" | "all_failed";
+        /**
+         * @description Which outcomes of a task's dependencies let it run (case and surrounding spaces are ignored; absent: all_success).
+         *
+         *     - `all_success`: every dependency succeeded (the default)
+         *     - `all_done`: every dependency ended, whatever its outcome
+         *     - `one_success`: at least one dependency succeeded
+         *     - `one_failed`: at least one dependency failed or was upstream_failed
+         *     - `none_failed`: every dependency ended and none failed (skipped ones count as fine)
+         *     - `all_failed`: every dependency failed or was upstream_failed
+         * @enum {string}
+         */
+        TriggerRuleInput: "all_success" | "all_done" | "one_success" | "one_failed" | "none_failed" | "all_failed";
         /** @description Worker is an executor with its capacity, as the leader's hub sees it. */
         Worker: {
             busy: number;
@@ -3370,6 +3394,8 @@ export const errorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["s
 export const taskKindValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["TaskKind"]> = ["shell", "http", "noop", "sleep", "pod"];
 export const taskKindInputValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["TaskKindInput"]> = ["shell", "http", "noop", "sleep", "pod"];
 export const taskStatusValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["TaskStatus"]> = ["pending", "ready", "running", "retrying", "succeeded", "failed", "upstream_failed", "cancelled", "skipped"];
+export const triggerRuleValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["TriggerRule"]> = ["all_success", "all_done", "one_success", "one_failed", "none_failed", "all_failed"];
+export const triggerRuleInputValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["TriggerRuleInput"]> = ["all_success", "all_done", "one_success", "one_failed", "none_failed", "all_failed"];
 export const componentsResponsesBadRequestContentApplicationJsonErrorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["BadRequest"]["content"]["application/json"]["error"]["code"]> = ["bad_request"];
 export const componentsResponsesBadRequestOrCycleOrInvalidDagOrInvalidScheduleOrParseErrorOrScheduleTooFrequentOrTooManyTasksContentApplicationJsonErrorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["BadRequestOrCycleOrInvalidDagOrInvalidScheduleOrParseErrorOrScheduleTooFrequentOrTooManyTasks"]["content"]["application/json"]["error"]["code"]> = ["bad_request", "cycle", "invalid_dag", "invalid_schedule", "parse_error", "schedule_too_frequent", "too_many_tasks"];
 export const componentsResponsesBadRequestOrCycleOrInvalidDagOrInvalidScheduleOrParseErrorOrTooManyTasksContentApplicationJsonErrorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["BadRequestOrCycleOrInvalidDagOrInvalidScheduleOrParseErrorOrTooManyTasks"]["content"]["application/json"]["error"]["code"]> = ["bad_request", "cycle", "invalid_dag", "invalid_schedule", "parse_error", "too_many_tasks"];
