@@ -120,7 +120,7 @@ func runWorker(cfg config.Worker, log *zap.Logger) error {
 		labels[model.PodsLabel] = "true"
 		log.Info("running pod tasks", zap.String("namespace", client.Namespace()))
 	}
-	lc := executor.LocalConfig{ID: id, Slots: slots, LogDir: cfg.LogDir, Logger: log.Named("executor")}
+	lc := executor.LocalConfig{ID: id, Slots: slots, LogDir: cfg.LogDir, Logger: log.Named("executor"), SecretsDir: cfg.SecretsDir}
 	if pods != nil {
 		lc.Pods = pods
 	}

@@ -90,6 +90,7 @@ type Server struct {
 	WriteTimeout         time.Duration  `mapstructure:"write_timeout" json:"write_timeout"`
 	ShutdownGrace        time.Duration  `mapstructure:"shutdown_grace" json:"shutdown_grace"`
 	TaskLogDir           string         `mapstructure:"task_log_dir" json:"task_log_dir,omitempty"`
+	SecretsDir           string         `mapstructure:"secrets_dir" json:"secrets_dir,omitempty"`
 	EmbeddedEtcdLogLevel string         `mapstructure:"embedded_etcd_log_level" json:"embedded_etcd_log_level"`
 	EmbeddedQuotaBytes   int64          `mapstructure:"embedded_etcd_quota_bytes" json:"embedded_etcd_quota_bytes"`
 	EmbeddedHeartbeatMs  int            `mapstructure:"embedded_etcd_heartbeat_ms" json:"embedded_etcd_heartbeat_ms"`
@@ -172,6 +173,7 @@ var serverFlags = []Flag{
 	{"write-timeout", 30 * time.Second, "how long an API write waits for its commit"},
 	{"shutdown-grace", 10 * time.Second, "how long SIGTERM waits for running tasks before killing them"},
 	{"task-log-dir", "", "where full task logs are kept (default <data-dir>/logs)"},
+	{"secrets-dir", "", "directory of the secrets this replica's own slots give shell tasks' env_from: <dir>/<secret>/<key>, one file per key"},
 	{"max-live-dags", 10000, "most DAGs running at once (submitted or retried, not finished); more are refused with 429 too_many_live_dags"},
 	{"max-live-tasks", 1000000, "most tasks in the DAGs running at once (finished or not, until their DAG finishes); more are refused with 429 too_many_live_tasks"},
 	{"max-schedules", 1000, "most schedules; more are refused with 429 too_many_schedules"},

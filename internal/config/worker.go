@@ -21,13 +21,15 @@ import (
 type Worker struct {
 	// Servers are the API URLs of the replicas, normalized
 	// (client.NormalizeURL).
-	Servers   []string `mapstructure:"server" json:"server"`
-	Token     string   `mapstructure:"token" json:"-"`
-	Slots     int      `mapstructure:"slots" json:"slots"`
-	Name      string   `mapstructure:"name" json:"name"`
-	LogDir    string   `mapstructure:"log_dir" json:"log_dir,omitempty"`
-	LogLevel  string   `mapstructure:"log_level" json:"log_level"`
-	LogFormat string   `mapstructure:"log_format" json:"log_format"`
+	Servers []string `mapstructure:"server" json:"server"`
+	Token   string   `mapstructure:"token" json:"-"`
+	Slots   int      `mapstructure:"slots" json:"slots"`
+	Name    string   `mapstructure:"name" json:"name"`
+	LogDir  string   `mapstructure:"log_dir" json:"log_dir,omitempty"`
+	// SecretsDir holds the secrets shell tasks read with env_from.
+	SecretsDir string `mapstructure:"secrets_dir" json:"secrets_dir,omitempty"`
+	LogLevel   string `mapstructure:"log_level" json:"log_level"`
+	LogFormat  string `mapstructure:"log_format" json:"log_format"`
 	// LabelsSetting is --labels as given; Labels, parsed from it, go in
 	// the worker's hello.
 	LabelsSetting any          `mapstructure:"labels" json:"-"`
@@ -83,6 +85,7 @@ var workerSettings = Settings{
 		{Name: "log-level", Default: "info", Usage: "debug, info, warn or error"},
 		{Name: "log-format", Default: "console", Usage: "console or json"},
 		{Name: "drain-timeout", Default: DefaultDrainTimeout, Usage: "on SIGTERM, how long the attempts running get to finish (the worker takes no new ones meanwhile) before they are cancelled and re-queued; pod tasks' pods are left running for another worker"},
+		{Name: "secrets-dir", Default: "", Usage: "directory of the secrets shell tasks take with env_from: <dir>/<secret>/<key>, one file per key (a Kubernetes Secret mounted as a volume has this layout); read at each attempt, never sent to the leader"},
 		{Name: "pods", Default: false, Usage: "run pod tasks (kind: pod): one pod per attempt, on the Kubernetes API of the cluster this worker runs in, with its service account"},
 		{Name: "pod-namespace", Default: "", Usage: "namespace of pod tasks' pods (default: the worker pod's own)"},
 		{Name: "pod-stuck-timeout", Default: 2 * time.Minute, Usage: "a pod task fails when its container waits this long on an image it cannot pull or a Secret or ConfigMap that does not exist"},

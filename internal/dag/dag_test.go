@@ -426,6 +426,27 @@ func TestValidateRules(t *testing.T) {
 		{"shell nul", func(d *model.DAG) { d.Tasks[0].Command = "a\x00b" }, CodeInvalid, []string{`task "a": command contains a NUL`}},
 		{"bad interpreter", func(d *model.DAG) { d.Tasks[0].Interpreter = "python3 -u" }, CodeInvalid, []string{`task "a": interpreter`}},
 		{"bad env", func(d *model.DAG) { d.Tasks[0].Env = map[string]string{"A=B": "x"} }, CodeInvalid, []string{`task "a": env "A=B"`}},
+		{"env_from bad secret", func(d *model.DAG) { d.Tasks[0].EnvFrom = []model.SecretRef{{Secret: "../etc", Key: "k", As: "V"}} },
+			CodeInvalid, []string{`task "a": env_from[0]: secret "../etc" is invalid`}},
+		{"env_from dotdot key", func(d *model.DAG) { d.Tasks[0].EnvFrom = []model.SecretRef{{Secret: "db", Key: "..data", As: "V"}} },
+			CodeInvalid, []string{`task "a": env_from[0]: key "..data" is invalid`}},
+		{"env_from bad var", func(d *model.DAG) { d.Tasks[0].EnvFrom = []model.SecretRef{{Secret: "db", Key: "k", As: "1V"}} },
+			CodeInvalid, []string{`task "a": env_from[0]: as "1V" is invalid`}},
+		{"env_from orion var", func(d *model.DAG) {
+			d.Tasks[0].EnvFrom = []model.SecretRef{{Secret: "db", Key: "k", As: "ORION_DAG_ID"}}
+		},
+			CodeInvalid, []string{`names starting with ORION_ are Orion's`}},
+		{"env_from twice", func(d *model.DAG) {
+			d.Tasks[0].Env = map[string]string{"V": "x"}
+			d.Tasks[0].EnvFrom = []model.SecretRef{{Secret: "db", Key: "k", As: "W"}, {Secret: "db", Key: "j", As: "W"}, {Secret: "db", Key: "k", As: "V"}}
+		}, CodeInvalid, []string{`env_from[1]: W is set twice`, `env_from[2]: V is set twice`}},
+		{"env_from too many", func(d *model.DAG) {
+			for i := range model.MaxSecretRefs + 1 {
+				d.Tasks[0].EnvFrom = append(d.Tasks[0].EnvFrom, model.SecretRef{Secret: "db", Key: "k", As: fmt.Sprintf("V%d", i)})
+			}
+		}, CodeInvalid, []string{`task "a": env_from has 33 entries; at most 32`}},
+		{"env_from on http", func(d *model.DAG) { d.Tasks[1].EnvFrom = []model.SecretRef{{Secret: "db", Key: "k", As: "V"}} },
+			CodeInvalid, []string{`task "b": env_from is for shell tasks, not http`}},
 		{"http no url", func(d *model.DAG) { d.Tasks[1].URL = "" }, CodeInvalid, []string{`task "b": http task needs a url`}},
 		{"http relative url", func(d *model.DAG) { d.Tasks[1].URL = "/health" }, CodeInvalid, []string{`task "b": url "/health" is invalid`}},
 		{"http ftp url", func(d *model.DAG) { d.Tasks[1].URL = "ftp://x/y" }, CodeInvalid, []string{`task "b": url "ftp://x/y"`}},

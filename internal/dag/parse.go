@@ -57,6 +57,7 @@ type rawTask struct {
 	Command     string            `json:"command" yaml:"command"`
 	Interpreter string            `json:"interpreter" yaml:"interpreter"`
 	Env         map[string]string `json:"env" yaml:"env"`
+	EnvFrom     []model.SecretRef `json:"env_from" yaml:"env_from"`
 	Workdir     string            `json:"workdir" yaml:"workdir"`
 
 	URL          string `json:"url" yaml:"url"`
@@ -364,7 +365,7 @@ func (r *rawDAG) toDAG() (*model.DAG, error) {
 func (rt *rawTask) toTask(p *problems, label taskLabel) model.Task {
 	t := model.Task{
 		ID: rt.ID, Name: rt.Name, Kind: model.Kind(rt.Kind),
-		Command: rt.Command, Interpreter: rt.Interpreter, Env: rt.Env, Workdir: rt.Workdir,
+		Command: rt.Command, Interpreter: rt.Interpreter, Env: rt.Env, EnvFrom: rt.EnvFrom, Workdir: rt.Workdir,
 		URL: rt.URL, Method: rt.Method, ExpectStatus: rt.ExpectStatus,
 		Duration: rt.Duration, Fail: rt.Fail,
 		DependsOn: rt.DependsOn, Priority: rt.Priority,

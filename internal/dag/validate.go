@@ -255,6 +255,7 @@ func validateTask(p *problems, label taskLabel, t *model.Task) {
 				p.addf("%s: env %q: names must be non-empty without '=' or NUL, values without NUL", label, k)
 			}
 		}
+		validateEnvFrom(p, label, t)
 	case model.KindHTTP:
 		validateHTTP(p, label, t)
 	case model.KindSleep:
@@ -266,6 +267,13 @@ func validateTask(p *problems, label taskLabel, t *model.Task) {
 		validatePod(p, label, t)
 	default:
 		p.addf("%s: unknown kind %q (want shell, http, noop, sleep or pod)", label, t.Kind)
+	}
+	if len(t.EnvFrom) > 0 && t.Kind != model.KindShell {
+		if t.Kind == model.KindPod {
+			p.addf("%s: env_from is for shell tasks; a pod task takes a secret as Kubernetes does, in pod.env[].valueFrom.secretKeyRef", label)
+		} else {
+			p.addf("%s: env_from is for shell tasks, not %s", label, t.Kind)
+		}
 	}
 	if len(t.Pod) > 0 && t.Kind != model.KindPod {
 		p.addf("%s: pod is for pod tasks (kind: pod), not %s", label, t.Kind)
@@ -284,6 +292,28 @@ func validateTask(p *problems, label taskLabel, t *model.Task) {
 		p.addf("%s: timeout %s is out of range: want more than 0 and at most %s", label, t.Timeout.D(), MaxTimeout)
 	}
 	validateSelector(p, label, t)
+}
+
+// validateEnvFrom checks a shell task's secret references: bounded in
+// number, each a valid name, and no variable given twice (by env or by
+// another reference), which would leave which value wins to the order of
+// the environment.
+func validateEnvFrom(p *problems, label taskLabel, t *model.Task) {
+	if len(t.EnvFrom) > model.MaxSecretRefs {
+		p.addf("%s: env_from has %d entries; at most %d", label, len(t.EnvFrom), model.MaxSecretRefs)
+		return
+	}
+	seen := make(map[string]bool, len(t.EnvFrom))
+	for i, r := range t.EnvFrom {
+		if msg := r.Problem(); msg != "" {
+			p.addf("%s: env_from[%d]: %s", label, i, msg)
+			continue
+		}
+		if _, ok := t.Env[r.As]; ok || seen[r.As] {
+			p.addf("%s: env_from[%d]: %s is set twice (by env or an earlier env_from)", label, i, r.As)
+		}
+		seen[r.As] = true
+	}
 }
 
 // validateSelector checks a task's label requirements: pool and selector.

@@ -24,6 +24,9 @@ func (t *Task) textBytes() int64 {
 	for k, v := range t.Selector {
 		n += int64(len(k) + len(v))
 	}
+	for _, r := range t.EnvFrom {
+		n += int64(len(r.Secret) + len(r.Key) + len(r.As))
+	}
 	for k, v := range t.Headers {
 		n += int64(len(k) + len(v))
 	}

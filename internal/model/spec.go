@@ -80,7 +80,10 @@ type Task struct {
 	Command     string            `json:"command,omitempty"`
 	Interpreter string            `json:"interpreter,omitempty"` // empty: /bin/sh; "python3" for seed-style type: python
 	Env         map[string]string `json:"env,omitempty"`
-	Workdir     string            `json:"workdir,omitempty"`
+	// EnvFrom adds variables whose values the worker reads from secrets
+	// where the task runs (secrets.go): never stored, shown or sent.
+	EnvFrom []SecretRef `json:"env_from,omitempty"`
+	Workdir string      `json:"workdir,omitempty"`
 
 	// http
 	URL          string `json:"url,omitempty"`
@@ -413,6 +416,9 @@ func (t *Task) normalize() {
 	// Canonical does not tell them apart.
 	if len(t.Env) == 0 {
 		t.Env = nil
+	}
+	if len(t.EnvFrom) == 0 {
+		t.EnvFrom = nil
 	}
 	if len(t.DependsOn) == 0 {
 		t.DependsOn = nil

@@ -170,6 +170,8 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 			Slots:  cfg.Slots,
 			LogDir: logDir,
 			Logger: log.Named("executor"),
+			// Read by the slots' shell tasks; never by the leader.
+			SecretsDir: cfg.SecretsDir,
 		})
 		if err != nil {
 			return nil, err

@@ -42,11 +42,12 @@ type expect struct {
 	slots         int    // config.slots
 	authSecret    string
 	authKey       string
-	chartSecret   bool   // the chart renders the token Secret
-	monitoring    bool   // ServiceMonitor and PrometheusRule
-	active        bool   // the -active Service and its RBAC
-	podTasks      string // namespace of pod tasks ("": disabled)
-	drainTimeout  string // the workers' --drain-timeout
+	chartSecret   bool     // the chart renders the token Secret
+	monitoring    bool     // ServiceMonitor and PrometheusRule
+	active        bool     // the -active Service and its RBAC
+	podTasks      string   // namespace of pod tasks ("": disabled)
+	drainTimeout  string   // the workers' --drain-timeout
+	secrets       []string // workers.secrets: mounted for env_from
 }
 
 // matrix: every file in test/helm/values and what it must give.
@@ -59,7 +60,7 @@ var matrix = map[string]expect{
 		etcdEndpoints: []string{"https://etcd-a.db.example.internal:2379", "https://etcd-b.db.example.internal:2379", "https://etcd-c.db.example.internal:2379"},
 		authSecret:    "orion-api-token", authKey: "api-token"},
 	"replicas-5.yaml": {etcd: 5, scheduler: 5, advertiseDNS: true, hardAnti: true, workers: 4, workerSlots: 8, workerLabels: "pool=gpu,zone=a",
-		authSecret: "orion-auth", authKey: "token", chartSecret: true},
+		authSecret: "orion-auth", authKey: "token", chartSecret: true, secrets: []string{"db", "warehouse.api"}},
 	"servicemonitor.yaml": {etcd: 3, scheduler: 3, workers: -1, workerSlots: 16, monitoring: true, active: true,
 		authSecret: "orion-auth", authKey: "token", chartSecret: true},
 	"workers-off.yaml": {etcd: 3, scheduler: 3, workers: 0, slots: 4,
@@ -120,6 +121,9 @@ var standardLabels = []string{"app.kubernetes.io/name", "app.kubernetes.io/insta
 // (Secret, ConfigMap, volume, selector, named port) resolves.
 func checkCommon(t *testing.T, r *Rendered, e expect) {
 	external := map[string]bool{e.authSecret: !e.chartSecret, e.etcdAuth: e.etcdAuth != ""}
+	for _, s := range e.secrets {
+		external[s] = true // the user's, for env_from
+	}
 	if e.etcdTLS {
 		external["orion-etcd-client-tls"] = true
 	}
@@ -808,6 +812,42 @@ func checkWorkers(t *testing.T, r *Rendered, e expect) {
 	}
 	if ld, _ := flagValue(c.Args, "log-dir"); !mountedAnywhere(c, ld) {
 		t.Errorf("worker --log-dir %q is not a writable volume", ld)
+	}
+	checkWorkerSecrets(t, e, spec, c)
+}
+
+// checkWorkerSecrets: each of workers.secrets is mounted read-only at
+// <--secrets-dir>/<name>, from the Secret of that name; none: no flag.
+func checkWorkerSecrets(t *testing.T, e expect, spec *corev1.PodSpec, c *corev1.Container) {
+	dir, ok := flagValue(c.Args, "secrets-dir")
+	if len(e.secrets) == 0 {
+		if ok {
+			t.Errorf("worker --secrets-dir %q with no workers.secrets", dir)
+		}
+		return
+	}
+	if dir == "" {
+		t.Fatalf("workers.secrets %v: no --secrets-dir", e.secrets)
+	}
+	for _, name := range e.secrets {
+		var found bool
+		for _, m := range c.VolumeMounts {
+			if m.MountPath != dir+"/"+name {
+				continue
+			}
+			found = true
+			if !m.ReadOnly {
+				t.Errorf("secret %s mounted writable", name)
+			}
+			for _, v := range spec.Volumes {
+				if v.Name == m.Name && (v.Secret == nil || v.Secret.SecretName != name) {
+					t.Errorf("mount %s: volume %+v, want Secret %s", m.MountPath, v.VolumeSource, name)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("secret %s: not mounted at %s/%s", name, dir, name)
+		}
 	}
 }
 

@@ -46,6 +46,10 @@ type LocalConfig struct {
 	// Pods runs pod tasks. Nil: this executor runs none (the leader never
 	// sends it one: it does not announce model.PodsLabel).
 	Pods PodRunner
+	// SecretsDir holds the secrets shell tasks' env_from read, one
+	// directory per secret and one file per key (a Kubernetes Secret
+	// mounted as a volume). Empty: a task with env_from fails, saying so.
+	SecretsDir string
 }
 
 // Local runs attempts on this machine. It implements Executor.
@@ -68,14 +72,15 @@ type LocalConfig struct {
 // channel is never closed, not even by Close, so a select loop reading it
 // cannot spin on a closed channel.
 type Local struct {
-	id        string
-	slots     int
-	logDir    string
-	log       *zap.Logger
-	http      *http.Client
-	killGrace time.Duration
-	baseEnv   []string // os.Environ() at construction
-	pods      PodRunner
+	id         string
+	slots      int
+	logDir     string
+	log        *zap.Logger
+	http       *http.Client
+	killGrace  time.Duration
+	baseEnv    []string // os.Environ() at construction
+	secretsDir string   // LocalConfig.SecretsDir
+	pods       PodRunner
 
 	// ownerDir holds journal, the record of this executor's running
 	// attempts (package reap); journal is nil when it could not be created,
@@ -159,21 +164,30 @@ func NewLocal(cfg LocalConfig) (*Local, error) {
 	if err := os.MkdirAll(cfg.LogDir, 0o755); err != nil {
 		return nil, fmt.Errorf("executor: log dir: %w", err)
 	}
+	if cfg.SecretsDir != "" {
+		// Said at start rather than by the first task that needs one.
+		if fi, err := os.Stat(cfg.SecretsDir); err != nil {
+			return nil, fmt.Errorf("executor: secrets dir: %w", err)
+		} else if !fi.IsDir() {
+			return nil, fmt.Errorf("executor: secrets dir %s is not a directory", cfg.SecretsDir)
+		}
+	}
 	ctx, stop := context.WithCancel(context.Background())
 	l := &Local{
-		id:        cfg.ID,
-		slots:     cfg.Slots,
-		logDir:    cfg.LogDir,
-		log:       cfg.Logger.With(zap.String("worker", cfg.ID)),
-		http:      cfg.HTTPClient,
-		killGrace: cfg.KillGrace,
-		baseEnv:   os.Environ(),
-		pods:      cfg.Pods,
-		ctx:       ctx,
-		stop:      stop,
-		results:   make(chan model.Result, max(1024, 4*cfg.Slots)),
-		wake:      make(chan struct{}, 1),
-		runs:      make(map[model.AttemptID]*entry, cfg.Slots),
+		id:         cfg.ID,
+		slots:      cfg.Slots,
+		logDir:     cfg.LogDir,
+		log:        cfg.Logger.With(zap.String("worker", cfg.ID)),
+		http:       cfg.HTTPClient,
+		killGrace:  cfg.KillGrace,
+		baseEnv:    os.Environ(),
+		pods:       cfg.Pods,
+		secretsDir: cfg.SecretsDir,
+		ctx:        ctx,
+		stop:       stop,
+		results:    make(chan model.Result, max(1024, 4*cfg.Slots)),
+		wake:       make(chan struct{}, 1),
+		runs:       make(map[model.AttemptID]*entry, cfg.Slots),
 	}
 	l.startReaping()
 	l.pumpWG.Add(1)

@@ -75,10 +75,11 @@ func (w *outputWriter) close() {
 }
 
 // env is the server environment, then the task's Env (sorted, so repeated
-// keys resolve the same way every time), then the ORION_* variables, which a
-// task cannot override. exec keeps the last value of a repeated key.
-func (l *Local) env(a model.Attempt) []string {
-	env := make([]string, 0, len(l.baseEnv)+len(a.Spec.Env)+5) // +1: the reap mark
+// keys resolve the same way every time), then its secrets (secretEnv), then
+// the ORION_* variables, which a task cannot override. exec keeps the last
+// value of a repeated key.
+func (l *Local) env(a model.Attempt, secrets []string) []string {
+	env := make([]string, 0, len(l.baseEnv)+len(a.Spec.Env)+len(secrets)+5) // +1: the reap mark
 	env = append(env, l.baseEnv...)
 	keys := make([]string, 0, len(a.Spec.Env))
 	for k := range a.Spec.Env {
@@ -88,6 +89,7 @@ func (l *Local) env(a model.Attempt) []string {
 	for _, k := range keys {
 		env = append(env, k+"="+a.Spec.Env[k])
 	}
+	env = append(env, secrets...)
 	return append(env,
 		"ORION_DAG_ID="+a.DAG,
 		"ORION_TASK_ID="+a.Task,
@@ -129,8 +131,14 @@ func (l *Local) runShell(ctx context.Context, a model.Attempt, r *model.Result) 
 		startFailed(fmt.Errorf("outputs file: %w", err))
 		return
 	}
+	secretEnv, secrets, err := l.secretEnv(a.Spec.EnvFrom)
+	if err != nil {
+		os.Remove(outputs)
+		startFailed(err)
+		return
+	}
 	cmd := exec.Command(shell, "-c", a.Spec.Command)
-	cmd.Env = append(l.env(a), EnvOutputs+"="+outputs)
+	cmd.Env = append(l.env(a, secretEnv), EnvOutputs+"="+outputs)
 	cmd.Dir = a.Spec.Workdir
 	// Pdeathsig: the shell dies with this process even when the reaper
 	// cannot kill its group (see package reap). It fires when the forking
@@ -177,7 +185,12 @@ func (l *Local) runShell(ctx context.Context, a model.Attempt, r *model.Result) 
 	copied := make(chan struct{})
 	go func() {
 		defer close(copied)
-		io.Copy(out, pr)
+		// A secret the task prints is masked in its log and tail.
+		sink := newMaskingWriter(out, secrets)
+		io.Copy(sink, pr)
+		if m, ok := sink.(*maskingWriter); ok {
+			m.Flush()
+		}
 	}()
 	werr := l.waitShell(ctx, cmd, pgid)
 	runtime.UnlockOSThread() // startPinned's: the shell is reaped
@@ -207,7 +220,11 @@ func (l *Local) runShell(ctx context.Context, a model.Attempt, r *model.Result) 
 	if werr == nil {
 		// Published only by a success, and never cut: outputs over the
 		// bound fail the attempt, saying so.
-		if r.Outputs, err = readOutputs(outputs, a.MaxOutputBytes); err != nil {
+		if r.Outputs, err = readOutputs(outputs, a.MaxOutputBytes); err == nil {
+			err = outputsHoldNoSecret(r.Outputs, a.Spec.EnvFrom, secrets)
+		}
+		if err != nil {
+			r.Outputs = nil
 			r.Outcome, r.Error = model.Failed, err.Error()
 			fmt.Fprintf(out, "\norion: %s\n", r.Error)
 			return

@@ -1181,6 +1181,20 @@ export interface components {
             /** Format: date-time */
             tick?: string;
         };
+        /** @description SecretRef names one value a task's environment takes from a secret that the worker running it resolves (env_from): the DAG record, the API and etcd hold the reference, never the value. A worker reads it from <secrets_dir>/<Secret>/<Key>, the layout of a Kubernetes Secret mounted as a volume, so one mount per Secret serves a worker on Kubernetes and a directory of files serves one on a host. */
+        SecretRef: {
+            /** @description the environment variable */
+            as: string;
+            key: string;
+            secret: string;
+        };
+        /** @description SecretRef names one value a task's environment takes from a secret that the worker running it resolves (env_from): the DAG record, the API and etcd hold the reference, never the value. A worker reads it from <secrets_dir>/<Secret>/<Key>, the layout of a Kubernetes Secret mounted as a volume, so one mount per Secret serves a worker on Kubernetes and a directory of files serves one on a host. */
+        SecretRefInput: {
+            /** @description the environment variable */
+            as?: string;
+            key?: string;
+            secret?: string;
+        };
         /** @description Counts are the seed's task counters. */
         SeedCounts: {
             completed: number;
@@ -1424,6 +1438,8 @@ export interface components {
             env?: {
                 [key: string]: string;
             };
+            /** @description EnvFrom adds variables whose values the worker reads from secrets where the task runs (secrets.go): never stored, shown or sent. */
+            env_from?: components["schemas"]["SecretRef"][];
             expect_status?: number;
             /** @description Fail is the probability (0..1) that a sleep task fails; YAML/JSON `true` means 1. */
             fail?: components["schemas"]["Probability"];
@@ -1474,6 +1490,8 @@ export interface components {
             env?: {
                 [key: string]: string;
             };
+            /** @description EnvFrom adds variables whose values the worker reads from secrets where the task runs (secrets.go): never stored, shown or sent. */
+            env_from?: components["schemas"]["SecretRefInput"][];
             expect_status?: number;
             /** @description Fail is the probability (0..1) that a sleep task fails; YAML/JSON `true` means 1. */
             fail?: components["schemas"]["ProbabilityInput"];
