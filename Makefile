@@ -7,7 +7,8 @@ RACE_PKGS := ./internal/engine/... ./internal/worker/executor/... ./internal/htt
              ./internal/server/... ./internal/client/... ./internal/cli/... ./internal/config/... \
              ./internal/workerstream/... ./internal/tools/drill/... ./internal/http/events/... ./internal/http/seedapi/... \
              ./internal/kubelabel/... ./internal/kube/... ./internal/http/guard/... ./internal/http/kit/... \
-             ./internal/store/... ./internal/http/demo/... ./internal/schedule/firer/... ./internal/leaderapart/...
+             ./internal/store/... ./internal/http/demo/... ./internal/schedule/firer/... ./internal/leaderapart/... \
+             ./internal/http/auth/...
 # Pure packages run without it (the randomized core test is CPU-heavy).
 PURE_PKGS := ./internal/model/... ./internal/jsonguard/... ./internal/expr/... ./internal/http/apitypes/... ./internal/core/... ./internal/dag/... ./internal/schedule ./internal/metrics/... ./internal/tools/bench/... \
              ./internal/http/console/... ./internal/tools/procfs/... ./internal/http/openapi/...

@@ -19,7 +19,7 @@ Submit a DAG and watch it run:               orion submit -f dag.yaml --wait`,
 		SilenceErrors: true,
 	}
 	AddGlobalFlags(root)
-	root.AddCommand(newServerCmd(), newEtcdCmd(), newWorkerCmd(), newDrillCmd(), newBenchCmd(), newTestTaskCmd())
+	root.AddCommand(newServerCmd(), newEtcdCmd(), newWorkerCmd(), newTokenCmd(), newDrillCmd(), newBenchCmd(), newTestTaskCmd())
 	AddClientCommands(root)
 	return root
 }

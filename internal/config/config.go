@@ -66,6 +66,7 @@ type Server struct {
 	EmbeddedPeerURL      string        `mapstructure:"embedded_etcd_peer_url" json:"embedded_etcd_peer_url"`
 	EmbeddedCompaction   string        `mapstructure:"embedded_etcd_auto_compaction_retention" json:"embedded_etcd_auto_compaction_retention"`
 	AuthToken            string        `mapstructure:"auth_token" json:"-"`
+	AuthTokensFile       string        `mapstructure:"auth_tokens_file" json:"auth_tokens_file,omitempty"`
 	InsecureNoAuth       bool          `mapstructure:"insecure_no_auth" json:"insecure_no_auth"`
 	RateLimit            float64       `mapstructure:"rate_limit" json:"rate_limit"`
 	Slots                int           `mapstructure:"slots" json:"slots"`
@@ -152,7 +153,8 @@ var serverFlags = []Flag{
 	{"kube-leader-label", "", "in a Kubernetes pod: keep this label on the pod, \"leader\" while it leads and \"standby\" otherwise (for a Service that selects the leader); needs POD_NAME, POD_NAMESPACE and a service account allowed to patch the pod"},
 	{"demo", false, "demo mode: the console's \"pull the plug\" and auto-demo crash and recover the scheduler (never beyond loopback without --auth-token)"},
 	{"metrics-no-auth", false, "serve /metrics without the bearer token (for Prometheus scrapes; the rest of the API still needs it)"},
-	{"auth-token", "", "bearer token required on the API (env ORION_AUTH_TOKEN)"},
+	{"auth-token", "", "the cluster token: required on the API, sent by replicas to one another, allowed to do anything (env ORION_AUTH_TOKEN)"},
+	{"auth-tokens-file", "", "YAML file of further tokens, each with a role (viewer, operator, admin, worker) and stored as its SHA-256 (orion token new); read again when it changes. Needs auth_token"},
 	{"insecure-no-auth", false, "allow a non-loopback --listen without a token (logged as a warning: shell tasks mean remote execution)"},
 	{"rate-limit", 5.0, "requests per second per non-loopback client IP"},
 	{"slots", DefaultSlots, "local executor slots; 0 runs no tasks on this replica"},
@@ -324,6 +326,9 @@ func (s Server) Validate() error {
 	} else if !IsLoopbackHost(host) && s.AuthToken != "" && len(s.AuthToken) < MinTokenLen {
 		errs = append(errs, fmt.Errorf("auth_token is %d characters: on a non-loopback listen (%q) it is all that stands between the network and shell commands; use at least %d (such as `head -c 32 /dev/urandom | base64`)",
 			len(s.AuthToken), s.Listen, MinTokenLen))
+	}
+	if s.AuthTokensFile != "" && s.AuthToken == "" {
+		errs = append(errs, fmt.Errorf("auth_tokens_file %q needs auth_token, the cluster token the replicas send to one another (and an admin's)", s.AuthTokensFile))
 	}
 	if err == nil && s.Demo && !IsLoopbackHost(host) && s.AuthToken == "" {
 		errs = append(errs, fmt.Errorf("demo mode on a non-loopback listen %q needs --auth-token (--insecure-no-auth is not enough: demo mode can crash the scheduler)", s.Listen))

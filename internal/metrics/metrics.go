@@ -45,6 +45,7 @@ type Metrics struct {
 	FloodedStreams   prometheus.Counter
 	DroppedEvents    prometheus.Counter
 	RateLimited      prometheus.Counter
+	TokenReloads     *prometheus.CounterVec
 	HostRefused      prometheus.Counter
 	ConnsRefused     prometheus.Counter
 	TooLarge         prometheus.Counter
@@ -116,6 +117,9 @@ func New() *Metrics {
 		Help: "Event streams refused because a limit was reached, by limit (max_event_subscribers: 503; max_event_subscribers_per_client: 429)."}, []string{"limit"})
 	r.MustRegister(m.SubscribersRefused)
 	m.RateLimited = f.counter("orion_rate_limited_total", "API requests refused by the rate limit.")
+	m.TokenReloads = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orion_auth_tokens_reloads_total",
+		Help: "Reads of a changed tokens file (auth_tokens_file), by outcome: loaded, or refused (the tokens loaded before stay)."}, []string{"outcome"})
+	r.MustRegister(m.TokenReloads)
 	m.HostRefused = f.counter("orion_http_host_refused_total", "Requests refused because their Host is not in the allow-list (DNS rebinding or a missing allowed_hosts entry).")
 	m.ConnsRefused = f.counter("orion_http_connections_refused_total", "Connections closed at once because their client address already held its limit of open connections.")
 	m.TooLarge = f.counter("orion_submissions_too_large_total", "Submissions refused because they would not fit etcd's request limit or the decoded-size budget.")

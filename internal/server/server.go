@@ -100,6 +100,12 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 	if err := checkRecordBound(cfg); err != nil {
 		return nil, err
 	}
+	// The tokens file before anything starts: one that does not load
+	// would refuse every token in it.
+	keys, err := loadKeys(cfg, log)
+	if err != nil {
+		return nil, err
+	}
 	// The API port first: a busy port is the commonest start failure, and
 	// it must not cost an etcd member start or a new data dir.
 	ln, err := net.Listen("tcp", cfg.Listen)
@@ -340,6 +346,7 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 	if s.Local == nil {
 		logs = nil
 	}
+	s.watchTokens(ectx, keys, cfg, log)
 	handler := api.New(api.Config{
 		Backend:       &s.ref,
 		Logs:          logs,
@@ -349,6 +356,7 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 		Node:          cfg.Name,
 		EtcdEndpoints: endpoints,
 		AuthToken:     cfg.AuthToken,
+		Keys:          keys,
 		MetricsNoAuth: cfg.MetricsNoAuth,
 		RateLimit:     cfg.RateLimit,
 		MaxBodyBytes:  cfg.MaxBodyBytes,

@@ -13,6 +13,7 @@ import (
 	"github.com/gorilla/websocket"
 	"go.uber.org/zap"
 
+	"github.com/orion-sched/orion/internal/http/auth"
 	"github.com/orion-sched/orion/internal/http/hijack"
 	"github.com/orion-sched/orion/internal/model"
 )
@@ -381,14 +382,14 @@ func (h *Hub) Handler() http.Handler {
 			}
 			return nil
 		})
-		h.serve(NewWebsocketConn(ws, h.cfg.WriteTimeout), r.RemoteAddr, budget)
+		h.serve(NewWebsocketConn(ws, h.cfg.WriteTimeout), r.RemoteAddr, budget, auth.From(r.Context()))
 	})
 }
 
 // Accept serves an in-process stream (the hub's end of a Pipe) in a new
 // goroutine and returns at once.
 func (h *Hub) Accept(c Conn) {
-	go h.serve(c, "in-process", newStreamBudget(h.cfg.MaxRate))
+	go h.serve(c, "in-process", newStreamBudget(h.cfg.MaxRate), auth.Anonymous)
 }
 
 // DialSelf connects a worker in this process to this hub through a Pipe,
@@ -408,15 +409,16 @@ func (h *Hub) DialSelf(name string) (Conn, string, error) {
 type hubConn struct {
 	*link
 	remote    string
-	worker    *RemoteWorker // set by hello; guarded by hub.mu
-	term      *Term         // the term its welcome named; guarded by hub.mu
-	confirmed bool          // the worker answered it with joined; guarded by hub.mu
+	who       auth.Principal // the stream's credential (the API's middleware judged it)
+	worker    *RemoteWorker  // set by hello; guarded by hub.mu
+	term      *Term          // the term its welcome named; guarded by hub.mu
+	confirmed bool           // the worker answered it with joined; guarded by hub.mu
 }
 
 // serve runs one stream to its end. budget is the stream's allowance of
 // messages beyond the results of the attempts its worker holds.
-func (h *Hub) serve(c Conn, remote string, budget *streamBudget) {
-	hc := &hubConn{link: newLink(c, h.cfg.HeartbeatInterval, h.cfg.StaleAfter), remote: remote}
+func (h *Hub) serve(c Conn, remote string, budget *streamBudget, who auth.Principal) {
+	hc := &hubConn{link: newLink(c, h.cfg.HeartbeatInterval, h.cfg.StaleAfter), remote: remote, who: who}
 	h.mu.Lock()
 	if !h.leading || h.closed {
 		h.mu.Unlock()
@@ -440,6 +442,10 @@ func (h *Hub) serve(c Conn, remote string, budget *streamBudget) {
 		endErr = h.refuseHello(c, remote, reason, msg)
 		return
 	}
+	if msg := who.MayBeWorker(m.Hello.Worker, m.Hello.Labels); msg != "" {
+		endErr = h.refuseHello(c, remote, RefusedIdentity, msg)
+		return
+	}
 	if remote != "in-process" {
 		key := budgetKey(remote, m.Hello.Worker)
 		h.budgets.adopt(key, budget, time.Now())
@@ -452,9 +458,9 @@ func (h *Hub) serve(c Conn, remote string, budget *streamBudget) {
 			return
 		}
 	}
-	if ok, full := h.join(hc, m.Hello); !ok {
-		if full != "" {
-			endErr = h.refuseHello(c, remote, RefusedWorkers, full)
+	if ok, reason, why := h.join(hc, m.Hello); !ok {
+		if reason != "" {
+			endErr = h.refuseHello(c, remote, reason, why)
 		}
 		return
 	}
@@ -485,7 +491,7 @@ func (h *Hub) refuseHello(c Conn, remote, reason, msg string) error {
 	}
 	h.log.Warn("worker stream refused at its hello", zap.String("remote", remote), zap.String("reason", reason),
 		zap.String("why", msg))
-	final := reason != RefusedVersion && reason != RefusedWorkers
+	final := reason != RefusedVersion && reason != RefusedWorkers && reason != RefusedHeld
 	h.answerAndWait(c, Msg{Type: TypeRefused, Refusal: &Refusal{Reason: reason, Message: msg, Final: final}})
 	return fmt.Errorf("hello refused (%s): %s", reason, msg)
 }
@@ -549,14 +555,20 @@ func (h *Hub) answerAndWait(c Conn, m Msg) {
 }
 
 // join attaches a stream to its worker, new or reconnecting.
-func (h *Hub) join(hc *hubConn, hello *Hello) (ok bool, full string) {
+func (h *Hub) join(hc *hubConn, hello *Hello) (ok bool, reason, why string) {
 	h.mu.Lock()
 	if _, ok := h.conns[hc]; !ok || !h.leading || h.closed {
 		h.mu.Unlock()
-		return false, ""
+		return false, "", ""
 	}
 	now := time.Now()
 	w := h.workers[hello.Worker]
+	if w != nil && w.owner != "" && w.owner != hc.who.Name && !hc.who.Cluster {
+		// Another credential's worker: this one may not take its id, nor
+		// evict it. Not final: it may leave, and the id be free.
+		h.mu.Unlock()
+		return false, RefusedHeld, fmt.Sprintf("worker %q is connected with token %q; token %q may not replace it", hello.Worker, w.owner, hc.who.Name)
+	}
 	var old *hubConn
 	var oldLogs []*logReader
 	if w != nil && w.instance != hello.Instance {
@@ -579,7 +591,7 @@ func (h *Hub) join(hc *hubConn, hello *Hello) (ok bool, full string) {
 		for _, lr := range oldLogs {
 			lr.fail(errDisconnected(hello.Worker))
 		}
-		return false, fmt.Sprintf("%d workers are connected, the leader's max_workers", h.cfg.MaxWorkers)
+		return false, RefusedWorkers, fmt.Sprintf("%d workers are connected, the leader's max_workers", h.cfg.MaxWorkers)
 	}
 	reconnect := w != nil
 	if w == nil {
@@ -598,6 +610,11 @@ func (h *Hub) join(hc *hubConn, hello *Hello) (ok bool, full string) {
 		}
 	}
 	w.slots, w.replica, w.labels, w.host, w.pid, w.instance = hello.Slots, hello.Replica, hello.Labels, hello.Host, hello.PID, hello.Instance
+	if !hc.who.Cluster {
+		w.owner = hc.who.Name
+	} else {
+		w.owner = ""
+	}
 	w.draining = hello.Draining
 	w.conn, hc.worker, w.since = hc, w, now
 	w.reported = make(map[model.AttemptID]struct{}, len(hello.InFlight))
@@ -638,8 +655,8 @@ func (h *Hub) join(hc *hubConn, hello *Hello) (ok bool, full string) {
 	}
 	h.log.Info("worker joined", zap.String("worker", w.id), zap.String("replica", hello.Replica),
 		zap.Int("slots", hello.Slots), zap.Stringer("labels", hello.Labels), zap.Int("in_flight", len(hello.InFlight)), zap.Bool("reconnect", reconnect),
-		zap.Int("redispatched", len(redo)), zap.String("remote", hc.remote))
-	return true, ""
+		zap.Int("redispatched", len(redo)), zap.String("remote", hc.remote), zap.String("token", hc.who.Name))
+	return true, "", ""
 }
 
 // ended cleans up after a stream: its worker, if the stream was still its

@@ -47,7 +47,12 @@ const (
 	RefusedHello   = "hello"   // not a hello, or a hello with a bad host, instance or pid
 	RefusedVersion = "version" // another protocol version
 	RefusedWorkers = "workers" // the hub holds max_workers workers already (not final)
-	RefusedFlood   = "flood"   // the stream sent messages beyond its budget (not a hello refusal)
+	// RefusedIdentity: the stream's token may not be this worker (its id
+	// or labels), or is not a worker token at all.
+	RefusedIdentity = "identity"
+	// RefusedHeld: a worker of another token holds the id (not final).
+	RefusedHeld  = "held"
+	RefusedFlood = "flood" // the stream sent messages beyond its budget (not a hello refusal)
 )
 
 // checkHello returns why a hello is refused (reason and message), or ""

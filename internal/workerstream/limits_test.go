@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -55,7 +56,17 @@ type wsWorker struct {
 
 func dialWS(t *testing.T, url string) *wsWorker {
 	t.Helper()
-	ws, _, err := websocket.DefaultDialer.Dial(url, nil)
+	return dialWSAs(t, url, "")
+}
+
+// dialWSAs dials with X-Test-As: as (serveAs's principal), when set.
+func dialWSAs(t *testing.T, url, as string) *wsWorker {
+	t.Helper()
+	var hdr http.Header
+	if as != "" {
+		hdr = http.Header{"X-Test-As": {as}}
+	}
+	ws, _, err := websocket.DefaultDialer.Dial(url, hdr)
 	if err != nil {
 		t.Fatal(err)
 	}

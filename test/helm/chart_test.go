@@ -48,6 +48,8 @@ type expect struct {
 	podTasks      string   // namespace of pod tasks ("": disabled)
 	drainTimeout  string   // the workers' --drain-timeout
 	secrets       []string // workers.secrets: mounted for env_from
+	tokensSecret  string   // auth.tokensSecret: the replicas' auth_tokens_file
+	workerToken   string   // workers.tokenSecret: the workers' own token
 }
 
 // matrix: every file in test/helm/values and what it must give.
@@ -60,7 +62,8 @@ var matrix = map[string]expect{
 		etcdEndpoints: []string{"https://etcd-a.db.example.internal:2379", "https://etcd-b.db.example.internal:2379", "https://etcd-c.db.example.internal:2379"},
 		authSecret:    "orion-api-token", authKey: "api-token"},
 	"replicas-5.yaml": {etcd: 5, scheduler: 5, advertiseDNS: true, hardAnti: true, workers: 4, workerSlots: 8, workerLabels: "pool=gpu,zone=a",
-		authSecret: "orion-auth", authKey: "token", chartSecret: true, secrets: []string{"db", "warehouse.api"}},
+		authSecret: "orion-auth", authKey: "token", chartSecret: true, secrets: []string{"db", "warehouse.api"},
+		tokensSecret: "orion-tokens", workerToken: "orion-worker-token"},
 	"servicemonitor.yaml": {etcd: 3, scheduler: 3, workers: -1, workerSlots: 16, monitoring: true, active: true,
 		authSecret: "orion-auth", authKey: "token", chartSecret: true},
 	"workers-off.yaml": {etcd: 3, scheduler: 3, workers: 0, slots: 4,
@@ -121,8 +124,8 @@ var standardLabels = []string{"app.kubernetes.io/name", "app.kubernetes.io/insta
 // (Secret, ConfigMap, volume, selector, named port) resolves.
 func checkCommon(t *testing.T, r *Rendered, e expect) {
 	external := map[string]bool{e.authSecret: !e.chartSecret, e.etcdAuth: e.etcdAuth != ""}
-	for _, s := range e.secrets {
-		external[s] = true // the user's, for env_from
+	for _, s := range append(e.secrets, e.tokensSecret, e.workerToken) {
+		external[s] = s != "" // the user's: env_from, tokens
 	}
 	if e.etcdTLS {
 		external["orion-etcd-client-tls"] = true
@@ -698,6 +701,29 @@ func checkConfig(t *testing.T, r *Rendered, e expect) {
 	if len(missing)+len(extra) > 0 {
 		t.Errorf("ConfigMap orion.yaml keys differ from config/orion.yaml: missing %v, extra %v", missing, extra)
 	}
+	// The tokens file, from the Secret mounted where the config says.
+	wantFile := ""
+	if e.tokensSecret != "" {
+		wantFile = "/etc/orion-auth/tokens.yaml"
+	}
+	if got["auth_tokens_file"] != wantFile {
+		t.Errorf("orion.yaml auth_tokens_file %v, want %q", got["auth_tokens_file"], wantFile)
+	}
+	if sts := r.StatefulSet(schedSTS); sts != nil && e.tokensSecret != "" {
+		c := container(&sts.Spec.Template.Spec, "scheduler")
+		mounted := false
+		for _, m := range c.VolumeMounts {
+			mounted = mounted || (m.Name == "auth-tokens" && m.ReadOnly && strings.HasPrefix(wantFile, m.MountPath+"/"))
+		}
+		if !mounted {
+			t.Errorf("auth_tokens_file %s is not mounted read-only in the scheduler", wantFile)
+		}
+		for _, v := range sts.Spec.Template.Spec.Volumes {
+			if v.Name == "auth-tokens" && (v.Secret == nil || v.Secret.SecretName != e.tokensSecret) {
+				t.Errorf("auth-tokens volume %+v, want Secret %s", v.VolumeSource, e.tokensSecret)
+			}
+		}
+	}
 	// Secrets never land in the ConfigMap; a non-loopback listen with the
 	// token from the environment.
 	if got["auth_token"] != "" || got["etcd_password"] != "" || got["insecure_no_auth"] != false {
@@ -806,7 +832,11 @@ func checkWorkers(t *testing.T, r *Rendered, e expect) {
 		t.Errorf("worker --name %q, want $(POD_NAME)", v)
 	}
 	checkFieldRef(t, c, "POD_NAME", "metadata.name")
-	checkSecretRef(t, c, "ORION_AUTH_TOKEN", e.authSecret, e.authKey)
+	if e.workerToken != "" {
+		checkSecretRef(t, c, "ORION_AUTH_TOKEN", e.workerToken, "token")
+	} else {
+		checkSecretRef(t, c, "ORION_AUTH_TOKEN", e.authSecret, e.authKey)
+	}
 	if c.WorkingDir == "" || !mountedAnywhere(c, c.WorkingDir) {
 		t.Errorf("worker workingDir %q is not a writable volume", c.WorkingDir)
 	}

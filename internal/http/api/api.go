@@ -18,6 +18,7 @@ import (
 	"github.com/orion-sched/orion/internal/dag"
 	"github.com/orion-sched/orion/internal/engine"
 	"github.com/orion-sched/orion/internal/http/apitypes"
+	"github.com/orion-sched/orion/internal/http/auth"
 	"github.com/orion-sched/orion/internal/http/guard"
 	"github.com/orion-sched/orion/internal/http/kit"
 	"github.com/orion-sched/orion/internal/http/openapi"
@@ -67,10 +68,15 @@ type Config struct {
 	// Node is this replica's name (default: Backend.Status().Node).
 	Node          string
 	EtcdEndpoints []string
-	// AuthToken, when set, is required as "Authorization: Bearer <token>" on
-	// every request except /healthz and /readyz (and /metrics when
-	// MetricsNoAuth is set).
-	AuthToken     string
+	// AuthToken is the cluster token: replicas send it with the requests
+	// they forward and relay to one another.
+	AuthToken string
+	// Keys, when they hold a token (the cluster token, or a tokens file's:
+	// internal/http/auth), are required as "Authorization: Bearer <token>"
+	// on every request except /healthz and /readyz (and /metrics when
+	// MetricsNoAuth is set), and the token's role must allow the request.
+	// Nil: a keyring of AuthToken alone.
+	Keys          *auth.Keyring
 	MetricsNoAuth bool
 	// RateLimit is the sustained requests/s allowed per client IP (per /64 for
 	// IPv6) for clients that are not on loopback; burst is max(1, 2×rate).
@@ -122,8 +128,9 @@ type server struct {
 	log     *zap.Logger
 	m       *metrics.Metrics
 	mux     *routeMux
-	limiter *ipLimiter // nil: no rate limit
-	token   kit.Token
+	limiter *ipLimiter    // nil: no rate limit
+	token   kit.Token     // the cluster token: forwarded writes skip the rate limit
+	keys    *auth.Keyring // who may do what
 }
 
 // New returns the API handler. It panics if cfg.Backend is nil.
@@ -154,6 +161,10 @@ func New(cfg Config) http.Handler {
 		s.limiter = newIPLimiter(cfg.RateLimit)
 	}
 	s.token = kit.NewToken(cfg.AuthToken)
+	s.keys = cfg.Keys
+	if s.keys == nil {
+		s.keys = auth.NewKeyring(cfg.AuthToken)
+	}
 
 	s.mux.HandleFunc("POST /api/v1/dags", s.submit)
 	s.mux.HandleFunc("GET /api/v1/dags", s.listDAGs)

@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/orion-sched/orion/internal/http/apitypes"
+	"github.com/orion-sched/orion/internal/http/auth"
 	"github.com/orion-sched/orion/internal/http/console"
 	"github.com/orion-sched/orion/internal/http/guard"
 	"github.com/orion-sched/orion/internal/http/kit"
@@ -52,10 +53,19 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !open && !forwarded && s.limiter != nil && !s.allow(rw, r) {
 		return
 	}
-	if !open && s.cfg.AuthToken != "" && !(s.cfg.MetricsNoAuth && r.URL.Path == "/metrics") && !console.Public(r.URL.Path) && !s.token.Authorized(r) {
-		rw.Header().Set("WWW-Authenticate", `Bearer realm="orion"`)
-		kit.WriteError(rw, http.StatusUnauthorized, apitypes.CodeUnauthorized, "missing or invalid bearer token", nil)
-		return
+	if !open && s.keys.Enabled() && !(s.cfg.MetricsNoAuth && r.URL.Path == "/metrics") && !console.Public(r.URL.Path) {
+		p, ok := s.keys.Authenticate(r)
+		if !ok {
+			rw.Header().Set("WWW-Authenticate", `Bearer realm="orion"`)
+			kit.WriteError(rw, http.StatusUnauthorized, apitypes.CodeUnauthorized, "missing or invalid bearer token", nil)
+			return
+		}
+		if need, ok := auth.Permits(p, r.Method, r.URL.Path); !ok {
+			kit.WriteError(rw, http.StatusForbidden, apitypes.CodeForbidden,
+				fmt.Sprintf("token %q has role %s: %s %s needs role %s", p.Name, p.Role, r.Method, r.URL.Path, need), nil)
+			return
+		}
+		r = r.WithContext(auth.WithPrincipal(r.Context(), p))
 	}
 	if s.crossSiteWrite(r) {
 		kit.WriteError(rw, http.StatusForbidden, apitypes.CodeCrossOrigin,

@@ -23,7 +23,7 @@ const (
 const (
 	CodeBadRequest       Code = "bad_request"        // 400: a query parameter or header is wrong
 	CodeUnauthorized     Code = "unauthorized"       // 401: missing or invalid bearer token
-	CodeForbidden        Code = "forbidden"          // 403: an origin the CORS policy refuses, or a demo control beyond loopback
+	CodeForbidden        Code = "forbidden"          // 403: a token whose role does not allow the request (the message names the role it needs), an origin the CORS policy refuses, or a demo control beyond loopback
 	CodeCrossOrigin      Code = "cross_origin"       // 403: a write a browser sent for another site
 	CodeDemoDisabled     Code = "demo_disabled"      // 403: demo controls without --demo
 	CodeNotFound         Code = "not_found"          // 404: no such DAG, task, log or route

@@ -462,12 +462,12 @@ var Extra = []any{events.Event{}, seedapi.TaskEvent{}, apitypes.ErrorBody{}, see
 
 // middleware returns the failures the API's middleware adds to a route
 // (internal/http/api/middleware.go): the Host allow-list on every route;
-// the rate limit and the bearer token on all but the probes; the
+// the rate limit, the bearer token and its role on all but the probes; the
 // cross-origin check on writes; panic recovery.
 func middleware(r *Route) []Failure {
 	out := []Failure{fail(http.StatusMisdirectedRequest, apitypes.CodeHostNotAllowed), fail(500, apitypes.CodeInternal)}
 	if !r.Open {
-		out = append(out, fail(401, apitypes.CodeUnauthorized), fail(429, apitypes.CodeRateLimited))
+		out = append(out, fail(401, apitypes.CodeUnauthorized), fail(403, apitypes.CodeForbidden), fail(429, apitypes.CodeRateLimited))
 	}
 	if r.Method != "GET" && r.Method != "HEAD" {
 		out = append(out, fail(403, apitypes.CodeCrossOrigin))

@@ -781,7 +781,7 @@ export interface components {
          *     - `invalid_schedule`: CodeInvalidSchedule is a schedule file's problem (internal/schedule spells it in its CodeInvalid).
          *     - `bad_request`: 400: a query parameter or header is wrong
          *     - `unauthorized`: 401: missing or invalid bearer token
-         *     - `forbidden`: 403: an origin the CORS policy refuses, or a demo control beyond loopback
+         *     - `forbidden`: 403: a token whose role does not allow the request (the message names the role it needs), an origin the CORS policy refuses, or a demo control beyond loopback
          *     - `cross_origin`: 403: a write a browser sent for another site
          *     - `demo_disabled`: 403: demo controls without --demo
          *     - `not_found`: 404: no such DAG, task, log or route
@@ -1690,20 +1690,6 @@ export interface components {
                 };
             };
         };
-        /** @description 403 Forbidden: `cross_origin` */
-        CrossOrigin: {
-            headers: {
-                [name: string]: unknown;
-            };
-            content: {
-                "application/json": components["schemas"]["ErrorBody"] & {
-                    error?: {
-                        /** @enum {string} */
-                        code?: "cross_origin";
-                    };
-                };
-            };
-        };
         /** @description 403 Forbidden: `cross_origin`, `demo_disabled`, `forbidden` */
         CrossOriginOrDemoDisabledOrForbidden: {
             headers: {
@@ -1718,8 +1704,22 @@ export interface components {
                 };
             };
         };
+        /** @description 403 Forbidden: `cross_origin`, `forbidden` */
+        CrossOriginOrForbidden: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"] & {
+                    error?: {
+                        /** @enum {string} */
+                        code?: "cross_origin" | "forbidden";
+                    };
+                };
+            };
+        };
         /** @description 403 Forbidden: `cross_origin`, `demo_disabled`, `forbidden` */
-        CrossOrigin_SeedDemoDisabledOrForbidden: {
+        CrossOriginOrForbidden_SeedDemoDisabledOrForbidden: {
             headers: {
                 [name: string]: unknown;
             };
@@ -1727,7 +1727,7 @@ export interface components {
                 "application/json": (components["schemas"]["ErrorBody"] & {
                     error?: {
                         /** @enum {string} */
-                        code?: "cross_origin";
+                        code?: "cross_origin" | "forbidden";
                     };
                 }) | (components["schemas"]["SeedErrorBody"] & {
                     /** @enum {string} */
@@ -1736,7 +1736,7 @@ export interface components {
             };
         };
         /** @description 403 Forbidden: `cross_origin`, `forbidden` */
-        CrossOrigin_SeedForbidden: {
+        CrossOriginOrForbidden_SeedForbidden: {
             headers: {
                 [name: string]: unknown;
             };
@@ -1744,7 +1744,7 @@ export interface components {
                 "application/json": (components["schemas"]["ErrorBody"] & {
                     error?: {
                         /** @enum {string} */
-                        code?: "cross_origin";
+                        code?: "cross_origin" | "forbidden";
                     };
                 }) | (components["schemas"]["SeedErrorBody"] & {
                     /** @enum {string} */
@@ -1764,6 +1764,23 @@ export interface components {
                         code?: "forbidden";
                     };
                 };
+            };
+        };
+        /** @description 403 Forbidden: `forbidden` */
+        Forbidden_SeedForbidden: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": (components["schemas"]["ErrorBody"] & {
+                    error?: {
+                        /** @enum {string} */
+                        code?: "forbidden";
+                    };
+                }) | (components["schemas"]["SeedErrorBody"] & {
+                    /** @enum {string} */
+                    code?: "forbidden";
+                });
             };
         };
         /** @description 421 Misdirected Request: `host_not_allowed` */
@@ -1995,18 +2012,6 @@ export interface components {
                 };
             };
         };
-        /** @description 403 Forbidden: `forbidden` */
-        SeedForbidden: {
-            headers: {
-                [name: string]: unknown;
-            };
-            content: {
-                "application/json": components["schemas"]["SeedErrorBody"] & {
-                    /** @enum {string} */
-                    code?: "forbidden";
-                };
-            };
-        };
         /** @description 404 Not Found: `not_found` */
         SeedNotFound: {
             headers: {
@@ -2233,7 +2238,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
-            403: components["responses"]["CrossOrigin_SeedDemoDisabledOrForbidden"];
+            403: components["responses"]["CrossOriginOrForbidden_SeedDemoDisabledOrForbidden"];
             404: components["responses"]["SeedNotFound"];
             409: components["responses"]["SeedConflict"];
             421: components["responses"]["HostNotAllowed"];
@@ -2265,7 +2270,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
-            403: components["responses"]["CrossOrigin_SeedDemoDisabledOrForbidden"];
+            403: components["responses"]["CrossOriginOrForbidden_SeedDemoDisabledOrForbidden"];
             404: components["responses"]["SeedNotFound"];
             409: components["responses"]["SeedConflict"];
             421: components["responses"]["HostNotAllowed"];
@@ -2294,7 +2299,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
-            403: components["responses"]["SeedForbidden"];
+            403: components["responses"]["Forbidden_SeedForbidden"];
             421: components["responses"]["HostNotAllowed"];
             429: components["responses"]["RateLimited"];
             500: components["responses"]["Internal"];
@@ -2319,6 +2324,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             421: components["responses"]["HostNotAllowed"];
             429: components["responses"]["RateLimited"];
             500: components["responses"]["Internal"];
@@ -2343,6 +2349,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             421: components["responses"]["HostNotAllowed"];
             429: components["responses"]["RateLimited"];
             500: components["responses"]["Internal"];
@@ -2393,7 +2400,7 @@ export interface operations {
             };
             400: components["responses"]["SeedBadRequestOrCycleOrInvalidDagOrParseErrorOrTooManyTasks"];
             401: components["responses"]["Unauthorized"];
-            403: components["responses"]["CrossOrigin_SeedForbidden"];
+            403: components["responses"]["CrossOriginOrForbidden_SeedForbidden"];
             409: components["responses"]["SeedConflict"];
             413: components["responses"]["SeedBodyTooLargeOrDagTooLarge"];
             421: components["responses"]["HostNotAllowed"];
@@ -2423,7 +2430,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
-            403: components["responses"]["SeedForbidden"];
+            403: components["responses"]["Forbidden_SeedForbidden"];
             421: components["responses"]["HostNotAllowed"];
             429: components["responses"]["RateLimited"];
             500: components["responses"]["Internal"];
@@ -2455,6 +2462,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             421: components["responses"]["HostNotAllowed"];
             429: components["responses"]["RateLimited"];
             500: components["responses"]["Internal"];
@@ -2508,7 +2516,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequestOrCycleOrInvalidDagOrInvalidScheduleOrParseErrorOrTooManyTasks"];
             401: components["responses"]["Unauthorized"];
-            403: components["responses"]["CrossOrigin"];
+            403: components["responses"]["CrossOriginOrForbidden"];
             409: components["responses"]["Conflict"];
             413: components["responses"]["BodyTooLargeOrDagTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
@@ -2542,6 +2550,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             421: components["responses"]["HostNotAllowed"];
             429: components["responses"]["RateLimited"];
@@ -2574,7 +2583,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
-            403: components["responses"]["CrossOrigin"];
+            403: components["responses"]["CrossOriginOrForbidden"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
             413: components["responses"]["BodyTooLarge"];
@@ -2610,7 +2619,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
-            403: components["responses"]["CrossOrigin"];
+            403: components["responses"]["CrossOriginOrForbidden"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
             413: components["responses"]["BodyTooLarge"];
@@ -2650,7 +2659,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
-            403: components["responses"]["CrossOrigin"];
+            403: components["responses"]["CrossOriginOrForbidden"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
             413: components["responses"]["BodyTooLarge"];
@@ -2686,6 +2695,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             421: components["responses"]["HostNotAllowed"];
             429: components["responses"]["RateLimited"];
@@ -2722,6 +2732,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             421: components["responses"]["HostNotAllowed"];
             429: components["responses"]["RateLimited"];
@@ -2813,6 +2824,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             421: components["responses"]["HostNotAllowed"];
             429: components["responses"]["RateLimited"];
             500: components["responses"]["Internal"];
@@ -2904,6 +2916,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             421: components["responses"]["HostNotAllowed"];
             429: components["responses"]["RateLimited"];
             500: components["responses"]["Internal"];
@@ -2929,7 +2942,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
-            403: components["responses"]["SeedForbidden"];
+            403: components["responses"]["Forbidden_SeedForbidden"];
             421: components["responses"]["HostNotAllowed"];
             429: components["responses"]["RateLimited"];
             500: components["responses"]["Internal"];
@@ -2964,6 +2977,7 @@ export interface operations {
                 content?: never;
             };
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             421: components["responses"]["HostNotAllowed"];
             429: components["responses"]["RateLimited"];
             500: components["responses"]["Internal"];
@@ -2988,6 +3002,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             421: components["responses"]["HostNotAllowed"];
             429: components["responses"]["RateLimited"];
             500: components["responses"]["Internal"];
@@ -3038,7 +3053,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequestOrCycleOrInvalidDagOrInvalidScheduleOrParseErrorOrScheduleTooFrequentOrTooManyTasks"];
             401: components["responses"]["Unauthorized"];
-            403: components["responses"]["CrossOrigin"];
+            403: components["responses"]["CrossOriginOrForbidden"];
             409: components["responses"]["Conflict"];
             413: components["responses"]["BodyTooLargeOrDagTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
@@ -3072,6 +3087,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             421: components["responses"]["HostNotAllowed"];
             429: components["responses"]["RateLimited"];
@@ -3104,7 +3120,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
-            403: components["responses"]["CrossOrigin"];
+            403: components["responses"]["CrossOriginOrForbidden"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
             413: components["responses"]["BodyTooLarge"];
@@ -3140,7 +3156,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
-            403: components["responses"]["CrossOrigin"];
+            403: components["responses"]["CrossOriginOrForbidden"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
             413: components["responses"]["BodyTooLarge"];
@@ -3176,7 +3192,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
-            403: components["responses"]["CrossOrigin"];
+            403: components["responses"]["CrossOriginOrForbidden"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
             413: components["responses"]["BodyTooLarge"];
@@ -3210,6 +3226,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             421: components["responses"]["HostNotAllowed"];
             429: components["responses"]["RateLimited"];
@@ -3257,7 +3274,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
-            403: components["responses"]["CrossOrigin"];
+            403: components["responses"]["CrossOriginOrForbidden"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
             413: components["responses"]["BodyTooLarge"];
@@ -3288,7 +3305,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
-            403: components["responses"]["SeedForbidden"];
+            403: components["responses"]["Forbidden_SeedForbidden"];
             421: components["responses"]["HostNotAllowed"];
             429: components["responses"]["RateLimited"];
             500: components["responses"]["Internal"];
@@ -3336,6 +3353,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             421: components["responses"]["HostNotAllowed"];
             429: components["responses"]["RateLimited"];
             500: components["responses"]["Internal"];
@@ -3391,7 +3409,7 @@ export interface operations {
                 content?: never;
             };
             401: components["responses"]["Unauthorized"];
-            403: components["responses"]["SeedForbidden"];
+            403: components["responses"]["Forbidden_SeedForbidden"];
             421: components["responses"]["HostNotAllowed"];
             429: components["responses"]["RateLimited_SeedTooManyStreams"];
             500: components["responses"]["Internal"];
@@ -3420,25 +3438,33 @@ export const componentsResponsesBadRequestOrCycleOrInvalidDagOrInvalidScheduleOr
 export const componentsResponsesBodyTooLargeContentApplicationJsonErrorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["BodyTooLarge"]["content"]["application/json"]["error"]["code"]> = ["body_too_large"];
 export const componentsResponsesBodyTooLargeOrDagTooLargeContentApplicationJsonErrorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["BodyTooLargeOrDagTooLarge"]["content"]["application/json"]["error"]["code"]> = ["body_too_large", "dag_too_large"];
 export const componentsResponsesConflictContentApplicationJsonErrorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["Conflict"]["content"]["application/json"]["error"]["code"]> = ["conflict"];
-export const componentsResponsesCrossOriginContentApplicationJsonErrorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["CrossOrigin"]["content"]["application/json"]["error"]["code"]> = ["cross_origin"];
 export const componentsResponsesCrossOriginOrDemoDisabledOrForbiddenContentApplicationJsonErrorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["CrossOriginOrDemoDisabledOrForbidden"]["content"]["application/json"]["error"]["code"]> = ["cross_origin", "demo_disabled", "forbidden"];
-export const componentsResponsesCrossOrigin_SeedDemoDisabledOrForbiddenContentApplicationJsonOneOf0ErrorCodeValues: ReadonlyArray<Extract<Extract<FlattenedDeepRequired<components>["responses"]["CrossOrigin_SeedDemoDisabledOrForbidden"]["content"]["application/json"], {
+export const componentsResponsesCrossOriginOrForbiddenContentApplicationJsonErrorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["CrossOriginOrForbidden"]["content"]["application/json"]["error"]["code"]> = ["cross_origin", "forbidden"];
+export const componentsResponsesCrossOriginOrForbidden_SeedDemoDisabledOrForbiddenContentApplicationJsonOneOf0ErrorCodeValues: ReadonlyArray<Extract<Extract<FlattenedDeepRequired<components>["responses"]["CrossOriginOrForbidden_SeedDemoDisabledOrForbidden"]["content"]["application/json"], {
     error: unknown;
 }>["error"], {
     code: unknown;
-}>["code"]> = ["cross_origin"];
-export const componentsResponsesCrossOrigin_SeedDemoDisabledOrForbiddenContentApplicationJsonOneOf1CodeValues: ReadonlyArray<Extract<FlattenedDeepRequired<components>["responses"]["CrossOrigin_SeedDemoDisabledOrForbidden"]["content"]["application/json"], {
+}>["code"]> = ["cross_origin", "forbidden"];
+export const componentsResponsesCrossOriginOrForbidden_SeedDemoDisabledOrForbiddenContentApplicationJsonOneOf1CodeValues: ReadonlyArray<Extract<FlattenedDeepRequired<components>["responses"]["CrossOriginOrForbidden_SeedDemoDisabledOrForbidden"]["content"]["application/json"], {
     code: unknown;
 }>["code"]> = ["demo_disabled", "forbidden"];
-export const componentsResponsesCrossOrigin_SeedForbiddenContentApplicationJsonOneOf0ErrorCodeValues: ReadonlyArray<Extract<Extract<FlattenedDeepRequired<components>["responses"]["CrossOrigin_SeedForbidden"]["content"]["application/json"], {
+export const componentsResponsesCrossOriginOrForbidden_SeedForbiddenContentApplicationJsonOneOf0ErrorCodeValues: ReadonlyArray<Extract<Extract<FlattenedDeepRequired<components>["responses"]["CrossOriginOrForbidden_SeedForbidden"]["content"]["application/json"], {
     error: unknown;
 }>["error"], {
     code: unknown;
-}>["code"]> = ["cross_origin"];
-export const componentsResponsesCrossOrigin_SeedForbiddenContentApplicationJsonOneOf1CodeValues: ReadonlyArray<Extract<FlattenedDeepRequired<components>["responses"]["CrossOrigin_SeedForbidden"]["content"]["application/json"], {
+}>["code"]> = ["cross_origin", "forbidden"];
+export const componentsResponsesCrossOriginOrForbidden_SeedForbiddenContentApplicationJsonOneOf1CodeValues: ReadonlyArray<Extract<FlattenedDeepRequired<components>["responses"]["CrossOriginOrForbidden_SeedForbidden"]["content"]["application/json"], {
     code: unknown;
 }>["code"]> = ["forbidden"];
 export const componentsResponsesForbiddenContentApplicationJsonErrorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["Forbidden"]["content"]["application/json"]["error"]["code"]> = ["forbidden"];
+export const componentsResponsesForbidden_SeedForbiddenContentApplicationJsonOneOf0ErrorCodeValues: ReadonlyArray<Extract<Extract<FlattenedDeepRequired<components>["responses"]["Forbidden_SeedForbidden"]["content"]["application/json"], {
+    error: unknown;
+}>["error"], {
+    code: unknown;
+}>["code"]> = ["forbidden"];
+export const componentsResponsesForbidden_SeedForbiddenContentApplicationJsonOneOf1CodeValues: ReadonlyArray<Extract<FlattenedDeepRequired<components>["responses"]["Forbidden_SeedForbidden"]["content"]["application/json"], {
+    code: unknown;
+}>["code"]> = ["forbidden"];
 export const componentsResponsesHostNotAllowedContentApplicationJsonErrorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["HostNotAllowed"]["content"]["application/json"]["error"]["code"]> = ["host_not_allowed"];
 export const componentsResponsesInternalContentApplicationJsonErrorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["Internal"]["content"]["application/json"]["error"]["code"]> = ["internal"];
 export const componentsResponsesInternal_SeedInternalContentApplicationJsonOneOf0ErrorCodeValues: ReadonlyArray<Extract<Extract<FlattenedDeepRequired<components>["responses"]["Internal_SeedInternal"]["content"]["application/json"], {
@@ -3475,7 +3501,6 @@ export const componentsResponsesRateLimited_SeedTooManyStreamsContentApplication
 export const componentsResponsesSeedBadRequestOrCycleOrInvalidDagOrParseErrorOrTooManyTasksContentApplicationJsonCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["SeedBadRequestOrCycleOrInvalidDagOrParseErrorOrTooManyTasks"]["content"]["application/json"]["code"]> = ["bad_request", "cycle", "invalid_dag", "parse_error", "too_many_tasks"];
 export const componentsResponsesSeedBodyTooLargeOrDagTooLargeContentApplicationJsonCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["SeedBodyTooLargeOrDagTooLarge"]["content"]["application/json"]["code"]> = ["body_too_large", "dag_too_large"];
 export const componentsResponsesSeedConflictContentApplicationJsonCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["SeedConflict"]["content"]["application/json"]["code"]> = ["conflict"];
-export const componentsResponsesSeedForbiddenContentApplicationJsonCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["SeedForbidden"]["content"]["application/json"]["code"]> = ["forbidden"];
 export const componentsResponsesSeedNotFoundContentApplicationJsonCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["SeedNotFound"]["content"]["application/json"]["code"]> = ["not_found"];
 export const componentsResponsesSeedNotLeaderOrUnavailableContentApplicationJsonCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["SeedNotLeaderOrUnavailable"]["content"]["application/json"]["code"]> = ["not_leader", "unavailable"];
 export const componentsResponsesSeedStorageFullContentApplicationJsonCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["SeedStorageFull"]["content"]["application/json"]["code"]> = ["storage_full"];
