@@ -14,6 +14,7 @@
 package cli
 
 import (
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -25,13 +26,17 @@ import (
 
 	"github.com/orion-sched/orion/internal/client"
 	"github.com/orion-sched/orion/internal/config"
+	"github.com/orion-sched/orion/internal/http/tlsfiles"
 )
 
 // Environment variables read when the matching flag is not given (the
 // worker reads the same two).
 const (
-	EnvServer = config.EnvServer
-	EnvToken  = config.EnvToken
+	EnvServer   = config.EnvServer
+	EnvToken    = config.EnvToken
+	EnvCAFile   = config.EnvCAFile
+	EnvCertFile = config.EnvCertFile
+	EnvKeyFile  = config.EnvKeyFile
 )
 
 // DefaultServer is the API address used when neither --server nor
@@ -42,6 +47,9 @@ const (
 	flagServer = "server"
 	flagToken  = "token"
 	flagOutput = "output"
+	flagCA     = "ca-file"
+	flagCert   = "cert-file"
+	flagKey    = "key-file"
 
 	outputTable = "table"
 	outputJSON  = "json"
@@ -61,6 +69,9 @@ func AddGlobalFlags(root *cobra.Command) {
 	pf.String(flagServer, DefaultServer, "API server URL; give several, comma-separated, to fail over in order (env "+EnvServer+")")
 	pf.String(flagToken, "", "bearer token for the API (env "+EnvToken+")")
 	pf.StringP(flagOutput, "o", outputTable, "output format: table or json")
+	pf.String(flagCA, "", "CA bundle (PEM) that https:// servers are verified with; default the system's (env "+EnvCAFile+")")
+	pf.String(flagCert, "", "client certificate (PEM) for a server that requires one, with --key-file (env "+EnvCertFile+")")
+	pf.String(flagKey, "", "the client certificate's key (PEM) (env "+EnvKeyFile+")")
 }
 
 // AddClientCommands adds submit, get (dags, dag, task), logs, cancel, delete,
@@ -83,6 +94,7 @@ type globals struct {
 	servers []string
 	token   string
 	output  string
+	tls     *tls.Config // nil: the transport's default
 }
 
 // flagOrEnv returns the flag's value if it was given, else the environment
@@ -113,6 +125,13 @@ func resolveGlobals(cmd *cobra.Command) (globals, error) {
 		return g, fmt.Errorf("--server: no URL given")
 	}
 	g.token = strings.TrimSpace(flagOrEnv(cmd, flagToken, EnvToken, ""))
+	ca, cert, key := flagOrEnv(cmd, flagCA, EnvCAFile, ""), flagOrEnv(cmd, flagCert, EnvCertFile, ""), flagOrEnv(cmd, flagKey, EnvKeyFile, "")
+	if ca != "" || cert != "" || key != "" {
+		var err error
+		if g.tls, err = tlsfiles.ClientFiles(ca, cert, key); err != nil {
+			return g, err
+		}
+	}
 	g.output = outputTable
 	if f := cmd.Flag(flagOutput); f != nil {
 		g.output = strings.ToLower(strings.TrimSpace(f.Value.String()))
@@ -135,6 +154,9 @@ func setup(cmd *cobra.Command) (*client.Client, globals, error) {
 	}
 	c := client.New(g.servers, g.token)
 	c.UserAgent = "orion-cli"
+	if g.tls != nil {
+		c.SetTLS(g.tls)
+	}
 	if clientHook != nil {
 		clientHook(c)
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"maps"
+	"net/http"
 	"net/url"
 	"os"
 	"os/signal"
@@ -17,6 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/orion-sched/orion/internal/config"
+	"github.com/orion-sched/orion/internal/http/tlsfiles"
 	"github.com/orion-sched/orion/internal/kube"
 	"github.com/orion-sched/orion/internal/model"
 	"github.com/orion-sched/orion/internal/worker/executor"
@@ -128,7 +130,17 @@ func runWorker(cfg config.Worker, log *zap.Logger) error {
 	if err != nil {
 		return err
 	}
-	dialer := workerstream.NewHTTPDialer(servers, cfg.Token, nil)
+	var hc *http.Client
+	if cfg.CAFile != "" || cfg.CertFile != "" || cfg.KeyFile != "" {
+		tc, err := tlsfiles.ClientFiles(cfg.CAFile, cfg.CertFile, cfg.KeyFile)
+		if err != nil {
+			return err
+		}
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.TLSClientConfig = tc
+		hc = &http.Client{Transport: t}
+	}
+	dialer := workerstream.NewHTTPDialer(servers, cfg.Token, hc)
 	agent := workerstream.NewAgent(workerstream.AgentConfig{
 		Exec:   exec,
 		Dial:   dialer.Dial,

@@ -14,6 +14,8 @@ package client
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -90,6 +92,14 @@ func NormalizeURL(u string) string {
 
 // BaseURLs returns the servers the client uses, in order.
 func (c *Client) BaseURLs() []string { return append([]string(nil), c.bases...) }
+
+// SetTLS makes the client verify https:// servers with cfg (its CAs, and
+// the certificate it presents to a server that asks for one).
+func (c *Client) SetTLS(cfg *tls.Config) {
+	if t, ok := c.HTTPClient.Transport.(*http.Transport); ok {
+		t.TLSClientConfig = cfg
+	}
+}
 
 func newTransport() *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
@@ -181,7 +191,7 @@ func (c *Client) do(ctx context.Context, r request) (*http.Response, error) {
 	start := time.Now()
 	idx := int(c.preferred.Load()) % n
 	delay := p.BaseDelay
-	failedInRound := 0
+	failedInRound, tlsFailures := 0, 0
 	var lastErr error
 	for attempt := 1; ; attempt++ {
 		base := c.bases[idx]
@@ -194,6 +204,16 @@ func (c *Client) do(ctx context.Context, r request) (*http.Response, error) {
 				return nil, ctxError(ctx, lastErr)
 			}
 			lastErr = &ConnError{URL: base, Err: err}
+			if IsTLSError(err) {
+				// A certificate that does not verify (or none where one is
+				// required) fails the same way on every attempt: the
+				// other servers are tried once each, then it is said.
+				if tlsFailures++; tlsFailures >= n {
+					return nil, lastErr
+				}
+				idx = (idx + 1) % n
+				continue
+			}
 			// A refused connection never delivered the request, so even a
 			// non-idempotent call may go elsewhere.
 			if !r.idempotent && !isDialError(err) {
@@ -237,6 +257,22 @@ func (c *Client) do(ctx context.Context, r request) (*http.Response, error) {
 		case <-t.C:
 		}
 	}
+}
+
+// IsTLSError reports whether err is a TLS handshake's refusal: a
+// certificate that does not verify, one the server requires and did not
+// get, or TLS spoken to a plain HTTP server. Retrying changes none of them.
+func IsTLSError(err error) bool {
+	var (
+		verify   *tls.CertificateVerificationError
+		alert    tls.AlertError
+		record   tls.RecordHeaderError
+		unknown  x509.UnknownAuthorityError
+		invalid  x509.CertificateInvalidError
+		hostname x509.HostnameError
+	)
+	return errors.As(err, &verify) || errors.As(err, &alert) || errors.As(err, &record) ||
+		errors.As(err, &unknown) || errors.As(err, &invalid) || errors.As(err, &hostname)
 }
 
 func ctxError(ctx context.Context, last error) error {

@@ -67,6 +67,10 @@ type Server struct {
 	EmbeddedCompaction   string        `mapstructure:"embedded_etcd_auto_compaction_retention" json:"embedded_etcd_auto_compaction_retention"`
 	AuthToken            string        `mapstructure:"auth_token" json:"-"`
 	AuthTokensFile       string        `mapstructure:"auth_tokens_file" json:"auth_tokens_file,omitempty"`
+	TLSCertFile          string        `mapstructure:"tls_cert_file" json:"tls_cert_file,omitempty"`
+	TLSKeyFile           string        `mapstructure:"tls_key_file" json:"tls_key_file,omitempty"`
+	TLSClientCAFile      string        `mapstructure:"tls_client_ca_file" json:"tls_client_ca_file,omitempty"`
+	TLSCAFile            string        `mapstructure:"tls_ca_file" json:"tls_ca_file,omitempty"`
 	InsecureNoAuth       bool          `mapstructure:"insecure_no_auth" json:"insecure_no_auth"`
 	RateLimit            float64       `mapstructure:"rate_limit" json:"rate_limit"`
 	Slots                int           `mapstructure:"slots" json:"slots"`
@@ -155,6 +159,10 @@ var serverFlags = []Flag{
 	{"metrics-no-auth", false, "serve /metrics without the bearer token (for Prometheus scrapes; the rest of the API still needs it)"},
 	{"auth-token", "", "the cluster token: required on the API, sent by replicas to one another, allowed to do anything (env ORION_AUTH_TOKEN)"},
 	{"auth-tokens-file", "", "YAML file of further tokens, each with a role (viewer, operator, admin, worker) and stored as its SHA-256 (orion token new); read again when it changes. Needs auth_token"},
+	{"tls-cert-file", "", "serve the API, console, events, metrics and worker stream over TLS with this certificate (PEM; re-read when it changes), with --tls-key-file"},
+	{"tls-key-file", "", "the TLS certificate's key (PEM)"},
+	{"tls-client-ca-file", "", "require every client (CLI, workers, other replicas) to present a certificate signed by one of these CAs (PEM): mutual TLS. Replicas present their own --tls-cert-file"},
+	{"tls-ca-file", "", "CA bundle (PEM) this replica verifies other replicas' https:// APIs with; default the system's"},
 	{"insecure-no-auth", false, "allow a non-loopback --listen without a token (logged as a warning: shell tasks mean remote execution)"},
 	{"rate-limit", 5.0, "requests per second per non-loopback client IP"},
 	{"slots", DefaultSlots, "local executor slots; 0 runs no tasks on this replica"},
@@ -326,6 +334,15 @@ func (s Server) Validate() error {
 	} else if !IsLoopbackHost(host) && s.AuthToken != "" && len(s.AuthToken) < MinTokenLen {
 		errs = append(errs, fmt.Errorf("auth_token is %d characters: on a non-loopback listen (%q) it is all that stands between the network and shell commands; use at least %d (such as `head -c 32 /dev/urandom | base64`)",
 			len(s.AuthToken), s.Listen, MinTokenLen))
+	}
+	if (s.TLSCertFile == "") != (s.TLSKeyFile == "") {
+		errs = append(errs, errors.New("tls_cert_file and tls_key_file go together: give both, or neither for plain HTTP"))
+	}
+	if s.TLSClientCAFile != "" && s.TLSCertFile == "" {
+		errs = append(errs, errors.New("tls_client_ca_file needs tls_cert_file and tls_key_file: mutual TLS is TLS first"))
+	}
+	if s.TLSCertFile != "" && s.AdvertiseURL != "" && !strings.HasPrefix(strings.ToLower(s.AdvertiseURL), "https://") {
+		errs = append(errs, fmt.Errorf("advertise_url %q: with TLS on, other replicas and workers reach this API over https://", s.AdvertiseURL))
 	}
 	if s.AuthTokensFile != "" && s.AuthToken == "" {
 		errs = append(errs, fmt.Errorf("auth_tokens_file %q needs auth_token, the cluster token the replicas send to one another (and an admin's)", s.AuthTokensFile))

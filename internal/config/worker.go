@@ -23,9 +23,15 @@ type Worker struct {
 	// (client.NormalizeURL).
 	Servers []string `mapstructure:"server" json:"server"`
 	Token   string   `mapstructure:"token" json:"-"`
-	Slots   int      `mapstructure:"slots" json:"slots"`
-	Name    string   `mapstructure:"name" json:"name"`
-	LogDir  string   `mapstructure:"log_dir" json:"log_dir,omitempty"`
+	// CAFile verifies https:// servers (empty: the system's CAs); CertFile
+	// and KeyFile are the certificate the worker presents to servers that
+	// require one (mutual TLS).
+	CAFile   string `mapstructure:"ca_file" json:"ca_file,omitempty"`
+	CertFile string `mapstructure:"cert_file" json:"cert_file,omitempty"`
+	KeyFile  string `mapstructure:"key_file" json:"key_file,omitempty"`
+	Slots    int    `mapstructure:"slots" json:"slots"`
+	Name     string `mapstructure:"name" json:"name"`
+	LogDir   string `mapstructure:"log_dir" json:"log_dir,omitempty"`
 	// SecretsDir holds the secrets shell tasks read with env_from.
 	SecretsDir string `mapstructure:"secrets_dir" json:"secrets_dir,omitempty"`
 	LogLevel   string `mapstructure:"log_level" json:"log_level"`
@@ -52,8 +58,11 @@ type Worker struct {
 // Environment variables of `orion worker` that it shares with the client
 // commands.
 const (
-	EnvServer = "ORION_SERVER"
-	EnvToken  = "ORION_AUTH_TOKEN"
+	EnvServer   = "ORION_SERVER"
+	EnvToken    = "ORION_AUTH_TOKEN"
+	EnvCAFile   = "ORION_CA_FILE"
+	EnvCertFile = "ORION_CERT_FILE"
+	EnvKeyFile  = "ORION_KEY_FILE"
 )
 
 // DefaultDrainTimeout is --drain-timeout's default: below the 30 s a
@@ -85,6 +94,9 @@ var workerSettings = Settings{
 		{Name: "log-level", Default: "info", Usage: "debug, info, warn or error"},
 		{Name: "log-format", Default: "console", Usage: "console or json"},
 		{Name: "drain-timeout", Default: DefaultDrainTimeout, Usage: "on SIGTERM, how long the attempts running get to finish (the worker takes no new ones meanwhile) before they are cancelled and re-queued; pod tasks' pods are left running for another worker"},
+		{Name: "ca-file", Default: "", Usage: "CA bundle (PEM) that https:// servers are verified with; default the system's (env " + EnvCAFile + ")"},
+		{Name: "cert-file", Default: "", Usage: "client certificate (PEM) for servers that require one (tls_client_ca_file), with --key-file (env " + EnvCertFile + ")"},
+		{Name: "key-file", Default: "", Usage: "the client certificate's key (PEM) (env " + EnvKeyFile + ")"},
 		{Name: "secrets-dir", Default: "", Usage: "directory of the secrets shell tasks take with env_from: <dir>/<secret>/<key>, one file per key (a Kubernetes Secret mounted as a volume has this layout); read at each attempt, never sent to the leader"},
 		{Name: "pods", Default: false, Usage: "run pod tasks (kind: pod): one pod per attempt, on the Kubernetes API of the cluster this worker runs in, with its service account"},
 		{Name: "pod-namespace", Default: "", Usage: "namespace of pod tasks' pods (default: the worker pod's own)"},
@@ -94,7 +106,7 @@ var workerSettings = Settings{
 		{Name: "pod-gc-after", Default: time.Hour, Usage: "finished pod tasks' pods still there this long after they ended (their worker died first) are deleted by any worker"},
 	},
 	EnvPrefix: WorkerEnvPrefix,
-	Env:       map[string]string{"server": EnvServer, "token": EnvToken},
+	Env:       map[string]string{"server": EnvServer, "token": EnvToken, "ca_file": EnvCAFile, "cert_file": EnvCertFile, "key_file": EnvKeyFile},
 	ConfigEnv: WorkerEnvPrefix + "CONFIG",
 }
 

@@ -18,7 +18,7 @@ import (
 // listen is the configured address, bound the one the listener got (its
 // port is the real one when listen asked for port 0; its host is "::" for
 // a dual-stack wildcard, so the family comes from listen).
-func advertisedURL(advertise, listen, bound string, interfaceAddrs func() ([]net.Addr, error)) (url string, derived bool, err error) {
+func advertisedURL(scheme, advertise, listen, bound string, interfaceAddrs func() ([]net.Addr, error)) (url string, derived bool, err error) {
 	if advertise != "" {
 		return advertise, false, nil
 	}
@@ -32,7 +32,7 @@ func advertisedURL(advertise, listen, bound string, interfaceAddrs func() ([]net
 	}
 	ip, perr := netip.ParseAddr(host)
 	if host != "" && (perr != nil || !ip.IsUnspecified()) {
-		return "http://" + bound, false, nil
+		return scheme + "://" + bound, false, nil
 	}
 	addrs, err := interfaceAddrs()
 	if err != nil {
@@ -74,7 +74,7 @@ func advertisedURL(advertise, listen, bound string, interfaceAddrs func() ([]net
 	}
 	switch len(pick) {
 	case 1:
-		return "http://" + net.JoinHostPort(pick[0], port), true, nil
+		return scheme + "://" + net.JoinHostPort(pick[0], port), true, nil
 	case 0:
 		return "", false, fmt.Errorf("listening on every address (%s), and this host has no address other replicas and workers could reach: set advertise_url", listen)
 	default:

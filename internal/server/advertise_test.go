@@ -51,7 +51,7 @@ func TestAdvertisedURL(t *testing.T) {
 		if strings.HasPrefix(bound, "0.0.0.0:") || strings.HasPrefix(bound, ":") {
 			bound = "[::]:" + bound[strings.LastIndexByte(bound, ':')+1:] // Go's dual-stack wildcard
 		}
-		got, derived, err := advertisedURL(c.advertise, c.addr, bound, c.ifaces)
+		got, derived, err := advertisedURL("http", c.advertise, c.addr, bound, c.ifaces)
 		if c.err != "" {
 			if err == nil || !strings.Contains(err.Error(), c.err) {
 				t.Errorf("%q %q: got %q, %v; want error %q", c.advertise, c.addr, got, err, c.err)

@@ -106,6 +106,10 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 	if err != nil {
 		return nil, err
 	}
+	sec, err := loadTLS(cfg, log)
+	if err != nil {
+		return nil, err
+	}
 	// The API port first: a busy port is the commonest start failure, and
 	// it must not cost an etcd member start or a new data dir.
 	ln, err := net.Listen("tcp", cfg.Listen)
@@ -188,7 +192,7 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 	}
 
 	s.HTTPAddr = ln.Addr().String()
-	apiURL, derived, err := advertisedURL(cfg.AdvertiseURL, cfg.Listen, s.HTTPAddr, net.InterfaceAddrs)
+	apiURL, derived, err := advertisedURL(sec.scheme(), cfg.AdvertiseURL, cfg.Listen, s.HTTPAddr, net.InterfaceAddrs)
 	if err != nil {
 		return nil, err
 	}
@@ -200,6 +204,10 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 	// replicas forward writes to it and workers dial it.
 	served := append(slices.Clone(cfg.AllowedHosts), apiURL)
 	if host, _, _ := net.SplitHostPort(cfg.Listen); !config.IsLoopbackHost(host) {
+		if sec.serve == nil {
+			log.Warn("serving plain HTTP beyond loopback: tokens, task commands and environments cross the network in clear text; set tls_cert_file and tls_key_file",
+				zap.String("listen", cfg.Listen))
+		}
 		ln = guard.LimitPerClient(ln, cfg.MaxConnsPerClient, s.Metrics.ConnsRefused.Inc)
 		// Reachable from the network: the machine's own name is one clients
 		// use, and no web page can make a browser resolve it.
@@ -225,6 +233,7 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 			zap.Duration("orphan_grace", cfg.OrphanGrace), zap.Duration("reconnect_bound", workerstream.ReconnectBound))
 	}
 	view := newLeaderView(s.Client, log.Named("view"))
+	view.probe = sec.probe()
 	s.view = view
 	info := &clusterInfo{cli: s.Client, view: view}
 	s.Hub = workerstream.NewHub(workerstream.HubConfig{
@@ -314,7 +323,7 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 
 	s.agent = workerstream.NewAgent(workerstream.AgentConfig{
 		Exec:         own,
-		Dial:         replicaDialer(view, cfg.Name, s.Hub, cfg.AuthToken),
+		Dial:         replicaDialer(view, cfg.Name, s.Hub, cfg.AuthToken, sec.wsDialer()),
 		Replica:      cfg.Name,
 		Labels:       cfg.Labels,
 		StaleAfter:   cfg.StreamStaleAfter,
@@ -331,14 +340,14 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 	controls := demo.New(demo.Config{
 		Scheduler: demo.Replica{Ref: &s.ref, NewEngine: s.newEngine, Run: s.runEngine}, Enabled: cfg.Demo,
 		Backend: &s.ref, Events: s.Events, AuthToken: cfg.AuthToken, Cluster: info, Node: cfg.Name,
-		Timeout: cfg.WriteTimeout, Logger: log.Named("demo"),
+		Timeout: cfg.WriteTimeout, Logger: log.Named("demo"), HTTPClient: sec.client(),
 	})
 	maps.Copy(routes, controls.Routes())
 	seed := seedapi.New(seedapi.Config{
 		Backend: &s.ref, Hub: s.Events, Demo: controls, Origins: kit.Origins{Hosts: hosts},
 		AuthToken: cfg.AuthToken, Cluster: info, Node: cfg.Name,
 		MaxBodyBytes: cfg.MaxBodyBytes, MaxTasks: cfg.MaxTasksPerDAG, WriteTimeout: cfg.WriteTimeout,
-		SlowTasks: cfg.Demo, Logger: log.Named("seedapi"),
+		SlowTasks: cfg.Demo, Logger: log.Named("seedapi"), HTTPClient: sec.client(),
 	})
 	maps.Copy(routes, seed.Routes())
 
@@ -357,6 +366,7 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 		EtcdEndpoints: endpoints,
 		AuthToken:     cfg.AuthToken,
 		Keys:          keys,
+		HTTPClient:    sec.client(),
 		MetricsNoAuth: cfg.MetricsNoAuth,
 		RateLimit:     cfg.RateLimit,
 		MaxBodyBytes:  cfg.MaxBodyBytes,
@@ -397,6 +407,7 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 	if s.labeler != nil {
 		go s.labeler.Run(ectx)
 	}
+	ln = sec.listen(ln) // over the per-client limit: a handshake costs a connection first
 	go func() {
 		if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("http server stopped", zap.Error(err))

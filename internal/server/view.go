@@ -33,7 +33,10 @@ const (
 // failover no longer multiplies etcd reads by the number of workers.
 type leaderView struct {
 	cli *clientv3.Client
-	log *zap.Logger
+	// probe asks a suspected leader whether it still leads (nil:
+	// probeClient); with TLS, it verifies the leader's certificate.
+	probe *http.Client
+	log   *zap.Logger
 	// onReplicas, when set, is told the registry whenever it changes (the
 	// hub's peer list); it is called from run's goroutine, one at a time.
 	onReplicas func([]apitypes.ReplicaAddr)
@@ -169,7 +172,11 @@ func (lv *leaderView) leaderAnswers(ctx context.Context, name string) bool {
 	if err != nil {
 		return false
 	}
-	resp, err := probeClient.Do(req)
+	probe := lv.probe
+	if probe == nil {
+		probe = probeClient
+	}
+	resp, err := probe.Do(req)
 	if err != nil {
 		return false
 	}

@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 
+	"github.com/gorilla/websocket"
+
 	"github.com/orion-sched/orion/internal/http/apitypes"
 	"github.com/orion-sched/orion/internal/model"
 	"github.com/orion-sched/orion/internal/worker/executor"
@@ -17,7 +19,7 @@ import (
 // in-process pipe when the leader is this replica (nothing is serialized),
 // over the leader's websocket otherwise. The leader comes from the
 // replica's watched view: redials during a failover read no etcd.
-func replicaDialer(view *leaderView, self string, hub *workerstream.Hub, token string) func(ctx context.Context) (workerstream.Conn, string, error) {
+func replicaDialer(view *leaderView, self string, hub *workerstream.Hub, token string, dialer *websocket.Dialer) func(ctx context.Context) (workerstream.Conn, string, error) {
 	return func(ctx context.Context) (workerstream.Conn, string, error) {
 		l, ok := view.LeaderAddr()
 		if !ok {
@@ -33,7 +35,7 @@ func replicaDialer(view *leaderView, self string, hub *workerstream.Hub, token s
 		if err != nil {
 			return nil, "", err
 		}
-		c, err := workerstream.DialWebsocket(ctx, url, token, nil)
+		c, err := workerstream.DialWebsocket(ctx, url, token, dialer)
 		return c, l.Name, err
 	}
 }

@@ -5,6 +5,7 @@ package e2e
 
 import (
 	"bytes"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -36,9 +37,13 @@ type node struct {
 	extra    []string
 	listen   string // default 127.0.0.1:apiPort
 	token    string // sent as a bearer token by do, request and orion
-	cmd      *exec.Cmd
-	logPath  string
-	waitErr  chan error
+	// clientTLS, when set, makes the node's URL https:// and is how the
+	// harness's requests verify it; cliArgs go to every orion command.
+	clientTLS *tls.Config
+	cliArgs   []string
+	cmd       *exec.Cmd
+	logPath   string
+	waitErr   chan error
 }
 
 func newNode(t *testing.T, extra ...string) *node {
@@ -49,7 +54,12 @@ func newNode(t *testing.T, extra ...string) *node {
 	return n
 }
 
-func (n *node) url() string     { return fmt.Sprintf("http://127.0.0.1:%d", n.apiPort) }
+func (n *node) url() string {
+	if n.clientTLS != nil {
+		return fmt.Sprintf("https://127.0.0.1:%d", n.apiPort)
+	}
+	return fmt.Sprintf("http://127.0.0.1:%d", n.apiPort)
+}
 func (n *node) etcdURL() string { return fmt.Sprintf("http://127.0.0.1:%d", n.etcdPort) }
 
 func (n *node) start() {
@@ -172,7 +182,11 @@ func (n *node) request(method, path, host string, body []byte, hdr ...string) (i
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
-	resp, err := (&http.Client{Timeout: time.Minute}).Do(req)
+	hc := &http.Client{Timeout: time.Minute}
+	if n.clientTLS != nil {
+		hc.Transport = &http.Transport{TLSClientConfig: n.clientTLS}
+	}
+	resp, err := hc.Do(req)
 	if err != nil {
 		return 0, []byte(err.Error())
 	}
@@ -193,7 +207,7 @@ func (n *node) getJSON(path string, v any) (int, []byte) {
 
 // orion runs the CLI against this node.
 func (n *node) orion(args ...string) (string, error) {
-	cmd := exec.Command(cluster.Bin, append(args, "--server", n.url())...)
+	cmd := exec.Command(cluster.Bin, append(append(args, "--server", n.url()), n.cliArgs...)...)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
