@@ -168,7 +168,7 @@ func (a *Agent) Local() *executor.Local { return a.local }
 // of workers runs nothing twice that could finish in time. What still runs
 // then reports Cancelled and is re-queued (pod tasks' pods are left
 // running, for the worker the leader hands them to); every result goes to
-// the leader before the stream ends.
+// the leader before the stream ends. Call it once, after Start.
 func (a *Agent) Stop() {
 	a.stream.StopTaking()
 	if a.local != nil {
