@@ -3,7 +3,7 @@ GO       ?= go
 BIN      := bin/orion
 PKGS     := ./...
 # Packages that own goroutines run under the race detector.
-RACE_PKGS := ./internal/engine/... ./internal/worker/executor/... ./internal/http/api/... ./internal/etcdmember/... \
+RACE_PKGS := ./internal/engine/... ./internal/worker/... ./internal/http/api/... ./internal/etcdmember/... \
              ./internal/server/... ./internal/client/... ./internal/cli/... ./internal/config/... \
              ./internal/workerstream/... ./internal/tools/drill/... ./internal/http/events/... ./internal/http/seedapi/... \
              ./internal/kubelabel/... ./internal/kube/... ./internal/http/guard/... ./internal/http/kit/... \

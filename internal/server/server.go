@@ -25,6 +25,7 @@ import (
 	"github.com/orion-sched/orion/internal/etcdmember"
 	"github.com/orion-sched/orion/internal/http/api"
 	"github.com/orion-sched/orion/internal/http/apitypes"
+	"github.com/orion-sched/orion/internal/http/auth"
 	"github.com/orion-sched/orion/internal/http/console"
 	"github.com/orion-sched/orion/internal/http/demo"
 	"github.com/orion-sched/orion/internal/http/events"
@@ -37,6 +38,7 @@ import (
 	"github.com/orion-sched/orion/internal/metrics"
 	"github.com/orion-sched/orion/internal/schedule/firer"
 	"github.com/orion-sched/orion/internal/store"
+	"github.com/orion-sched/orion/internal/worker/agent"
 	"github.com/orion-sched/orion/internal/worker/executor"
 	"github.com/orion-sched/orion/internal/workerstream"
 )
@@ -53,10 +55,11 @@ type Server struct {
 	HTTPAddr string // the address actually bound
 
 	log       *zap.Logger
+	sec       transportSecurity   // TLS of the listener and of requests to other replicas
 	route     *store.Route        // the leader's transactions to etcd's raft leader
 	apart     *leaderapart.Keeper // etcd's raft leader off this node while leading; nil on one member
 	view      *leaderView         // who leads, which replicas are registered
-	agent     *workerstream.Agent
+	own       *agent.Agent        // this replica's own slots, a worker like any other
 	labeler   *kubelabel.Labeler
 	http      *http.Server
 	cancel    context.CancelFunc
@@ -84,6 +87,13 @@ func WithDispatchObserver(fn func(time.Duration)) Option {
 
 // Start brings the replica up and returns once the API is listening. The
 // engine loads its state and campaigns in the background.
+//
+// It is the replica's composition root, read top to bottom: each step
+// builds one part from the parts before it, and nothing runs until the
+// last step (startLoops) starts every loop at once. The callbacks by which
+// the parts answer one another are all made in one place (hooks), so a
+// step never reaches into a part built after it. Shutdown undoes the steps
+// in the reverse order.
 func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Option) (s *Server, err error) {
 	var o options
 	for _, opt := range opts {
@@ -94,14 +104,18 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 	defer func() {
 		// srv, not s: every error return sets s to nil.
 		if err != nil {
+			srv.cancel()
 			srv.closeResources()
 		}
 	}()
+	s.ectx, s.cancel = context.WithCancel(context.Background())
+	h := s.hooks()
+
 	if err := checkRecordBound(cfg); err != nil {
 		return nil, err
 	}
-	// The tokens file before anything starts: one that does not load
-	// would refuse every token in it.
+	// The tokens and TLS files before anything starts: a file that does
+	// not load would refuse every client.
 	keys, err := loadKeys(cfg, log)
 	if err != nil {
 		return nil, err
@@ -110,6 +124,7 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 	if err != nil {
 		return nil, err
 	}
+	s.sec = sec
 	// The API port first: a busy port is the commonest start failure, and
 	// it must not cost an etcd member start or a new data dir.
 	ln, err := net.Listen("tcp", cfg.Listen)
@@ -125,77 +140,151 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
 
+	// etcd: the embedded member unless endpoints are given, then the client.
 	endpoints := cfg.EtcdEndpoints
 	if len(endpoints) == 0 {
-		m, err := etcdmember.Start(ctx, etcdmember.Config{
-			Name:                    cfg.Name,
-			DataDir:                 filepath.Join(cfg.DataDir, "etcd"),
-			ClientURL:               cfg.EmbeddedClientURL,
-			PeerURL:                 cfg.EmbeddedPeerURL,
-			HeartbeatMs:             cfg.EmbeddedHeartbeatMs,
-			ElectionMs:              cfg.EmbeddedElectionMs,
-			AutoCompactionMode:      "revision",
-			AutoCompactionRetention: cfg.EmbeddedCompaction,
-			QuotaBackendBytes:       cfg.EmbeddedQuotaBytes,
-			MaxTxnOps:               max(uint(cfg.MaxTxnOps), etcdmember.DefaultMaxTxnOps),
-			MaxRequestBytes:         uint(cfg.EtcdMaxRequestBytes),
-			Logger:                  log,
-			LogLevel:                cfg.EmbeddedEtcdLogLevel,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("embedded etcd: %w", err)
-		}
-		s.Member = m
-		endpoints = m.Endpoints()
-		log.Info("embedded etcd member ready", zap.String("client_url", m.ClientURL()),
-			zap.String("data_dir", filepath.Join(cfg.DataDir, "etcd")))
-	}
-
-	cc, err := etcdClientConfig(cfg, endpoints)
-	if err != nil {
-		return nil, err
-	}
-	if s.Client, err = newEtcdClient(cc, cfg.EtcdUsername); err != nil {
-		return nil, err
-	}
-	s.route = store.NewRoute(s.Client, endpoints, memberDialer(cc), log.Named("commit-route"))
-	if len(endpoints) > 1 {
-		s.apart = leaderapart.New(leaderapart.Config{Client: s.Client, Node: cfg.NodeName, Dial: memberDialer(cc),
-			HTTP:   &http.Client{Timeout: time.Second, Transport: &http.Transport{TLSClientConfig: cc.TLS, Proxy: nil}},
-			Logger: log.Named("apart"), Moved: func(o string) { s.Metrics.EtcdLeaderMoves.WithLabelValues(o).Inc() }})
-	}
-
-	// The replica's own slots: a local executor driven by an agent that
-	// keeps a stream to the leader, like any worker's (an in-process pipe
-	// when the leader is this replica). With no slots the stream is kept
-	// anyway: it tells this replica at once when the leader dies.
-	var own executor.Executor
-	if cfg.Slots > 0 {
-		logDir := cfg.TaskLogDir
-		if logDir == "" {
-			logDir = filepath.Join(cfg.DataDir, "logs")
-		}
-		s.Local, err = executor.NewLocal(executor.LocalConfig{
-			ID:     WorkerID(cfg.Name),
-			Slots:  cfg.Slots,
-			LogDir: logDir,
-			Logger: log.Named("executor"),
-			// Read by the slots' shell tasks; never by the leader.
-			SecretsDir: cfg.SecretsDir,
-		})
-		if err != nil {
+		if s.Member, err = startEmbeddedEtcd(ctx, cfg, log); err != nil {
 			return nil, err
 		}
-		own = s.Local
-	} else {
-		own = newIdleExecutor(WorkerID(cfg.Name))
+		endpoints = s.Member.Endpoints()
+	}
+	if s.Client, s.route, s.apart, err = openEtcd(cfg, endpoints, log, s.Metrics); err != nil {
+		return nil, err
 	}
 
-	s.HTTPAddr = ln.Addr().String()
-	apiURL, derived, err := advertisedURL(sec.scheme(), cfg.AdvertiseURL, cfg.Listen, s.HTTPAddr, net.InterfaceAddrs)
+	// The replica's own slots, a worker like `orion worker`'s.
+	if s.own, err = newOwnSlots(cfg, log, h); err != nil {
+		return nil, err
+	}
+	s.Local = s.own.Local()
+
+	// How it is reached: the URL it advertises, the host names it serves.
+	addr, err := newAddressing(cfg, ln, sec, log, s.Metrics)
 	if err != nil {
 		return nil, err
 	}
+	ln, s.HTTPAddr = addr.ln, addr.bound
+	if s.labeler, err = newLabeler(cfg, log, s.Metrics); err != nil {
+		return nil, err
+	}
+	warnOrphanGrace(cfg, log)
+
+	// What it knows of the cluster: who leads and which replicas are
+	// registered (the view), its workers (the hub), the live events.
+	s.view = newLeaderView(s.Client, log.Named("view"))
+	s.view.probe = sec.probe()
+	s.view.onReplicas = h.replicas
+	s.Hub = newWorkerHub(cfg, log, s.Metrics, h)
+	s.Events = newEventHub(cfg, s.Metrics, h)
+	info := &clusterInfo{cli: s.Client, view: s.view, workers: h.workers}
+
+	// The scheduler: the store it commits through, the schedules it fires,
+	// the engine (rebuilt the same way after a demo crash).
+	etcdStore, limits := s.newStore(cfg)
+	var schedules *firer.Service
+	s.firer, schedules = newSchedules(cfg, etcdStore, limits, log, s.Metrics, h)
+	setLimitGauges(s.Metrics, cfg)
+	s.newEngine = s.engineFactory(cfg, etcdStore, limits, addr.apiURL, o, h)
+	s.ref.Set(s.newEngine())
+
+	// The HTTP surfaces: API, console, events, seed API, demo, worker stream.
+	s.watchTokens(s.ectx, keys, cfg, log)
+	s.http = s.newHTTP(cfg, endpoints, addr, info, schedules, keys, h)
+
+	s.startLoops(ln)
+	return s, nil
+}
+
+// startEmbeddedEtcd starts the member a replica embeds when it is given no
+// etcd endpoints.
+func startEmbeddedEtcd(ctx context.Context, cfg config.Server, log *zap.Logger) (*etcdmember.Member, error) {
+	m, err := etcdmember.Start(ctx, etcdmember.Config{
+		Name:                    cfg.Name,
+		DataDir:                 filepath.Join(cfg.DataDir, "etcd"),
+		ClientURL:               cfg.EmbeddedClientURL,
+		PeerURL:                 cfg.EmbeddedPeerURL,
+		HeartbeatMs:             cfg.EmbeddedHeartbeatMs,
+		ElectionMs:              cfg.EmbeddedElectionMs,
+		AutoCompactionMode:      "revision",
+		AutoCompactionRetention: cfg.EmbeddedCompaction,
+		QuotaBackendBytes:       cfg.EmbeddedQuotaBytes,
+		MaxTxnOps:               max(uint(cfg.MaxTxnOps), etcdmember.DefaultMaxTxnOps),
+		MaxRequestBytes:         uint(cfg.EtcdMaxRequestBytes),
+		Logger:                  log,
+		LogLevel:                cfg.EmbeddedEtcdLogLevel,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("embedded etcd: %w", err)
+	}
+	log.Info("embedded etcd member ready", zap.String("client_url", m.ClientURL()),
+		zap.String("data_dir", filepath.Join(cfg.DataDir, "etcd")))
+	return m, nil
+}
+
+// openEtcd builds the etcd client of a replica, the route of the leader's
+// transactions to etcd's raft leader and, with several members, the keeper
+// that moves etcd's raft leadership off this node while it leads.
+func openEtcd(cfg config.Server, endpoints []string, log *zap.Logger, m *metrics.Metrics) (*clientv3.Client, *store.Route, *leaderapart.Keeper, error) {
+	cc, err := etcdClientConfig(cfg, endpoints)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	cli, err := newEtcdClient(cc, cfg.EtcdUsername)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	route := store.NewRoute(cli, endpoints, memberDialer(cc), log.Named("commit-route"))
+	var apart *leaderapart.Keeper
+	if len(endpoints) > 1 {
+		apart = leaderapart.New(leaderapart.Config{Client: cli, Node: cfg.NodeName, Dial: memberDialer(cc),
+			HTTP:   &http.Client{Timeout: time.Second, Transport: &http.Transport{TLSClientConfig: cc.TLS, Proxy: nil}},
+			Logger: log.Named("apart"), Moved: func(o string) { m.EtcdLeaderMoves.WithLabelValues(o).Inc() }})
+	}
+	return cli, route, apart, nil
+}
+
+// newOwnSlots builds the replica's own slots: a local executor driven by an
+// agent that keeps a stream to the leader, like any worker's (an in-process
+// pipe when the leader is this replica). With no slots the stream is kept
+// anyway: it tells this replica at once when the leader dies.
+func newOwnSlots(cfg config.Server, log *zap.Logger, h hooks) (*agent.Agent, error) {
+	logDir := cfg.TaskLogDir
+	if logDir == "" {
+		logDir = filepath.Join(cfg.DataDir, "logs")
+	}
+	return agent.New(agent.Config{
+		ID:           WorkerID(cfg.Name),
+		Slots:        cfg.Slots,
+		LogDir:       logDir,
+		SecretsDir:   cfg.SecretsDir, // read by the slots' shell tasks, never by the leader
+		Labels:       cfg.Labels,
+		Dial:         h.dialLeader,
+		Replica:      cfg.Name,
+		StaleAfter:   cfg.StreamStaleAfter,
+		OnLeaderLost: h.leaderLost,
+		MinBackoff:   5 * time.Millisecond,
+		MaxBackoff:   200 * time.Millisecond,
+		Logger:       log,
+		StreamLog:    "agent",
+	})
+}
+
+// addressing is how a replica is reached: the address it bound, the URL it
+// advertises to other replicas and workers, the host names it serves.
+type addressing struct {
+	ln     net.Listener // wrapped by the per-client connection cap off loopback
+	bound  string
+	apiURL string
+	hosts  guard.Hosts
+}
+
+func newAddressing(cfg config.Server, ln net.Listener, sec transportSecurity, log *zap.Logger, m *metrics.Metrics) (addressing, error) {
+	a := addressing{ln: ln, bound: ln.Addr().String()}
+	apiURL, derived, err := advertisedURL(sec.scheme(), cfg.AdvertiseURL, cfg.Listen, a.bound, net.InterfaceAddrs)
+	if err != nil {
+		return a, err
+	}
+	a.apiURL = apiURL
 	if derived {
 		log.Warn("listening on every address; advertising this host's address to other replicas and workers (set advertise_url to choose another)",
 			zap.String("listen", cfg.Listen), zap.String("advertise_url", apiURL))
@@ -208,35 +297,47 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 			log.Warn("serving plain HTTP beyond loopback: tokens, task commands and environments cross the network in clear text; set tls_cert_file and tls_key_file",
 				zap.String("listen", cfg.Listen))
 		}
-		ln = guard.LimitPerClient(ln, cfg.MaxConnsPerClient, s.Metrics.ConnsRefused.Inc)
+		a.ln = guard.LimitPerClient(ln, cfg.MaxConnsPerClient, m.ConnsRefused.Inc)
 		// Reachable from the network: the machine's own name is one clients
 		// use, and no web page can make a browser resolve it.
 		if name, err := os.Hostname(); err == nil {
 			served = append(served, name)
 		}
 	}
-	hosts := guard.NewHosts(served...)
-	if hosts.Any() {
+	// TLS over the per-client cap: a handshake costs a connection first.
+	a.ln = sec.listen(a.ln)
+	a.hosts = guard.NewHosts(served...)
+	if a.hosts.Any() {
 		log.Warn("allowed_hosts contains \"*\": any host name is served, so only auth_token stops a web page that rebinds its name to this address")
 	}
+	return a, nil
+}
 
-	if cfg.KubeLeaderLabel != "" {
-		s.labeler, err = kubelabel.FromEnv(cfg.KubeLeaderLabel, log.Named("kubelabel"), s.Metrics.KubeLabelErrors.Inc)
-		if err != nil {
-			return nil, err
-		}
-		s.labeler.Leading(false, "")
+// newLabeler labels this replica's pod while it leads (kube_leader_label);
+// nil without it.
+func newLabeler(cfg config.Server, log *zap.Logger, m *metrics.Metrics) (*kubelabel.Labeler, error) {
+	if cfg.KubeLeaderLabel == "" {
+		return nil, nil
 	}
+	l, err := kubelabel.FromEnv(cfg.KubeLeaderLabel, log.Named("kubelabel"), m.KubeLabelErrors.Inc)
+	if err != nil {
+		return nil, err
+	}
+	l.Leading(false, "")
+	return l, nil
+}
 
+func warnOrphanGrace(cfg config.Server, log *zap.Logger) {
 	if cfg.OrphanGrace < workerstream.ReconnectBound {
 		log.Warn("orphan_grace is shorter than a worker's reconnect bound: after a leader change, a task whose worker is alive but still reconnecting may run a second time",
 			zap.Duration("orphan_grace", cfg.OrphanGrace), zap.Duration("reconnect_bound", workerstream.ReconnectBound))
 	}
-	view := newLeaderView(s.Client, log.Named("view"))
-	view.probe = sec.probe()
-	s.view = view
-	info := &clusterInfo{cli: s.Client, view: view}
-	s.Hub = workerstream.NewHub(workerstream.HubConfig{
+}
+
+// newWorkerHub is the leader's end of every worker's stream (this
+// replica's own slots among them); on a standby it redirects to the leader.
+func newWorkerHub(cfg config.Server, log *zap.Logger, m *metrics.Metrics, h hooks) *workerstream.Hub {
+	return workerstream.NewHub(workerstream.HubConfig{
 		Leader:         cfg.Name,
 		StaleAfter:     cfg.StreamStaleAfter,
 		ReconnectGrace: cfg.WorkerReconnectGrace,
@@ -247,45 +348,57 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 		MaxSlots:    cfg.WorkerMaxSlots,
 		MaxWorkers:  cfg.MaxWorkers,
 		MaxRate:     cfg.WorkerStreamMaxRate,
-		OnRefused:   func(reason string) { s.Metrics.RefusedHellos.WithLabelValues(reason).Inc() },
-		OnFlood:     s.Metrics.FloodedStreams.Inc,
-		Redirect: func() (string, string) {
-			addr, _ := view.LeaderAddr()
-			return addr.Name, addr.APIURL
-		},
+		OnRefused:   func(reason string) { m.RefusedHellos.WithLabelValues(reason).Inc() },
+		OnFlood:     m.FloodedStreams.Inc,
+		Redirect:    h.redirect,
 	})
-	info.workers = hubWorkers(s.Hub)
-	view.onReplicas = hubPeers(s.Hub)
+}
 
-	// The live event stream: every replica publishes the entries it applies.
-	s.Events = events.NewHub(events.Config{Dropped: s.Metrics.DroppedEvents, Node: cfg.Name,
-		Snapshot:       newEventSnapshot(s),
+// newEventHub is the live event stream: every replica publishes the
+// entries it applies.
+func newEventHub(cfg config.Server, m *metrics.Metrics, h hooks) *events.Hub {
+	hub := events.NewHub(events.Config{Dropped: m.DroppedEvents, Node: cfg.Name,
+		Snapshot:       h.eventSnapshot,
 		MaxSubscribers: cfg.MaxEventStreams, MaxSubscribersPerClient: cfg.MaxStreamsPerClient,
-		Refused: s.Metrics.SubscribersRefused})
-	s.Metrics.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "orion_event_subscribers",
-		Help: "Event streams this replica serves (SSE, WebSocket, the seed's /ws)."}, func() float64 { return float64(s.Events.Subscribers()) }))
+		Refused: m.SubscribersRefused})
+	m.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "orion_event_subscribers",
+		Help: "Event streams this replica serves (SSE, WebSocket, the seed's /ws)."}, func() float64 { return float64(hub.Subscribers()) }))
+	return hub
+}
 
+// newStore is the etcd store the engine and the schedules commit through:
+// fenced transactions sent to etcd's raft leader, guarded by etcd's space.
+func (s *Server) newStore(cfg config.Server) (*store.Etcd, store.Limits) {
 	limits := store.Limits{MaxOps: maxTxnOps(cfg), MaxRequest: cfg.EtcdMaxRequestBytes}
 	limits.MaxBytes = min(store.DefaultLimits.MaxBytes, limits.RecordLimit())
-	ectx, cancel := context.WithCancel(context.Background())
-	s.ectx, s.cancel = ectx, cancel
 	etcdStore := store.NewEtcd(s.Client)
 	etcdStore.CommitThrough(s.route.KV())
 	s.space = store.NewSpaceGauge(s.Client, 0)
 	etcdStore.GuardWith(s.space)
-	etcdStore.KnowLeaderFrom(view.ElectedLeader)
-	s.firer = firer.NewFirer(firer.Config{
-		Engine:    func() firer.Engine { return s.ref.Get() },
-		Store:     etcdStore,
-		Metrics:   metrics.NewSchedules(s.Metrics.Registry),
-		BadValues: s.Metrics.BadValues,
+	etcdStore.KnowLeaderFrom(s.view.ElectedLeader)
+	return etcdStore, limits
+}
+
+// newSchedules is the firer of schedule ticks (while this replica leads)
+// and the service behind the schedule routes.
+func newSchedules(cfg config.Server, st *store.Etcd, limits store.Limits, log *zap.Logger, m *metrics.Metrics, h hooks) (*firer.Firer, *firer.Service) {
+	f := firer.NewFirer(firer.Config{
+		Engine:    h.engine,
+		Store:     st,
+		Metrics:   metrics.NewSchedules(m.Registry),
+		BadValues: m.BadValues,
 		Logger:    log.Named("schedules"),
 	})
-	schedules := &firer.Service{Engine: func() firer.Engine { return s.ref.Get() }, Store: etcdStore, Firer: s.firer, Limits: limits,
-		MaxSchedules: cfg.MaxSchedules, MinInterval: cfg.MinScheduleInterval, Refused: s.Metrics.Refused}
-	setLimitGauges(s.Metrics, cfg)
-	workerEvents := engine.HubWorkers(ectx, s.Hub.Events())
-	s.newEngine = func() *engine.Engine {
+	return f, &firer.Service{Engine: h.engine, Store: st, Firer: f, Limits: limits,
+		MaxSchedules: cfg.MaxSchedules, MinInterval: cfg.MinScheduleInterval, Refused: m.Refused}
+}
+
+// engineFactory builds the scheduling engine; a demo crash builds another
+// the same way. The event hub's and the view's methods are passed as they
+// are, not as hooks: the loop calls Observe for every entry it applies.
+func (s *Server) engineFactory(cfg config.Server, st *store.Etcd, limits store.Limits, apiURL string, o options, h hooks) func() *engine.Engine {
+	workerEvents := engine.HubWorkers(s.ectx, s.Hub.Events())
+	return func() *engine.Engine {
 		return engine.New(engine.Config{
 			Node:             cfg.Name,
 			APIURL:           apiURL,
@@ -294,60 +407,41 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 			CommitPipeline:   commitPipeline(cfg),
 			SessionTTL:       cfg.SessionTTL,
 			Retention:        cfg.Retention,
-			Logger:           log.Named("scheduler"),
+			Logger:           s.log.Named("scheduler"),
 			Metrics:          s.Metrics,
 			Workers:          workerEvents,
 			Results:          s.Hub.Results(),
 			Observer:         s.Events.Observe,
 			DispatchObserver: o.dispatchObserver,
 			OnReload:         s.Events.Reset,
-			LeaderAnswers:    view.leaderAnswers,
+			LeaderAnswers:    s.view.leaderAnswers,
 			Storage:          s.space,
 			StorageAdmission: cfg.StorageAdmissionRatio,
-			OnLeading: func(leading bool, term engine.Leading) {
-				if leading {
-					s.Hub.SetTerm(workerstream.Term{Incarnation: term.Incarnation, Fence: term.Fence.Rev})
-				}
-				s.Hub.SetLeading(leading)
-				s.firer.SetLeading(leading)
-				if s.apart != nil {
-					s.apart.Leading(leading)
-				}
-				if s.labeler != nil {
-					s.labeler.Leading(leading, term.Previous)
-				}
-			},
-		}, etcdStore)
+			OnLeading:        h.leading,
+		}, st)
 	}
-	s.ref.Set(s.newEngine())
+}
 
-	s.agent = workerstream.NewAgent(workerstream.AgentConfig{
-		Exec:         own,
-		Dial:         replicaDialer(view, cfg.Name, s.Hub, cfg.AuthToken, sec.wsDialer()),
-		Replica:      cfg.Name,
-		Labels:       cfg.Labels,
-		StaleAfter:   cfg.StreamStaleAfter,
-		OnLeaderLost: func(leader string) { s.ref.Get().SuspectLeader(leader) },
-		MinBackoff:   5 * time.Millisecond,
-		MaxBackoff:   200 * time.Millisecond,
-		Logger:       log.Named("agent"),
-	})
-
+// newHTTP is the replica's HTTP server: the API and, on its mux, the
+// console, the worker stream, the event streams, the demo controls and the
+// seed design's API.
+func (s *Server) newHTTP(cfg config.Server, endpoints []string, addr addressing, info *clusterInfo, schedules *firer.Service, keys *auth.Keyring, h hooks) *http.Server {
+	log := s.log
 	routes := console.Routes()
 	routes["GET "+workerstream.Path] = s.Hub.Handler()
 	kit.SetLogger(log.Named("http"))
-	maps.Copy(routes, s.Events.Routes(events.HTTPConfig{Origins: kit.Origins{Hosts: hosts}, Logger: log.Named("events")}))
+	maps.Copy(routes, s.Events.Routes(events.HTTPConfig{Origins: kit.Origins{Hosts: addr.hosts}, Logger: log.Named("events")}))
 	controls := demo.New(demo.Config{
 		Scheduler: demo.Replica{Ref: &s.ref, NewEngine: s.newEngine, Run: s.runEngine}, Enabled: cfg.Demo,
 		Backend: &s.ref, Events: s.Events, AuthToken: cfg.AuthToken, Cluster: info, Node: cfg.Name,
-		Timeout: cfg.WriteTimeout, Logger: log.Named("demo"), HTTPClient: sec.client(),
+		Timeout: cfg.WriteTimeout, Logger: log.Named("demo"), HTTPClient: s.sec.client(),
 	})
 	maps.Copy(routes, controls.Routes())
 	seed := seedapi.New(seedapi.Config{
-		Backend: &s.ref, Hub: s.Events, Demo: controls, Origins: kit.Origins{Hosts: hosts},
+		Backend: &s.ref, Hub: s.Events, Demo: controls, Origins: kit.Origins{Hosts: addr.hosts},
 		AuthToken: cfg.AuthToken, Cluster: info, Node: cfg.Name,
 		MaxBodyBytes: cfg.MaxBodyBytes, MaxTasks: cfg.MaxTasksPerDAG, WriteTimeout: cfg.WriteTimeout,
-		SlowTasks: cfg.Demo, Logger: log.Named("seedapi"), HTTPClient: sec.client(),
+		SlowTasks: cfg.Demo, Logger: log.Named("seedapi"), HTTPClient: s.sec.client(),
 	})
 	maps.Copy(routes, seed.Routes())
 
@@ -355,33 +449,32 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 	if s.Local == nil {
 		logs = nil
 	}
-	s.watchTokens(ectx, keys, cfg, log)
 	handler := api.New(api.Config{
 		Backend:       &s.ref,
 		Logs:          logs,
-		RemoteLogs:    func(worker string) executor.Executor { return remoteLogs(s.Hub, worker) },
+		RemoteLogs:    h.remoteLogs,
 		Metrics:       s.Metrics,
 		Logger:        log.Named("api"),
 		Node:          cfg.Name,
 		EtcdEndpoints: endpoints,
 		AuthToken:     cfg.AuthToken,
 		Keys:          keys,
-		HTTPClient:    sec.client(),
+		HTTPClient:    s.sec.client(),
 		MetricsNoAuth: cfg.MetricsNoAuth,
 		RateLimit:     cfg.RateLimit,
 		MaxBodyBytes:  cfg.MaxBodyBytes,
 		MaxTasks:      cfg.MaxTasksPerDAG,
 		WriteTimeout:  cfg.WriteTimeout,
 		Cluster:       info,
-		LeaderView:    view,
-		Hosts:         hosts,
-		APIURL:        apiURL,
+		LeaderView:    s.view,
+		Hosts:         addr.hosts,
+		APIURL:        addr.apiURL,
 		PID:           os.Getpid(),
 		Routes:        routes,
 		Schedules:     schedules,
-		Storage:       func() *apitypes.Storage { return s.ref.Get().Status().Storage },
+		Storage:       h.storage,
 	})
-	s.http = &http.Server{
+	return &http.Server{
 		Handler:           handler,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       cfg.HTTPReadTimeout,
@@ -391,29 +484,94 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 		ErrorLog:          zap.NewStdLog(log.Named("http")),
 		ConnContext:       hijack.ConnContext, // the event stream sizes its socket's buffer
 	}
+}
 
-	go view.run(ectx)
-	go s.space.Run(ectx)
-	go watchEtcdSpace(ectx, s.Client, s.Metrics, log, s.Member == nil)
+// startLoops starts every loop of the replica, the last step of Start:
+// until now nothing ran. They end with s.ectx (Shutdown), the API last.
+func (s *Server) startLoops(ln net.Listener) {
+	go s.view.run(s.ectx)
+	go s.space.Run(s.ectx)
+	go watchEtcdSpace(s.ectx, s.Client, s.Metrics, s.log, s.Member == nil)
 	go s.runEngine(s.ref.Get())
+	s.own.Start(s.ectx)
 	go func() {
-		// It returns early only if the leader refuses this replica's own
+		// It ends early only if the leader refuses this replica's own
 		// slots (config validation keeps their id and count in bounds).
-		if err := s.agent.Run(ectx); err != nil {
+		<-s.own.Done()
+		if err := s.own.Err(); err != nil {
 			s.log.Error("this replica's own slots were refused by the leader; they run nothing", zap.Error(err))
 		}
 	}()
-	go s.Events.Run(ectx)
+	go s.Events.Run(s.ectx)
 	if s.labeler != nil {
-		go s.labeler.Run(ectx)
+		go s.labeler.Run(s.ectx)
 	}
-	ln = sec.listen(ln) // over the per-client limit: a handshake costs a connection first
 	go func() {
 		if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("http server stopped", zap.Error(err))
+			s.log.Error("http server stopped", zap.Error(err))
 		}
 	}()
-	return s, nil
+}
+
+// hooks are the callbacks by which the parts of a replica answer one
+// another, all made here so that who reacts to what reads in one place.
+// Each reads the part it calls when it is called: every part exists by
+// then, since nothing runs before startLoops.
+type hooks struct {
+	// The engine, when this replica starts or stops leading: the parts
+	// that act only on the leader follow it.
+	leading func(leading bool, term engine.Leading)
+	// This replica's own slots: how they reach the leader, and that the
+	// stream to it ended (the engine then asks whether it is dead).
+	dialLeader func(ctx context.Context) (workerstream.Conn, string, error)
+	leaderLost func(leader string)
+	// The worker hub: where to send a worker that dialled a standby.
+	redirect func() (name, apiURL string)
+	// The cluster view: the registered replicas, which the hub hands to
+	// workers so that they find the next leader.
+	replicas func([]apitypes.ReplicaAddr)
+	// The cluster endpoint: the workers connected here.
+	workers func() []apitypes.Worker
+	// The event stream's metrics messages.
+	eventSnapshot func(*events.Metrics)
+	// The firer, the schedule routes and the API: whichever engine runs
+	// now (a demo crash replaces it), and etcd's space as it last saw it.
+	engine  func() firer.Engine
+	storage func() *apitypes.Storage
+	// The API: the worker connected here that can serve an attempt's log.
+	remoteLogs func(worker string) executor.Executor
+}
+
+func (s *Server) hooks() hooks {
+	return hooks{
+		leading: func(leading bool, term engine.Leading) {
+			if leading {
+				s.Hub.SetTerm(workerstream.Term{Incarnation: term.Incarnation, Fence: term.Fence.Rev})
+			}
+			s.Hub.SetLeading(leading)
+			s.firer.SetLeading(leading)
+			if s.apart != nil {
+				s.apart.Leading(leading)
+			}
+			if s.labeler != nil {
+				s.labeler.Leading(leading, term.Previous)
+			}
+		},
+		dialLeader: func(ctx context.Context) (workerstream.Conn, string, error) {
+			return dialLeader(ctx, s.view, s.Config.Name, s.Hub, s.Config.AuthToken, s.sec.wsDialer())
+		},
+		leaderLost: func(leader string) { s.ref.Get().SuspectLeader(leader) },
+		redirect: func() (string, string) {
+			addr, _ := s.view.LeaderAddr()
+			return addr.Name, addr.APIURL
+		},
+		replicas:      func(addrs []apitypes.ReplicaAddr) { hubPeers(s.Hub)(addrs) },
+		workers:       func() []apitypes.Worker { return hubWorkers(s.Hub) },
+		eventSnapshot: newEventSnapshot(s),
+		engine:        func() firer.Engine { return s.ref.Get() },
+		storage:       func() *apitypes.Storage { return s.ref.Get().Status().Storage },
+		remoteLogs:    func(worker string) executor.Executor { return remoteLogs(s.Hub, worker) },
+	}
 }
 
 // coreConfig is the scheduling policy the settings give.
@@ -499,6 +657,16 @@ func (s *Server) Wait() <-chan error { return s.engineCh }
 // so that while its API drains (up to 5 s, event streams included) the
 // writes that reach it are forwarded to the new leader instead of refused.
 func (s *Server) Shutdown(ctx context.Context) error {
+	s.handOver(ctx)
+	s.stopHTTP(ctx)
+	s.stopLoops(ctx)
+	s.closeResources()
+	return nil
+}
+
+// handOver has a leader with other replicas registered resign to one of
+// them (a standby returns at once).
+func (s *Server) handOver(ctx context.Context) {
 	if v, known := s.view.snapshot(); known && len(v.Replicas) > 1 {
 		rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		if err := s.ref.Get().Retire(rctx); err != nil {
@@ -506,19 +674,30 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}
 		cancel()
 	}
+}
+
+// stopHTTP stops the API, letting requests and event streams drain for up
+// to 5 s.
+func (s *Server) stopHTTP(ctx context.Context) {
 	hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	_ = s.http.Shutdown(hctx)
 	cancel()
+}
+
+// stopLoops stops the schedule firer, then every loop startLoops started,
+// and waits for the engine to finish its commit in flight and resign.
+func (s *Server) stopLoops(ctx context.Context) {
 	s.firer.Stop()
 	s.cancel()
 	select {
 	case <-s.ref.Get().Done():
 	case <-ctx.Done():
 	}
-	s.closeResources()
-	return nil
 }
 
+// closeResources closes what Start built, in the reverse order (the keeper
+// of etcd's raft leader first: it acts only while this replica leads). Start
+// calls it too when a step fails, on what it built so far.
 func (s *Server) closeResources() {
 	if s.apart != nil {
 		s.apart.Close()
@@ -526,8 +705,8 @@ func (s *Server) closeResources() {
 	if s.Hub != nil {
 		_ = s.Hub.Close()
 	}
-	if s.Local != nil {
-		_ = s.Local.Close()
+	if s.own != nil {
+		_ = s.own.Close()
 	}
 	if s.route != nil {
 		s.route.Close()
