@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
 	"github.com/orion-sched/orion/internal/config"
@@ -45,15 +44,14 @@ import (
 type Server struct {
 	Config   config.Server
 	Member   *etcdmember.Member // nil with external etcd
-	Client   *clientv3.Client
-	Local    *executor.Local // nil with --slots 0
+	Etcd     *store.Etcd        // the store: owns the etcd client
+	Local    *executor.Local    // nil with --slots 0
 	Hub      *workerstream.Hub
 	Events   *events.Hub
 	Metrics  *metrics.Metrics
 	HTTPAddr string // the address actually bound
 
 	log       *zap.Logger
-	route     *store.Route        // the leader's transactions to etcd's raft leader
 	apart     *leaderapart.Keeper // etcd's raft leader off this node while leading; nil on one member
 	view      *leaderView         // who leads, which replicas are registered
 	agent     *workerstream.Agent
@@ -141,17 +139,13 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 			zap.String("data_dir", filepath.Join(cfg.DataDir, "etcd")))
 	}
 
-	cc, err := etcdClientConfig(cfg, endpoints)
-	if err != nil {
+	if s.Etcd, err = store.Dial(store.DialConfig{Endpoints: endpoints, Username: cfg.EtcdUsername, Password: cfg.EtcdPassword,
+		CA: cfg.EtcdCA, Cert: cfg.EtcdCert, Key: cfg.EtcdKey, Logger: log.Named("commit-route")}); err != nil {
 		return nil, err
 	}
-	if s.Client, err = newEtcdClient(cc, cfg.EtcdUsername); err != nil {
-		return nil, err
-	}
-	s.route = store.NewRoute(s.Client, endpoints, memberDialer(cc), log.Named("commit-route"))
 	if len(endpoints) > 1 {
-		s.apart = leaderapart.New(leaderapart.Config{Client: s.Client, Node: cfg.NodeName, Dial: memberDialer(cc),
-			HTTP:   &http.Client{Timeout: time.Second, Transport: &http.Transport{TLSClientConfig: cc.TLS, Proxy: nil}},
+		s.apart = leaderapart.New(leaderapart.Config{Etcd: s.Etcd, Node: cfg.NodeName,
+			HTTP:   &http.Client{Timeout: time.Second, Transport: &http.Transport{TLSClientConfig: s.Etcd.TLS(), Proxy: nil}},
 			Logger: log.Named("apart"), Moved: func(o string) { s.Metrics.EtcdLeaderMoves.WithLabelValues(o).Inc() }})
 	}
 
@@ -216,9 +210,9 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 		log.Warn("orphan_grace is shorter than a worker's reconnect bound: after a leader change, a task whose worker is alive but still reconnecting may run a second time",
 			zap.Duration("orphan_grace", cfg.OrphanGrace), zap.Duration("reconnect_bound", workerstream.ReconnectBound))
 	}
-	view := newLeaderView(s.Client, log.Named("view"))
+	view := newLeaderView(s.Etcd, log.Named("view"))
 	s.view = view
-	info := &clusterInfo{cli: s.Client, view: view}
+	info := &clusterInfo{etcd: s.Etcd, view: view}
 	s.Hub = workerstream.NewHub(workerstream.HubConfig{
 		Leader:         cfg.Name,
 		StaleAfter:     cfg.StreamStaleAfter,
@@ -252,9 +246,8 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 	limits.MaxBytes = min(store.DefaultLimits.MaxBytes, limits.RecordLimit())
 	ectx, cancel := context.WithCancel(context.Background())
 	s.ectx, s.cancel = ectx, cancel
-	etcdStore := store.NewEtcd(s.Client)
-	etcdStore.CommitThrough(s.route.KV())
-	s.space = store.NewSpaceGauge(s.Client, 0)
+	etcdStore := s.Etcd
+	s.space = s.Etcd.NewSpaceGauge(0)
 	etcdStore.GuardWith(s.space)
 	etcdStore.KnowLeaderFrom(view.ElectedLeader)
 	s.firer = firer.NewFirer(firer.Config{
@@ -374,7 +367,7 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 
 	go view.run(ectx)
 	go s.space.Run(ectx)
-	go watchEtcdSpace(ectx, s.Client, s.Metrics, log, s.Member == nil)
+	go watchEtcdSpace(ectx, s.Etcd, s.Metrics, log, s.Member == nil)
 	go s.runEngine(s.ref.Get())
 	go func() {
 		// It returns early only if the leader refuses this replica's own
@@ -508,11 +501,8 @@ func (s *Server) closeResources() {
 	if s.Local != nil {
 		_ = s.Local.Close()
 	}
-	if s.route != nil {
-		s.route.Close()
-	}
-	if s.Client != nil {
-		_ = s.Client.Close()
+	if s.Etcd != nil {
+		_ = s.Etcd.Close()
 	}
 	if s.Member != nil {
 		_ = s.Member.Close()
