@@ -60,6 +60,10 @@ type fakeStore struct {
 	// leaseErr, when set, refuses every new session, as etcd under its
 	// NOSPACE alarm refuses every lease grant.
 	leaseErr error
+	// maxOps and maxRequest are etcd's --max-txn-ops and
+	// --max-request-bytes: a commit over either is refused whole
+	// (store.ErrTooManyOps, store.ErrRequestTooLarge). 0: no limit.
+	maxOps, maxRequest int
 }
 
 // unavailable waits while etcd is down: nil once it is up, ctx's error if
@@ -109,12 +113,13 @@ func newFakeStore() *fakeStore {
 	up := make(chan struct{})
 	close(up)
 	return &fakeStore{dags: map[string]core.Entry{}, tasks: map[string]core.Entry{}, loser: map[string]bool{}, seen: map[string]bool{},
-		hooked: map[string]bool{}, up: up}
+		hooked: map[string]bool{}, up: up, maxOps: store.DefaultLimits.MaxOps, maxRequest: store.DefaultLimits.MaxRequest}
 }
 
 type fakeWatch struct {
 	ch     chan store.WatchEvent
 	ctx    context.Context
+	from   int64 // the revision it started from
 	closed bool
 }
 
@@ -156,8 +161,10 @@ func (s *fakeStore) Load(ctx context.Context) (*store.Snapshot, error) {
 func (s *fakeStore) Watch(ctx context.Context, from int64) <-chan store.WatchEvent {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	w := &fakeWatch{ch: make(chan store.WatchEvent, 1024), ctx: ctx}
-	if from <= s.compact {
+	w := &fakeWatch{ch: make(chan store.WatchEvent, 1024), ctx: ctx, from: from}
+	// etcd keeps the compaction's own revision: a watch from it is an
+	// ordinary one.
+	if from < s.compact {
 		w.ch <- store.WatchEvent{Compacted: true, CompactRev: s.compact}
 		close(w.ch)
 		return w.ch
@@ -199,26 +206,28 @@ func (s *fakeStore) closeWatches() {
 	s.watches = nil
 }
 
-// compactTo compacts the history through rev and tells every watch that
-// has not been sent past it that it fell behind.
+// compactTo compacts the history through rev: a watch from a revision
+// before it is told so. An open watch goes on, as a caught-up etcd watch
+// does (every open watch here is: it is sent each commit as it happens);
+// one that fell behind is a watch started again after close-watch.
 func (s *fakeStore) compactTo(rev int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.compact = rev
-	for _, w := range s.watches {
-		if !w.closed && w.ctx.Err() == nil {
-			w.ch <- store.WatchEvent{Compacted: true, CompactRev: rev}
-			w.closed = true
-			close(w.ch)
-		}
-	}
-	s.watches = nil
 }
 
+// RequestProgress tells the open watches etcd's revision, as etcd does
+// for a watch whose start revision it has reached; a watch from a revision
+// still to come hears nothing.
 func (s *fakeStore) RequestProgress(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.deliverLocked(store.WatchEvent{Progress: true, HeaderRev: s.rev})
+	for _, w := range s.watches {
+		if w.closed || w.ctx.Err() != nil || w.from > s.rev {
+			continue
+		}
+		w.ch <- store.WatchEvent{Progress: true, HeaderRev: s.rev}
+	}
 	return nil
 }
 
@@ -237,12 +246,39 @@ type fakeSession struct {
 	done chan struct{}
 	once sync.Once
 	s    *fakeStore
+	ttl  time.Duration
 }
 
 func (f *fakeSession) Done() <-chan struct{} { return f.done }
-func (f *fakeSession) Close() error          { f.end(); return nil }
-func (f *fakeSession) Orphan()               {}
 func (f *fakeSession) end()                  { f.once.Do(func() { close(f.done) }) }
+
+// Close revokes the lease: the election key on it goes at once.
+func (f *fakeSession) Close() error {
+	f.end()
+	f.s.mu.Lock()
+	defer f.s.mu.Unlock()
+	f.s.revokeLocked(f)
+	return nil
+}
+
+// Orphan stops the keep-alives, as a crash does: the session is over for
+// its holder at once, and etcd lets the lease (and the election key on it)
+// go after the TTL.
+func (f *fakeSession) Orphan() {
+	f.end()
+	time.AfterFunc(f.ttl, func() {
+		f.s.mu.Lock()
+		defer f.s.mu.Unlock()
+		f.s.revokeLocked(f)
+	})
+}
+
+// revokeLocked drops the election key on f's lease, if it holds it.
+func (s *fakeStore) revokeLocked(f *fakeSession) {
+	if s.holder == f {
+		s.fenceRev, s.leader, s.holder = 0, "", nil
+	}
+}
 
 // Release revokes the lease once etcd answers: a lingering election key on
 // it goes (see loseLeaseLinger).
@@ -252,9 +288,7 @@ func (f *fakeSession) Release(ctx context.Context) error {
 	}
 	f.s.mu.Lock()
 	defer f.s.mu.Unlock()
-	if f.s.holder == f {
-		f.s.fenceRev, f.s.leader, f.s.holder = 0, "", nil
-	}
+	f.s.revokeLocked(f)
 	return nil
 }
 
@@ -271,7 +305,7 @@ func (s *fakeStore) OpenSession(ctx context.Context, ttl time.Duration, reg stor
 	if s.leaseErr != nil {
 		return nil, s.leaseErr
 	}
-	fs := &fakeSession{done: make(chan struct{}), s: s}
+	fs := &fakeSession{done: make(chan struct{}), s: s, ttl: max(ttl, time.Second)}
 	s.sessions = append(s.sessions, fs)
 	return fs, nil
 }
@@ -434,6 +468,10 @@ func (s *fakeStore) commit(ctx context.Context, fence store.Fence, entries []cor
 	}
 	apply, err := true, error(nil)
 	s.mu.Lock()
+	if err := s.refusedLocked(entries, term); err != nil {
+		s.mu.Unlock()
+		return store.Committed{}, err
+	}
 	s.batches = append(s.batches, len(entries))
 	for _, e := range entries {
 		s.seen[e.DAG] = true
@@ -471,6 +509,31 @@ func (s *fakeStore) commit(ctx context.Context, fence store.Fence, entries []cor
 	return out, err
 }
 
+// refusedLocked is etcd's refusal of a transaction for its operations
+// (the entries', the term record, the commit marker) or its bytes, before
+// anything else: it applies nothing. A batch is one transaction here (the
+// engine sizes them so).
+func (s *fakeStore) refusedLocked(entries []core.Entry, term *store.TermRecord) error {
+	ops, bytes := 1, 0 // the commit marker
+	if term != nil {
+		ops++
+	}
+	for i := range entries {
+		eops, n, err := store.Ops(&entries[i])
+		if err != nil {
+			return err
+		}
+		ops, bytes = ops+len(eops), bytes+n
+	}
+	switch {
+	case s.maxOps > 0 && ops > s.maxOps:
+		return store.ErrTooManyOps
+	case s.maxRequest > 0 && bytes > s.maxRequest:
+		return store.ErrRequestTooLarge
+	}
+	return nil
+}
+
 func (s *fakeStore) setCommitHook(h func(entries []core.Entry) (bool, error)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -503,7 +566,7 @@ func (s *fakeStore) CurrentLeader(ctx context.Context) (store.Leader, bool, erro
 	if s.fenceRev == 0 {
 		return store.Leader{}, false, nil
 	}
-	return store.Leader{Name: s.leader, Rev: s.fenceRev}, true, nil
+	return store.Leader{Name: s.leader, Key: "/orion/v1/election/" + s.leader, Rev: s.fenceRev}, true, nil
 }
 
 func (s *fakeStore) Depose(ctx context.Context, suspect string) (bool, error) {
@@ -522,7 +585,11 @@ func (s *fakeStore) Depose(ctx context.Context, suspect string) (bool, error) {
 		return false, nil
 	}
 	// The suspect's lease is revoked: its election key goes, and the
-	// election is free for the candidates it kept waiting.
+	// election is free for the candidates it kept waiting; its session
+	// learns it at its next keep-alive.
+	if s.holder != nil {
+		s.holder.end()
+	}
 	s.fenceRev, s.leader, s.holder = 0, "", nil
 	clear(s.loser)
 	return true, nil

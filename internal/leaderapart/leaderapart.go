@@ -32,22 +32,30 @@ import (
 	"sync"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/etcdserverpb"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
 	"github.com/orion-sched/orion/internal/etcdmember"
+	"github.com/orion-sched/orion/internal/store"
 )
+
+// Etcd is what a Keeper asks of etcd (*store.Etcd).
+type Etcd interface {
+	Endpoints() []string
+	Status(ctx context.Context, endpoint string) (store.MemberStatus, error)
+	Members(ctx context.Context) ([]store.Member, error)
+	// DialMember connects to one member with the client's settings (TLS,
+	// credentials): MoveLeader must be asked of the raft leader itself.
+	DialMember(endpoint string) (*store.MemberConn, error)
+}
+
+var _ Etcd = (*store.Etcd)(nil)
 
 // Config is what a Keeper needs.
 type Config struct {
-	// Client is the replica's etcd client (every endpoint).
-	Client *clientv3.Client
+	// Etcd is the replica's store (every endpoint).
+	Etcd Etcd
 	// Node is the node this replica runs on; empty: the host name.
 	Node string
-	// Dial opens a client to one member with Client's settings (TLS,
-	// credentials): MoveLeader must be asked of the raft leader itself.
-	Dial func(endpoint string) (*clientv3.Client, error)
 	// HTTP reads the members' NodePath, with etcd's TLS when it has any.
 	HTTP *http.Client
 	// Every is the pause between two looks (default 2 s); the first comes
@@ -193,11 +201,11 @@ func (k *Keeper) Look(ctx context.Context) (Outcome, error) {
 	if node != k.cfg.Node {
 		return Apart, nil
 	}
-	var to *etcdserverpb.Member
+	var to *store.Member
 	var toNode string
-	for _, m := range others {
-		if n, err := k.nodeOf(ctx, m); err == nil && n != "" && n != k.cfg.Node {
-			to, toNode = m, n
+	for i := range others {
+		if n, err := k.nodeOf(ctx, &others[i]); err == nil && n != "" && n != k.cfg.Node {
+			to, toNode = &others[i], n
 			break
 		}
 	}
@@ -227,12 +235,12 @@ func (k *Keeper) Look(ctx context.Context) (Outcome, error) {
 
 // members returns the member that leads etcd's raft group and the other
 // voting members that publish a client URL, by name.
-func (k *Keeper) members(ctx context.Context) (*etcdserverpb.Member, []*etcdserverpb.Member, error) {
+func (k *Keeper) members(ctx context.Context) (*store.Member, []store.Member, error) {
 	var leader uint64
 	var last error
-	for _, ep := range k.cfg.Client.Endpoints() {
+	for _, ep := range k.cfg.Etcd.Endpoints() {
 		actx, cancel := context.WithTimeout(ctx, askTimeout)
-		st, err := k.cfg.Client.Status(actx, ep)
+		st, err := k.cfg.Etcd.Status(actx, ep)
 		cancel()
 		if err == nil && st.Leader != 0 {
 			leader = st.Leader
@@ -243,16 +251,16 @@ func (k *Keeper) members(ctx context.Context) (*etcdserverpb.Member, []*etcdserv
 	if leader == 0 {
 		return nil, nil, fmt.Errorf("no member names etcd's leader: %v", last)
 	}
-	ml, err := k.cfg.Client.MemberList(ctx)
+	ml, err := k.cfg.Etcd.Members(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
-	var lead *etcdserverpb.Member
-	var others []*etcdserverpb.Member
-	for _, m := range ml.Members {
+	var lead *store.Member
+	var others []store.Member
+	for i, m := range ml {
 		switch {
 		case m.ID == leader:
-			lead = m
+			lead = &ml[i]
 		case !m.IsLearner && len(m.ClientURLs) > 0:
 			others = append(others, m)
 		}
@@ -260,12 +268,12 @@ func (k *Keeper) members(ctx context.Context) (*etcdserverpb.Member, []*etcdserv
 	if lead == nil || len(lead.ClientURLs) == 0 {
 		return nil, nil, fmt.Errorf("etcd's leader %x is not a member with a client URL", leader)
 	}
-	slices.SortFunc(others, func(a, b *etcdserverpb.Member) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(others, func(a, b store.Member) int { return strings.Compare(a.Name, b.Name) })
 	return lead, others, nil
 }
 
 // nodeOf asks a member which node it runs on (etcdmember.NodePath).
-func (k *Keeper) nodeOf(ctx context.Context, m *etcdserverpb.Member) (string, error) {
+func (k *Keeper) nodeOf(ctx context.Context, m *store.Member) (string, error) {
 	if len(m.ClientURLs) == 0 {
 		return "", errors.New("no client URL")
 	}
@@ -292,16 +300,15 @@ func (k *Keeper) nodeOf(ctx context.Context, m *etcdserverpb.Member) (string, er
 
 // move asks lead, through a connection of its own, to hand its leadership
 // to to.
-func (k *Keeper) move(ctx context.Context, lead, to *etcdserverpb.Member) error {
-	c, err := k.cfg.Dial(lead.ClientURLs[0])
+func (k *Keeper) move(ctx context.Context, lead, to *store.Member) error {
+	c, err := k.cfg.Etcd.DialMember(lead.ClientURLs[0])
 	if err != nil {
 		return err
 	}
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(ctx, moveTimeout)
 	defer cancel()
-	_, err = c.MoveLeader(ctx, to.ID)
-	return err
+	return c.MoveLeader(ctx, to.ID)
 }
 
 // once logs msg at info, once per key and term.

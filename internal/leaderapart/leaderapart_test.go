@@ -8,17 +8,17 @@ import (
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
-
 	"github.com/orion-sched/orion/internal/etcdmember"
+	"github.com/orion-sched/orion/internal/store"
 	"github.com/orion-sched/orion/internal/testutil/etcdtest"
 	"github.com/orion-sched/orion/internal/testutil/testkit"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-func dial(ep string) (*clientv3.Client, error) {
-	return clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: time.Second, Logger: zap.NewNop()})
-}
+// refusingDial is a store whose connections to single members are refused.
+type refusingDial struct{ *store.Etcd }
+
+func (refusingDial) DialMember(string) (*store.MemberConn, error) { return nil, errRefused }
 
 // cluster starts 3 members on the given nodes.
 func cluster(t *testing.T, nodes ...string) ([]*etcdmember.Member, *clientv3.Client) {
@@ -46,7 +46,7 @@ func TestLookMovesTheRaftLeaderOffThisNode(t *testing.T) {
 	testkit.WaitFor(t, 10*time.Second, "a raft leader", func() bool { here = leaderNode(t, members, nodes); return here != "" })
 	var outcomes []string
 	var mu sync.Mutex
-	k := New(Config{Client: cli, Node: here, Dial: dial, Moved: func(o string) { mu.Lock(); outcomes = append(outcomes, o); mu.Unlock() }})
+	k := New(Config{Etcd: store.NewEtcd(cli), Node: here, Moved: func(o string) { mu.Lock(); outcomes = append(outcomes, o); mu.Unlock() }})
 	got, err := k.Look(context.Background())
 	if err != nil || got != Moved {
 		t.Fatalf("look with etcd's leader on this node (%s): %q %v, want moved", here, got, err)
@@ -71,7 +71,7 @@ func TestLookMovesTheRaftLeaderOffThisNode(t *testing.T) {
 func TestLookMovesNothingWithoutAnotherNode(t *testing.T) {
 	nodes := []string{"node-a", "node-a", "node-a"}
 	_, cli := cluster(t, nodes...)
-	k := New(Config{Client: cli, Node: "node-a", Dial: dial})
+	k := New(Config{Etcd: store.NewEtcd(cli), Node: "node-a"})
 	testkit.WaitFor(t, 10*time.Second, "a look", func() bool {
 		got, err := k.Look(context.Background())
 		if err == nil && got != Nowhere {
@@ -88,7 +88,7 @@ func TestLookWithMembersThatSayNothing(t *testing.T) {
 	notFound := &http.Client{Transport: roundTrip(func(r *http.Request) (*http.Response, error) {
 		return &http.Response{StatusCode: 404, Status: "404 Not Found", Body: http.NoBody, Request: r}, nil
 	})}
-	k := New(Config{Client: cli, Node: "node-a", Dial: dial, HTTP: notFound})
+	k := New(Config{Etcd: store.NewEtcd(cli), Node: "node-a", HTTP: notFound})
 	testkit.WaitFor(t, 10*time.Second, "a look", func() bool {
 		got, err := k.Look(context.Background())
 		if err == nil && got != Unknown {
@@ -109,7 +109,7 @@ func TestKeeperLooksWhileLeading(t *testing.T) {
 	members, cli := cluster(t, nodes...)
 	var here string
 	testkit.WaitFor(t, 10*time.Second, "a raft leader", func() bool { here = leaderNode(t, members, nodes); return here != "" })
-	k := New(Config{Client: cli, Node: here, Dial: dial, Every: 50 * time.Millisecond})
+	k := New(Config{Etcd: store.NewEtcd(cli), Node: here, Every: 50 * time.Millisecond})
 	defer k.Close()
 	k.Leading(true)
 	testkit.WaitFor(t, 20*time.Second, "etcd's leader off "+here, func() bool {
@@ -132,8 +132,7 @@ func TestLookReportsARefusedMove(t *testing.T) {
 	var here string
 	testkit.WaitFor(t, 10*time.Second, "a raft leader", func() bool { here = leaderNode(t, members, nodes); return here != "" })
 	var told []string
-	refuse := func(string) (*clientv3.Client, error) { return nil, errRefused }
-	k := New(Config{Client: cli, Node: here, Dial: refuse, Moved: func(o string) { told = append(told, o) }})
+	k := New(Config{Etcd: refusingDial{store.NewEtcd(cli)}, Node: here, Moved: func(o string) { told = append(told, o) }})
 	if _, err := k.Look(context.Background()); err == nil || !strings.Contains(err.Error(), "refused") {
 		t.Fatalf("look with MoveLeader refused: %v, want the refusal", err)
 	}

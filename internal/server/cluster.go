@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/orion-sched/orion/internal/http/apitypes"
 	"github.com/orion-sched/orion/internal/store"
 )
@@ -17,7 +15,7 @@ import (
 // with bounded requests that no single member can hold up, and the workers
 // from the hub.
 type clusterInfo struct {
-	cli     *clientv3.Client
+	etcd    *store.Etcd
 	view    *leaderView
 	workers func() []apitypes.Worker
 }
@@ -30,7 +28,7 @@ func (c *clusterInfo) current(ctx context.Context) (store.ClusterView, error) {
 	if v, known := c.view.snapshot(); known {
 		return v, nil
 	}
-	return store.ReadCluster(ctx, c.cli)
+	return c.etcd.ReadCluster(ctx)
 }
 
 func (c *clusterInfo) Replicas(ctx context.Context) ([]apitypes.ReplicaAddr, error) {
@@ -67,13 +65,13 @@ func (c *clusterInfo) WatchLeader() (apitypes.ReplicaAddr, bool, <-chan struct{}
 func (c *clusterInfo) Members(ctx context.Context) ([]apitypes.EtcdMember, error) {
 	lctx, cancel := context.WithTimeout(ctx, memberTimeout)
 	defer cancel()
-	resp, err := c.cli.MemberList(lctx)
+	members, err := c.etcd.Members(lctx)
 	if err != nil {
 		return nil, err
 	}
 	leaderID := c.etcdLeader(ctx)
-	out := make([]apitypes.EtcdMember, 0, len(resp.Members))
-	for _, m := range resp.Members {
+	out := make([]apitypes.EtcdMember, 0, len(members))
+	for _, m := range members {
 		out = append(out, apitypes.EtcdMember{Name: m.Name, ID: fmt.Sprintf("%x", m.ID), ClientURLs: m.ClientURLs,
 			PeerURLs: m.PeerURLs, IsLeader: leaderID != 0 && m.ID == leaderID})
 	}
@@ -83,7 +81,7 @@ func (c *clusterInfo) Members(ctx context.Context) ([]apitypes.EtcdMember, error
 // etcdLeader is the raft leader's member id by the first member to answer
 // within memberTimeout, or 0.
 func (c *clusterInfo) etcdLeader(ctx context.Context) uint64 {
-	eps := c.cli.Endpoints()
+	eps := c.etcd.Endpoints()
 	if len(eps) == 0 {
 		return 0
 	}
@@ -92,7 +90,7 @@ func (c *clusterInfo) etcdLeader(ctx context.Context) uint64 {
 	answers := make(chan uint64, len(eps))
 	for _, ep := range eps {
 		go func() {
-			st, err := c.cli.Status(sctx, ep)
+			st, err := c.etcd.Status(sctx, ep)
 			if err != nil || st.Leader == 0 {
 				answers <- 0
 				return
@@ -113,7 +111,7 @@ func (c *clusterInfo) etcdLeader(ctx context.Context) uint64 {
 func (c *clusterInfo) Alarms(ctx context.Context) ([]apitypes.EtcdAlarm, error) {
 	actx, cancel := context.WithTimeout(ctx, memberTimeout)
 	defer cancel()
-	alarms, err := store.Alarms(actx, c.cli)
+	alarms, err := c.etcd.Alarms(actx)
 	if err != nil {
 		return nil, err
 	}

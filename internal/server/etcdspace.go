@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
 	"github.com/orion-sched/orion/internal/metrics"
@@ -21,7 +20,7 @@ const spaceEvery = 10 * time.Second
 // true) the space may need reclaiming by hand, so the log line carries
 // the etcdctl recipe; Orion's own members (embedded, `orion etcd`) recover
 // by themselves (internal/etcdmember).
-func watchEtcdSpace(ctx context.Context, cli *clientv3.Client, m *metrics.Metrics, log *zap.Logger, external bool) {
+func watchEtcdSpace(ctx context.Context, etcd *store.Etcd, m *metrics.Metrics, log *zap.Logger, external bool) {
 	raised := false
 	tick := time.NewTicker(spaceEvery)
 	defer tick.Stop()
@@ -29,7 +28,7 @@ func watchEtcdSpace(ctx context.Context, cli *clientv3.Client, m *metrics.Metric
 		// A read that failed (a busy or lost member) is tried again within
 		// a second rather than at the next tick.
 		failed := false
-		if size, quota, ok := store.Space(ctx, cli, time.Second); ok {
+		if size, quota, ok := etcd.Space(ctx, time.Second); ok {
 			m.EtcdDBSizeBytes.Set(float64(size))
 			if quota > 0 {
 				m.EtcdQuotaBytes.Set(float64(quota))
@@ -38,7 +37,7 @@ func watchEtcdSpace(ctx context.Context, cli *clientv3.Client, m *metrics.Metric
 			failed = true
 		}
 		actx, cancel := context.WithTimeout(ctx, time.Second)
-		alarms, err := store.Alarms(actx, cli)
+		alarms, err := etcd.Alarms(actx)
 		cancel()
 		if err == nil {
 			now := false

@@ -11,6 +11,7 @@ import (
 
 	"github.com/orion-sched/orion/internal/etcdmember"
 	"github.com/orion-sched/orion/internal/metrics"
+	"github.com/orion-sched/orion/internal/store"
 	"github.com/orion-sched/orion/internal/testutil/etcdtest"
 	"github.com/orion-sched/orion/internal/testutil/testkit"
 )
@@ -25,7 +26,7 @@ func TestNoSpaceShows(t *testing.T) {
 	})
 	ctx := context.Background()
 	etcdtest.FillToQuota(t, cli, quota)
-	info := &clusterInfo{cli: cli}
+	info := &clusterInfo{etcd: store.NewEtcd(cli)}
 	alarms, err := info.Alarms(ctx)
 	if err != nil || len(alarms) != 1 || alarms[0].Alarm != "NOSPACE" || !strings.Contains(alarms[0].Message, "quota") {
 		t.Fatalf("alarms: %+v %v", alarms, err)
@@ -34,7 +35,7 @@ func TestNoSpaceShows(t *testing.T) {
 	m := metrics.New()
 	wctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
-	go func() { defer close(done); watchEtcdSpace(wctx, cli, m, zap.NewNop(), true) }()
+	go func() { defer close(done); watchEtcdSpace(wctx, store.NewEtcd(cli), m, zap.NewNop(), true) }()
 	defer func() { cancel(); <-done }()
 	testkit.WaitFor(t, 30*time.Second, "the space metrics", func() bool {
 		return testutil.ToFloat64(m.EtcdNoSpace) == 1 && testutil.ToFloat64(m.EtcdQuotaBytes) == quota &&

@@ -36,7 +36,7 @@ func TestLeaderViewTellsWorkersTheRegistry(t *testing.T) {
 	t.Cleanup(func() { _ = hub.Close() })
 	hub.SetLeading(true)
 	done := make(chan struct{})
-	view := newLeaderView(cli, zap.NewNop())
+	view := newLeaderView(store.NewEtcd(cli), zap.NewNop())
 	view.onReplicas = hubPeers(hub)
 	go func() { defer close(done); view.run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })

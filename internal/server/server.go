@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
 	"github.com/orion-sched/orion/internal/config"
@@ -47,8 +46,8 @@ import (
 type Server struct {
 	Config   config.Server
 	Member   *etcdmember.Member // nil with external etcd
-	Client   *clientv3.Client
-	Local    *executor.Local // nil with --slots 0
+	Etcd     *store.Etcd        // etcd's only client: the log, the election, the cluster's administration
+	Local    *executor.Local    // nil with --slots 0
 	Hub      *workerstream.Hub
 	Events   *events.Hub
 	Metrics  *metrics.Metrics
@@ -56,7 +55,6 @@ type Server struct {
 
 	log       *zap.Logger
 	sec       transportSecurity   // TLS of the listener and of requests to other replicas
-	route     *store.Route        // the leader's transactions to etcd's raft leader
 	apart     *leaderapart.Keeper // etcd's raft leader off this node while leading; nil on one member
 	view      *leaderView         // who leads, which replicas are registered
 	own       *agent.Agent        // this replica's own slots, a worker like any other
@@ -148,7 +146,7 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 		}
 		endpoints = s.Member.Endpoints()
 	}
-	if s.Client, s.route, s.apart, err = openEtcd(cfg, endpoints, log, s.Metrics); err != nil {
+	if s.Etcd, s.apart, err = openEtcd(cfg, endpoints, log, s.Metrics); err != nil {
 		return nil, err
 	}
 
@@ -171,12 +169,12 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 
 	// What it knows of the cluster: who leads and which replicas are
 	// registered (the view), its workers (the hub), the live events.
-	s.view = newLeaderView(s.Client, log.Named("view"))
+	s.view = newLeaderView(s.Etcd, log.Named("view"))
 	s.view.probe = sec.probe()
 	s.view.onReplicas = h.replicas
 	s.Hub = newWorkerHub(cfg, log, s.Metrics, h)
 	s.Events = newEventHub(cfg, s.Metrics, h)
-	info := &clusterInfo{cli: s.Client, view: s.view, workers: h.workers}
+	info := &clusterInfo{etcd: s.Etcd, view: s.view, workers: h.workers}
 
 	// The scheduler: the store it commits through, the schedules it fires,
 	// the engine (rebuilt the same way after a demo crash).
@@ -221,26 +219,23 @@ func startEmbeddedEtcd(ctx context.Context, cfg config.Server, log *zap.Logger) 
 	return m, nil
 }
 
-// openEtcd builds the etcd client of a replica, the route of the leader's
-// transactions to etcd's raft leader and, with several members, the keeper
-// that moves etcd's raft leadership off this node while it leads.
-func openEtcd(cfg config.Server, endpoints []string, log *zap.Logger, m *metrics.Metrics) (*clientv3.Client, *store.Route, *leaderapart.Keeper, error) {
-	cc, err := etcdClientConfig(cfg, endpoints)
+// openEtcd opens the store, etcd's only client (store.Dial: the client,
+// and the route of the leader's transactions to etcd's raft leader) and,
+// with several members, the keeper that moves etcd's raft leadership off
+// this node while it leads.
+func openEtcd(cfg config.Server, endpoints []string, log *zap.Logger, m *metrics.Metrics) (*store.Etcd, *leaderapart.Keeper, error) {
+	st, err := store.Dial(store.DialConfig{Endpoints: endpoints, Username: cfg.EtcdUsername, Password: cfg.EtcdPassword,
+		CA: cfg.EtcdCA, Cert: cfg.EtcdCert, Key: cfg.EtcdKey, Logger: log.Named("commit-route")})
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
-	cli, err := newEtcdClient(cc, cfg.EtcdUsername)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	route := store.NewRoute(cli, endpoints, memberDialer(cc), log.Named("commit-route"))
 	var apart *leaderapart.Keeper
 	if len(endpoints) > 1 {
-		apart = leaderapart.New(leaderapart.Config{Client: cli, Node: cfg.NodeName, Dial: memberDialer(cc),
-			HTTP:   &http.Client{Timeout: time.Second, Transport: &http.Transport{TLSClientConfig: cc.TLS, Proxy: nil}},
+		apart = leaderapart.New(leaderapart.Config{Etcd: st, Node: cfg.NodeName,
+			HTTP:   &http.Client{Timeout: time.Second, Transport: &http.Transport{TLSClientConfig: st.TLS(), Proxy: nil}},
 			Logger: log.Named("apart"), Moved: func(o string) { m.EtcdLeaderMoves.WithLabelValues(o).Inc() }})
 	}
-	return cli, route, apart, nil
+	return st, apart, nil
 }
 
 // newOwnSlots builds the replica's own slots: a local executor driven by an
@@ -371,9 +366,8 @@ func newEventHub(cfg config.Server, m *metrics.Metrics, h hooks) *events.Hub {
 func (s *Server) newStore(cfg config.Server) (*store.Etcd, store.Limits) {
 	limits := store.Limits{MaxOps: maxTxnOps(cfg), MaxRequest: cfg.EtcdMaxRequestBytes}
 	limits.MaxBytes = min(store.DefaultLimits.MaxBytes, limits.RecordLimit())
-	etcdStore := store.NewEtcd(s.Client)
-	etcdStore.CommitThrough(s.route.KV())
-	s.space = store.NewSpaceGauge(s.Client, 0)
+	etcdStore := s.Etcd
+	s.space = s.Etcd.NewSpaceGauge(0)
 	etcdStore.GuardWith(s.space)
 	etcdStore.KnowLeaderFrom(s.view.ElectedLeader)
 	return etcdStore, limits
@@ -491,7 +485,7 @@ func (s *Server) newHTTP(cfg config.Server, endpoints []string, addr addressing,
 func (s *Server) startLoops(ln net.Listener) {
 	go s.view.run(s.ectx)
 	go s.space.Run(s.ectx)
-	go watchEtcdSpace(s.ectx, s.Client, s.Metrics, s.log, s.Member == nil)
+	go watchEtcdSpace(s.ectx, s.Etcd, s.Metrics, s.log, s.Member == nil)
 	go s.runEngine(s.ref.Get())
 	s.own.Start(s.ectx)
 	go func() {
@@ -708,11 +702,8 @@ func (s *Server) closeResources() {
 	if s.own != nil {
 		_ = s.own.Close()
 	}
-	if s.route != nil {
-		s.route.Close()
-	}
-	if s.Client != nil {
-		_ = s.Client.Close()
+	if s.Etcd != nil {
+		_ = s.Etcd.Close() // the route, then the client
 	}
 	if s.Member != nil {
 		_ = s.Member.Close()

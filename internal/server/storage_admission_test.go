@@ -21,7 +21,6 @@ import (
 	"github.com/orion-sched/orion/internal/http/apitypes"
 	"github.com/orion-sched/orion/internal/server"
 	"github.com/orion-sched/orion/internal/server/servertest"
-	"github.com/orion-sched/orion/internal/store"
 	"github.com/orion-sched/orion/internal/testutil/testkit"
 )
 
@@ -102,7 +101,7 @@ func noAlarm(t testing.TB, s *server.Server) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	alarms, err := store.Alarms(ctx, s.Client)
+	alarms, err := s.Etcd.Alarms(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -69,7 +69,7 @@ func TestStorageFullEndToEnd(t *testing.T) {
 
 	// Live data up to the quota: the member cannot reclaim anything yet.
 	ctx := context.Background()
-	etcdtest.FillToQuota(t, s.Client, quota)
+	etcdtest.FillToQuota(t, s.Etcd.Client(), quota)
 
 	asked := time.Now()
 	code, b := submit("during")
@@ -91,7 +91,7 @@ func TestStorageFullEndToEnd(t *testing.T) {
 		t.Fatalf("cluster while etcd is full: %d %+v", code, cl.Etcd)
 	}
 
-	if _, err := s.Client.Delete(ctx, "/fill/", clientv3.WithPrefix()); err != nil {
+	if _, err := s.Etcd.Client().Delete(ctx, "/fill/", clientv3.WithPrefix()); err != nil {
 		t.Fatalf("deletes under NOSPACE: %v", err)
 	}
 	freed := time.Now()

@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
 	"github.com/orion-sched/orion/internal/http/apitypes"
@@ -32,7 +31,6 @@ const (
 // own slots and hub, are answered from it without an etcd request, so a
 // failover no longer multiplies etcd reads by the number of workers.
 type leaderView struct {
-	cli *clientv3.Client
 	// probe asks a suspected leader whether it still leads (nil:
 	// probeClient); with TLS, it verifies the leader's certificate.
 	probe *http.Client
@@ -40,8 +38,9 @@ type leaderView struct {
 	// onReplicas, when set, is told the registry whenever it changes (the
 	// hub's peer list); it is called from run's goroutine, one at a time.
 	onReplicas func([]apitypes.ReplicaAddr)
-	// follow is store.FollowCluster; a test wraps it to make etcd fail it.
-	follow func(ctx context.Context, cli *clientv3.Client, publish func(store.ClusterView)) error
+	// follow is the store's FollowCluster; a test wraps it to make etcd
+	// fail it.
+	follow func(ctx context.Context, publish func(store.ClusterView)) error
 
 	mu      sync.Mutex
 	view    store.ClusterView
@@ -49,8 +48,8 @@ type leaderView struct {
 	changed chan struct{} // closed and replaced on every update
 }
 
-func newLeaderView(cli *clientv3.Client, log *zap.Logger) *leaderView {
-	return &leaderView{cli: cli, log: log, follow: store.FollowCluster, changed: make(chan struct{})}
+func newLeaderView(etcd *store.Etcd, log *zap.Logger) *leaderView {
+	return &leaderView{log: log, follow: etcd.FollowCluster, changed: make(chan struct{})}
 }
 
 // ElectedLeader is the leader as the view last saw it; ok is false before
@@ -81,7 +80,7 @@ func (lv *leaderView) run(ctx context.Context) {
 	pause := viewRetryMin
 	for ctx.Err() == nil {
 		began := time.Now()
-		err := lv.follow(ctx, lv.cli, publish)
+		err := lv.follow(ctx, publish)
 		if ctx.Err() != nil {
 			return
 		}

@@ -79,7 +79,7 @@ func awaitLeader(t *testing.T, lv *leaderView, want string, replicas int) apityp
 // lease expires without a revoke.
 func TestLeaderViewFollowsTheElection(t *testing.T) {
 	_, cli := etcdtest.Start(t)
-	lv := newLeaderView(cli, zap.NewNop())
+	lv := newLeaderView(store.NewEtcd(cli), zap.NewNop())
 	runView(t, lv)
 	awaitLeader(t, lv, "", 0)
 
@@ -117,9 +117,9 @@ func TestLeaderViewFollowsTheElection(t *testing.T) {
 // watches on, and follows the changes made after.
 func TestLeaderViewRecoversFromAWatchError(t *testing.T) {
 	_, cli := etcdtest.Start(t)
-	lv := newLeaderView(cli, zap.NewNop())
+	lv := newLeaderView(store.NewEtcd(cli), zap.NewNop())
 	calls, firstErr := 0, make(chan error, 1)
-	lv.follow = func(ctx context.Context, cli *clientv3.Client, publish func(store.ClusterView)) error {
+	lv.follow = func(ctx context.Context, publish func(store.ClusterView)) error {
 		calls++
 		if calls > 1 {
 			return store.FollowCluster(ctx, cli, publish)
@@ -197,7 +197,7 @@ func getLeader(t *testing.T, h http.Handler, q string) (*httptest.ResponseRecord
 // successor, and answers 503 with Retry-After before any view was read.
 func TestLeaderEndpointAnswersFromMemory(t *testing.T) {
 	member, cli := etcdtest.Start(t)
-	lv := newLeaderView(cli, zap.NewNop())
+	lv := newLeaderView(store.NewEtcd(cli), zap.NewNop())
 	h := api.New(api.Config{Backend: idleBackend{}, Node: "n2", LeaderView: lv, Logger: zap.NewNop()})
 
 	rec, _ := getLeader(t, h, "")

@@ -2,12 +2,14 @@ package store
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/orion-sched/orion/internal/core"
 )
@@ -87,6 +89,13 @@ type Etcd struct {
 	knownLeader func() (Leader, bool)
 	// guard keeps the leader's writes short of etcd's quota (GuardWith).
 	guard *SpaceGauge
+
+	// Set by Dial: the store owns cli and route; tls and dialMember are
+	// the client's settings, for what reaches single members.
+	owned      bool
+	route      *Route
+	tls        *tls.Config
+	dialMember func(endpoint string) (*clientv3.Client, error)
 }
 
 // GuardWith has every fenced write of the leader (the log's transactions,
@@ -94,15 +103,21 @@ type Etcd struct {
 // in it once committed (space.go). Call it before the engine starts.
 func (s *Etcd) GuardWith(g *SpaceGauge) { s.guard = g }
 
-// NewEtcd returns the store on cli. The caller keeps ownership of cli.
-func NewEtcd(cli *clientv3.Client) *Etcd { return &Etcd{cli: cli, commit: cli.KV} }
+// NewEtcd returns the store on cli. The caller keeps ownership of cli. A
+// member it dials on its own (DialMember) gets cli's endpoints' defaults:
+// no TLS, no credentials; Dial's store dials with its client's settings.
+func NewEtcd(cli *clientv3.Client) *Etcd {
+	return &Etcd{cli: cli, commit: cli.KV, dialMember: func(endpoint string) (*clientv3.Client, error) {
+		return clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: time.Second, Logger: zap.NewNop()})
+	}}
+}
 
 // CommitThrough sends the leader's transactions through kv (a Route's KV)
 // from the next term on. Call it before the engine starts.
 func (s *Etcd) CommitThrough(kv clientv3.KV) { s.commit = kv }
 
-// Client is the underlying etcd client (the HTTP layer reads cluster status
-// with it).
+// Client is the underlying etcd client, for tests and the store's own
+// helpers: every other package asks the store.
 func (s *Etcd) Client() *clientv3.Client { return s.cli }
 
 // Load reads every DAG and task record at one revision (Load).

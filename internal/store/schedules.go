@@ -16,7 +16,19 @@ import (
 // as its user gave it (JSON, readable with etcdctl), and its cursor, the
 // last tick the leader handled, which only the leader writes. Both are
 // written fenced on the leader's election key, like every entry of the log
-// (invariant I3). The DAG runs a schedule creates are ordinary log entries.
+// (invariant I3), through the same route to etcd (CommitThrough), checked
+// by the same space guard and refused in the same terms (mapRefused). The
+// DAG runs a schedule creates are ordinary log entries (Begin).
+//
+// They are not sent through the log's Writer: a schedule write is a
+// compare-and-swap on the schedule's own revision (API edits race each
+// other and etcdctl), whose failed comparison is an answer of its own
+// (ErrScheduleChanged), where a failed comparison in the Writer's chain
+// means fenced; and nothing applies schedules to the core, so they need no
+// place in the chain's order. In the chain, a schedule edit would wait
+// behind a group commit, and one refused would fail every batch chained
+// after it (PredecessorError). What order matters is kept by the caller:
+// a tick's cursor is written after its run's submission committed.
 const (
 	SchedulePrefix = Prefix + "schedules/"
 	CursorPrefix   = Prefix + "schedule-cursors/"
@@ -162,10 +174,10 @@ func (s *Etcd) fencedTxn(ctx context.Context, f Fence, conds []clientv3.Cmp, ops
 			return 0, err
 		}
 	}
-	resp, err := s.cli.Txn(ctx).If(append([]clientv3.Cmp{f.cmp()}, conds...)...).Then(ops...).
+	resp, err := s.commit.Txn(ctx).If(append([]clientv3.Cmp{f.cmp()}, conds...)...).Then(ops...).
 		Else(clientv3.OpGet(f.Key)).Commit()
 	if err != nil {
-		return 0, mapNoSpace(err)
+		return 0, describeNoSpace(ctx, s.cli, mapRefused(err))
 	}
 	if resp.Succeeded {
 		if s.guard != nil {

@@ -1,4 +1,4 @@
-package server
+package store
 
 import (
 	"context"
@@ -17,28 +17,80 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
-
-	"github.com/orion-sched/orion/internal/config"
 )
+
+// DialConfig is how a replica reaches etcd: its endpoints, credentials and
+// TLS files (the etcd_* settings).
+type DialConfig struct {
+	Endpoints          []string
+	Username, Password string
+	// CA, Cert and Key are PEM files: the CA that signed etcd's
+	// certificates, and this replica's client certificate and key.
+	CA, Cert, Key string
+	// Logger is the commit route's (nil: none).
+	Logger *zap.Logger
+}
+
+// Dial opens the store on the etcd at cfg.Endpoints: a client with cfg's
+// auth, TLS and keep-alives, and the commit route that takes the leader's
+// transactions to etcd's raft leader (Route). The store owns both: Close
+// closes them. A configuration etcd refuses fails here, with an error that
+// names the setting to fix (see clientConfig).
+func Dial(cfg DialConfig) (*Etcd, error) {
+	cc, err := clientConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	cli, err := newClient(cc, cfg.Username)
+	if err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	s := NewEtcd(cli)
+	s.owned, s.tls, s.dialMember = true, cc.TLS, memberDialer(cc)
+	s.route = NewRoute(cli, cfg.Endpoints, s.dialMember, log)
+	s.CommitThrough(s.route.KV())
+	return s, nil
+}
+
+// Close closes what Dial opened: the commit route's connections, then the
+// client. A store made with NewEtcd leaves its client to its caller.
+func (s *Etcd) Close() error {
+	if s.route != nil {
+		s.route.Close()
+	}
+	if !s.owned {
+		return nil
+	}
+	return s.cli.Close()
+}
+
+// TLS is the client's TLS configuration, nil without TLS: what reaches
+// the members over HTTP (their node, leaderapart) needs it too.
+func (s *Etcd) TLS() *tls.Config { return s.tls }
 
 // tlsProbeTimeout bounds the TLS check of one endpoint at start.
 const tlsProbeTimeout = 3 * time.Second
 
-// etcdClientConfig is the client configuration for endpoints: auth, TLS
-// and the keep-alives. With newEtcdClient, a configuration etcd refuses
-// fails at start with an error that names the setting to fix: a password
-// etcd rejects, a certificate the client does not trust (etcd_ca), a client
-// certificate etcd does not accept (etcd_cert, etcd_key; checked here
-// against every https endpoint). An endpoint that does not answer yet is
-// not an error: etcd may be starting, and the engine waits for it.
-func etcdClientConfig(cfg config.Server, endpoints []string) (clientv3.Config, error) {
+// clientConfig is the client configuration for cfg: auth, TLS and the
+// keep-alives. With newClient, a configuration etcd refuses fails at start
+// with an error that names the setting to fix: a password etcd rejects, a
+// certificate the client does not trust (etcd_ca), a client certificate
+// etcd does not accept (etcd_cert, etcd_key; checked here against every
+// https endpoint). An endpoint that does not answer yet is not an error:
+// etcd may be starting, and the engine waits for it.
+func clientConfig(cfg DialConfig) (clientv3.Config, error) {
+	endpoints := cfg.Endpoints
 	cc := clientv3.Config{
 		Endpoints:            endpoints,
 		DialTimeout:          5 * time.Second,
 		DialKeepAliveTime:    2 * time.Second,
 		DialKeepAliveTimeout: 2 * time.Second,
-		Username:             cfg.EtcdUsername,
-		Password:             cfg.EtcdPassword,
+		Username:             cfg.Username,
+		Password:             cfg.Password,
 		Logger:               zap.NewNop(),
 		DialOptions:          []grpc.DialOption{},
 		MaxCallSendMsgSize:   4 << 20,
@@ -49,21 +101,21 @@ func etcdClientConfig(cfg config.Server, endpoints []string) (clientv3.Config, e
 			anyHTTPS = true
 		}
 	}
-	if cfg.EtcdCA != "" || cfg.EtcdCert != "" || cfg.EtcdKey != "" || anyHTTPS {
+	if cfg.CA != "" || cfg.Cert != "" || cfg.Key != "" || anyHTTPS {
 		tc := &tls.Config{MinVersion: tls.VersionTLS12}
-		if cfg.EtcdCA != "" {
-			pem, err := os.ReadFile(cfg.EtcdCA)
+		if cfg.CA != "" {
+			pem, err := os.ReadFile(cfg.CA)
 			if err != nil {
 				return cc, fmt.Errorf("etcd_ca: %w", err)
 			}
 			pool := x509.NewCertPool()
 			if !pool.AppendCertsFromPEM(pem) {
-				return cc, fmt.Errorf("etcd_ca %s: no certificate found", cfg.EtcdCA)
+				return cc, fmt.Errorf("etcd_ca %s: no certificate found", cfg.CA)
 			}
 			tc.RootCAs = pool
 		}
-		if cfg.EtcdCert != "" || cfg.EtcdKey != "" {
-			cert, err := tls.LoadX509KeyPair(cfg.EtcdCert, cfg.EtcdKey)
+		if cfg.Cert != "" || cfg.Key != "" {
+			cert, err := tls.LoadX509KeyPair(cfg.Cert, cfg.Key)
 			if err != nil {
 				return cc, fmt.Errorf("etcd_cert/etcd_key: %w", err)
 			}
@@ -77,7 +129,7 @@ func etcdClientConfig(cfg config.Server, endpoints []string) (clientv3.Config, e
 	return cc, nil
 }
 
-func newEtcdClient(cc clientv3.Config, username string) (*clientv3.Client, error) {
+func newClient(cc clientv3.Config, username string) (*clientv3.Client, error) {
 	cli, err := clientv3.New(cc)
 	if err != nil {
 		if errors.Is(err, rpctypes.ErrAuthFailed) || errors.Is(err, rpctypes.ErrGRPCAuthFailed) {
@@ -90,15 +142,15 @@ func newEtcdClient(cc clientv3.Config, username string) (*clientv3.Client, error
 }
 
 // memberDialer opens a client to one endpoint with cc's settings: the
-// commit route's connection to etcd's raft leader (store.Route). It gives
-// up sooner than the replica's client: the route falls back to the
-// balanced client meanwhile.
+// commit route's connection to etcd's raft leader (Route), and
+// DialMember's. It gives up sooner than the replica's client: the route
+// falls back to the balanced client meanwhile.
 func memberDialer(cc clientv3.Config) func(endpoint string) (*clientv3.Client, error) {
 	return func(endpoint string) (*clientv3.Client, error) {
 		one := cc
 		one.Endpoints = []string{endpoint}
 		one.DialTimeout = time.Second
-		return newEtcdClient(one, cc.Username)
+		return newClient(one, cc.Username)
 	}
 }
 
