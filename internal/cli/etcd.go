@@ -77,6 +77,7 @@ and the peer URLs on a trusted network.`,
   # test/cluster.sh up (make cluster) does all of this: 3 members, 3 servers, 2 workers`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			hideCredentials()
 			file, _ := cmd.Flags().GetString("config")
 			cfg, _, err := config.LoadEtcd(v, file)
 			if err != nil {

@@ -35,6 +35,7 @@ func newServerCmd() *cobra.Command {
   ORION_SLOTS=8 orion server --print-config`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			hideCredentials()
 			file, _ := cmd.Flags().GetString("config")
 			cfg, used, err := config.LoadServer(v, file)
 			if printConfig {

@@ -54,6 +54,7 @@ other flag is ORION_WORKER_ and its name in upper case with underscores
   orion worker --server http://orion:8080 --pods --pod-namespace jobs`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			hideCredentials()
 			file, _ := cmd.Flags().GetString("config")
 			cfg, _, err := config.LoadWorker(v, file)
 			if err != nil {

@@ -41,9 +41,13 @@ type node struct {
 	// harness's requests verify it; cliArgs go to every orion command.
 	clientTLS *tls.Config
 	cliArgs   []string
-	cmd       *exec.Cmd
-	logPath   string
-	waitErr   chan error
+	env       []string // added to the server's environment
+	// asUser, when set, runs the server as that user (a test run as root
+	// showing what a process of another user cannot read).
+	asUser  *syscall.Credential
+	cmd     *exec.Cmd
+	logPath string
+	waitErr chan error
 }
 
 func newNode(t *testing.T, extra ...string) *node {
@@ -82,9 +86,9 @@ func (n *node) start() {
 	}
 	cmd := exec.Command(cluster.Bin, args...)
 	cmd.Dir = n.dataDir
-	cmd.Env = cluster.FilterEnv(os.Environ(), "ORION_")
+	cmd.Env = append(cluster.FilterEnv(os.Environ(), "ORION_"), n.env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: n.asUser}
 	if err := cmd.Start(); err != nil {
 		n.t.Fatal(err)
 	}

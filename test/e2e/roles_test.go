@@ -3,9 +3,12 @@ package e2e
 import (
 	"bytes"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -21,10 +24,11 @@ import (
 // changes: a removed token stops working without a restart.
 func TestRolesAndWorkerIdentities(t *testing.T) {
 	const clusterToken = "cluster-token-0123456789abcdef"
-	tok := map[string]string{"viewer": "viewer-token-aaaaaaaa", "operator": "operator-token-bbbbbbbb", "admin": "admin-token-cccccccc",
+	tok := map[string]string{"viewer": "viewer-token-aaaaaaaa", "viewer2": "viewer2-token-ffffffff", "operator": "operator-token-bbbbbbbb", "admin": "admin-token-cccccccc",
 		"gpu": "gpu-worker-token-dddddddd", "gpu2": "gpu2-worker-token-eeeeeeee"}
 	entries := map[string]string{
 		"viewer":   fmt.Sprintf("  - {name: grafana, role: viewer, sha256: %s}", auth.Digest(tok["viewer"])),
+		"viewer2":  fmt.Sprintf("  - {name: dashboard, role: viewer, sha256: %s}", auth.Digest(tok["viewer2"])),
 		"operator": fmt.Sprintf("  - {name: ci, role: operator, sha256: %s}", auth.Digest(tok["operator"])),
 		"admin":    fmt.Sprintf("  - {name: ops, role: admin, sha256: %s}", auth.Digest(tok["admin"])),
 		"gpu":      fmt.Sprintf("  - {name: gpu-pool, role: worker, sha256: %s, worker_ids: [gpu-*], labels: {pool: gpu}}", auth.Digest(tok["gpu"])),
@@ -45,7 +49,7 @@ func TestRolesAndWorkerIdentities(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	write("viewer", "operator", "admin", "gpu", "gpu2")
+	write("viewer", "viewer2", "operator", "admin", "gpu", "gpu2")
 	n := newNode(t, "--auth-token", clusterToken, "--auth-tokens-file", file, "--slots", "0")
 	n.token = clusterToken
 	n.start()
@@ -132,16 +136,89 @@ func TestRolesAndWorkerIdentities(t *testing.T) {
 		t.Errorf("admin deletes: %d %s", code, out)
 	}
 
-	// Revoked by editing the file: refused within the re-read, no restart.
-	write("viewer", "admin", "gpu", "gpu2")
+	// Revoked by editing the file: refused within the re-read, no restart;
+	// the streams open with revoked tokens end: the workers' (their tasks
+	// then wait for a worker) and an event stream's.
+	req, err := http.NewRequest("GET", n.url()+"/api/v1/events", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+tok["viewer2"])
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("event stream: %v %v", resp, err)
+	}
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		_, _ = io.Copy(io.Discard, resp.Body)
+	}()
+	t.Cleanup(func() { resp.Body.Close() })
+	write("viewer", "admin")
 	testkit.WaitFor(t, 30*time.Second, "the operator token revoked", func() bool {
 		code, _ := as("operator", "GET", "/api/v1/dags", nil)
 		return code == 401
+	})
+	select {
+	case <-ended:
+	case <-time.After(30 * time.Second):
+		t.Error("the revoked viewer's event stream is still open")
+	}
+	if code, out := as("admin", "POST", "/api/v1/dags", dag("third")); code != 201 {
+		t.Fatalf("third: %d %s", code, out)
+	}
+	testkit.WaitFor(t, 30*time.Second, "third to wait for a worker", func() bool {
+		d, _ := n.dag("third")
+		return d != nil && strings.Contains(d.Task("t").Waiting, "no connected worker")
 	})
 	if code, out := as("viewer", "GET", "/api/v1/dags", nil); code != 200 {
 		t.Errorf("viewer after the edit: %d %s", code, out)
 	}
 	if b, err := os.ReadFile(n.logPath); err != nil || bytes.Contains(b, []byte(tok["operator"])) || bytes.Contains(b, []byte(clusterToken)) {
 		t.Errorf("a token in the server's log (%v)", err)
+	}
+}
+
+// A task runs as its worker's user, beside the worker's credentials: it
+// finds none of them in its environment, nor in its parent's (the process
+// is not dumpable), nor in the reaper's.
+func TestTasksCannotReadCredentials(t *testing.T) {
+	const clusterToken = "cluster-token-never-in-a-task-0123"
+	n := newNode(t, "--slots", "2")
+	n.env = []string{"ORION_AUTH_TOKEN=" + clusterToken, "ORION_ETCD_PASSWORD=etcd-password-never-in-a-task"}
+	n.token = clusterToken
+	if os.Geteuid() == 0 {
+		// Root reads any process's memory: the server runs as nobody, as
+		// a deployment runs it as a user of its own.
+		n.asUser = &syscall.Credential{Uid: 65534, Gid: 65534}
+		for _, d := range []string{filepath.Dir(n.dataDir), n.dataDir} {
+			if err := os.Chmod(d, 0o777); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	n.start()
+	id := n.submit(`
+id: snoop
+tasks:
+  - id: look
+    command: |
+      env
+      cat /proc/$PPID/environ /proc/$PPID/cmdline 2>&1 | tr '\0' '\n'
+      for p in /proc/[0-9]*; do cat $p/environ 2>/dev/null | tr '\0' '\n' | grep -a ORION_ ; done
+      echo done looking
+`)
+	d := n.waitDAG(id, time.Minute)
+	code, log := n.do("GET", "/api/v1/dags/"+id+"/tasks/look/log", "", nil)
+	if d.Status != "succeeded" || code != 200 || !bytes.Contains(log, []byte("done looking")) {
+		t.Fatalf("the task: %+v; log %d %s", d, code, log)
+	}
+	for _, secret := range []string{clusterToken, "etcd-password-never-in-a-task"} {
+		if bytes.Contains(log, []byte(secret)) {
+			t.Errorf("the task read %q:\n%s", secret, log)
+		}
+	}
+	if !bytes.Contains(log, []byte("ORION_TASK_ID=look")) {
+		t.Errorf("the task's own ORION_ variables are missing:\n%s", log)
 	}
 }

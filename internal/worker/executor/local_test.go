@@ -163,9 +163,12 @@ func TestShellSuccess(t *testing.T) {
 }
 
 func TestShellEnv(t *testing.T) {
-	t.Setenv("ORION_TEST_SERVER_VAR", "from-server")
+	// The server's environment passes to tasks, but not Orion's own
+	// settings (ORION_*: the API token, etcd's password).
+	t.Setenv("TEST_SERVER_VAR", "from-server")
+	t.Setenv("ORION_AUTH_TOKEN", "never-in-a-task")
 	h := newHarness(t, 1)
-	spec := shell(`echo "$ORION_DAG_ID|$ORION_TASK_ID|$ORION_ATTEMPT|$ORION_LEADER_FENCE|$FOO|$ORION_TEST_SERVER_VAR"`)
+	spec := shell(`echo "$ORION_DAG_ID|$ORION_TASK_ID|$ORION_ATTEMPT|$ORION_LEADER_FENCE|$FOO|$TEST_SERVER_VAR$ORION_AUTH_TOKEN"`)
 	spec.ID = "envtask"
 	spec.Env = map[string]string{"FOO": "bar baz", "ORION_DAG_ID": "spoofed", "ORION_LEADER_FENCE": "spoofed"}
 	h.l.Start(model.Attempt{AttemptID: model.AttemptID{DAG: "mydag", Task: "envtask", Attempt: 7}, Spec: spec, Fence: 42})

@@ -9,6 +9,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
 
 	"github.com/orion-sched/orion/internal/model"
 )
@@ -53,7 +56,9 @@ func (l *Local) secretEnv(refs []model.SecretRef) (env []string, values [][]byte
 // keys are symlinks to one), at most model.MaxSecretValueBytes, without NUL.
 // Its errors name the file, never its content.
 func readSecret(path string) ([]byte, error) {
-	f, err := os.Open(path)
+	// Non-blocking: a FIFO put there would hold the open (and the
+	// attempt, and the worker's shutdown) until someone wrote to it.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("not found (no file %s)", path)
 	}
@@ -78,28 +83,83 @@ func readSecret(path string) ([]byte, error) {
 	return v, nil
 }
 
-// outputsHoldNoSecret refuses outputs that carry a secret's value (as
-// written, or as JSON escapes it): outputs are committed to etcd and shown
-// by the API, where the value must never be. Failing says so; masking would
-// hand the tasks downstream a wrong value.
-func outputsHoldNoSecret(outputs model.Outputs, refs []model.SecretRef, values [][]byte) error {
-	if len(outputs) == 0 {
+// secretForms are what masking and the outputs check look for, longest
+// first (so that of two values, one inside the other, the longer is masked
+// whole): each value of at least MinMaskedSecretBytes, the value without its
+// trailing whitespace (a file written by echo ends with a newline the task
+// rarely prints), and each of its lines long enough.
+func secretForms(values [][]byte) [][]byte {
+	var forms [][]byte
+	add := func(b []byte) {
+		if len(b) >= MinMaskedSecretBytes && !slices.ContainsFunc(forms, func(f []byte) bool { return bytes.Equal(f, b) }) {
+			forms = append(forms, b)
+		}
+	}
+	for _, v := range values {
+		add(v)
+		trimmed := bytes.TrimRight(v, " \t\r\n")
+		add(trimmed)
+		for _, line := range bytes.Split(trimmed, []byte("\n")) {
+			add(bytes.TrimRight(line, "\r"))
+		}
+	}
+	slices.SortStableFunc(forms, func(a, b []byte) int { return len(b) - len(a) })
+	return forms
+}
+
+// maskText masks forms in s: for the messages Orion itself writes about an
+// attempt (an outputs file's parse error quotes it).
+func maskText(s string, forms [][]byte) string {
+	for _, f := range forms {
+		s = strings.ReplaceAll(s, string(f), secretMask)
+	}
+	return s
+}
+
+// outputsHoldNoSecret refuses outputs that carry a secret's value, in a name
+// or a value, as written, as JSON escapes it, or as a JSON string decodes:
+// outputs are committed to etcd and shown by the API, where the value must
+// never be. Failing says so; masking would hand the tasks downstream a
+// wrong value.
+func outputsHoldNoSecret(outputs model.Outputs, forms [][]byte) error {
+	if len(outputs) == 0 || len(forms) == 0 {
 		return nil
 	}
-	for i, v := range values {
-		if len(v) < MinMaskedSecretBytes {
-			continue
-		}
-		quoted, _ := json.Marshal(string(v))
-		escaped := quoted[1 : len(quoted)-1]
-		for name, o := range outputs {
-			if bytes.Contains(o, v) || bytes.Contains(o, escaped) {
-				return fmt.Errorf("output %s holds the value of env_from %s (secret %s key %s): outputs are stored in etcd and shown by the API; "+
-					"pass the secret's reference to the tasks that need it instead", name, refs[i].As, refs[i].Secret, refs[i].Key)
+	found := func(b []byte) bool {
+		for _, f := range forms {
+			quoted, _ := json.Marshal(string(f))
+			if bytes.Contains(b, f) || bytes.Contains(b, quoted[1:len(quoted)-1]) {
+				return true
 			}
+		}
+		return false
+	}
+	for name, raw := range outputs {
+		var v any
+		if found([]byte(name)) || found(raw) || (json.Unmarshal(raw, &v) == nil && anyString(v, func(s string) bool { return found([]byte(s)) })) {
+			return fmt.Errorf("output %q holds the value of one of its env_from secrets: outputs are stored in etcd and shown by the API; "+
+				"pass the secret's reference to the tasks that need it instead", maskText(name, forms))
 		}
 	}
 	return nil
+}
+
+// anyString reports whether f holds for a string of v (a decoded JSON
+// value), object keys included.
+func anyString(v any, f func(string) bool) bool {
+	switch x := v.(type) {
+	case string:
+		return f(x)
+	case []any:
+		return slices.ContainsFunc(x, func(e any) bool { return anyString(e, f) })
+	case map[string]any:
+		for k, e := range x {
+			if f(k) || anyString(e, f) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // maskingWriter writes what passes through it to w with every secret value
@@ -112,18 +172,13 @@ type maskingWriter struct {
 	pending []byte
 }
 
-// newMaskingWriter returns w itself when no value is long enough to mask.
-func newMaskingWriter(w io.Writer, values [][]byte) io.Writer {
-	var secrets [][]byte
-	for _, v := range values {
-		if len(v) >= MinMaskedSecretBytes {
-			secrets = append(secrets, v)
-		}
-	}
-	if len(secrets) == 0 {
+// newMaskingWriter returns w itself when there is nothing to mask. forms
+// are secretForms': longest first.
+func newMaskingWriter(w io.Writer, forms [][]byte) io.Writer {
+	if len(forms) == 0 {
 		return w
 	}
-	return &maskingWriter{w: w, secrets: secrets}
+	return &maskingWriter{w: w, secrets: forms}
 }
 
 func (m *maskingWriter) Write(p []byte) (int, error) {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/orion-sched/orion/internal/model"
@@ -64,14 +65,24 @@ echo "db=$DB_PASSWORD"; printf 'tok-01234'; sleep 0.05; printf '56789 end\n'; ec
 	}
 
 	// Outputs go to etcd: one that holds a value fails the attempt, also
-	// when JSON escapes it.
+	// when JSON escapes it, in a name, without the file's newline, and
+	// written with \u escapes; a parse error never quotes it.
 	writeSecret(t, dir, "q", "v", `qu"ote-1`)
-	for _, cmd := range []string{`echo "leak=$TOKEN" >> "$ORION_OUTPUTS"`, `echo '{"x": ["qu\"ote-1"]}' > "$ORION_OUTPUTS"`} {
+	writeSecret(t, dir, "nl", "v", "line-ends-here\n")
+	for _, cmd := range []string{
+		`echo "leak=$TOKEN" >> "$ORION_OUTPUTS"`,
+		`echo '{"x": ["qu\"ote-1"]}' > "$ORION_OUTPUTS"`,
+		`echo "leak=$NL" >> "$ORION_OUTPUTS"`,
+		`printf '{"%s": 1}' "$TOKEN" > "$ORION_OUTPUTS"`,
+		`printf '{"x": "\\u0074ok-0123456789"}' > "$ORION_OUTPUTS"`,
+		`printf 'ok=1\n%s\n' "$TOKEN" >> "$ORION_OUTPUTS"`,
+		`printf 'x<<%s\nabc\n' "$TOKEN" >> "$ORION_OUTPUTS"`,
+	} {
 		leak := task(cmd)
-		leak.EnvFrom = append(leak.EnvFrom, model.SecretRef{Secret: "q", Key: "v", As: "Q"})
+		leak.EnvFrom = append(leak.EnvFrom, model.SecretRef{Secret: "q", Key: "v", As: "Q"}, model.SecretRef{Secret: "nl", Key: "v", As: "NL"})
 		r := h.run(leak)
-		if r.Outcome != model.Failed || r.Outputs != nil || !strings.Contains(r.Error, "holds the value of env_from") ||
-			strings.Contains(r.Error+r.OutputTail, "0123456789") || strings.Contains(r.Error+r.OutputTail, "ote-1") {
+		if r.Outcome != model.Failed || r.Outputs != nil ||
+			strings.Contains(r.Error+r.OutputTail, "0123456789") || strings.Contains(r.Error+r.OutputTail, "ote-1") || strings.Contains(r.Error+r.OutputTail, "ends-here") {
 			t.Errorf("%s: %+v", cmd, r)
 		}
 	}
@@ -100,6 +111,9 @@ func TestEnvFromFailures(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(dir, "db", "sub"), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	if err := syscall.Mkfifo(filepath.Join(dir, "db", "fifo"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	h := newHarness(t, 2, func(c *LocalConfig) { c.SecretsDir = dir })
 	for _, c := range []struct {
 		ref  model.SecretRef
@@ -110,6 +124,7 @@ func TestEnvFromFailures(t *testing.T) {
 		{model.SecretRef{Secret: "db", Key: "big", As: "B"}, fmt.Sprintf("is larger than %d bytes", model.MaxSecretValueBytes)},
 		{model.SecretRef{Secret: "db", Key: "nul", As: "N"}, "holds a NUL byte"},
 		{model.SecretRef{Secret: "db", Key: "sub", As: "S"}, "is not a regular file"},
+		{model.SecretRef{Secret: "db", Key: "fifo", As: "F"}, "is not a regular file"}, // and does not block
 		// Refused at submission; refused here too, as it would build a
 		// path out of the directory.
 		{model.SecretRef{Secret: "..", Key: "password", As: "P"}, `secret ".." is invalid`},
@@ -142,7 +157,7 @@ func TestEnvFromFailures(t *testing.T) {
 // boundaries; short values left alone; what it holds back flushed.
 func TestMaskingWriter(t *testing.T) {
 	t.Parallel()
-	secrets := [][]byte{[]byte("abcdef"), []byte("xyz12345"), []byte("abc")}
+	secrets := secretForms([][]byte{[]byte("abcdef"), []byte("xyz12345"), []byte("abc")})
 	in := "1abcdef2abcdexyz12345abcdef3abcde"
 	want := "1***2abcde******3abcde"
 	for size := 1; size <= len(in); size++ {
@@ -157,7 +172,31 @@ func TestMaskingWriter(t *testing.T) {
 		}
 	}
 	var out bytes.Buffer
-	if w := newMaskingWriter(&out, [][]byte{[]byte("abcd")}); w != &out {
+	if w := newMaskingWriter(&out, secretForms([][]byte{[]byte("abcd")})); w != &out {
 		t.Errorf("only short values: a masking writer %T", w)
+	}
+
+	// Of two values, one inside the other, the longer is masked whole; a
+	// value's trailing newline need not follow it, and each line of a
+	// multi-line value is masked on its own.
+	for _, c := range []struct {
+		values   []string
+		in, want string
+	}{
+		{[]string{"secretvalue1", "secretvalue12345"}, "token=secretvalue12345 and secretvalue1.", "token=*** and ***."},
+		{[]string{"pa55word\n"}, "D pa55wordend\n", "D ***end\n"},
+		{[]string{"-----BEGIN KEY-----\nAAAAbbbbCCCC\n-----END KEY-----\n"}, "key: AAAAbbbbCCCC\n", "key: ***\n"},
+	} {
+		var values [][]byte
+		for _, v := range c.values {
+			values = append(values, []byte(v))
+		}
+		var out bytes.Buffer
+		w := newMaskingWriter(&out, secretForms(values))
+		w.Write([]byte(c.in))
+		w.(*maskingWriter).Flush()
+		if out.String() != c.want {
+			t.Errorf("%q with %q: %q, want %q", c.in, c.values, out.String(), c.want)
+		}
 	}
 }

@@ -131,12 +131,13 @@ func (l *Local) runShell(ctx context.Context, a model.Attempt, r *model.Result) 
 		startFailed(fmt.Errorf("outputs file: %w", err))
 		return
 	}
-	secretEnv, secrets, err := l.secretEnv(a.Spec.EnvFrom)
+	secretEnv, values, err := l.secretEnv(a.Spec.EnvFrom)
 	if err != nil {
 		os.Remove(outputs)
 		startFailed(err)
 		return
 	}
+	secrets := secretForms(values)
 	cmd := exec.Command(shell, "-c", a.Spec.Command)
 	cmd.Env = append(l.env(a, secretEnv), EnvOutputs+"="+outputs)
 	cmd.Dir = a.Spec.Workdir
@@ -221,11 +222,12 @@ func (l *Local) runShell(ctx context.Context, a model.Attempt, r *model.Result) 
 		// Published only by a success, and never cut: outputs over the
 		// bound fail the attempt, saying so.
 		if r.Outputs, err = readOutputs(outputs, a.MaxOutputBytes); err == nil {
-			err = outputsHoldNoSecret(r.Outputs, a.Spec.EnvFrom, secrets)
+			err = outputsHoldNoSecret(r.Outputs, secrets)
 		}
 		if err != nil {
 			r.Outputs = nil
-			r.Outcome, r.Error = model.Failed, err.Error()
+			// A parse error quotes the file: never a secret of it.
+			r.Outcome, r.Error = model.Failed, maskText(err.Error(), secrets)
 			fmt.Fprintf(out, "\norion: %s\n", r.Error)
 			return
 		}

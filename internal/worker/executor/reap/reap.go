@@ -585,7 +585,7 @@ func Start(ownerDir, name string) (*exec.Cmd, *os.File, error) {
 	cmd := &exec.Cmd{
 		Path:        "/proc/self/exe", // works even if the binary was replaced on disk
 		Args:        []string{"orion-reaper", name},
-		Env:         append(os.Environ(), env+"="+ownerDir),
+		Env:         append(withoutOrionSettings(os.Environ()), env+"="+ownerDir),
 		Stdin:       r,
 		Stderr:      os.Stderr,
 		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
@@ -595,4 +595,17 @@ func Start(ownerDir, name string) (*exec.Cmd, *os.File, error) {
 		return nil, nil, err
 	}
 	return cmd, w, nil
+}
+
+// withoutOrionSettings drops Orion's settings (ORION_*, the API token
+// among them) from the reaper's environment: it needs none, and a task
+// running as the same user can read a dumpable process's environment.
+func withoutOrionSettings(environ []string) []string {
+	out := make([]string, 0, len(environ))
+	for _, kv := range environ {
+		if !strings.HasPrefix(kv, "ORION_") {
+			out = append(out, kv)
+		}
+	}
+	return out
 }
