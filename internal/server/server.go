@@ -424,7 +424,10 @@ func (s *Server) newHTTP(cfg config.Server, endpoints []string, addr addressing,
 	routes := console.Routes()
 	routes["GET "+workerstream.Path] = s.Hub.Handler()
 	kit.SetLogger(log.Named("http"))
-	maps.Copy(routes, s.Events.Routes(events.HTTPConfig{Origins: kit.Origins{Hosts: addr.hosts}, Logger: log.Named("events")}))
+	// A stream opened with a token since revoked ends (auth.Keyring.Still).
+	allowed := func(ctx context.Context) bool { return keys.Still(auth.From(ctx)) }
+	keys.OnChange(func() { s.Hub.DropRevoked(keys.Still) })
+	maps.Copy(routes, s.Events.Routes(events.HTTPConfig{Origins: kit.Origins{Hosts: addr.hosts}, Logger: log.Named("events"), Allowed: allowed}))
 	controls := demo.New(demo.Config{
 		Scheduler: demo.Replica{Ref: &s.ref, NewEngine: s.newEngine, Run: s.runEngine}, Enabled: cfg.Demo,
 		Backend: &s.ref, Events: s.Events, AuthToken: cfg.AuthToken, Cluster: info, Node: cfg.Name,
@@ -435,7 +438,7 @@ func (s *Server) newHTTP(cfg config.Server, endpoints []string, addr addressing,
 		Backend: &s.ref, Hub: s.Events, Demo: controls, Origins: kit.Origins{Hosts: addr.hosts},
 		AuthToken: cfg.AuthToken, Cluster: info, Node: cfg.Name,
 		MaxBodyBytes: cfg.MaxBodyBytes, MaxTasks: cfg.MaxTasksPerDAG, WriteTimeout: cfg.WriteTimeout,
-		SlowTasks: cfg.Demo, Logger: log.Named("seedapi"), HTTPClient: s.sec.client(),
+		SlowTasks: cfg.Demo, Logger: log.Named("seedapi"), HTTPClient: s.sec.client(), HTTP: events.HTTPConfig{Allowed: allowed},
 	})
 	maps.Copy(routes, seed.Routes())
 

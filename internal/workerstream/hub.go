@@ -446,6 +446,10 @@ func (h *Hub) serve(c Conn, remote string, budget *streamBudget, who auth.Princi
 		endErr = h.refuseHello(c, remote, RefusedIdentity, msg)
 		return
 	}
+	if m.Hello.Replica != "" && !who.Cluster {
+		endErr = h.refuseHello(c, remote, RefusedIdentity, fmt.Sprintf("token %q may not speak for replica %q's own slots: only the cluster token does", who.Name, m.Hello.Replica))
+		return
+	}
 	if remote != "in-process" {
 		key := budgetKey(remote, m.Hello.Worker)
 		h.budgets.adopt(key, budget, time.Now())
@@ -563,11 +567,12 @@ func (h *Hub) join(hc *hubConn, hello *Hello) (ok bool, reason, why string) {
 	}
 	now := time.Now()
 	w := h.workers[hello.Worker]
-	if w != nil && w.owner != "" && w.owner != hc.who.Name && !hc.who.Cluster {
-		// Another credential's worker: this one may not take its id, nor
-		// evict it. Not final: it may leave, and the id be free.
+	if w != nil && w.owner != ownerOf(hc.who) && !hc.who.Cluster {
+		// Another credential's worker (the cluster's too): this one may
+		// not take its id, nor evict it. Not final: it may leave, and the
+		// id be free.
 		h.mu.Unlock()
-		return false, RefusedHeld, fmt.Sprintf("worker %q is connected with token %q; token %q may not replace it", hello.Worker, w.owner, hc.who.Name)
+		return false, RefusedHeld, fmt.Sprintf("worker %q is connected with another token; token %q may not replace it", hello.Worker, hc.who.Name)
 	}
 	var old *hubConn
 	var oldLogs []*logReader
@@ -610,11 +615,7 @@ func (h *Hub) join(hc *hubConn, hello *Hello) (ok bool, reason, why string) {
 		}
 	}
 	w.slots, w.replica, w.labels, w.host, w.pid, w.instance = hello.Slots, hello.Replica, hello.Labels, hello.Host, hello.PID, hello.Instance
-	if !hc.who.Cluster {
-		w.owner = hc.who.Name
-	} else {
-		w.owner = ""
-	}
+	w.owner = ownerOf(hc.who)
 	w.draining = hello.Draining
 	w.conn, hc.worker, w.since = hc, w, now
 	w.reported = make(map[model.AttemptID]struct{}, len(hello.InFlight))
@@ -803,4 +804,35 @@ func (h *Hub) handle(hc *hubConn, m Msg) (free bool) {
 
 func errDisconnected(worker string) error {
 	return fmt.Errorf("workerstream: worker %s disconnected", worker)
+}
+
+// DropRevoked closes the streams whose token is no longer what it was when
+// they opened (still reports it: auth.Keyring.Still): revoked, or narrowed.
+// Their workers may dial again, and are judged again.
+func (h *Hub) DropRevoked(still func(auth.Principal) bool) {
+	h.mu.Lock()
+	var drop []*hubConn
+	for hc := range h.conns {
+		if !still(hc.who) {
+			drop = append(drop, hc)
+		}
+	}
+	h.mu.Unlock()
+	for _, hc := range drop {
+		h.log.Warn("worker stream closed: its token was revoked or changed", zap.String("token", hc.who.Name), zap.String("remote", hc.remote))
+		hc.close()
+	}
+}
+
+// clusterOwner owns the workers that joined with the cluster token (a
+// replica's own slots among them): not a name a tokens file can give.
+const clusterOwner = "\x00cluster"
+
+// ownerOf is whom a worker joined by who belongs to: only the same owner,
+// or the cluster token, may take its id over.
+func ownerOf(who auth.Principal) string {
+	if who.Cluster {
+		return clusterOwner
+	}
+	return who.Name
 }

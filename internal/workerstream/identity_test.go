@@ -70,7 +70,7 @@ func TestIdentityHoldsItsWorkerID(t *testing.T) {
 	// Another token, the same id: refused while w1 is there, not for good.
 	stolen := goodHello("w1/1-a")
 	stolen.Instance = "i2"
-	refused(dial("b", stolen), RefusedHeld, false, `worker "w1/1-a" is connected with token "pool-a"; token "pool-b" may not replace it`)
+	refused(dial("b", stolen), RefusedHeld, false, `worker "w1/1-a" is connected with another token; token "pool-b" may not replace it`)
 	// Its own token's new process takes it over, as a restart does.
 	dial("a", stolen)
 	wantEvent(t, h, Disconnected, "w1/1-a")
@@ -83,7 +83,29 @@ func TestIdentityHoldsItsWorkerID(t *testing.T) {
 	wantEvent(t, h, Disconnected, "w1/1-a")
 	wantEvent(t, h, Left, "w1/1-a")
 	wantEvent(t, h, Joined, "w1/1-a")
-	if got, _ := c.get(); got[RefusedIdentity] != 3 || got[RefusedHeld] != 1 {
+	// Nor may a worker token take a worker the cluster token holds (a
+	// replica's own slots), nor speak for a replica.
+	cl := goodHello("s1/2-b")
+	dial("cluster", cl)
+	wantEvent(t, h, Joined, "s1/2-b")
+	refused(dial("b", goodHello("s1/2-b")), RefusedIdentity, true, `may not run a worker named "s1"`)
+	wide := auth.Principal{Name: "wide", Role: auth.Worker, WorkerIDs: []string{"*"}}
+	url2 := serveAs(t, h, map[string]auth.Principal{"wide": wide})
+	r := dialWSAs(t, url2, "wide")
+	taken := goodHello("s1/2-b")
+	taken.Instance = "i9"
+	if err := r.send(Msg{Type: TypeHello, Hello: taken}); err != nil {
+		t.Fatal(err)
+	}
+	refused(r, RefusedHeld, false, "connected with another token")
+	asReplica := goodHello("w5/1-a")
+	asReplica.Replica = "s1"
+	r = dialWSAs(t, url2, "wide")
+	if err := r.send(Msg{Type: TypeHello, Hello: asReplica}); err != nil {
+		t.Fatal(err)
+	}
+	refused(r, RefusedIdentity, true, `may not speak for replica "s1"`)
+	if got, _ := c.get(); got[RefusedIdentity] != 5 || got[RefusedHeld] != 2 {
 		t.Errorf("refusals counted %v", got)
 	}
 }

@@ -30,7 +30,7 @@ type RemoteWorker struct {
 	host        string
 	pid         int
 	instance    string   // Hello.Instance of the process it is
-	owner       string   // the worker token it joined with ("": the cluster's); only it may take the id over
+	owner       string   // ownerOf the token it joined with: only it, or the cluster token, may take the id over
 	conn        *hubConn // nil while disconnected
 	left        bool
 	since       time.Time

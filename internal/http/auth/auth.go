@@ -25,10 +25,13 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"net/http"
 	"path"
+	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/orion-sched/orion/internal/model"
@@ -84,6 +87,8 @@ type Principal struct {
 	// bound what a worker token's holder may claim at its hello.
 	WorkerIDs []string
 	Labels    model.Labels
+
+	digest [sha256.Size]byte // its token's: Keyring.Still looks it up again
 }
 
 // Anonymous is the principal of a server without authentication: loopback
@@ -149,6 +154,28 @@ type Keyring struct {
 	hasCl   bool
 	tokens  atomic.Pointer[map[[sha256.Size]byte]Principal]
 	loaded  atomic.Value // [sha256.Size]byte: the digest of the file content loaded
+
+	mu      sync.Mutex
+	changed []func() // OnChange's
+}
+
+// OnChange has fn called after every Set: the holders of long-lived
+// streams then drop those whose principal is no longer Still.
+func (k *Keyring) OnChange(fn func()) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.changed = append(k.changed, fn)
+}
+
+// Still reports whether p is still what its token gives: a stream opened
+// with a token since revoked, or narrowed (another role, other worker ids
+// or labels), is not.
+func (k *Keyring) Still(p Principal) bool {
+	if p.Cluster {
+		return true // the cluster token changes only with a restart
+	}
+	q, ok := (*k.tokens.Load())[p.digest]
+	return ok && q.Name == p.Name && q.Role == p.Role && slices.Equal(q.WorkerIDs, p.WorkerIDs) && maps.Equal(q.Labels, p.Labels)
 }
 
 // NewKeyring returns a keyring with the cluster token (empty: none).
@@ -169,9 +196,15 @@ func (k *Keyring) Enabled() bool { return k.hasCl || len(*k.tokens.Load()) > 0 }
 func (k *Keyring) Set(tokens []Token) {
 	m := make(map[[sha256.Size]byte]Principal, len(tokens))
 	for _, t := range tokens {
-		m[t.digest] = Principal{Name: t.Name, Role: t.role, WorkerIDs: t.WorkerIDs, Labels: t.Labels}
+		m[t.digest] = Principal{Name: t.Name, Role: t.role, WorkerIDs: t.WorkerIDs, Labels: t.Labels, digest: t.digest}
 	}
 	k.tokens.Store(&m)
+	k.mu.Lock()
+	fns := slices.Clone(k.changed)
+	k.mu.Unlock()
+	for _, fn := range fns {
+		fn()
+	}
 }
 
 // Count is how many tokens the file gave.

@@ -24,6 +24,9 @@ func request(method, path, token string) *http.Request {
 }
 
 func tokensFile(entries ...string) []byte {
+	if len(entries) == 0 {
+		return []byte("tokens: []\n")
+	}
 	return []byte("tokens:\n" + strings.Join(entries, "\n") + "\n")
 }
 
@@ -186,8 +189,14 @@ func TestParseRefuses(t *testing.T) {
 			t.Errorf("%.80s: %v, want %q", c.body, err, c.want)
 		}
 	}
-	if toks, err := Parse(nil); err != nil || len(toks) != 0 {
-		t.Errorf("empty file: %v %v", toks, err)
+	if _, err := Parse(nil); err == nil || !strings.Contains(err.Error(), "no tokens: key") {
+		t.Errorf("empty file: %v", err)
+	}
+	if toks, err := Parse([]byte("tokens: []\n")); err != nil || len(toks) != 0 {
+		t.Errorf("tokens: []: %v %v", toks, err)
+	}
+	if _, err := Parse(tokensFile(entry("cluster", "viewer", "x"))); err == nil || !strings.Contains(err.Error(), "is Orion's own") {
+		t.Errorf("a token named cluster: %v", err)
 	}
 }
 

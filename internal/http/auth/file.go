@@ -38,7 +38,9 @@ type Token struct {
 }
 
 type file struct {
-	Tokens []Token `yaml:"tokens"`
+	// A pointer: a file without the key (empty, or caught half-written)
+	// is refused, where `tokens: []` revokes every token on purpose.
+	Tokens *[]Token `yaml:"tokens"`
 }
 
 // Parse reads a tokens file: every problem named, with the entry's name or
@@ -53,17 +55,23 @@ func Parse(b []byte) ([]Token, error) {
 	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("tokens file: %w", err)
 	}
-	if len(f.Tokens) > MaxTokens {
-		return nil, fmt.Errorf("tokens file has %d tokens; at most %d", len(f.Tokens), MaxTokens)
+	if f.Tokens == nil {
+		return nil, errors.New("tokens file has no tokens: key (write `tokens: []` to revoke every token)")
+	}
+	tokens := *f.Tokens
+	if len(tokens) > MaxTokens {
+		return nil, fmt.Errorf("tokens file has %d tokens; at most %d", len(tokens), MaxTokens)
 	}
 	var errs []error
-	names := make(map[string]bool, len(f.Tokens))
-	digests := make(map[[sha256.Size]byte]string, len(f.Tokens))
-	for i := range f.Tokens {
-		t := &f.Tokens[i]
+	names := make(map[string]bool, len(tokens))
+	digests := make(map[[sha256.Size]byte]string, len(tokens))
+	for i := range tokens {
+		t := &tokens[i]
 		where := fmt.Sprintf("tokens[%d] (%s)", i, t.Name)
 		if !model.ValidLabel(t.Name) {
 			errs = append(errs, fmt.Errorf("%s: name %q is invalid: want %s", where, t.Name, model.LabelRule))
+		} else if t.Name == "cluster" || t.Name == Anonymous.Name {
+			errs = append(errs, fmt.Errorf("%s: name %q is Orion's own (the cluster token, no token)", where, t.Name))
 		} else if names[t.Name] {
 			errs = append(errs, fmt.Errorf("%s: name %q is given twice", where, t.Name))
 		}
@@ -106,7 +114,7 @@ func Parse(b []byte) ([]Token, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	return f.Tokens, nil
+	return tokens, nil
 }
 
 // Load reads the tokens file at p into k.

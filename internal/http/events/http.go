@@ -38,6 +38,10 @@ type HTTPConfig struct {
 	// with it (default DefaultLinger; see Sub.Linger).
 	Linger time.Duration
 	Logger *zap.Logger
+	// Allowed, when set, is asked between writes whether the stream's
+	// request may still be served (its token not revoked since); a stream
+	// no longer allowed ends, within a heartbeat.
+	Allowed func(ctx context.Context) bool
 }
 
 // DefaultLinger is the delay an event stream adds to an event at most, so
@@ -124,6 +128,9 @@ func (h *Hub) SSEHandler(cfg HTTPConfig) http.Handler {
 		buf.WriteString("retry: 1000\n: orion events\n\n")
 		ctx := r.Context()
 		for {
+			if cfg.Allowed != nil && !cfg.Allowed(ctx) {
+				return
+			}
 			if err := flushSSE(w, rc, &buf, cfg.WriteTimeout); err != nil {
 				cfg.Logger.Debug("event stream write failed", zap.String("remote", r.RemoteAddr), zap.Error(err))
 				return
@@ -238,6 +245,11 @@ func ServeWS(ctx context.Context, conn *websocket.Conn, cfg HTTPConfig, next fun
 		}
 	}()
 	for {
+		if cfg.Allowed != nil && !cfg.Allowed(ctx) {
+			_ = conn.WriteControl(websocket.CloseMessage,
+				websocket.FormatCloseMessage(websocket.ClosePolicyViolation, "token revoked"), time.Now().Add(time.Second))
+			return
+		}
 		msg, ok, err := next(ctx)
 		if err != nil {
 			if ctx.Err() == nil {
