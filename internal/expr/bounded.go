@@ -90,7 +90,7 @@ func boundedOptions() []exprlang.Option {
 	for _, name := range unsafeBuiltins {
 		opts = append(opts, exprlang.DisableBuiltin(name))
 	}
-	opts = append(opts, exprlang.Function(addName, add), exprlang.Function(stepName, step))
+	opts = append(opts, exprlang.Function(addName, add), exprlang.Function(stepName, step), exprlang.Function(shellquoteName, shellquote))
 	for _, name := range textBuiltins {
 		opts = append(opts, exprlang.Function(name, counted(name)))
 	}
@@ -131,6 +131,9 @@ func (countText) Visit(node *ast.Node) {
 }
 
 func isTextBuiltin(name string) bool {
+	if name == shellquoteName {
+		return true // Orion's own, counted the same way
+	}
 	for _, b := range textBuiltins {
 		if b == name {
 			return true
@@ -301,4 +304,25 @@ func textSize(v any, limit int) int {
 	}
 	walk(v)
 	return n
+}
+
+// shellquoteName is Orion's function that quotes a value for a shell
+// command: `{{ shellquote(tasks.list.outputs.rows) }}` in a command is one
+// word whatever the output holds, where a bare template would run what a
+// task (or a worker faking its result) put in it.
+const shellquoteName = "shellquote"
+
+func shellquote(args ...any) (any, error) {
+	if len(args) != 2 {
+		return nil, fmt.Errorf("shellquote takes one value")
+	}
+	s, err := String(args[1])
+	if err != nil {
+		return nil, fmt.Errorf("shellquote: %w", err)
+	}
+	out := "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+	if err := budgetOf(args[0]).spend(len(out)); err != nil {
+		return nil, err
+	}
+	return out, nil
 }

@@ -47,6 +47,10 @@ func TestRender(t *testing.T) {
 		"{{ run.tick }}":                                     "2026-11-27T00:00:00Z",
 		"{{ upper(params.region) }}":                         "EU",
 		"{{ tasks.list.status == 'succeeded' ? 'y' : 'n' }}": "y",
+		// shellquote: one shell word, whatever the value holds.
+		"echo {{ shellquote(params.region) }}":           "echo 'eu'",
+		"echo {{ shellquote(\"1; rm -rf / 'x'\") }}":     `echo '1; rm -rf / '\''x'\'''`,
+		"echo {{ shellquote(tasks.list.outputs.meta) }}": `echo '{"k":"v"}'`,
 	} {
 		tpl, err := ParseTemplate(src)
 		if err != nil {
