@@ -1,6 +1,8 @@
 package helm
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -124,8 +126,11 @@ var standardLabels = []string{"app.kubernetes.io/name", "app.kubernetes.io/insta
 // (Secret, ConfigMap, volume, selector, named port) resolves.
 func checkCommon(t *testing.T, r *Rendered, e expect) {
 	external := map[string]bool{e.authSecret: !e.chartSecret, e.etcdAuth: e.etcdAuth != ""}
-	for _, s := range append(e.secrets, e.tokensSecret, e.workerToken) {
-		external[s] = s != "" // the user's: env_from, tokens
+	for _, s := range e.secrets {
+		external[s] = true // the user's, for env_from
+	}
+	if tok := tokensOf(e); !tok.generated {
+		external[tok.file], external[tok.worker] = tok.file != "", tok.worker != ""
 	}
 	if e.etcdTLS {
 		external["orion-etcd-client-tls"] = true
@@ -702,14 +707,15 @@ func checkConfig(t *testing.T, r *Rendered, e expect) {
 		t.Errorf("ConfigMap orion.yaml keys differ from config/orion.yaml: missing %v, extra %v", missing, extra)
 	}
 	// The tokens file, from the Secret mounted where the config says.
+	tok := tokensOf(e)
 	wantFile := ""
-	if e.tokensSecret != "" {
+	if tok.file != "" {
 		wantFile = "/etc/orion-auth/tokens.yaml"
 	}
 	if got["auth_tokens_file"] != wantFile {
 		t.Errorf("orion.yaml auth_tokens_file %v, want %q", got["auth_tokens_file"], wantFile)
 	}
-	if sts := r.StatefulSet(schedSTS); sts != nil && e.tokensSecret != "" {
+	if sts := r.StatefulSet(schedSTS); sts != nil && tok.file != "" {
 		c := container(&sts.Spec.Template.Spec, "scheduler")
 		mounted := false
 		for _, m := range c.VolumeMounts {
@@ -719,8 +725,8 @@ func checkConfig(t *testing.T, r *Rendered, e expect) {
 			t.Errorf("auth_tokens_file %s is not mounted read-only in the scheduler", wantFile)
 		}
 		for _, v := range sts.Spec.Template.Spec.Volumes {
-			if v.Name == "auth-tokens" && (v.Secret == nil || v.Secret.SecretName != e.tokensSecret) {
-				t.Errorf("auth-tokens volume %+v, want Secret %s", v.VolumeSource, e.tokensSecret)
+			if v.Name == "auth-tokens" && (v.Secret == nil || v.Secret.SecretName != tok.file) {
+				t.Errorf("auth-tokens volume %+v, want Secret %s", v.VolumeSource, tok.file)
 			}
 		}
 	}
@@ -832,8 +838,11 @@ func checkWorkers(t *testing.T, r *Rendered, e expect) {
 		t.Errorf("worker --name %q, want $(POD_NAME)", v)
 	}
 	checkFieldRef(t, c, "POD_NAME", "metadata.name")
-	if e.workerToken != "" {
-		checkSecretRef(t, c, "ORION_AUTH_TOKEN", e.workerToken, "token")
+	if tok := tokensOf(e); tok.worker != "" {
+		checkSecretRef(t, c, "ORION_AUTH_TOKEN", tok.worker, "token")
+		if tok.generated {
+			checkGeneratedWorkerToken(t, r, e, c)
+		}
 	} else {
 		checkSecretRef(t, c, "ORION_AUTH_TOKEN", e.authSecret, e.authKey)
 	}
@@ -1040,5 +1049,69 @@ func checkPodTasks(t *testing.T, r *Rendered, e expect, spec *corev1.PodSpec, c 
 	if binding == nil || binding.RoleRef.Name != role.Name || len(binding.Subjects) != 1 ||
 		binding.Subjects[0].Name != workerDeploy || binding.Subjects[0].Namespace != namespace {
 		t.Errorf("pod tasks RoleBinding %+v does not bind Role %s to ServiceAccount %s/%s", binding, role.Name, namespace, workerDeploy)
+	}
+}
+
+// chartTokens are the tokens file the replicas read and the Secret of the
+// workers' token: the user's, or the chart's own when it makes them
+// (workers on, neither given).
+type chartTokens struct {
+	file, worker string
+	generated    bool
+}
+
+func tokensOf(e expect) chartTokens {
+	switch {
+	case e.workers == 0:
+		return chartTokens{file: e.tokensSecret}
+	case e.tokensSecret == "" && e.workerToken == "":
+		return chartTokens{file: "orion-tokens", worker: "orion-worker-token", generated: true}
+	}
+	return chartTokens{file: e.tokensSecret, worker: e.workerToken}
+}
+
+// checkGeneratedWorkerToken: the chart's tokens file gives the workers'
+// token (by its digest) the worker role, the Deployment's pod names and
+// exactly the labels the workers claim, the pods label with pod tasks.
+func checkGeneratedWorkerToken(t *testing.T, r *Rendered, e expect, c *corev1.Container) {
+	t.Helper()
+	secret := func(name string) *corev1.Secret {
+		s, _ := r.Get("Secret", name).(*corev1.Secret)
+		if s == nil {
+			t.Fatalf("no Secret %s", name)
+		}
+		return s
+	}
+	token := string(secret("orion-worker-token").Data["token"])
+	if len(token) < 32 {
+		t.Fatalf("the workers' token is %d characters", len(token))
+	}
+	var file struct {
+		Tokens []struct {
+			Name      string            `json:"name"`
+			Role      string            `json:"role"`
+			SHA256    string            `json:"sha256"`
+			WorkerIDs []string          `json:"worker_ids"`
+			Labels    map[string]string `json:"labels"`
+		} `json:"tokens"`
+	}
+	if err := yaml.UnmarshalStrict([]byte(secret("orion-tokens").StringData["tokens.yaml"]), &file); err != nil || len(file.Tokens) != 1 {
+		t.Fatalf("the chart's tokens file: %v %+v", err, file)
+	}
+	got := file.Tokens[0]
+	sum := sha256.Sum256([]byte(token))
+	want := map[string]string{}
+	for _, kv := range strings.Split(e.workerLabels, ",") {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			want[k] = v
+		}
+	}
+	if e.podTasks != "" {
+		want["orion.io/pods"] = "true"
+	}
+	if got.Role != "worker" || got.SHA256 != hex.EncodeToString(sum[:]) || fmt.Sprint(got.WorkerIDs) != "["+workerDeploy+"-*]" ||
+		fmt.Sprint(got.Labels) != fmt.Sprint(want) {
+		t.Errorf("the chart's worker token entry %+v: want role worker, the digest of its token, worker_ids [%s-*], labels %v",
+			got, workerDeploy, want)
 	}
 }

@@ -36,6 +36,19 @@ Names. The full name is capped at 40 characters: StatefulSet pods get
 {{- define "orion.config.name" -}}{{ include "orion.fullname" . }}-config{{- end }}
 
 {{/* The Secret holding the API token: the user's, or the chart's. */}}
+{{/* Whether the chart makes the workers' token (worker-token.yaml). */}}
+{{- define "orion.workerToken.generated" -}}
+{{- and .Values.workers.enabled (not .Values.workers.tokenSecret) (not .Values.auth.tokensSecret) -}}
+{{- end }}
+
+{{/* The tokens file the replicas read: the user's, the chart's, or none. */}}
+{{- define "orion.tokensSecret" -}}
+{{- if .Values.auth.tokensSecret }}{{ .Values.auth.tokensSecret }}{{ else if eq (include "orion.workerToken.generated" .) "true" }}{{ include "orion.fullname" . }}-tokens{{ end }}
+{{- end }}
+{{- define "orion.tokensKey" -}}
+{{- if .Values.auth.tokensSecret }}{{ .Values.auth.tokensKey }}{{ else }}tokens.yaml{{ end }}
+{{- end }}
+
 {{- define "orion.auth.secretName" -}}
 {{- if .Values.auth.existingSecret }}{{ .Values.auth.existingSecret }}{{ else }}{{ include "orion.fullname" . }}-auth{{ end }}
 {{- end }}
