@@ -2,7 +2,10 @@ package helm
 
 import (
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
+	"encoding/pem"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -50,6 +53,7 @@ type expect struct {
 	podTasks      string   // namespace of pod tasks ("": disabled)
 	drainTimeout  string   // the workers' --drain-timeout
 	secrets       []string // workers.secrets: mounted for env_from
+	tls           bool     // tls.enabled, with the chart's certificate
 	tokensSecret  string   // auth.tokensSecret: the replicas' auth_tokens_file
 	workerToken   string   // workers.tokenSecret: the workers' own token
 }
@@ -66,6 +70,8 @@ var matrix = map[string]expect{
 	"replicas-5.yaml": {etcd: 5, scheduler: 5, advertiseDNS: true, hardAnti: true, workers: 4, workerSlots: 8, workerLabels: "pool=gpu,zone=a",
 		authSecret: "orion-auth", authKey: "token", chartSecret: true, secrets: []string{"db", "warehouse.api"},
 		tokensSecret: "orion-tokens", workerToken: "orion-worker-token"},
+	"tls.yaml": {etcd: 3, scheduler: 3, advertiseDNS: true, workers: 2, workerSlots: 16, tls: true,
+		authSecret: "orion-auth", authKey: "token", chartSecret: true},
 	"servicemonitor.yaml": {etcd: 3, scheduler: 3, workers: -1, workerSlots: 16, monitoring: true, active: true,
 		authSecret: "orion-auth", authKey: "token", chartSecret: true},
 	"workers-off.yaml": {etcd: 3, scheduler: 3, workers: 0, slots: 4,
@@ -533,9 +539,13 @@ func checkScheduler(t *testing.T, r *Rendered, e expect) {
 	}
 	checkFieldRef(t, c, "POD_NAME", "metadata.name")
 	adv, _ := flagValue(c.Args, "advertise-url")
+	scheme := "http"
+	if e.tls {
+		scheme = "https"
+	}
 	wantAdv := "http://$(POD_IP):8080"
 	if e.advertiseDNS {
-		wantAdv = fmt.Sprintf("http://$(POD_NAME).%s.$(POD_NAMESPACE).svc.%s:8080", schedHeadles, domain)
+		wantAdv = fmt.Sprintf("%s://$(POD_NAME).%s.$(POD_NAMESPACE).svc.%s:8080", scheme, schedHeadles, domain)
 		checkFieldRef(t, c, "POD_NAMESPACE", "metadata.namespace")
 	} else {
 		checkFieldRef(t, c, "POD_IP", "status.podIP")
@@ -824,7 +834,11 @@ func checkWorkers(t *testing.T, r *Rendered, e expect) {
 		t.Errorf("worker image %s: want the Dockerfile's worker target (tag suffix -worker, it has /bin/sh)", c.Image)
 	}
 	server, _ := flagValue(c.Args, "server")
-	wantServer := fmt.Sprintf("http://%s.%s.svc.%s:8080", apiService, namespace, domain)
+	scheme := "http"
+	if e.tls {
+		scheme = "https"
+	}
+	wantServer := fmt.Sprintf("%s://%s.%s.svc.%s:8080", scheme, apiService, namespace, domain)
 	if server != wantServer {
 		t.Errorf("worker --server %q, want the API Service %q", server, wantServer)
 	}
@@ -853,6 +867,18 @@ func checkWorkers(t *testing.T, r *Rendered, e expect) {
 		t.Errorf("worker --log-dir %q is not a writable volume", ld)
 	}
 	checkWorkerSecrets(t, e, spec, c)
+	if ca, _ := flagValue(c.Args, "ca-file"); e.tls != (ca != "") || (e.tls && !mountedReadOnly(c, ca)) {
+		t.Errorf("worker --ca-file %q with tls %v: want the CA, mounted", ca, e.tls)
+	}
+}
+
+func mountedReadOnly(c *corev1.Container, path string) bool {
+	for _, m := range c.VolumeMounts {
+		if m.ReadOnly && strings.HasPrefix(path, m.MountPath+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 // checkWorkerSecrets: each of workers.secrets is mounted read-only at
@@ -1113,5 +1139,52 @@ func checkGeneratedWorkerToken(t *testing.T, r *Rendered, e expect, c *corev1.Co
 		fmt.Sprint(got.Labels) != fmt.Sprint(want) {
 		t.Errorf("the chart's worker token entry %+v: want role worker, the digest of its token, worker_ids [%s-*], labels %v",
 			got, workerDeploy, want)
+	}
+}
+
+// TestTLSCertificate: with tls.enabled, the chart's certificate is signed by
+// the CA it ships beside it and names what replicas, workers and clients
+// dial: the API and -active Services, every replica's headless name,
+// localhost and 127.0.0.1 (a port-forward); the replicas serve it over
+// HTTPS probes with the files the config names.
+func TestTLSCertificate(t *testing.T) {
+	r := render(t, "tls.yaml")
+	s, _ := r.Get("Secret", "orion-tls").(*corev1.Secret)
+	if s == nil || s.Type != corev1.SecretTypeTLS {
+		t.Fatalf("Secret orion-tls: %+v", s)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(s.Data["ca.crt"]) {
+		t.Fatal("ca.crt holds no certificate")
+	}
+	block, _ := pem.Decode(s.Data["tls.crt"])
+	if block == nil {
+		t.Fatal("tls.crt holds no PEM block")
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tls.X509KeyPair(s.Data["tls.crt"], s.Data["tls.key"]); err != nil {
+		t.Errorf("tls.crt and tls.key: %v", err)
+	}
+	for _, name := range []string{"orion.orion.svc", "orion.orion.svc.cluster.local", "orion-active.orion.svc",
+		"orion-scheduler-1.orion-scheduler-headless.orion.svc.cluster.local", "localhost", "127.0.0.1"} {
+		if _, err := cert.Verify(x509.VerifyOptions{DNSName: name, Roots: pool}); err != nil {
+			t.Errorf("the certificate for %s: %v", name, err)
+		}
+	}
+	sts := r.StatefulSet(schedSTS)
+	c := container(&sts.Spec.Template.Spec, "scheduler")
+	for _, p := range []*corev1.Probe{c.ReadinessProbe, c.LivenessProbe} {
+		if p == nil || p.HTTPGet == nil || p.HTTPGet.Scheme != corev1.URISchemeHTTPS {
+			t.Errorf("probe %+v: want HTTPS", p)
+		}
+	}
+	cfg := renderedConfig(t, r)
+	for _, k := range []string{"tls_cert_file", "tls_key_file", "tls_ca_file"} {
+		if f, _ := cfg[k].(string); !mountedReadOnly(c, f) {
+			t.Errorf("%s %q is not in a read-only mount of the scheduler", k, f)
+		}
 	}
 }

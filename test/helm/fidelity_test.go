@@ -977,10 +977,14 @@ func (lc *localCluster) call(method, url string, body []byte) (int, []byte, erro
 	return resp.StatusCode, b, err
 }
 
-// apiToken: the rendered Secret's token, as the pods get it.
+// apiToken: the rendered Secret's token, as the replicas get it (the
+// cluster token: the workers hold a worker token of their own).
 func (lc *localCluster) apiToken() string {
 	if lc.token == "" {
 		for _, p := range lc.pods {
+			if !strings.Contains(p.name, "scheduler") {
+				continue
+			}
 			for _, e := range p.env {
 				if v, ok := strings.CutPrefix(e, "ORION_AUTH_TOKEN="); ok {
 					lc.token = v

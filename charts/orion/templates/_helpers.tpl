@@ -191,7 +191,22 @@ podAntiAffinity:
 
 {{/* The API Service URL (workers, the helm test). */}}
 {{- define "orion.api.url" -}}
-{{- printf "http://%s.%s.svc.%s:%d" (include "orion.api.service" .) .Release.Namespace .Values.clusterDomain (int .Values.scheduler.service.port) }}
+{{- printf "%s://%s.%s.svc.%s:%d" (include "orion.api.scheme" .) (include "orion.api.service" .) .Release.Namespace .Values.clusterDomain (int .Values.scheduler.service.port) }}
+{{- end }}
+
+{{/* TLS on the replicas' port (tls.*): the scheme, the Secret, where it is mounted. */}}
+{{- define "orion.api.scheme" -}}{{ if .Values.tls.enabled }}https{{ else }}http{{ end }}{{- end }}
+{{- define "orion.tls.secretName" -}}{{ .Values.tls.existingSecret | default (printf "%s-tls" (include "orion.fullname" .)) }}{{- end }}
+{{- define "orion.tls.dir" -}}/etc/orion-tls{{- end }}
+
+{{/* A probe (scheduler.readinessProbe, livenessProbe) over HTTPS with TLS on. */}}
+{{- define "orion.probe" -}}
+{{- $root := index . 0 }}
+{{- $probe := deepCopy (index . 1) }}
+{{- if and $root.Values.tls.enabled $probe.httpGet }}
+{{- $_ := set $probe.httpGet "scheme" "HTTPS" }}
+{{- end }}
+{{- toYaml $probe }}
 {{- end }}
 
 {{/*
