@@ -122,6 +122,11 @@ func runClusterBench(ctx context.Context, cmd *cobra.Command, o bench.ClusterOpt
 		return fmt.Errorf("%s: only for the in-process bench, not with --server", strings.Join(bad, ", "))
 	}
 	o.Token = strings.TrimSpace(flagOrEnv(cmd, flagToken, EnvToken, ""))
+	tc, err := clientTLS(cmd)
+	if err != nil {
+		return err
+	}
+	o.TLS = tc
 	o.Log = cmd.ErrOrStderr()
 	res, err := bench.RunCluster(ctx, o)
 	if err != nil {

@@ -114,6 +114,16 @@ func flagOrEnv(cmd *cobra.Command, name, env, def string) string {
 	return def
 }
 
+// clientTLS is the TLS configuration --ca-file, --cert-file and --key-file
+// (or their environment) give; nil when none is set.
+func clientTLS(cmd *cobra.Command) (*tls.Config, error) {
+	ca, cert, key := flagOrEnv(cmd, flagCA, EnvCAFile, ""), flagOrEnv(cmd, flagCert, EnvCertFile, ""), flagOrEnv(cmd, flagKey, EnvKeyFile, "")
+	if ca == "" && cert == "" && key == "" {
+		return nil, nil
+	}
+	return tlsfiles.ClientFiles(ca, cert, key)
+}
+
 func resolveGlobals(cmd *cobra.Command) (globals, error) {
 	var g globals
 	for _, s := range strings.Split(flagOrEnv(cmd, flagServer, EnvServer, DefaultServer), ",") {
@@ -125,12 +135,9 @@ func resolveGlobals(cmd *cobra.Command) (globals, error) {
 		return g, fmt.Errorf("--server: no URL given")
 	}
 	g.token = strings.TrimSpace(flagOrEnv(cmd, flagToken, EnvToken, ""))
-	ca, cert, key := flagOrEnv(cmd, flagCA, EnvCAFile, ""), flagOrEnv(cmd, flagCert, EnvCertFile, ""), flagOrEnv(cmd, flagKey, EnvKeyFile, "")
-	if ca != "" || cert != "" || key != "" {
-		var err error
-		if g.tls, err = tlsfiles.ClientFiles(ca, cert, key); err != nil {
-			return g, err
-		}
+	var err error
+	if g.tls, err = clientTLS(cmd); err != nil {
+		return g, err
 	}
 	g.output = outputTable
 	if f := cmd.Flag(flagOutput); f != nil {

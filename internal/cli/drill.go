@@ -133,6 +133,11 @@ func drillCommand(use string, withFault bool) *cobra.Command {
 				return errors.New("--server: give the API URL of at least one replica (or set ORION_SERVER)")
 			}
 			o.Token = strings.TrimSpace(flagOrEnv(cmd, flagToken, EnvToken, ""))
+			tc, err := clientTLS(cmd)
+			if err != nil {
+				return err
+			}
+			o.TLS = tc
 			m, err := drill.ParseRestartMode(restart)
 			if err != nil {
 				return err

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -32,14 +33,15 @@ const MaxClusterDAGs = 1000
 
 // ClusterOptions sizes a run against a running cluster.
 type ClusterOptions struct {
-	Servers       []string // API URLs of the replicas
-	EtcdEndpoints []string // client URLs of the etcd members the replicas use
-	Token         string   // bearer token for the API, if it wants one
-	Tasks         int      // noop tasks for the throughput phase
-	DAGSize       int      // tasks per DAG in the throughput phase
-	Chain         int      // length of the chain phase
-	ShellChain    int      // length of the shell chain phase (each step runs `true`)
-	Submitters    int      // concurrent POST /api/v1/dags
+	Servers       []string    // API URLs of the replicas
+	EtcdEndpoints []string    // client URLs of the etcd members the replicas use
+	Token         string      // bearer token for the API, if it wants one
+	TLS           *tls.Config // verifies https:// replicas (nil: the default)
+	Tasks         int         // noop tasks for the throughput phase
+	DAGSize       int         // tasks per DAG in the throughput phase
+	Chain         int         // length of the chain phase
+	ShellChain    int         // length of the shell chain phase (each step runs `true`)
+	Submitters    int         // concurrent POST /api/v1/dags
 	EtcdFor       time.Duration
 	Timeout       time.Duration // bound of each waiting phase
 	Poll          time.Duration // how often completion is polled
@@ -284,6 +286,7 @@ func newClusterRun(ctx context.Context, o ClusterOptions) (*clusterRun, error) {
 		Chain: o.Chain, ShellChain: o.ShellChain, Submitters: o.Submitters, RunID: o.RunID}}
 	r.tr = http.DefaultTransport.(*http.Transport).Clone()
 	r.tr.MaxIdleConnsPerHost = 4 * o.Submitters
+	r.tr.TLSClientConfig = o.TLS
 	r.tr.ResponseHeaderTimeout = time.Minute
 	r.c = r.newClient(o.Servers)
 

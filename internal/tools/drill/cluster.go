@@ -2,6 +2,7 @@ package drill
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -23,8 +24,9 @@ type apiClient struct {
 	token string
 }
 
-func newAPIClient(token string) *apiClient {
+func newAPIClient(token string, tc *tls.Config) *apiClient {
 	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.TLSClientConfig = tc
 	t.DialContext = (&net.Dialer{Timeout: time.Second, KeepAlive: 30 * time.Second}).DialContext
 	t.MaxIdleConnsPerHost = 8
 	return &apiClient{hc: &http.Client{Transport: t}, token: token}

@@ -31,6 +31,7 @@ package drill
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -55,6 +56,7 @@ import (
 type Options struct {
 	Servers       []string // API URLs of (some of) the replicas
 	Token         string
+	TLS           *tls.Config   // verifies https:// replicas; nil: the default
 	Fault         Fault         // default FaultKill
 	StopFor       time.Duration // FaultStop: how long the leader stays stopped (default 2s)
 	Member        string        // FaultEtcdMember: leader, follower or a member name (default leader)
@@ -239,7 +241,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err := o.defaults(); err != nil {
 		return nil, err
 	}
-	d := &driller{o: o, api: newAPIClient(o.Token), runID: newRunID(), windows: map[string]*window{}}
+	d := &driller{o: o, api: newAPIClient(o.Token, o.TLS), runID: newRunID(), windows: map[string]*window{}}
 	defer d.api.close()
 	if d.o.WorkDir == "" {
 		d.o.WorkDir = filepath.Join(os.TempDir(), "orion-drill-"+d.runID)
@@ -298,6 +300,9 @@ func (d *driller) client() *client.Client {
 			urls = append([]string{d.leaderURL}, urls...)
 		}
 		d.rc = client.New(urls, d.o.Token)
+		if d.o.TLS != nil {
+			d.rc.SetTLS(d.o.TLS)
+		}
 		d.rc.UserAgent = "orion-drill"
 		d.rc.HTTPClient.Timeout = 10 * time.Second
 		d.rcURL = d.leaderURL

@@ -340,6 +340,9 @@ func (d *driller) startTrickle(ctx context.Context, prefix string) *trickle {
 		}
 		seen[u] = true
 		c := client.New([]string{u}, d.o.Token)
+		if d.o.TLS != nil {
+			c.SetTLS(d.o.TLS)
+		}
 		c.Retries = client.RetryPolicy{MaxAttempts: 1}
 		c.UserAgent = "orion-drill"
 		c.HTTPClient.Timeout = 10 * time.Second
