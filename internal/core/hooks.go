@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/orion-sched/orion/internal/http/apitypes"
 	"github.com/orion-sched/orion/internal/model"
 )
 
@@ -20,9 +19,33 @@ import (
 // Environment of a shell handler, besides its env.
 const (
 	EnvDAGStatus   = "ORION_DAG_STATUS"   // how the DAG's tasks ended: succeeded, failed or cancelled
-	EnvFailedTasks = "ORION_FAILED_TASKS" // the ids of those that failed, comma-separated, at most apitypes.MaxNotifiedFailures
+	EnvFailedTasks = "ORION_FAILED_TASKS" // the ids of those that failed, comma-separated, at most MaxNotifiedFailures
 	EnvFailedCount = "ORION_FAILED_COUNT" // how many failed
 )
+
+// Notification is the JSON body a DAG's notify entry sends when the DAG
+// ends. Users' webhooks read it: its JSON is the API's
+// apitypes.Notification, field for field (a test there keeps them equal).
+type Notification struct {
+	DAG         string    `json:"dag"`
+	Name        string    `json:"name"`
+	Run         int       `json:"run"`
+	Status      string    `json:"status"` // succeeded, failed or cancelled
+	SubmittedAt time.Time `json:"submitted_at"`
+	// EndedAt is when the last of the DAG's tasks and handlers ended.
+	EndedAt *time.Time `json:"ended_at,omitempty"`
+	// Counts has the DAG's tasks and handlers by status.
+	Counts map[string]int `json:"counts"`
+	// FailedTasks lists the tasks that failed (their own attempts, not a
+	// dependency's), at most MaxNotifiedFailures of the FailedCount.
+	FailedTasks []string `json:"failed_tasks"`
+	FailedCount int      `json:"failed_count"`
+	Delivery    string   `json:"delivery"`
+}
+
+// MaxNotifiedFailures bounds the failed task ids a notification lists,
+// and a handler's ORION_FAILED_TASKS.
+const MaxNotifiedFailures = 100
 
 // notifySpec is the http task that delivers notification i: its body and
 // delivery headers are added at dispatch (notifyRequest).
@@ -71,7 +94,7 @@ func DeliveryKey(dag string, run, i int) string {
 }
 
 // failedTasks lists the tasks before end (the DAG file's, or those and its
-// handlers) that failed, in order, at most apitypes.MaxNotifiedFailures of
+// handlers) that failed, in order, at most MaxNotifiedFailures of
 // them, and counts them all. It reads every task: it runs once per handler
 // or notification attempt, not per event.
 func (d *dagRun) failedTasks(end int32) ([]string, int) {
@@ -79,7 +102,7 @@ func (d *dagRun) failedTasks(end int32) ([]string, int) {
 	n := 0
 	for i := range d.tasks[:end] {
 		if t := &d.tasks[i]; t.status == Failed {
-			if n++; len(ids) < apitypes.MaxNotifiedFailures {
+			if n++; len(ids) < MaxNotifiedFailures {
 				ids = append(ids, t.id())
 			}
 		}
@@ -93,7 +116,7 @@ func (d *dagRun) notification(key string) string {
 	if failed == nil {
 		failed = []string{}
 	}
-	v := apitypes.Notification{DAG: d.id, Name: d.rec.Name, Run: d.rec.Run, Status: string(d.end()),
+	v := Notification{DAG: d.id, Name: d.rec.Name, Run: d.rec.Run, Status: string(d.end()),
 		SubmittedAt: d.rec.SubmittedAt, Counts: make(map[string]int), FailedTasks: failed, FailedCount: n, Delivery: key}
 	var last time.Time
 	for i := range d.tasks[:d.nTasks+d.nHandlers] {

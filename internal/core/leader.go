@@ -8,7 +8,6 @@ import (
 	"sort"
 	"time"
 
-	"github.com/orion-sched/orion/internal/http/apitypes"
 	"github.com/orion-sched/orion/internal/model"
 )
 
@@ -76,24 +75,6 @@ type worker struct {
 	// (AdmittedBefore).
 	before bool
 }
-
-// Error is a request the core refuses; Code is apitypes.CodeNotFound,
-// CodeConflict or CodeNotLeader.
-type Error struct {
-	Code apitypes.Code
-	Msg  string
-	// Stopping marks a refusal that lasts only until the DAG's tasks have
-	// stopped (cancelled attempts still on their workers): the same
-	// request, made again shortly, can succeed.
-	Stopping bool
-}
-
-func (e *Error) Error() string { return e.Msg }
-
-// ErrNotLeader refuses a leader-only request on a replica that is not. It is
-// the only not-leader error: the scheduler returns it too (as
-// engine.ErrNotLeader) when it loses leadership under a request.
-var ErrNotLeader = &Error{Code: apitypes.CodeNotLeader, Msg: "this replica is not the leader"}
 
 // IsLeader reports whether the core acts as leader.
 func (c *Core) IsLeader() bool { return c.leader }
@@ -481,13 +462,13 @@ func (c *Core) Known(spec *model.DAG) (SubmitOutcome, error) {
 		if sameSpec(&d.rec.DAG, spec) {
 			return SubmitDuplicate, nil
 		}
-		return 0, &Error{Code: apitypes.CodeConflict, Msg: "DAG " + spec.ID + " already exists with different content"}
+		return 0, &Error{Code: CodeConflict, Msg: "DAG " + spec.ID + " already exists with different content"}
 	}
 	if p := c.pendingSubmit[spec.ID]; p != nil {
 		if sameSpec(&p.DAG, spec) {
 			return SubmitPending, nil
 		}
-		return 0, &Error{Code: apitypes.CodeConflict, Msg: "DAG " + spec.ID + " is being submitted with different content"}
+		return 0, &Error{Code: CodeConflict, Msg: "DAG " + spec.ID + " is being submitted with different content"}
 	}
 	return 0, nil
 }
@@ -539,7 +520,7 @@ func (c *Core) CancelDAG(id string, now time.Time) error {
 		return err
 	}
 	if d.rec.Status.Terminal() {
-		return &Error{Code: apitypes.CodeConflict, Msg: "DAG " + id + " already " + string(d.rec.Status)}
+		return &Error{Code: CodeConflict, Msg: "DAG " + id + " already " + string(d.rec.Status)}
 	}
 	d.wantCancel = true
 	c.reconcileDAG(d)
@@ -555,10 +536,10 @@ func (c *Core) requested(id string, now time.Time) (*dagRun, error) {
 	}
 	d := c.dags[id]
 	if d == nil {
-		return nil, &Error{Code: apitypes.CodeNotFound, Msg: "no DAG " + id}
+		return nil, &Error{Code: CodeNotFound, Msg: "no DAG " + id}
 	}
 	if d.parked {
-		return nil, &Error{Code: apitypes.CodeConflict, Msg: "etcd refused DAG " + id + "'s record as too large (the members' " +
+		return nil, &Error{Code: CodeConflict, Msg: "etcd refused DAG " + id + "'s record as too large (the members' " +
 			"--max-request-bytes is below etcd_max_request_bytes): the DAG stays as it is until the next leader; raise their limit"}
 	}
 	return d, nil
@@ -573,11 +554,11 @@ func (c *Core) RetryDAG(id string, now time.Time) error {
 	}
 	switch {
 	case d.rec.Status == DAGRunning:
-		return &Error{Code: apitypes.CodeConflict, Msg: "DAG " + id + " is still running"}
+		return &Error{Code: CodeConflict, Msg: "DAG " + id + " is still running"}
 	case d.rec.Status == DAGSucceeded:
-		return &Error{Code: apitypes.CodeConflict, Msg: "DAG " + id + " succeeded: nothing to retry"}
+		return &Error{Code: CodeConflict, Msg: "DAG " + id + " succeeded: nothing to retry"}
 	case d.remaining != 0 || d.inflight:
-		return &Error{Code: apitypes.CodeConflict, Msg: "DAG " + id + " is still stopping its tasks; try again", Stopping: true}
+		return &Error{Code: CodeConflict, Msg: "DAG " + id + " is still stopping its tasks; try again", Stopping: true}
 	}
 	if err := c.admit(id, len(d.tasks)); err != nil {
 		return err // a retry runs the DAG again: admitted as a submission is
@@ -600,15 +581,15 @@ func (c *Core) DeleteDAG(id string, now time.Time) error {
 	}
 	switch {
 	case !d.rec.Status.Terminal():
-		return &Error{Code: apitypes.CodeConflict, Msg: "DAG " + id + " is " + string(d.rec.Status) + ": cancel it before deleting it"}
+		return &Error{Code: CodeConflict, Msg: "DAG " + id + " is " + string(d.rec.Status) + ": cancel it before deleting it"}
 	case d.remaining != 0 || c.onWorkers()[d]:
 		// A cancelled attempt still on its worker: deleted now, the DAG's
 		// id could be submitted again and its first attempts would take
 		// the ids of attempts still running (attempt numbers start over),
 		// their late results taken for the new ones'.
-		return &Error{Code: apitypes.CodeConflict, Msg: "DAG " + id + " is still stopping its tasks; try again", Stopping: true}
+		return &Error{Code: CodeConflict, Msg: "DAG " + id + " is still stopping its tasks; try again", Stopping: true}
 	case d.inflight:
-		return &Error{Code: apitypes.CodeConflict, Msg: "DAG " + id + " is being retried or deleted; try again", Stopping: true}
+		return &Error{Code: CodeConflict, Msg: "DAG " + id + " is being retried or deleted; try again", Stopping: true}
 	}
 	c.proposeDelete(d)
 	return nil

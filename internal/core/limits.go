@@ -3,7 +3,6 @@ package core
 import (
 	"fmt"
 
-	"github.com/orion-sched/orion/internal/http/apitypes"
 	"github.com/orion-sched/orion/internal/model"
 )
 
@@ -61,8 +60,8 @@ func RecordBytes(d *model.DAG) int {
 // LimitError is a submission or retry refused by a global limit: Limit
 // names the setting, Max its value.
 type LimitError struct {
-	Code  apitypes.Code // CodeTooManyLiveDAGs or CodeTooManyLiveTasks
-	Limit string        // the setting: max_live_dags, max_live_tasks
+	Code  ErrCode // CodeTooManyLiveDAGs, CodeTooManyLiveTasks or CodeTooManySchedules
+	Limit string  // the setting: max_live_dags, max_live_tasks
 	Max   int
 	Msg   string
 }
@@ -73,7 +72,7 @@ func (e *LimitError) Error() string { return e.Msg }
 func (c *Core) admit(id string, n int) error {
 	dags, tasks := c.live.dags+c.pendingLive.dags, c.live.tasks+c.pendingLive.tasks
 	if m := c.cfg.MaxLiveDAGs; m > 0 && dags+1 > m {
-		return &LimitError{Code: apitypes.CodeTooManyLiveDAGs, Limit: "max_live_dags", Max: m,
+		return &LimitError{Code: CodeTooManyLiveDAGs, Limit: "max_live_dags", Max: m,
 			Msg: fmt.Sprintf("DAG %s refused: %d DAGs are running, the most this server runs at once (max_live_dags %d); "+
 				"retry once some have finished, or cancel some", id, dags, m)}
 	}
@@ -83,7 +82,7 @@ func (c *Core) admit(id string, n int) error {
 		if n > m {
 			msg = fmt.Sprintf("DAG %s refused: its %d tasks are more than this server holds at once (max_live_tasks %d); split it", id, n, m)
 		}
-		return &LimitError{Code: apitypes.CodeTooManyLiveTasks, Limit: "max_live_tasks", Max: m, Msg: msg}
+		return &LimitError{Code: CodeTooManyLiveTasks, Limit: "max_live_tasks", Max: m, Msg: msg}
 	}
 	return nil
 }

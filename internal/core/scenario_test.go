@@ -13,7 +13,6 @@ import (
 	"github.com/cockroachdb/datadriven"
 
 	"github.com/orion-sched/orion/internal/dag"
-	"github.com/orion-sched/orion/internal/http/apitypes"
 	"github.com/orion-sched/orion/internal/kube/podspec"
 	"github.com/orion-sched/orion/internal/model"
 )
@@ -745,12 +744,12 @@ func (h *harness) fireDue() {
 func (h *harness) replay() *Core { return replayLog(h.t, h.cfg, h.log) }
 
 // errCode is the code of an error the core returns.
-func errCode(err error) apitypes.Code {
+func errCode(err error) string {
 	switch e := err.(type) {
 	case *Error:
-		return e.Code
+		return e.Code.String()
 	case *LimitError:
-		return e.Code
+		return e.Code.String()
 	}
 	return "?"
 }

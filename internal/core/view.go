@@ -4,36 +4,90 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
-	"github.com/orion-sched/orion/internal/http/apitypes"
 	"github.com/orion-sched/orion/internal/model"
 )
 
-// The views are the API's JSON types (internal/http/apitypes declares them once)
-// instantiated with the core's typed statuses, which marshal to the same
-// spellings the client decodes as strings.
-type (
-	// DAGSummary is a DAG as lists show it.
-	DAGSummary = apitypes.DAGSummary[DAGStatus]
-	// DAGView is one DAG with every task's live state.
-	DAGView = apitypes.DAG[DAGStatus, Status]
-	// TaskView is a task's spec and runtime state together.
-	TaskView = apitypes.Task[Status]
-)
+// The read model: copies of the state in the core's own types, built on the
+// loop's goroutine and read anywhere after. They share with the live state
+// only records the core never modifies in place (it replaces them: specs,
+// task records, outputs, histories), so they may be read and encoded off
+// the loop. The API's wire views (internal/http/apitypes) are built from
+// them outside the core.
 
-func (d *dagRun) summary() DAGSummary {
-	counts := make(map[string]int)
-	for s := Status(0); s < numStatuses; s++ {
-		if n := d.counts[s]; n > 0 {
-			counts[s.String()] = int(n)
-		}
-	}
-	return DAGSummary{ID: d.id, Name: d.rec.Name, Status: d.rec.Status, Run: d.rec.Run,
-		SubmittedAt: d.rec.SubmittedAt, FinishedAt: d.rec.FinishedAt, TaskCount: len(d.tasks), Counts: counts,
-		CancelRequested: d.rec.CancelRequested}
+// StatusCounts counts tasks by status, indexed by Status.
+type StatusCounts [numStatuses]int
+
+// Of returns the count of status s.
+func (c *StatusCounts) Of(s Status) int { return c[s] }
+
+// DAGSummary is a DAG as lists show it.
+type DAGSummary struct {
+	ID              string
+	Name            string
+	Status          DAGStatus
+	Run             int
+	SubmittedAt     time.Time
+	FinishedAt      *time.Time
+	TaskCount       int
+	Counts          StatusCounts // its tasks by status
+	CancelRequested bool
 }
 
-// roleNames are the roles as the API spells them (TaskView.Role).
+// DAGView is one DAG with every task's live state.
+type DAGView struct {
+	DAGSummary
+	Params    model.Params
+	Scheduled *model.ScheduledRun
+	Tasks     []TaskView
+}
+
+// TaskView is a task's spec and runtime state together.
+type TaskView struct {
+	ID             string
+	Kind           model.Kind
+	Status         Status
+	Attempts       int
+	Retries        int
+	MaxRetries     int
+	Priority       int
+	DependsOn      []string
+	Worker         string
+	StartedAt      *time.Time
+	FinishedAt     *time.Time
+	RetryAt        *time.Time
+	DurationMs     *int64
+	ExitCode       *int
+	Error          string
+	OutputTail     string
+	Event          string
+	Cascade        bool
+	Cause          string
+	Outputs        model.Outputs
+	History        []AttemptSummary
+	HistoryOmitted int
+	// Waiting says why a ready task is not running yet, when something
+	// other than its turn holds it.
+	Waiting     string
+	TriggerRule model.TriggerRule
+	When        string
+	Role        string // "task", "handler" or "notification"
+	Skipped     string // why a skipped task was
+	Spec        model.Task
+}
+
+func (d *dagRun) summary() DAGSummary {
+	s := DAGSummary{ID: d.id, Name: d.rec.Name, Status: d.rec.Status, Run: d.rec.Run,
+		SubmittedAt: d.rec.SubmittedAt, FinishedAt: d.rec.FinishedAt, TaskCount: len(d.tasks),
+		CancelRequested: d.rec.CancelRequested}
+	for st, n := range d.counts {
+		s.Counts[st] = int(n)
+	}
+	return s
+}
+
+// roleNames are the roles as views spell them (TaskView.Role).
 var roleNames = [numRoles]string{roleTask: "task", roleHandler: "handler", roleNotify: "notification"}
 
 func (t *task) view() TaskView {
@@ -52,9 +106,7 @@ func (t *task) view() TaskView {
 		v.ExitCode, v.Error, v.OutputTail, v.Event = r.ExitCode, r.Error, r.OutputTail, r.Event
 		v.Cascade, v.Cause = r.Cascade, r.Cause
 		v.Outputs = r.Outputs
-		for _, h := range r.History {
-			v.History = append(v.History, apitypes.Attempt(h))
-		}
+		v.History = r.History
 		v.HistoryOmitted = r.HistoryOmitted
 		if r.StartedAt != nil && r.FinishedAt != nil && !r.Cascade && r.Status != Skipped {
 			ms := r.FinishedAt.Sub(*r.StartedAt).Milliseconds()
@@ -68,14 +120,45 @@ func (t *task) view() TaskView {
 	return v
 }
 
-// DAGs lists DAGs, newest first.
-func (c *Core) DAGs() []DAGSummary {
-	out := make([]DAGSummary, 0, len(c.dags))
+// DAGQuery selects DAGs, newest first.
+type DAGQuery struct {
+	Status DAGStatus // only DAGs in this status; "" any
+	Limit  int       // at most this many; 0 no limit
+	// Keep, when set, is asked about each DAG that passes Status, newest
+	// first, and selects those it returns true for. It runs where the
+	// query does (the engine's loop): it must be quick and must not block.
+	Keep func(*DAGSummary) bool
+}
+
+// DAGs lists the DAGs q selects, newest first. Only the DAGs selected are
+// summarised.
+func (c *Core) DAGs(q DAGQuery) []DAGSummary {
+	out := []DAGSummary{}
+	for _, d := range c.newestFirst() {
+		if q.Limit > 0 && len(out) == q.Limit {
+			break
+		}
+		if q.Status != "" && d.rec.Status != q.Status {
+			continue
+		}
+		s := d.summary()
+		if q.Keep != nil && !q.Keep(&s) {
+			continue
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// newestFirst returns the DAGs in the order lists show them: by the
+// revision that created them, newest first.
+func (c *Core) newestFirst() []*dagRun {
+	out := make([]*dagRun, 0, len(c.dags))
 	for _, d := range c.dags {
-		out = append(out, d.summary())
+		out = append(out, d)
 	}
 	sort.Slice(out, func(i, j int) bool {
-		a, b := c.dags[out[i].ID], c.dags[out[j].ID]
+		a, b := out[i], out[j]
 		if a.seq != b.seq {
 			return a.seq > b.seq
 		}
@@ -126,6 +209,10 @@ func (c *Core) Counts() map[Status]int {
 	}
 	return out
 }
+
+// StatusCounts returns the number of tasks in each status over all DAGs,
+// without allocating.
+func (c *Core) StatusCounts() StatusCounts { return c.counts }
 
 // QueueLen is the number of entries in the ready queue (including stale ones
 // not yet skipped).

@@ -180,6 +180,7 @@ type Engine struct {
 	sessionErr atomic.Pointer[error]
 
 	status  atomic.Pointer[Status]
+	rev     atomic.Int64 // the core's revision, published by the loop (Rev)
 	commits atomic.Int64 // transactions committed
 	entries atomic.Int64 // entries committed
 	crash   chan struct{}

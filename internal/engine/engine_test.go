@@ -20,7 +20,6 @@ import (
 	"github.com/orion-sched/orion/internal/core"
 	"github.com/orion-sched/orion/internal/dag"
 	"github.com/orion-sched/orion/internal/etcdmember"
-	"github.com/orion-sched/orion/internal/http/apitypes"
 	"github.com/orion-sched/orion/internal/model"
 	"github.com/orion-sched/orion/internal/store"
 	"github.com/orion-sched/orion/internal/testutil/etcdtest"
@@ -127,8 +126,8 @@ func (b *bundle) stop() {
 }
 
 func (b *bundle) dag(id string) *core.DAGView {
-	var v *core.DAGView
-	if err := b.eng.Query(context.Background(), func(c *core.Core) { v, _ = c.DAG(id) }); err != nil {
+	v, _, err := b.eng.DAG(context.Background(), id)
+	if err != nil {
 		b.t.Fatal(err)
 	}
 	return v
@@ -225,7 +224,7 @@ tasks:
 		t.Fatalf("retry of run 1 again: %s %v, want failed and no new run", st, err)
 	}
 	var ce *core.Error
-	if _, err := b.eng.Retry(context.Background(), "mixed", 5); !errors.As(err, &ce) || ce.Code != apitypes.CodeConflict {
+	if _, err := b.eng.Retry(context.Background(), "mixed", 5); !errors.As(err, &ce) || ce.Code != core.CodeConflict {
 		t.Fatalf("retry of a run the DAG has not reached: %v, want a conflict", err)
 	}
 	if v := b.dag("mixed"); v.Run != 2 {
@@ -257,7 +256,7 @@ tasks:
 	}
 	testkit.WaitFor(t, 10*time.Second, "task start", func() bool { _, err := os.Stat(filepath.Join(dir, "started")); return err == nil })
 	var ce *core.Error
-	if err := b.eng.Delete(context.Background(), "long"); !errors.As(err, &ce) || ce.Code != apitypes.CodeConflict {
+	if err := b.eng.Delete(context.Background(), "long"); !errors.As(err, &ce) || ce.Code != core.CodeConflict {
 		t.Fatalf("delete of a running DAG: %v", err)
 	}
 	st, err := b.eng.Cancel(context.Background(), "long")
@@ -295,7 +294,7 @@ tasks:
 			t.Fatalf("keys under %s after the delete: %v %v", prefix, resp, err)
 		}
 	}
-	if err := b.eng.Delete(context.Background(), "long"); !errors.As(err, &ce) || ce.Code != apitypes.CodeNotFound {
+	if err := b.eng.Delete(context.Background(), "long"); !errors.As(err, &ce) || ce.Code != core.CodeNotFound {
 		t.Fatalf("second delete: %v", err)
 	}
 }

@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 
-	"github.com/orion-sched/orion/internal/core"
 	"github.com/orion-sched/orion/internal/store"
 )
 
@@ -12,20 +11,18 @@ import (
 // log that must be fenced like its entries (schedules and their cursors);
 // ErrNotLeader otherwise.
 func (e *Engine) LeaderFence(ctx context.Context) (store.Fence, error) {
-	var (
-		f  store.Fence
-		ok bool
-	)
-	err := e.Query(ctx, func(c *core.Core) {
-		if e.term != nil && c.IsLeader() {
-			f, ok = e.term.Fence(), true
+	f, err := read(e, ctx, func() *store.Fence {
+		if e.term != nil && e.c.IsLeader() {
+			f := e.term.Fence()
+			return &f
 		}
+		return nil
 	})
 	if err != nil {
 		return store.Fence{}, err
 	}
-	if !ok {
+	if f == nil {
 		return store.Fence{}, ErrNotLeader
 	}
-	return f, nil
+	return *f, nil
 }

@@ -43,6 +43,7 @@ func (e *Engine) applySnapshot(snap *store.Snapshot) {
 		e.m.ApplyErrors.Inc()
 		e.log.Warn("skipping a record that does not fit", zap.Error(err))
 	}
+	e.publishRev()
 	e.seenRev = max(e.seenRev, snap.Rev)
 	// Leading from this snapshot (after a re-read), the barrier waits for
 	// the workers its term record lists (early.go).

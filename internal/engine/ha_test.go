@@ -20,7 +20,7 @@ import (
 
 func dump(b *bundle) string {
 	var s string
-	_ = b.eng.Query(context.Background(), func(c *core.Core) { s = c.Dump() })
+	_ = b.eng.query(context.Background(), func(c *core.Core) { s = c.Dump() })
 	return s
 }
 
@@ -182,12 +182,12 @@ func TestStandbyWaitApplied(t *testing.T) {
 			t.Fatal(err)
 		}
 		var rev int64
-		_ = a.eng.Query(ctx, func(c *core.Core) { rev = c.Rev() })
+		_ = a.eng.query(ctx, func(c *core.Core) { rev = c.Rev() })
 		if err := b.eng.WaitApplied(ctx, rev); err != nil {
 			t.Fatalf("WaitApplied(%d): %v", rev, err)
 		}
 		var seen bool
-		_ = b.eng.Query(ctx, func(c *core.Core) { _, seen = c.DAG(id) })
+		_ = b.eng.query(ctx, func(c *core.Core) { _, seen = c.DAG(id) })
 		if !seen {
 			t.Fatalf("standby returned from WaitApplied(%d) without %s", rev, id)
 		}
@@ -197,7 +197,7 @@ func TestStandbyWaitApplied(t *testing.T) {
 		a.waitDAG(fmt.Sprintf("ryw-%d", i), core.DAGSucceeded)
 	}
 	var rev int64
-	_ = a.eng.Query(ctx, func(c *core.Core) { rev = c.Rev() })
+	_ = a.eng.query(ctx, func(c *core.Core) { rev = c.Rev() })
 	if err := b.eng.WaitApplied(ctx, rev); err != nil {
 		t.Fatal(err)
 	}

@@ -351,7 +351,7 @@ func (h *engineHarness) run(td *datadriven.TestData) string {
 				return true
 			}
 			queued := false
-			_ = h.eng.Query(context.Background(), func(*core.Core) {
+			_ = h.eng.query(context.Background(), func(*core.Core) {
 				for _, en := range h.eng.pending {
 					queued = queued || (en.DAG == d.ID && en.D != nil)
 				}
@@ -436,7 +436,7 @@ func (h *engineHarness) run(td *datadriven.TestData) string {
 		}
 		h.waitFor("the depose attempt to end", func() bool {
 			deposing := true
-			_ = h.eng.Query(context.Background(), func(*core.Core) { deposing = h.eng.deposing })
+			_ = h.eng.query(context.Background(), func(*core.Core) { deposing = h.eng.deposing })
 			return !deposing
 		})
 	case "problem":
@@ -471,7 +471,7 @@ func (h *engineHarness) run(td *datadriven.TestData) string {
 		// clock, so `advance` decides when it fires).
 		h.waitFor("the watch restart to be armed", func() bool {
 			armed := false
-			_ = h.eng.Query(context.Background(), func(*core.Core) { armed = h.eng.watchRetry != nil })
+			_ = h.eng.query(context.Background(), func(*core.Core) { armed = h.eng.watchRetry != nil })
 			return armed
 		})
 	case "advance-until-leader":
@@ -767,7 +767,7 @@ func sortedWorkerIDs(ws map[string]*fakeWorker) []string {
 func (h *engineHarness) query(fn func(*core.Core)) error {
 	ctx, cancel := context.WithTimeout(context.Background(), harnessWait)
 	defer cancel()
-	if err := h.eng.Query(ctx, fn); err != nil {
+	if err := h.eng.query(ctx, fn); err != nil {
 		return fmt.Errorf("the loop did not answer a read within %s (blocked?): %w", harnessWait, err)
 	}
 	return nil
@@ -965,7 +965,7 @@ func (h *engineHarness) wait(td *datadriven.TestData) {
 	case "dag":
 		h.waitFor(what, func() bool {
 			var st core.DAGStatus
-			_ = h.eng.Query(context.Background(), func(c *core.Core) {
+			_ = h.eng.query(context.Background(), func(c *core.Core) {
 				if v, ok := c.DAG(args[1]); ok {
 					st = v.Status
 				}
@@ -977,7 +977,7 @@ func (h *engineHarness) wait(td *datadriven.TestData) {
 		dagID, taskID, _ := strings.Cut(args[1], "/")
 		h.waitFor(what, func() bool {
 			var st core.Status
-			_ = h.eng.Query(context.Background(), func(c *core.Core) {
+			_ = h.eng.query(context.Background(), func(c *core.Core) {
 				if v, ok := c.DAG(dagID); ok {
 					for _, t := range v.Tasks {
 						if t.ID == taskID {
@@ -1012,7 +1012,7 @@ func (h *engineHarness) wait(td *datadriven.TestData) {
 		n, _ := strconv.Atoi(args[1])
 		h.waitFor(what, func() bool {
 			got := 0
-			_ = h.eng.Query(context.Background(), func(*core.Core) {
+			_ = h.eng.query(context.Background(), func(*core.Core) {
 				if args[0] == "inflight" {
 					got = len(h.eng.inflight)
 				} else {
@@ -1026,7 +1026,7 @@ func (h *engineHarness) wait(td *datadriven.TestData) {
 		// record listing it has committed.
 		h.waitFor(what, func() bool {
 			early := false
-			_ = h.eng.Query(context.Background(), func(c *core.Core) { early = c.EarlyAllowed(args[1]) })
+			_ = h.eng.query(context.Background(), func(c *core.Core) { early = c.EarlyAllowed(args[1]) })
 			return early
 		})
 	case "committing":
@@ -1048,7 +1048,7 @@ func (h *engineHarness) wait(td *datadriven.TestData) {
 				return false
 			}
 			taken := false
-			_ = h.eng.Query(context.Background(), func(*core.Core) {
+			_ = h.eng.query(context.Background(), func(*core.Core) {
 				taken = h.eng.session != nil && h.eng.campaignStop == nil && len(h.eng.elected) == 0
 			})
 			return taken
@@ -1059,7 +1059,7 @@ func (h *engineHarness) wait(td *datadriven.TestData) {
 	case "gone":
 		h.waitFor(what, func() bool {
 			known := true
-			_ = h.eng.Query(context.Background(), func(c *core.Core) { _, known = c.Summary(args[1]) })
+			_ = h.eng.query(context.Background(), func(c *core.Core) { _, known = c.Summary(args[1]) })
 			return !known
 		})
 	case "poison":
@@ -1072,7 +1072,7 @@ func (h *engineHarness) wait(td *datadriven.TestData) {
 		n, _ := strconv.Atoi(args[1])
 		h.waitFor(what, func() bool {
 			count := 0
-			_ = h.eng.Query(context.Background(), func(c *core.Core) { count = c.DAGCount() })
+			_ = h.eng.query(context.Background(), func(c *core.Core) { count = c.DAGCount() })
 			return count >= n
 		})
 	default:
@@ -1151,7 +1151,7 @@ func (h *engineHarness) state() string {
 	if err := h.query(func(c *core.Core) {
 		var b strings.Builder
 		fmt.Fprintf(&b, "leader=%v rev=%d\n", c.IsLeader(), c.Rev())
-		for _, s := range c.DAGs() {
+		for _, s := range c.DAGs(core.DAGQuery{}) {
 			v, _ := c.DAG(s.ID)
 			fmt.Fprintf(&b, "dag %s %s:", v.ID, v.Status)
 			for _, t := range v.Tasks {

@@ -513,7 +513,9 @@ func tooLarge(err error) bool { return errors.Is(err, store.ErrRequestTooLarge) 
 
 // apply applies one committed entry and tells whoever waits for it.
 func (e *Engine) apply(en *core.Entry) {
-	if err := e.c.Apply(en); err != nil {
+	err := e.c.Apply(en)
+	e.publishRev() // an entry refused still moves the revision
+	if err != nil {
 		e.m.ApplyErrors.Inc()
 		e.log.Error("refused committed entry", zap.Error(err))
 		return

@@ -8,7 +8,6 @@ import (
 
 	"github.com/orion-sched/orion/internal/core"
 	"github.com/orion-sched/orion/internal/dag"
-	"github.com/orion-sched/orion/internal/http/apitypes"
 	"github.com/orion-sched/orion/internal/model"
 	"github.com/orion-sched/orion/internal/store"
 )
@@ -25,11 +24,11 @@ func (e *Engine) do(ctx context.Context, fn func()) error {
 	}
 }
 
-// Query runs fn on the loop goroutine with the core, for reads. fn must copy
-// what it needs and not keep references.
-func (e *Engine) Query(ctx context.Context, fn func(c *core.Core)) error {
+// onLoop runs fn on the loop goroutine and returns once it has run; a
+// call whose ctx ends first returns at once, and fn may still run.
+func (e *Engine) onLoop(ctx context.Context, fn func()) error {
 	ran := make(chan struct{})
-	if err := e.do(ctx, func() { fn(e.c); close(ran) }); err != nil {
+	if err := e.do(ctx, func() { fn(); close(ran) }); err != nil {
 		return err
 	}
 	return e.await(ctx, ran)
@@ -124,7 +123,7 @@ func (e *Engine) Retry(ctx context.Context, id string, run int) (core.DAGStatus,
 			if cur == run+1 {
 				return already{status: st}
 			}
-			return &core.Error{Code: apitypes.CodeConflict,
+			return &core.Error{Code: core.CodeConflict,
 				Msg: fmt.Sprintf("DAG %s is in run %d (%s): run %d is not the one to retry", id, cur, st, run)}
 		}
 		if spec := e.c.RetrySpec(id); spec != nil && e.c.IsLeader() {

@@ -45,7 +45,7 @@ func TestStorageFullOnARealMember(t *testing.T) {
 	}
 	testkit.WaitFor(t, 10*time.Second, "d1/a running", func() bool {
 		v := b.dag("d1")
-		return v != nil && v.Counts[core.Running.String()] == 1
+		return v != nil && v.Counts[core.Running] == 1
 	})
 
 	// Live data up to the quota: the member cannot disarm by compacting.
@@ -71,7 +71,7 @@ func TestStorageFullOnARealMember(t *testing.T) {
 	}
 	testkit.WaitFor(t, 10*time.Second, "a's success to be held", func() bool {
 		held := false
-		_ = b.eng.Query(ctx, func(*core.Core) {
+		_ = b.eng.query(ctx, func(*core.Core) {
 			for _, en := range b.eng.pending {
 				held = held || (en.DAG == "d1" && en.Task == "a" && en.T.Status == core.Succeeded)
 			}

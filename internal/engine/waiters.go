@@ -55,7 +55,7 @@ func (e *Engine) resolveWaiters(en *core.Entry) {
 		switch {
 		case en.Delete && w.kind == waitDelete:
 		case en.Delete:
-			r.err = &core.Error{Code: "not_found", Msg: "DAG " + en.DAG + " was deleted"}
+			r.err = &core.Error{Code: core.CodeNotFound, Msg: "DAG " + en.DAG + " was deleted"}
 		case w.kind == waitDelete:
 			done = false // a change committed before the deletion
 		case w.kind == waitSubmit:
@@ -66,7 +66,7 @@ func (e *Engine) resolveWaiters(en *core.Entry) {
 			// and what runs at its end runs (core.CancelDAG).
 			r.status, r.cancelRequested = en.D.Status, en.D.CancelRequested
 			if en.D.Status.Terminal() && en.D.Status != core.DAGCancelled {
-				r.err = &core.Error{Code: "conflict", Msg: fmt.Sprintf("DAG %s %s before it could be cancelled", en.DAG, en.D.Status)}
+				r.err = &core.Error{Code: core.CodeConflict, Msg: fmt.Sprintf("DAG %s %s before it could be cancelled", en.DAG, en.D.Status)}
 			}
 			done = en.D.Status.Terminal() || en.D.CancelRequested
 		case w.kind == waitRetry:

@@ -169,11 +169,23 @@ func (idleBackend) Cancel(context.Context, string) (core.DAGStatus, error) {
 func (idleBackend) Retry(context.Context, string, int) (core.DAGStatus, error) {
 	return "", errors.New("idle")
 }
-func (idleBackend) Delete(context.Context, string) error          { return errors.New("idle") }
-func (idleBackend) Query(context.Context, func(*core.Core)) error { return errors.New("idle") }
-func (idleBackend) Status() *engine.Status                        { return &engine.Status{Node: "n2"} }
-func (idleBackend) Leader(context.Context) (string, error)        { return "", errors.New("idle") }
-func (idleBackend) WaitApplied(context.Context, int64) error      { return errors.New("idle") }
+func (idleBackend) Delete(context.Context, string) error { return errors.New("idle") }
+func (idleBackend) DAGs(context.Context, core.DAGQuery) ([]core.DAGSummary, int64, error) {
+	return nil, 0, errors.New("idle")
+}
+func (idleBackend) DAG(context.Context, string) (*core.DAGView, int64, error) {
+	return nil, 0, errors.New("idle")
+}
+func (idleBackend) Task(context.Context, string, string) (engine.TaskRead, error) {
+	return engine.TaskRead{}, errors.New("idle")
+}
+func (idleBackend) DAGState(context.Context, string) (core.DAGStatus, int, bool, error) {
+	return "", 0, false, errors.New("idle")
+}
+func (idleBackend) Rev() int64                               { return 0 }
+func (idleBackend) Status() *engine.Status                   { return &engine.Status{Node: "n2"} }
+func (idleBackend) Leader(context.Context) (string, error)   { return "", errors.New("idle") }
+func (idleBackend) WaitApplied(context.Context, int64) error { return errors.New("idle") }
 
 // getLeader asks h for GET /api/v1/leader with query q.
 func getLeader(t *testing.T, h http.Handler, q string) (*httptest.ResponseRecorder, apitypes.Leader) {

@@ -35,12 +35,22 @@ type Backend interface {
 	// scheduler.Engine.Retry).
 	Retry(ctx context.Context, id string, run int) (core.DAGStatus, error)
 	Delete(ctx context.Context, id string) error
-	Query(ctx context.Context, fn func(c *core.Core)) error
+	Reads
 	Status() *engine.Status
 	Leader(ctx context.Context) (string, error)
 	// WaitApplied returns once the replica has applied the log through rev
 	// (Engine.WaitApplied).
 	WaitApplied(ctx context.Context, rev int64) error
+}
+
+// Reads are the reads the API makes of a replica's state (see
+// internal/engine/reads.go): copies, with the revision they reflect.
+type Reads interface {
+	DAGs(ctx context.Context, q core.DAGQuery) ([]core.DAGSummary, int64, error)
+	DAG(ctx context.Context, id string) (*core.DAGView, int64, error)
+	Task(ctx context.Context, dagID, taskID string) (engine.TaskRead, error)
+	DAGState(ctx context.Context, id string) (core.DAGStatus, int, bool, error)
+	Rev() int64
 }
 
 var _ Backend = (*engine.Engine)(nil)

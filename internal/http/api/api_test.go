@@ -53,7 +53,7 @@ type fakeBackend struct {
 	cancelled []string
 	retried   []string
 	deleted   []string
-	panicky   bool // Query panics
+	panicky   bool // reads panic
 }
 
 func (f *fakeBackend) Submit(ctx context.Context, d *model.DAG) (engine.SubmitResult, error) {
@@ -116,14 +116,45 @@ func (f *fakeBackend) Delete(ctx context.Context, id string) error {
 	return nil
 }
 
-func (f *fakeBackend) Query(ctx context.Context, fn func(c *core.Core)) error {
+// read reads the fake's core as the engine's typed reads do on its loop.
+func (f *fakeBackend) read(fn func(c *core.Core)) {
 	if f.panicky {
 		panic("boom")
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	fn(f.c)
-	return nil
+}
+
+func (f *fakeBackend) DAGs(ctx context.Context, q core.DAGQuery) (dags []core.DAGSummary, rev int64, err error) {
+	f.read(func(c *core.Core) { dags, rev = c.DAGs(q), c.Rev() })
+	return dags, rev, nil
+}
+
+func (f *fakeBackend) DAG(ctx context.Context, id string) (v *core.DAGView, rev int64, err error) {
+	f.read(func(c *core.Core) { v, _ = c.DAG(id); rev = c.Rev() })
+	return v, rev, nil
+}
+
+func (f *fakeBackend) Task(ctx context.Context, dagID, taskID string) (r engine.TaskRead, err error) {
+	f.read(func(c *core.Core) {
+		r.View, r.DAGFound = c.Task(dagID, taskID)
+		if !r.DAGFound {
+			_, r.DAGFound = c.Summary(dagID)
+		}
+		r.Rev = c.Rev()
+	})
+	return r, nil
+}
+
+func (f *fakeBackend) DAGState(ctx context.Context, id string) (st core.DAGStatus, run int, ok bool, err error) {
+	f.read(func(c *core.Core) { st, run, ok = c.DAGState(id) })
+	return st, run, ok, nil
+}
+
+func (f *fakeBackend) Rev() (rev int64) {
+	f.read(func(c *core.Core) { rev = c.Rev() })
+	return rev
 }
 
 func (f *fakeBackend) Status() *engine.Status {
@@ -507,7 +538,7 @@ func TestBackendErrors(t *testing.T) {
 	}
 
 	e.f.set(func(f *fakeBackend) {
-		f.submitErr = &core.Error{Code: "conflict", Msg: "DAG d1 already exists with different content"}
+		f.submitErr = &core.Error{Code: core.CodeConflict, Msg: "DAG d1 already exists with different content"}
 	})
 	info := e.do(t, "POST", "/api/v1/dags", okDAG).wantError(t, http.StatusConflict, "conflict")
 	if info.Message != "DAG d1 already exists with different content" {
@@ -703,8 +734,8 @@ func TestCancelRetry(t *testing.T) {
 	}
 
 	e.f.set(func(f *fakeBackend) {
-		f.cancelErr = &core.Error{Code: "conflict", Msg: "DAG d2 already succeeded"}
-		f.retryErr = &core.Error{Code: "not_found", Msg: "no DAG zz"}
+		f.cancelErr = &core.Error{Code: core.CodeConflict, Msg: "DAG d2 already succeeded"}
+		f.retryErr = &core.Error{Code: core.CodeNotFound, Msg: "no DAG zz"}
 	})
 	info := e.do(t, "POST", "/api/v1/dags/d2/cancel", "").wantError(t, http.StatusConflict, "conflict")
 	if info.Message != "DAG d2 already succeeded" {
@@ -743,13 +774,13 @@ func TestDelete(t *testing.T) {
 		t.Fatalf("cross-site DELETE: %d, deleted %v", resp.StatusCode, e.f.deleted)
 	}
 	e.f.set(func(f *fakeBackend) {
-		f.deleteErr = &core.Error{Code: "conflict", Msg: "DAG d2 is running: cancel it before deleting it"}
+		f.deleteErr = &core.Error{Code: core.CodeConflict, Msg: "DAG d2 is running: cancel it before deleting it"}
 	})
 	info := e.do(t, "DELETE", "/api/v1/dags/d2", "").wantError(t, http.StatusConflict, "conflict")
 	if info.Message != "DAG d2 is running: cancel it before deleting it" {
 		t.Fatalf("message %q", info.Message)
 	}
-	e.f.set(func(f *fakeBackend) { f.deleteErr = &core.Error{Code: "not_found", Msg: "no DAG zz"} })
+	e.f.set(func(f *fakeBackend) { f.deleteErr = &core.Error{Code: core.CodeNotFound, Msg: "no DAG zz"} })
 	e.do(t, "DELETE", "/api/v1/dags/zz", "").wantError(t, http.StatusNotFound, "not_found")
 	e.f.set(func(f *fakeBackend) { f.deleteErr = context.DeadlineExceeded })
 	info = e.do(t, "DELETE", "/api/v1/dags/d3", "").wantError(t, http.StatusGatewayTimeout, "timeout")
@@ -1224,7 +1255,7 @@ func TestForwardedWriteSentAgainIsAnsweredAsTheFirst(t *testing.T) {
 
 	// A deletion that finds nothing, sent again by a standby that saw the
 	// DAG before the first send: the first deleted it.
-	e.f.set(func(f *fakeBackend) { f.deleteErr = &core.Error{Code: apitypes.CodeNotFound, Msg: "no DAG d9"} })
+	e.f.set(func(f *fakeBackend) { f.deleteErr = &core.Error{Code: core.CodeNotFound, Msg: "no DAG d9"} })
 	if r := e.do(t, "DELETE", "/api/v1/dags/d9", "", append(fwd, kit.ExistedHeader, "1")...); r.code != http.StatusOK {
 		t.Fatalf("deletion sent again: %d %s, want 200", r.code, r.body)
 	}

@@ -44,11 +44,11 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.As(err, &le):
 		// A global limit: the count it bounds goes down as DAGs finish
 		// (max_live_dags, max_live_tasks) or as schedules are deleted.
-		if le.Code != apitypes.CodeTooManySchedules {
+		if le.Code != core.CodeTooManySchedules {
 			w.Header().Set("Retry-After", "5")
 		}
-		kit.WriteError(w, http.StatusTooManyRequests, le.Code, le.Msg,
-			[]string{fmt.Sprintf("%s %d", le.Limit, le.Max)})
+		code, status := kit.CoreCode(le.Code)
+		kit.WriteError(w, status, code, le.Msg, []string{fmt.Sprintf("%s %d", le.Limit, le.Max)})
 	case errors.Is(err, engine.ErrStorageFull):
 		// A known outcome (nothing was written), unlike 503's "unknown":
 		// retrying at once would be refused the same way.
@@ -58,10 +58,9 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		errors.Is(err, engine.ErrStopped):
 		w.Header().Set("Retry-After", "1")
 		kit.WriteError(w, http.StatusServiceUnavailable, apitypes.CodeNotLeader, err.Error(), nil)
-	case ce != nil && ce.Code == apitypes.CodeNotFound:
-		kit.WriteError(w, http.StatusNotFound, apitypes.CodeNotFound, ce.Msg, nil)
-	case ce != nil && ce.Code == apitypes.CodeConflict:
-		kit.WriteError(w, http.StatusConflict, apitypes.CodeConflict, ce.Msg, nil)
+	case ce != nil && (ce.Code == core.CodeNotFound || ce.Code == core.CodeConflict):
+		code, status := kit.CoreCode(ce.Code)
+		kit.WriteError(w, status, code, ce.Msg, nil)
 	case errors.Is(err, context.DeadlineExceeded):
 		msg := fmt.Sprintf("the scheduler did not answer within %s", s.cfg.WriteTimeout)
 		switch {

@@ -111,7 +111,7 @@ func (s *server) submit(w http.ResponseWriter, r *http.Request) {
 		res.Created = true // an earlier send of this very submission created it
 	}
 	w.Header().Set("Location", dagPath(res.ID))
-	kit.MarkRevision(ctx, s.b, w)
+	kit.MarkRevision(s.b, w)
 	if res.Created {
 		kit.WriteJSON(w, http.StatusCreated, apitypes.SubmitResponse{ID: res.ID, Created: true, Status: string(core.DAGRunning)})
 		return
@@ -130,11 +130,9 @@ func bindParams(d *model.DAG, r *http.Request) error {
 	return dag.Bind(d, overrides)
 }
 
-// query runs fn on the scheduler's loop, bounded by WriteTimeout.
-func (s *server) query(r *http.Request, fn func(c *core.Core)) error {
-	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.WriteTimeout)
-	defer cancel()
-	return s.b.Query(ctx, fn)
+// readCtx bounds a read of the replica's state by WriteTimeout.
+func (s *server) readCtx(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(r.Context(), s.cfg.WriteTimeout)
 }
 
 func (s *server) listDAGs(w http.ResponseWriter, r *http.Request) {
@@ -161,36 +159,25 @@ func (s *server) listDAGs(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = min(n, MaxListLimit)
 	}
-	// The views share only records the core never modifies in place (it
-	// replaces them), so they may be encoded after the query returns.
-	resp := apitypes.DAGList[core.DAGStatus]{DAGs: []core.DAGSummary{}, Node: s.node()}
-	err := s.query(r, func(c *core.Core) {
-		for _, d := range c.DAGs() {
-			if want != "" && d.Status != want {
-				continue
-			}
-			resp.DAGs = append(resp.DAGs, d)
-			if len(resp.DAGs) == limit {
-				break
-			}
-		}
-		resp.Revision = c.Rev()
-	})
+	ctx, cancel := s.readCtx(r)
+	defer cancel()
+	dags, rev, err := s.b.DAGs(ctx, core.DAGQuery{Status: want, Limit: limit})
 	if err != nil {
 		s.fail(w, r, err)
 		return
+	}
+	resp := apitypes.DAGList[core.DAGStatus]{DAGs: make([]dagSummary, len(dags)), Revision: rev, Node: s.node()}
+	for i := range dags {
+		resp.DAGs[i] = wireSummary(&dags[i])
 	}
 	kit.WriteJSON(w, http.StatusOK, resp)
 }
 
 func (s *server) getDAG(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	var v *core.DAGView
-	err := s.query(r, func(c *core.Core) {
-		if v, _ = c.DAG(id); v != nil {
-			v.Revision = c.Rev()
-		}
-	})
+	ctx, cancel := s.readCtx(r)
+	defer cancel()
+	v, rev, err := s.b.DAG(ctx, id)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -199,39 +186,33 @@ func (s *server) getDAG(w http.ResponseWriter, r *http.Request) {
 		kit.WriteError(w, http.StatusNotFound, apitypes.CodeNotFound, "no DAG "+id, nil)
 		return
 	}
-	kit.WriteJSON(w, http.StatusOK, v)
+	kit.WriteJSON(w, http.StatusOK, wireDAG(v, rev))
 }
 
 // lookupTask reads a task, with the revision this replica has applied, or
 // writes the 404 (or error) and returns nil.
-func (s *server) lookupTask(w http.ResponseWriter, r *http.Request) *core.TaskView {
+func (s *server) lookupTask(w http.ResponseWriter, r *http.Request) (*core.TaskView, int64) {
 	id, taskID := r.PathValue("id"), r.PathValue("task")
-	var (
-		tv     *core.TaskView
-		dagNil bool
-	)
-	err := s.query(r, func(c *core.Core) {
-		if tv, _ = c.Task(id, taskID); tv != nil {
-			tv.Revision = c.Rev()
-		} else {
-			_, ok := c.Summary(id)
-			dagNil = !ok
-		}
-	})
+	ctx, cancel := s.readCtx(r)
+	defer cancel()
+	tr, err := s.b.Task(ctx, id, taskID)
 	switch {
 	case err != nil:
 		s.fail(w, r, err)
-	case tv == nil && dagNil:
+		return nil, 0
+	case tr.View == nil && !tr.DAGFound:
 		kit.WriteError(w, http.StatusNotFound, apitypes.CodeNotFound, "no DAG "+id, nil)
-	case tv == nil:
+	case tr.View == nil:
 		kit.WriteError(w, http.StatusNotFound, apitypes.CodeNotFound, fmt.Sprintf("DAG %s has no task %s", id, taskID), nil)
 	}
-	return tv
+	return tr.View, tr.Rev
 }
 
 func (s *server) getTask(w http.ResponseWriter, r *http.Request) {
-	if tv := s.lookupTask(w, r); tv != nil {
-		kit.WriteJSON(w, http.StatusOK, tv)
+	if tv, rev := s.lookupTask(w, r); tv != nil {
+		v := wireTask(tv)
+		v.Revision = rev
+		kit.WriteJSON(w, http.StatusOK, v)
 	}
 }
 
@@ -245,7 +226,7 @@ func (s *server) taskLog(w http.ResponseWriter, r *http.Request) {
 		}
 		attempt = n
 	}
-	tv := s.lookupTask(w, r)
+	tv, _ := s.lookupTask(w, r)
 	if tv == nil {
 		return
 	}
@@ -402,7 +383,7 @@ func (s *server) change(w http.ResponseWriter, r *http.Request, wr kit.Write,
 	// requested: its handlers and notifications run before it is
 	// cancelled (core.CancelDAG).
 	requested := want == core.DAGCancelled && st == core.DAGRunning
-	kit.MarkRevision(ctx, s.b, w)
+	kit.MarkRevision(s.b, w)
 	kit.WriteJSON(w, http.StatusOK, apitypes.ActionResponse{ID: id, Status: string(st), CancelRequested: requested})
 }
 
@@ -414,7 +395,9 @@ func (s *server) forwards(r *http.Request) bool {
 
 // dagState reads a DAG's status and run from this replica's state.
 func (s *server) dagState(r *http.Request, id string) (st core.DAGStatus, run int, ok bool) {
-	_ = s.query(r, func(c *core.Core) { st, run, ok = c.DAGState(id) })
+	ctx, cancel := s.readCtx(r)
+	defer cancel()
+	st, run, ok, _ = s.b.DAGState(ctx, id)
 	return st, run, ok
 }
 
@@ -432,7 +415,7 @@ func existed(ok bool) string {
 
 func isNotFound(err error) bool {
 	var ce *core.Error
-	return errors.As(err, &ce) && ce.Code == apitypes.CodeNotFound
+	return errors.As(err, &ce) && ce.Code == core.CodeNotFound
 }
 
 func (s *server) healthz(w http.ResponseWriter, r *http.Request) {

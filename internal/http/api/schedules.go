@@ -126,20 +126,23 @@ func scheduleView(sc *store.StoredSchedule, now time.Time, active int, withDAG b
 	return v
 }
 
+// isScheduleRun selects the DAGs that are a schedule's runs.
+func isScheduleRun(d *core.DAGSummary) bool {
+	_, _, _, ok := schedule.ParseRunID(d.ID)
+	return ok
+}
+
 // activeRuns counts the running runs of each schedule in the replica's
 // state.
 func (s *server) activeRuns(r *http.Request) (map[string]int, error) {
+	ctx, cancel := s.readCtx(r)
+	defer cancel()
+	runs, _, err := s.b.DAGs(ctx, core.DAGQuery{Status: core.DAGRunning, Keep: isScheduleRun})
 	out := make(map[string]int)
-	err := s.query(r, func(c *core.Core) {
-		for _, d := range c.DAGs() {
-			if d.Status != core.DAGRunning {
-				continue
-			}
-			if id, _, _, ok := schedule.ParseRunID(d.ID); ok {
-				out[id]++
-			}
-		}
-	})
+	for _, d := range runs {
+		id, _, _, _ := schedule.ParseRunID(d.ID)
+		out[id]++
+	}
 	return out, err
 }
 
@@ -254,7 +257,7 @@ func (s *server) triggerSchedule(w http.ResponseWriter, r *http.Request) {
 		created = true // the first send of this very trigger created the run
 	}
 	w.Header().Set("Location", dagPath(run))
-	kit.MarkRevision(ctx, s.b, w)
+	kit.MarkRevision(s.b, w)
 	status := http.StatusOK
 	if created {
 		status = http.StatusCreated
@@ -283,17 +286,18 @@ func (s *server) scheduleExists(r *http.Request, id string) (exists, known bool)
 func (s *server) scheduleRuns(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	resp := apitypes.ScheduleRuns{Schedule: id, Runs: []apitypes.ScheduleRun{}}
-	err := s.query(r, func(c *core.Core) {
-		for _, d := range c.DAGs() {
-			sid, tick, manual, ok := schedule.ParseRunID(d.ID)
-			if !ok || sid != id {
-				continue
-			}
-			resp.Runs = append(resp.Runs, apitypes.ScheduleRun{ID: d.ID, Tick: tick, Manual: manual,
-				Status: string(d.Status), SubmittedAt: d.SubmittedAt, FinishedAt: d.FinishedAt})
-		}
-		resp.Revision = c.Rev()
-	})
+	ctx, cancel := s.readCtx(r)
+	runs, rev, err := s.b.DAGs(ctx, core.DAGQuery{Keep: func(d *core.DAGSummary) bool {
+		sid, _, _, ok := schedule.ParseRunID(d.ID)
+		return ok && sid == id
+	}})
+	cancel()
+	for _, d := range runs {
+		_, tick, manual, _ := schedule.ParseRunID(d.ID)
+		resp.Runs = append(resp.Runs, apitypes.ScheduleRun{ID: d.ID, Tick: tick, Manual: manual,
+			Status: string(d.Status), SubmittedAt: d.SubmittedAt, FinishedAt: d.FinishedAt})
+	}
+	resp.Revision = rev
 	if err != nil {
 		s.fail(w, r, err)
 		return

@@ -2,7 +2,9 @@ package apitypes_test
 
 import (
 	"encoding/json"
+	"reflect"
 	"testing"
+	"time"
 
 	"github.com/orion-sched/orion/internal/core"
 	"github.com/orion-sched/orion/internal/dag"
@@ -77,5 +79,32 @@ func TestTypedAndStringViewsShareJSON(t *testing.T) {
 	}
 	if string(again) != string(b) {
 		t.Fatalf("shapes differ:\nserver %s\nclient %s", b, again)
+	}
+}
+
+// The core builds the body of a DAG's notification in its own type; users'
+// webhooks decode it as apitypes.Notification, the type the API documents.
+// The two must stay the same JSON, field for field.
+func TestNotificationMatchesCore(t *testing.T) {
+	a, b := reflect.TypeFor[apitypes.Notification](), reflect.TypeFor[core.Notification]()
+	if a.NumField() != b.NumField() {
+		t.Fatalf("apitypes.Notification has %d fields, core.Notification %d", a.NumField(), b.NumField())
+	}
+	for i := range a.NumField() {
+		fa, fb := a.Field(i), b.Field(i)
+		if fa.Name != fb.Name || fa.Type != fb.Type || fa.Tag != fb.Tag {
+			t.Errorf("field %d: apitypes %s %s `%s`, core %s %s `%s`", i, fa.Name, fa.Type, fa.Tag, fb.Name, fb.Type, fb.Tag)
+		}
+	}
+	if apitypes.MaxNotifiedFailures != core.MaxNotifiedFailures {
+		t.Errorf("MaxNotifiedFailures: apitypes %d, core %d", apitypes.MaxNotifiedFailures, core.MaxNotifiedFailures)
+	}
+	at := time.Date(2026, 11, 28, 7, 0, 0, 0, time.UTC)
+	c := core.Notification{DAG: "d", Name: "n", Run: 2, Status: "failed", SubmittedAt: at, EndedAt: &at,
+		Counts: map[string]int{"failed": 1}, FailedTasks: []string{"x"}, FailedCount: 1, Delivery: "d/2/0"}
+	want, _ := json.Marshal(apitypes.Notification(c))
+	got, _ := json.Marshal(c)
+	if string(got) != string(want) {
+		t.Errorf("core's JSON %s, apitypes' %s", got, want)
 	}
 }

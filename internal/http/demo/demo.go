@@ -56,7 +56,7 @@ type Status struct {
 // Backend reads the state a recovered scheduler loaded, for the recovery
 // event: *EngineRef, or whatever the API's Backend is.
 type Backend interface {
-	Query(ctx context.Context, fn func(*core.Core)) error
+	Counts(ctx context.Context) (core.StatusCounts, int64, error)
 }
 
 // DefaultTimeout bounds a recovery or a relayed control when
@@ -282,13 +282,14 @@ func (h *Handler) recoverScheduler(w http.ResponseWriter, r *http.Request, write
 // running, and the revision it replayed to. If the scheduler does not
 // answer, the event goes without them.
 func (h *Handler) addRecovered(ctx context.Context, meta map[string]string) {
-	_ = h.cfg.Backend.Query(ctx, func(c *core.Core) {
-		n := c.Counts()
-		meta["completed_recovered"] = fmt.Sprint(n[core.Succeeded])
-		meta["failed_recovered"] = fmt.Sprint(n[core.Failed] + n[core.UpstreamFailed] + n[core.Cancelled])
-		meta["in_flight"] = fmt.Sprint(n[core.Running])
-		meta["revision"] = fmt.Sprint(c.Rev())
-	})
+	n, rev, err := h.cfg.Backend.Counts(ctx)
+	if err != nil {
+		return
+	}
+	meta["completed_recovered"] = fmt.Sprint(n[core.Succeeded])
+	meta["failed_recovered"] = fmt.Sprint(n[core.Failed] + n[core.UpstreamFailed] + n[core.Cancelled])
+	meta["in_flight"] = fmt.Sprint(n[core.Running])
+	meta["revision"] = fmt.Sprint(rev)
 }
 
 // status is read-only and answers whether or not demo mode is on: the

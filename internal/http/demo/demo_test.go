@@ -58,9 +58,8 @@ func (f *fakeScheduler) calls() (crashes, recovers int) {
 // emptyBackend is a scheduler that loaded an empty log.
 type emptyBackend struct{ c *core.Core }
 
-func (b emptyBackend) Query(ctx context.Context, fn func(*core.Core)) error {
-	fn(b.c)
-	return nil
+func (b emptyBackend) Counts(ctx context.Context) (core.StatusCounts, int64, error) {
+	return b.c.StatusCounts(), b.c.Rev(), nil
 }
 
 // newControls serves the controls' Orion routes as the API mounts them.

@@ -37,9 +37,25 @@ func (r *EngineRef) Retry(ctx context.Context, id string, run int) (core.DAGStat
 func (r *EngineRef) Delete(ctx context.Context, id string) error {
 	return r.Get().Delete(ctx, id)
 }
-func (r *EngineRef) Query(ctx context.Context, fn func(*core.Core)) error {
-	return r.Get().Query(ctx, fn)
+func (r *EngineRef) DAGs(ctx context.Context, q core.DAGQuery) ([]core.DAGSummary, int64, error) {
+	return r.Get().DAGs(ctx, q)
 }
+func (r *EngineRef) DAGViews(ctx context.Context, q core.DAGQuery) ([]*core.DAGView, int64, error) {
+	return r.Get().DAGViews(ctx, q)
+}
+func (r *EngineRef) DAG(ctx context.Context, id string) (*core.DAGView, int64, error) {
+	return r.Get().DAG(ctx, id)
+}
+func (r *EngineRef) Task(ctx context.Context, dagID, taskID string) (engine.TaskRead, error) {
+	return r.Get().Task(ctx, dagID, taskID)
+}
+func (r *EngineRef) DAGState(ctx context.Context, id string) (core.DAGStatus, int, bool, error) {
+	return r.Get().DAGState(ctx, id)
+}
+func (r *EngineRef) Counts(ctx context.Context) (core.StatusCounts, int64, error) {
+	return r.Get().Counts(ctx)
+}
+func (r *EngineRef) Rev() int64 { return r.Get().Rev() }
 func (r *EngineRef) WaitApplied(ctx context.Context, rev int64) error {
 	return r.Get().WaitApplied(ctx, rev)
 }

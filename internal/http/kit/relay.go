@@ -9,8 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/orion-sched/orion/internal/core"
 )
 
 // Relay sends one request a replica received on to another replica (the
@@ -72,13 +70,15 @@ const awaitRevBound = 3 * time.Second
 // relayedResponseHeaders are copied from the other replica's answer.
 var relayedResponseHeaders = []string{"Content-Type", "Location", "Retry-After", RevisionHeader}
 
+// Revisioner says which revision a replica has applied (*engine.Engine).
+type Revisioner interface {
+	Rev() int64
+}
+
 // MarkRevision sets RevisionHeader on w to the revision b has applied. Write
 // handlers call it once their change is applied.
-func MarkRevision(ctx context.Context, b interface {
-	Query(context.Context, func(*core.Core)) error
-}, w http.ResponseWriter) {
-	var rev int64
-	if err := b.Query(ctx, func(c *core.Core) { rev = c.Rev() }); err == nil && rev > 0 {
+func MarkRevision(b Revisioner, w http.ResponseWriter) {
+	if rev := b.Rev(); rev > 0 {
 		w.Header().Set(RevisionHeader, strconv.FormatInt(rev, 10))
 	}
 }

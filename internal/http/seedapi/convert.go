@@ -156,13 +156,6 @@ type Counts struct {
 	Retried   int `json:"retried"`
 }
 
-// countsIn reads the seed's counters and the revision they reflect; call it
-// on the scheduler's loop (in a Query).
-func countsIn(cc *core.Core) (Counts, int64) {
-	counts := cc.Counts()
-	return countsOf(func(s core.Status) int { return counts[s] }), cc.Rev()
-}
-
 // countsOf folds task counts by status into the seed's counters; retried
 // comes from elsewhere (the seed counts retries, not tasks).
 func countsOf(by func(core.Status) int) Counts {

@@ -49,7 +49,11 @@ import (
 // or whatever the API's Backend is (it is a subset of api.Backend).
 type Backend interface {
 	Submit(ctx context.Context, d *model.DAG) (engine.SubmitResult, error)
-	Query(ctx context.Context, fn func(c *core.Core)) error
+	// Counts, DAGViews and Rev read the replica's state
+	// (engine/reads.go).
+	Counts(ctx context.Context) (core.StatusCounts, int64, error)
+	DAGViews(ctx context.Context, q core.DAGQuery) ([]*core.DAGView, int64, error)
+	Rev() int64
 	Status() *engine.Status
 	WaitApplied(ctx context.Context, rev int64) error
 }
@@ -278,7 +282,7 @@ func (h *Handler) submit(w http.ResponseWriter, r *http.Request) {
 		status = http.StatusCreated
 	}
 	w.Header().Set("Location", "/api/v1/dags/"+res.ID)
-	kit.MarkRevision(ctx, h.cfg.Backend, w)
+	kit.MarkRevision(h.cfg.Backend, w)
 	writeJSON(w, status, SubmitResponse{Status: "accepted", Ingested: len(tasks), DAGID: res.ID})
 }
 
@@ -299,13 +303,14 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 		// Nothing was written: a known outcome, as on /api/v1/dags.
 		w.Header().Set("Retry-After", "10")
 		writeError(w, http.StatusInsufficientStorage, apitypes.CodeStorageFull, err.Error())
-	case ce != nil && ce.Code == apitypes.CodeConflict:
+	case ce != nil && ce.Code == core.CodeConflict:
 		writeError(w, http.StatusConflict, apitypes.CodeConflict,
 			"this Idempotency-Key was already used for a different DAG: "+ce.Msg)
 	case errors.As(err, &le):
 		// A global limit (max_live_dags, max_live_tasks), as on /api/v1/dags.
 		w.Header().Set("Retry-After", "5")
-		writeError(w, http.StatusTooManyRequests, le.Code, le.Msg)
+		code, status := kit.CoreCode(le.Code)
+		writeError(w, status, code, le.Msg)
 	case errors.As(err, &ve):
 		writeValidationError(w, ve)
 	case errors.Is(err, context.DeadlineExceeded):
@@ -399,7 +404,8 @@ func (h *Handler) running() (*engine.Status, bool) {
 func (h *Handler) counts(ctx context.Context) (c Counts, rev int64, err error) {
 	ctx, cancel := context.WithTimeout(ctx, h.cfg.WriteTimeout)
 	defer cancel()
-	err = h.cfg.Backend.Query(ctx, func(cc *core.Core) { c, rev = countsIn(cc) })
+	n, rev, err := h.cfg.Backend.Counts(ctx)
+	c = countsOf(n.Of)
 	c.Retried = int(h.cfg.Hub.Totals().Retried)
 	return c, rev, err
 }
@@ -509,32 +515,35 @@ func (h *Handler) dagState(w http.ResponseWriter, r *http.Request) {
 	resp.QueueSize = st.Counts[core.Ready]
 	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.WriteTimeout)
 	defer cancel()
-	var views []*core.DAGView
-	err := h.cfg.Backend.Query(ctx, func(c *core.Core) {
-		resp.Metrics, resp.Revision = countsIn(c)
+	n, rev, err := h.cfg.Backend.Counts(ctx)
+	resp.Metrics, resp.Revision = countsOf(n.Of), rev
+	var (
+		views     []*core.DAGView
+		truncated bool
+	)
+	if err == nil {
 		tasks, recent := 0, 0
-		for _, d := range c.DAGs() { // newest first
+		views, _, err = h.cfg.Backend.DAGViews(ctx, core.DAGQuery{Keep: func(d *core.DAGSummary) bool { // newest first
 			if d.Status != core.DAGRunning {
 				if recent >= h.cfg.StateDAGs {
-					continue
+					return false
 				}
 				recent++
 			}
 			if tasks+d.TaskCount > h.cfg.StateTasks {
-				resp.Truncated = true
-				continue
+				truncated = true // read once the query has run
+				return false
 			}
 			tasks += d.TaskCount
-			if v, ok := c.DAG(d.ID); ok {
-				views = append(views, v)
-			}
-		}
-	})
+			return true
+		}})
+	}
 	if err != nil {
 		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusServiceUnavailable, apitypes.CodeUnavailable, "scheduler offline: "+err.Error())
 		return
 	}
+	resp.Truncated = truncated
 	resp.Metrics.Retried = int(h.cfg.Hub.Totals().Retried)
 	for i := len(views) - 1; i >= 0; i-- { // oldest first: newer DAGs overwrite
 		v := views[i]
@@ -569,23 +578,15 @@ func (h *Handler) ListDAGs() http.Handler {
 	return h.route("GET", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), h.cfg.WriteTimeout)
 		defer cancel()
-		out := []DAGInfo{}
-		err := h.cfg.Backend.Query(ctx, func(c *core.Core) {
-			for _, s := range c.DAGs() {
-				if len(out) == 1000 {
-					break
-				}
-				v, ok := c.DAG(s.ID)
-				if !ok {
-					continue
-				}
-				ids := make([]string, len(v.Tasks))
-				for i := range v.Tasks {
-					ids[i] = v.Tasks[i].ID
-				}
-				out = append(out, DAGInfo{ID: s.ID, TaskIDs: ids, TaskCount: s.TaskCount, SubmittedAt: s.SubmittedAt, Status: string(s.Status)})
+		views, _, err := h.cfg.Backend.DAGViews(ctx, core.DAGQuery{Limit: 1000})
+		out := make([]DAGInfo, 0, len(views))
+		for _, v := range views {
+			ids := make([]string, len(v.Tasks))
+			for i := range v.Tasks {
+				ids[i] = v.Tasks[i].ID
 			}
-		})
+			out = append(out, DAGInfo{ID: v.ID, TaskIDs: ids, TaskCount: v.TaskCount, SubmittedAt: v.SubmittedAt, Status: string(v.Status)})
+		}
 		if err != nil {
 			w.Header().Set("Retry-After", "1")
 			writeError(w, http.StatusServiceUnavailable, apitypes.CodeUnavailable, "scheduler offline: "+err.Error())

@@ -42,7 +42,7 @@ func (f *fakeBackend) Submit(ctx context.Context, d *model.DAG) (engine.SubmitRe
 		a, _ := json.Marshal(prev)
 		b, _ := json.Marshal(d)
 		if string(a) != string(b) {
-			return engine.SubmitResult{}, &core.Error{Code: "conflict", Msg: "DAG " + d.ID + " already exists with different content"}
+			return engine.SubmitResult{}, &core.Error{Code: core.CodeConflict, Msg: "DAG " + d.ID + " already exists with different content"}
 		}
 		return engine.SubmitResult{ID: d.ID}, nil
 	}
@@ -51,11 +51,27 @@ func (f *fakeBackend) Submit(ctx context.Context, d *model.DAG) (engine.SubmitRe
 	return engine.SubmitResult{ID: d.ID, Created: true}, nil
 }
 
-func (f *fakeBackend) Query(ctx context.Context, fn func(c *core.Core)) error {
+func (f *fakeBackend) Counts(ctx context.Context) (core.StatusCounts, int64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	fn(f.c)
-	return nil
+	return f.c.StatusCounts(), f.c.Rev(), nil
+}
+
+func (f *fakeBackend) DAGViews(ctx context.Context, q core.DAGQuery) ([]*core.DAGView, int64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var views []*core.DAGView
+	for _, s := range f.c.DAGs(q) {
+		v, _ := f.c.DAG(s.ID)
+		views = append(views, v)
+	}
+	return views, f.c.Rev(), nil
+}
+
+func (f *fakeBackend) Rev() int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.c.Rev()
 }
 
 func (f *fakeBackend) WaitApplied(ctx context.Context, rev int64) error { return ctx.Err() }

@@ -21,7 +21,6 @@ import (
 	"github.com/orion-sched/orion/internal/core"
 	"github.com/orion-sched/orion/internal/dag"
 	"github.com/orion-sched/orion/internal/engine"
-	"github.com/orion-sched/orion/internal/http/apitypes"
 	"github.com/orion-sched/orion/internal/metrics"
 	"github.com/orion-sched/orion/internal/model"
 	"github.com/orion-sched/orion/internal/schedule"
@@ -32,7 +31,9 @@ import (
 // (*engine.Engine).
 type Engine interface {
 	Submit(ctx context.Context, d *model.DAG) (engine.SubmitResult, error)
-	Query(ctx context.Context, fn func(c *core.Core)) error
+	// DAGs and DAGState read the replica's state (engine/reads.go).
+	DAGs(ctx context.Context, q core.DAGQuery) ([]core.DAGSummary, int64, error)
+	DAGState(ctx context.Context, id string) (core.DAGStatus, int, bool, error)
 	LeaderFence(ctx context.Context) (store.Fence, error)
 }
 
@@ -232,43 +233,57 @@ func (l *loop) refreshActive(ctx context.Context, now time.Time) error {
 	qctx, cancel := context.WithTimeout(ctx, submitTimeout)
 	defer cancel()
 	if full {
-		active := make(map[string]map[string]bool)
-		err := l.eng.Query(qctx, func(c *core.Core) {
-			for _, d := range c.DAGs() {
-				if d.Status != core.DAGRunning {
-					continue
-				}
-				if sid, _, _, ok := schedule.ParseRunID(d.ID); ok {
-					if active[sid] == nil {
-						active[sid] = make(map[string]bool)
-					}
-					active[sid][d.ID] = true
-				}
-			}
-		})
+		runs, _, err := l.eng.DAGs(qctx, core.DAGQuery{Status: core.DAGRunning, Keep: func(d *core.DAGSummary) bool {
+			_, _, _, ok := schedule.ParseRunID(d.ID)
+			return ok
+		}})
 		if err != nil {
 			return err
+		}
+		active := make(map[string]map[string]bool)
+		for _, d := range runs {
+			sid, _, _, _ := schedule.ParseRunID(d.ID)
+			if active[sid] == nil {
+				active[sid] = make(map[string]bool)
+			}
+			active[sid][d.ID] = true
 		}
 		l.mu.Lock()
 		l.active, l.scan = active, now
 		l.mu.Unlock()
 		return nil
 	}
-	return l.eng.Query(qctx, func(c *core.Core) {
-		// On the engine's loop: a Query whose context ended may still run.
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		for sid, runs := range l.active {
-			for id := range runs {
-				if s, ok := c.Summary(id); !ok || s.Status != core.DAGRunning {
-					delete(runs, id)
-				}
-			}
-			if len(runs) == 0 {
-				delete(l.active, sid)
+	l.mu.Lock()
+	var ids []string
+	for _, runs := range l.active {
+		for id := range runs {
+			ids = append(ids, id)
+		}
+	}
+	l.mu.Unlock()
+	ended := make(map[string]bool)
+	for _, id := range ids {
+		st, _, ok, err := l.eng.DAGState(qctx, id)
+		if err != nil {
+			return err
+		}
+		if !ok || st != core.DAGRunning {
+			ended[id] = true
+		}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for sid, runs := range l.active {
+		for id := range runs {
+			if ended[id] {
+				delete(runs, id)
 			}
 		}
-	})
+		if len(runs) == 0 {
+			delete(l.active, sid)
+		}
+	}
+	return nil
 }
 
 // pass plans and fires every schedule once; it returns how long to wait
@@ -438,7 +453,7 @@ func (l *loop) submit(ctx context.Context, sc *schedule.Schedule, runID string, 
 	switch {
 	case err == nil:
 		return res.Created, nil
-	case errors.As(err, &ce) && ce.Code == apitypes.CodeConflict:
+	case errors.As(err, &ce) && ce.Code == core.CodeConflict:
 		// It exists, from the schedule as it was before an update.
 		return false, nil
 	case errors.As(err, &ve):

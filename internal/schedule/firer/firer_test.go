@@ -57,7 +57,14 @@ func (e *fakeEngine) Submit(_ context.Context, d *model.DAG) (engine.SubmitResul
 	return engine.SubmitResult{ID: d.ID, Created: out == core.SubmitProposed}, nil
 }
 
-func (e *fakeEngine) Query(_ context.Context, fn func(c *core.Core)) error { fn(e.c); return nil }
+func (e *fakeEngine) DAGs(_ context.Context, q core.DAGQuery) ([]core.DAGSummary, int64, error) {
+	return e.c.DAGs(q), e.c.Rev(), nil
+}
+
+func (e *fakeEngine) DAGState(_ context.Context, id string) (core.DAGStatus, int, bool, error) {
+	st, run, ok := e.c.DAGState(id)
+	return st, run, ok, nil
+}
 
 func (e *fakeEngine) LeaderFence(context.Context) (store.Fence, error) { return e.fence, nil }
 
@@ -162,7 +169,7 @@ func (b *bundle) at(t *testing.T, d time.Duration) (time.Duration, bool) {
 
 func (b *bundle) runs() []string {
 	var out []string
-	for _, d := range b.eng.c.DAGs() {
+	for _, d := range b.eng.c.DAGs(core.DAGQuery{}) {
 		out = append(out, d.ID)
 	}
 	return out

@@ -57,7 +57,7 @@ func (s *Service) now() time.Time {
 }
 
 func notFound(id string) error {
-	return &core.Error{Code: apitypes.CodeNotFound, Msg: "no schedule " + id}
+	return &core.Error{Code: core.CodeNotFound, Msg: "no schedule " + id}
 }
 
 // fence returns the leader's fence, or engine.ErrNotLeader.
@@ -71,7 +71,7 @@ func mapErr(err error) error {
 	case errors.Is(err, store.ErrFenced):
 		return engine.ErrNotLeader
 	case errors.Is(err, store.ErrScheduleChanged):
-		return &core.Error{Code: apitypes.CodeConflict, Msg: "the schedule was changed by another request meanwhile; try again"}
+		return &core.Error{Code: core.CodeConflict, Msg: "the schedule was changed by another request meanwhile; try again"}
 	}
 	var ns *store.NoSpaceError
 	if errors.As(err, &ns) {
@@ -153,7 +153,7 @@ func (s *Service) put(ctx context.Context, f store.Fence, sc *schedule.Schedule,
 	}
 	if n >= s.MaxSchedules {
 		s.refused("max_schedules")
-		return 0, &core.LimitError{Code: apitypes.CodeTooManySchedules, Limit: "max_schedules", Max: s.MaxSchedules,
+		return 0, &core.LimitError{Code: core.CodeTooManySchedules, Limit: "max_schedules", Max: s.MaxSchedules,
 			Msg: fmt.Sprintf("schedule %s refused: there are %d schedules, the most this server keeps (max_schedules %d); "+
 				"delete one first", sc.ID, n, s.MaxSchedules)}
 	}

@@ -1,0 +1,55 @@
+package api
+
+import (
+	"github.com/orion-sched/orion/internal/core"
+	"github.com/orion-sched/orion/internal/http/apitypes"
+)
+
+// The wire views: the core's read model (core.DAGSummary, DAGView,
+// TaskView) in the API's JSON types, declared once in apitypes and
+// instantiated with the core's typed statuses, which marshal to the
+// spellings clients decode as strings. Built here, off the engine's loop,
+// so that the core knows nothing of the wire format. A field added to a
+// core view is added to its apitypes type and set here, in one line.
+
+type (
+	dagSummary = apitypes.DAGSummary[core.DAGStatus]
+	dagView    = apitypes.DAG[core.DAGStatus, core.Status]
+	taskView   = apitypes.Task[core.Status]
+)
+
+func wireSummary(s *core.DAGSummary) dagSummary {
+	counts := make(map[string]int)
+	for st, n := range s.Counts {
+		if n > 0 {
+			counts[core.Status(st).String()] = n
+		}
+	}
+	return dagSummary{ID: s.ID, Name: s.Name, Status: s.Status, Run: s.Run, SubmittedAt: s.SubmittedAt,
+		FinishedAt: s.FinishedAt, TaskCount: s.TaskCount, Counts: counts, CancelRequested: s.CancelRequested}
+}
+
+func wireDAG(v *core.DAGView, rev int64) *dagView {
+	w := &dagView{DAGSummary: wireSummary(&v.DAGSummary), Params: v.Params, Scheduled: v.Scheduled,
+		Tasks: make([]taskView, len(v.Tasks)), Revision: rev}
+	for i := range v.Tasks {
+		w.Tasks[i] = wireTask(&v.Tasks[i])
+	}
+	return w
+}
+
+func wireTask(t *core.TaskView) taskView {
+	w := taskView{ID: t.ID, Kind: t.Kind, Status: t.Status, Attempts: t.Attempts, Retries: t.Retries,
+		MaxRetries: t.MaxRetries, Priority: t.Priority, DependsOn: t.DependsOn, Worker: t.Worker,
+		StartedAt: t.StartedAt, FinishedAt: t.FinishedAt, RetryAt: t.RetryAt, DurationMs: t.DurationMs,
+		ExitCode: t.ExitCode, Error: t.Error, OutputTail: t.OutputTail, Event: t.Event, Cascade: t.Cascade,
+		Cause: t.Cause, Outputs: t.Outputs, HistoryOmitted: t.HistoryOmitted, Waiting: t.Waiting,
+		TriggerRule: t.TriggerRule, When: t.When, Role: t.Role, Skipped: t.Skipped, Spec: t.Spec}
+	if len(t.History) > 0 {
+		w.History = make([]apitypes.Attempt, len(t.History))
+		for i, h := range t.History {
+			w.History[i] = apitypes.Attempt(h)
+		}
+	}
+	return w
+}
