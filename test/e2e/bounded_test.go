@@ -46,7 +46,9 @@ import (
 // record in etcd stays small, its texts cut and marked; the API and
 // `orion get task` still say how many attempts there were.
 func TestOversizedResultsAreCutWhereTheyEnter(t *testing.T) {
-	n := newNode(t, "--slots", "8")
+	// The replica's own slots run every task but the liar's: a task with no
+	// pool could go to the liar, which would answer for it.
+	n := newNode(t, "--slots", "8", "--labels", "pool=main")
 	n.start()
 
 	endpoint := statusLineServer(t)
@@ -68,7 +70,7 @@ func TestOversizedResultsAreCutWhereTheyEnter(t *testing.T) {
 	submitGood := func(i int) {
 		defer wg.Done()
 		id := fmt.Sprintf("good-%d", i)
-		body := fmt.Sprintf("id: %s\nname: good\ntasks:\n- {id: a, command: 'echo %d'}\n- {id: b, kind: noop, depends_on: [a]}\n", id, i)
+		body := fmt.Sprintf("id: %s\nname: good\ntasks:\n- {id: a, pool: main, command: 'echo %d'}\n- {id: b, pool: main, kind: noop, depends_on: [a]}\n", id, i)
 		if code, out := n.do("POST", "/api/v1/dags", "application/yaml", []byte(body)); code != 201 {
 			t.Errorf("good DAG %s beside the oversized ones: %d %s", id, code, out)
 			return
@@ -84,10 +86,10 @@ func TestOversizedResultsAreCutWhereTheyEnter(t *testing.T) {
 	n.submit(fmt.Sprintf(`id: status
 name: status
 tasks:
-- {id: huge, kind: http, url: "%[1]s/huge", max_retries: 1}
-- {id: long, kind: http, url: "%[1]s/long", max_retries: 0}
+- {id: huge, pool: main, kind: http, url: "%[1]s/huge", max_retries: 1}
+- {id: long, pool: main, kind: http, url: "%[1]s/long", max_retries: 0}
 `, endpoint))
-	n.submit(fmt.Sprintf("id: longurl\nname: longurl\ntasks:\n- {id: a, kind: http, url: %q, max_retries: 15}\n", longURL))
+	n.submit(fmt.Sprintf("id: longurl\nname: longurl\ntasks:\n- {id: a, pool: main, kind: http, url: %q, max_retries: 15}\n", longURL))
 	n.submit("id: evil\nname: evil\ntasks:\n- {id: ok, kind: noop, pool: evil}\n- {id: bad, kind: noop, pool: evil, max_retries: 0}\n")
 	for i := 10; i < 20; i++ {
 		wg.Add(1)
