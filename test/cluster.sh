@@ -228,7 +228,12 @@ check_alive() {
 }
 
 etcd_healthy() { curl -sf --max-time 2 "$(client_url "$1")/health" 2>/dev/null | grep -q '"health":"true"'; }
-server_ready() { curl -sf --max-time 2 -o /dev/null "$(api_url "$1")/readyz"; }
+# A replica started with --tls-cert-file serves https: readiness is asked
+# either way (-k: this only asks whether it answers, not whom to trust).
+server_ready() {
+	local u; u=$(api_url "$1")
+	curl -sf --max-time 2 -o /dev/null "$u/readyz" 2>/dev/null || curl -sfk --max-time 2 -o /dev/null "${u/http:/https:}/readyz"
+}
 
 # wait_for PROBE WHAT NAME...: poll PROBE NAME for every NAME until all pass.
 wait_for() {
@@ -247,7 +252,10 @@ wait_for() {
 	done
 }
 
-cluster_json() { curl -sf --max-time 3 "$(api_url "$1")/api/v1/cluster" 2>/dev/null; }
+cluster_json() {
+	local u; u=$(api_url "$1")
+	curl -sf --max-time 3 "$u/api/v1/cluster" 2>/dev/null || curl -sfk --max-time 3 "${u/http:/https:}/api/v1/cluster" 2>/dev/null
+}
 
 # json_field FIELD reads JSON on stdin: FIELD is "leader" or "role" (this
 # replica's role).
