@@ -29,7 +29,7 @@ func (d *dagRun) summary() DAGSummary {
 		}
 	}
 	return DAGSummary{ID: d.id, Name: d.rec.Name, Status: d.rec.Status, Run: d.rec.Run,
-		SubmittedAt: d.rec.SubmittedAt, FinishedAt: d.rec.FinishedAt, TaskCount: len(d.tasks), Counts: counts,
+		SubmittedAt: d.rec.SubmittedAt, FinishedAt: d.rec.FinishedAt, TaskCount: len(d.tasks) + d.instances, Counts: counts,
 		CancelRequested: d.rec.CancelRequested}
 }
 
@@ -38,12 +38,13 @@ var roleNames = [numRoles]string{roleTask: "task", roleHandler: "handler", roleN
 
 func (t *task) view() TaskView {
 	s := t.spec()
-	v := TaskView{ID: s.ID, Kind: s.Kind, Status: t.status, Attempts: t.attempt(), Retries: t.retries(),
+	v := TaskView{ID: t.id(), Kind: s.Kind, Status: t.status, Attempts: t.attempt(), Retries: t.retries(),
 		MaxRetries: s.MaxRetries, Priority: s.Priority, DependsOn: s.DependsOn, Spec: *s,
 		TriggerRule: s.Rule(), When: s.When, Role: roleNames[t.dag.role(t.idx)]}
 	if t.status == Skipped && t.rec != nil {
 		v.Skipped = t.rec.Event
 	}
+	t.mapView(&v)
 	if v.DependsOn == nil {
 		v.DependsOn = []string{}
 	}
@@ -166,6 +167,7 @@ func (c *Core) Dump() string {
 			}
 			b.WriteByte('\n')
 		}
+		dumpGroups(&b, d)
 	}
 	if len(c.poolRunning) > 0 {
 		fmt.Fprintf(&b, "pools running:")
