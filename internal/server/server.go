@@ -351,6 +351,7 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 		RateLimit:     cfg.RateLimit,
 		MaxBodyBytes:  cfg.MaxBodyBytes,
 		MaxTasks:      cfg.MaxTasksPerDAG,
+		MaxItems:      cfg.MaxItems,
 		WriteTimeout:  cfg.WriteTimeout,
 		Cluster:       info,
 		LeaderView:    view,
@@ -398,7 +399,8 @@ func Start(ctx context.Context, cfg config.Server, log *zap.Logger, opts ...Opti
 // coreConfig is the scheduling policy the settings give.
 func coreConfig(cfg config.Server) core.Config {
 	return core.Config{RetryBase: cfg.RetryBase, RetryCap: cfg.RetryCap, OrphanGrace: cfg.OrphanGrace, PoolLimits: cfg.PoolLimits,
-		MaxOutputBytes: cfg.MaxOutputBytes, MaxLiveDAGs: cfg.MaxLiveDAGs, MaxLiveTasks: cfg.MaxLiveTasks}
+		MaxOutputBytes: cfg.MaxOutputBytes, MaxLiveDAGs: cfg.MaxLiveDAGs, MaxLiveTasks: cfg.MaxLiveTasks,
+		MaxItems: cfg.MaxItems, MaxItemsBytes: maxItemsBytes(cfg)}
 }
 
 // setLimitGauges publishes the global limits beside the counts they bound.

@@ -235,6 +235,49 @@ func (s *server) getTask(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// listInstances answers a page of a map group's instances.
+func (s *server) listInstances(w http.ResponseWriter, r *http.Request) {
+	id, taskID := r.PathValue("id"), r.PathValue("task")
+	var page [2]int // offset, limit
+	for i, name := range []string{"offset", "limit"} {
+		if v := r.URL.Query().Get(name); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				kit.WriteError(w, http.StatusBadRequest, apitypes.CodeBadRequest, fmt.Sprintf("%s %q is not a non-negative integer", name, v), nil)
+				return
+			}
+			page[i] = n
+		}
+	}
+	var (
+		list   *core.InstanceList
+		dagNil bool
+		task   bool
+	)
+	err := s.query(r, func(c *core.Core) {
+		if list, _ = c.Instances(id, taskID, page[0], page[1]); list != nil {
+			list.Revision = c.Rev()
+			return
+		}
+		_, ok := c.Summary(id)
+		dagNil = !ok
+		tv, _ := c.Task(id, taskID)
+		task = tv != nil
+	})
+	switch {
+	case err != nil:
+		s.fail(w, r, err)
+	case list != nil:
+		kit.WriteJSON(w, http.StatusOK, list)
+	case dagNil:
+		kit.WriteError(w, http.StatusNotFound, apitypes.CodeNotFound, "no DAG "+id, nil)
+	case task:
+		kit.WriteError(w, http.StatusNotFound, apitypes.CodeNotFound, fmt.Sprintf("task %s of DAG %s is not a map group (it has no for_each)", taskID, id), nil)
+	default:
+		kit.WriteError(w, http.StatusNotFound, apitypes.CodeNotFound, fmt.Sprintf("DAG %s has no task %s", id, taskID), nil)
+	}
+}
+
 func (s *server) taskLog(w http.ResponseWriter, r *http.Request) {
 	attempt := 0
 	if v := r.URL.Query().Get("attempt"); v != "" {
