@@ -320,9 +320,6 @@ func (c *Core) evalItems(t *task) (json.RawMessage, error) {
 	if !ok {
 		return nil, fmt.Errorf("%s is %s, not an array", p.Source(), describeValue(v))
 	}
-	if len(list) > c.cfg.MaxItems {
-		return nil, fmt.Errorf("yields %d items; the limit is %d (max_items)", len(list), c.cfg.MaxItems)
-	}
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
