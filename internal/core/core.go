@@ -201,6 +201,9 @@ type task struct {
 	// was in flight: a cancellation applied next needs no clean-up.
 	homeless, handingOver, ended bool
 	awaiting                     bool // leader: in its DAG's awaiting list
+	// expanding: leader: the instances of this group's expansion in
+	// flight, counted in Core.pendingLive until its record applies.
+	expanding int32
 
 	// grp is the map group of a mapped instance (nil for any other task),
 	// ii its index in it and iid its id, "process[3]" (mapgroup.go). An
@@ -322,6 +325,9 @@ func (c *Core) applyDelete(e *Entry) {
 		if c.leader && t.early != nil {
 			c.cancelEarly(t) // its dispatch record now cannot apply
 		}
+		if c.leader {
+			c.settleExpansion(t)
+		}
 		if c.leader && t.status == Running && t.rec != nil {
 			c.releaseAttempt(t.attemptID(), t.rec.Worker)
 			if !isGroup(t) {
@@ -355,16 +361,20 @@ func (c *Core) applyDAG(e *Entry) error {
 		c.dags[e.DAG] = d
 		c.live.add(d, 1)
 		c.counts[Pending] += len(d.tasks)
+		if c.leader {
+			// Counted live now: before its tasks become ready, which may
+			// propose a map group's expansion that counts the live tasks.
+			if p := c.pendingSubmit[e.DAG]; p != nil {
+				delete(c.pendingSubmit, e.DAG)
+				c.pendingLive.subSpec(&p.DAG)
+			}
+		}
 		for i := range d.tasks[:d.nTasks] {
 			if t := &d.tasks[i]; len(d.deps[i]) == 0 {
 				c.setStatus(t, Ready) // no dependency: every rule says run
 			}
 		}
 		if c.leader {
-			if p := c.pendingSubmit[e.DAG]; p != nil {
-				delete(c.pendingSubmit, e.DAG)
-				c.pendingLive.subSpec(&p.DAG)
-			}
 			c.reconcileDAG(d)
 		}
 		return nil

@@ -154,6 +154,7 @@ func (c *Core) StepDown() {
 			t.inflight, t.dispatching, t.stash, t.reserved, t.queued, t.cls = false, false, nil, nil, false, nil
 			t.early = nil
 			t.homeless, t.handingOver, t.ended = false, false, false
+			t.expanding = 0 // pendingLive is reset above
 		})
 		for _, g := range d.groups {
 			g.reserved, g.cls = 0, nil
@@ -1157,6 +1158,7 @@ func (c *Core) afterTaskApplied(t *task, from Status, prev *TaskRecord) {
 		return
 	}
 	t.inflight = false
+	c.settleExpansion(t)
 	ended := t.ended
 	t.ended = false
 	early := t.early != nil

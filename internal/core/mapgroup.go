@@ -285,6 +285,12 @@ func (c *Core) expandGroup(t *task) {
 			}
 		}
 	}
+	if d.groups[t.idx] == nil {
+		// Counted with the live tasks until the record applies, so that
+		// expansions proposed together cannot overshoot max_live_tasks.
+		t.expanding = int32(n)
+		c.pendingLive.tasks += n
+	}
 	rec := c.nextRecord(t)
 	rec.Status, rec.Event, rec.Outcome = Running, EventExpand, ""
 	rec.Attempt = t.attempt() + 1
@@ -292,6 +298,15 @@ func (c *Core) expandGroup(t *task) {
 	rec.Worker, rec.ExitCode, rec.Error, rec.OutputTail, rec.RetryAt, rec.FinishedAt = "", nil, "", "", nil, nil
 	rec.StartedAt = timePtr(c.now)
 	c.proposeTask(t, rec)
+}
+
+// settleExpansion ends the pending count of t's expansion: its record (or
+// another) applied, or its DAG is gone.
+func (c *Core) settleExpansion(t *task) {
+	if t.expanding > 0 {
+		c.pendingLive.tasks -= int(t.expanding)
+		t.expanding = 0
+	}
 }
 
 // evalItems evaluates a group's for_each over the committed state: the
