@@ -41,6 +41,9 @@ with Orion's own CPU per step (the process's, the task processes
 excluded), (e) memory and etcd space per retained task, (f) the cost of
 one output round trip: a shell chain whose every step publishes an output
 the next one reads, against plain shell chains before and after it, (g)
+run-time fan-out: a task publishes --fanout items and a map group of noop
+tasks runs one per item, timed from the producer's success to the
+expansion committed, the last instance dispatched and all completed, (h)
 dispatch latency ready → start at a fixed offered load.
 
 With --server (and --etcd-endpoints) bench measures a RUNNING cluster
@@ -48,7 +51,7 @@ instead: (a) on the cluster's own members (keys under /orion-bench/,
 deleted after), then (b), (c), (d) (the floor runs here: it means
 something when the workers run on this host; CPU is read from each
 replica's and etcd member's /metrics; workers serve none), the etcd
-space of (e), and (f). The workers' slots bound how many noop
+space of (e), (f) and (g). The workers' slots bound how many noop
 attempts are in flight; bench prints them. The DAGs it submits stay in the
 cluster (ids bench-<time>-*).
 
@@ -65,7 +68,7 @@ last line of --json output is one JSON object.`,
 			if servers != "" || etcdEndpoints != "" {
 				return runClusterBench(ctx, cmd, bench.ClusterOptions{
 					Servers: bench.SplitURLs(servers), EtcdEndpoints: bench.SplitURLs(etcdEndpoints),
-					Tasks: o.Tasks, DAGSize: o.DAGSize, Chain: o.Chain, ShellChain: o.ShellChain, Submitters: submitters,
+					Tasks: o.Tasks, DAGSize: o.DAGSize, Chain: o.Chain, ShellChain: o.ShellChain, FanOut: o.FanOut, Submitters: submitters,
 					EtcdFor: o.EtcdFor, Timeout: timeout, Keep: keep,
 				}, asJSON)
 			}
@@ -86,6 +89,7 @@ last line of --json output is one JSON object.`,
 	f.IntVar(&o.DAGSize, "dag-size", 1000, "tasks per DAG in the throughput phase")
 	f.IntVar(&o.Chain, "chain", 1000, "length of the chain phase")
 	f.IntVar(&o.ShellChain, "shell-chain", bench.DefaultShellChain, "length of the shell chain phase (each step runs `true`; the floor runs /bin/sh -c true as many times)")
+	f.IntVar(&o.FanOut, "fanout", bench.DefaultFanOut, "mapped noop tasks of the fan-out phase (a for_each over a task's output; -1: no fan-out phase)")
 	f.IntVar(&o.Rate, "rate", 2000, "offered load in tasks/s for the dispatch-latency phase")
 	f.DurationVar(&o.LatencyFor, "latency-for", 5e9, "how long the dispatch-latency phase offers load")
 	f.DurationVar(&o.EtcdFor, "etcd-for", 3e9, "how long each raw etcd phase runs")

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/orion-sched/orion/internal/client"
+	"github.com/orion-sched/orion/internal/http/apitypes"
 	"github.com/orion-sched/orion/internal/model"
 )
 
@@ -23,7 +24,10 @@ handlers or notifications gets a RULE column: the task's trigger rule (and
 "when" if it has a condition), or what a handler or notification is; a
 skipped task says why (condition, trigger_rule, not_needed). The DAG's
 parameters are listed with the values its runs use, and a scheduled run's
-tick and data interval. 'orion get task' shows a task's outputs.`,
+tick and data interval. 'orion get task' shows a task's outputs. A map
+group (a task with for_each) is one line with its instances' counts by
+status; 'orion get task DAG GROUP' lists its instances a page at a time
+(--offset, --limit), and 'orion get task DAG "GROUP[3]"' shows one.`,
 		Example: `  orion get dag 20260102-150405-a1b2c3
   orion get dag nightly-etl -o json`,
 		Args: cobra.ExactArgs(1),
@@ -52,7 +56,11 @@ tick and data interval. 'orion get task' shows a task's outputs.`,
 			row(hw, "Submitted:", formatTime(&d.SubmittedAt))
 			row(hw, "Finished:", formatTime(d.FinishedAt))
 			row(hw, "Duration:", dagDuration(&d.DAGSummary))
-			row(hw, "Tasks:", fmt.Sprintf("%d (%s)", len(d.Tasks), formatCounts(d.Counts)))
+			tasks := fmt.Sprint(len(d.Tasks))
+			if n := mappedInstances(d.Tasks); n > 0 {
+				tasks += fmt.Sprintf(" and %d mapped instances", n)
+			}
+			row(hw, "Tasks:", fmt.Sprintf("%s (%s)", tasks, formatCounts(d.Counts)))
 			if s := d.Scheduled; s != nil {
 				row(hw, "Scheduled:", fmt.Sprintf("%s, tick %s (interval %s to %s)", s.Schedule,
 					s.Tick.UTC().Format(time.RFC3339), s.IntervalStart.UTC().Format(time.RFC3339), s.IntervalEnd.UTC().Format(time.RFC3339)))
@@ -84,6 +92,9 @@ tick and data interval. 'orion get task' shows a task's outputs.`,
 				if t.Skipped != "" {
 					status += " (" + t.Skipped + ")"
 				}
+				if m := t.Map; m != nil && (m.Expanded || t.Status == client.StatusPending || t.Status == client.StatusReady) {
+					status += " " + mapText(m)
+				}
 				cells := []string{t.ID, string(t.Kind), status, fmt.Sprint(t.Attempts), t.Worker,
 					taskDuration(t), exitCode(t.ExitCode), errText}
 				if rules {
@@ -94,6 +105,26 @@ tick and data interval. 'orion get task' shows a task's outputs.`,
 			return tw.Flush()
 		},
 	}
+}
+
+// mapText is a map group's line: its instances by status, or that its
+// items are not known yet.
+func mapText(m *apitypes.MapGroup) string {
+	if !m.Expanded {
+		return "(map: not expanded yet)"
+	}
+	return fmt.Sprintf("(map of %d: %s)", m.Count, formatCounts(m.Counts))
+}
+
+// mappedInstances counts the instances of the DAG's map groups.
+func mappedInstances(tasks []client.Task) int {
+	n := 0
+	for i := range tasks {
+		if m := tasks[i].Map; m != nil {
+			n += m.Count
+		}
+	}
+	return n
 }
 
 // hasRules reports whether any task runs by something else than "all its

@@ -14,15 +14,20 @@ import (
 )
 
 func newGetTaskCmd() *cobra.Command {
-	return &cobra.Command{
+	var offset, limit int
+	cmd := &cobra.Command{
 		Use:   "task DAG/TASK",
 		Short: "Show one task in detail",
 		Long: `Show one task: its spec, its latest attempt, the tail of its output and
 the history of earlier attempts, and the outputs it published with its
 success (with -o json, as their JSON values). The task is named DAG/TASK or
-DAG TASK.`,
+DAG TASK. A map group (a task with for_each) lists its instances, a page at
+a time (--offset, --limit); an instance is named GROUP[INDEX] (quote it for
+the shell).`,
 		Example: `  orion get task 20260102-150405-a1b2c3/extract
-  orion get task nightly-etl load -o json`,
+  orion get task nightly-etl load -o json
+  orion get task nightly-etl process --offset 100 --limit 50
+  orion get task nightly-etl 'process[3]'`,
 		Args: taskRefArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			dagID, taskID, _ := splitTaskRef(args)
@@ -35,12 +40,50 @@ DAG TASK.`,
 				return err
 			}
 			out := cmd.OutOrStdout()
+			var page *client.InstanceList
+			if t.Map != nil && t.Map.Expanded {
+				if page, err = c.Instances(cmd.Context(), dagID, taskID, offset, limit); err != nil {
+					return err
+				}
+			}
 			if g.output == outputJSON {
+				if page != nil {
+					return printJSON(out, struct {
+						*client.Task
+						Instances *client.InstanceList `json:"instances"`
+					}{t, page})
+				}
 				return printJSON(out, t)
 			}
-			return printTask(out, dagID, t)
+			if err := printTask(out, dagID, t); err != nil {
+				return err
+			}
+			if page != nil {
+				return printInstances(out, page)
+			}
+			return nil
 		},
 	}
+	cmd.Flags().IntVar(&offset, "offset", 0, "a map group's first instance listed")
+	cmd.Flags().IntVar(&limit, "limit", 20, "how many of a map group's instances to list (at most 1000)")
+	return cmd
+}
+
+// printInstances lists a page of a map group's instances.
+func printInstances(out io.Writer, page *client.InstanceList) error {
+	last := page.Offset + len(page.Instances)
+	fmt.Fprintf(out, "\nInstances %d to %d of %d:\n", page.Offset, max(last-1, page.Offset), page.Total)
+	tw := newTable(out)
+	row(tw, "INSTANCE", "STATUS", "ATTEMPTS", "WORKER", "DURATION", "EXIT", "ITEM", "ERROR")
+	for i := range page.Instances {
+		t := &page.Instances[i]
+		item := ""
+		if t.Instance != nil {
+			item = truncate(string(t.Instance.Item), 40)
+		}
+		row(tw, t.ID, t.Status, fmt.Sprint(t.Attempts), t.Worker, taskDuration(t), exitCode(t.ExitCode), item, truncate(t.Error, 60))
+	}
+	return tw.Flush()
 }
 
 func printTask(out io.Writer, dagID string, t *client.Task) error {
@@ -99,6 +142,12 @@ func printTask(out io.Writer, dagID string, t *client.Task) error {
 	}
 	if t.Event != "" {
 		row(hw, "Last event:", t.Event)
+	}
+	if m := t.Map; m != nil {
+		row(hw, "Map:", mapText(m))
+	}
+	if in := t.Instance; in != nil {
+		row(hw, "Instance:", fmt.Sprintf("%d of map group %s, item %s", in.Index, in.Group, truncate(string(in.Item), 200)))
 	}
 	if err := hw.Flush(); err != nil {
 		return err

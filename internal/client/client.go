@@ -466,6 +466,24 @@ func (c *Client) GetTask(ctx context.Context, dagID, taskID string) (*Task, erro
 	return &out, nil
 }
 
+// Instances returns a page of a map group's instances, from offset, at
+// most limit (0: the server's default page).
+func (c *Client) Instances(ctx context.Context, dagID, taskID string, offset, limit int) (*InstanceList, error) {
+	if err := errors.Join(need("dag id", dagID), need("task id", taskID)); err != nil {
+		return nil, err
+	}
+	q := url.Values{}
+	q.Set("offset", strconv.Itoa(offset))
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	var out InstanceList
+	if err := c.getJSON(ctx, taskPath(dagID, taskID)+"/instances?"+q.Encode(), &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // TaskLog copies a task's log to w. attempt 0 means the latest attempt.
 // Retries happen only until the log starts streaming.
 func (c *Client) TaskLog(ctx context.Context, dagID, taskID string, attempt int, w io.Writer) error {

@@ -18,6 +18,8 @@ type (
 	DAG = apitypes.DAG[string, string]
 	// Task answers GET /api/v1/dags/{id}/tasks/{task}.
 	Task = apitypes.Task[string]
+	// InstanceList answers GET /api/v1/dags/{id}/tasks/{task}/instances.
+	InstanceList = apitypes.InstanceList[string]
 	// Attempt is one finished attempt in a task's history.
 	Attempt = apitypes.Attempt
 	// ActionResponse answers POST .../cancel and .../retry.

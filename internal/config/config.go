@@ -83,6 +83,7 @@ type Server struct {
 	MaxTasksPerDAG       int            `mapstructure:"max_tasks_per_dag" json:"max_tasks_per_dag"`
 	MaxBodyBytes         int64          `mapstructure:"max_body_bytes" json:"max_body_bytes"`
 	MaxOutputBytes       int            `mapstructure:"max_output_bytes" json:"max_output_bytes"`
+	MaxItems             int            `mapstructure:"max_items" json:"max_items"`
 	RetryBase            time.Duration  `mapstructure:"retry_base" json:"retry_base"`
 	RetryCap             time.Duration  `mapstructure:"retry_cap" json:"retry_cap"`
 	OrphanGrace          time.Duration  `mapstructure:"orphan_grace" json:"orphan_grace"`
@@ -171,6 +172,7 @@ var serverFlags = []Flag{
 	{"max-tasks-per-dag", 1000, "largest DAG accepted"},
 	{"max-body-bytes", int64(1 << 20), "largest request body accepted"},
 	{"max-output-bytes", model.DefaultMaxOutputBytes, "most a task's outputs may take, as JSON (names and values); over it the attempt fails. A task record holds them: etcd-max-request-bytes must leave room (checked at start)"},
+	{"max-items", model.DefaultMaxItems, "most instances a map group (for_each) expands to; more fail the group with a message naming the bound"},
 	{"retry-base", time.Second, "retry backoff base: retry n waits min(base*2^n, cap)"},
 	{"retry-cap", 30 * time.Second, "retry backoff cap"},
 	{"orphan-grace", 5 * time.Second, "how long a new leader waits for a worker to report a running attempt before re-queuing it (at least a worker's reconnect bound, 4.5s, or a live worker's task may run twice)"},
@@ -399,6 +401,9 @@ func (s Server) Validate() error {
 	}
 	if s.MaxConnsPerClient < 1 {
 		errs = append(errs, fmt.Errorf("max_conns_per_client %d: must be ≥ 1", s.MaxConnsPerClient))
+	}
+	if s.MaxItems < 1 || s.MaxItems > model.MaxMaxItems {
+		errs = append(errs, fmt.Errorf("max_items %d: must be 1 to %d", s.MaxItems, model.MaxMaxItems))
 	}
 	if s.MaxOutputBytes < 1<<10 || s.MaxOutputBytes > model.MaxMaxOutputBytes {
 		errs = append(errs, fmt.Errorf("max_output_bytes %d: must be 1024 to %d", s.MaxOutputBytes, model.MaxMaxOutputBytes))

@@ -12,6 +12,7 @@
 package core
 
 import (
+	"encoding/json"
 	"fmt"
 	"sort"
 	"time"
@@ -37,6 +38,13 @@ type Config struct {
 	// either is refused (limits.go). 0: no bound.
 	MaxLiveDAGs  int
 	MaxLiveTasks int
+	// MaxItems bounds a map group's instances (default
+	// model.DefaultMaxItems) and MaxItemsBytes its items as its record
+	// holds them (default 1 MiB; the server derives it from
+	// etcd_max_request_bytes): an expansion past either fails its group
+	// for good (mapgroup.go).
+	MaxItems      int
+	MaxItemsBytes int
 }
 
 func (c Config) withDefaults() Config {
@@ -51,6 +59,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxOutputBytes <= 0 {
 		c.MaxOutputBytes = model.DefaultMaxOutputBytes
+	}
+	if c.MaxItems <= 0 {
+		c.MaxItems = model.DefaultMaxItems
+	}
+	if c.MaxItemsBytes <= 0 {
+		c.MaxItemsBytes = DefaultMaxItemsBytes
 	}
 	return c
 }
@@ -149,6 +163,14 @@ type dagRun struct {
 	tpls    []*taskTemplates         // compiled templates by task, built at first dispatch
 	params  map[string]any           // the parameters, decoded
 	outputs map[int32]decodedOutputs // tasks' outputs, decoded
+
+	// Map groups (mapgroup.go): the expanded groups by task index, with
+	// their instances, and how many groups are running (expanded, not
+	// ended), which max_active_tasks does not count.
+	forEach       map[int32]*expr.Program // leader: compiled for_each expressions, by task
+	groups        map[int32]*group
+	groupsRunning int32
+	instances     int // instances of all groups: live counts them with the DAG's tasks
 }
 
 type task struct {
@@ -179,6 +201,17 @@ type task struct {
 	// was in flight: a cancellation applied next needs no clean-up.
 	homeless, handingOver, ended bool
 	awaiting                     bool // leader: in its DAG's awaiting list
+	// expanding: leader: the instances of this group's expansion in
+	// flight, counted in Core.pendingLive until its record applies.
+	expanding int32
+
+	// grp is the map group of a mapped instance (nil for any other task),
+	// ii its index in it and iid its id, "process[3]" (mapgroup.go). An
+	// instance's idx is its group's: it shares the group's spec, role and
+	// templates, never its dependencies.
+	grp *group
+	ii  int32
+	iid string
 }
 
 func (t *task) spec() *model.Task {
@@ -188,7 +221,12 @@ func (t *task) spec() *model.Task {
 	return &t.dag.rec.Tasks[t.idx]
 }
 
-func (t *task) id() string { return t.spec().ID }
+func (t *task) id() string {
+	if t.grp != nil {
+		return t.iid
+	}
+	return t.spec().ID
+}
 
 // attempt is the number of the latest attempt, 0 before the first.
 func (t *task) attempt() int {
@@ -274,8 +312,7 @@ func (c *Core) applyDelete(e *Entry) {
 	if d == nil {
 		return
 	}
-	for i := range d.tasks {
-		t := &d.tasks[i]
+	d.each(func(t *task) {
 		c.counts[t.status]--
 		c.countRunning(t, t.status, Pending)
 		if t.dispatching {
@@ -288,11 +325,16 @@ func (c *Core) applyDelete(e *Entry) {
 		if c.leader && t.early != nil {
 			c.cancelEarly(t) // its dispatch record now cannot apply
 		}
+		if c.leader {
+			c.settleExpansion(t)
+		}
 		if c.leader && t.status == Running && t.rec != nil {
 			c.releaseAttempt(t.attemptID(), t.rec.Worker)
-			c.effects = append(c.effects, Effect{Kind: EffectCancel, Worker: t.rec.Worker, ID: t.attemptID()})
+			if !isGroup(t) {
+				c.effects = append(c.effects, Effect{Kind: EffectCancel, Worker: t.rec.Worker, ID: t.attemptID()})
+			}
 		}
-	}
+	})
 	if d.rec.Status == DAGRunning {
 		c.live.add(d, -1) // deleted by hand while running
 	}
@@ -319,16 +361,20 @@ func (c *Core) applyDAG(e *Entry) error {
 		c.dags[e.DAG] = d
 		c.live.add(d, 1)
 		c.counts[Pending] += len(d.tasks)
+		if c.leader {
+			// Counted live now: before its tasks become ready, which may
+			// propose a map group's expansion that counts the live tasks.
+			if p := c.pendingSubmit[e.DAG]; p != nil {
+				delete(c.pendingSubmit, e.DAG)
+				c.pendingLive.subSpec(&p.DAG)
+			}
+		}
 		for i := range d.tasks[:d.nTasks] {
 			if t := &d.tasks[i]; len(d.deps[i]) == 0 {
 				c.setStatus(t, Ready) // no dependency: every rule says run
 			}
 		}
 		if c.leader {
-			if p := c.pendingSubmit[e.DAG]; p != nil {
-				delete(c.pendingSubmit, e.DAG)
-				c.pendingLive.subSpec(&p.DAG)
-			}
 			c.reconcileDAG(d)
 		}
 		return nil
@@ -351,19 +397,21 @@ func (c *Core) applyDAG(e *Entry) error {
 			c.settleRetry(d)
 			d.inflight = false
 			if requested {
-				for i := range d.tasks[:d.nTasks] {
-					c.reconcileTask(&d.tasks[i])
-				}
+				d.each(func(t *task) {
+					if t.idx < d.nTasks {
+						c.reconcileTask(t)
+					}
+				})
 			}
 			// The queues dropped the DAG's ready tasks while its record
 			// was in flight (dispatchable), and their conditions wait
 			// for it (conditionDue): those that may still run, its
 			// handlers and notifications, go back.
-			for i := range d.tasks {
-				if t := &d.tasks[i]; dispatchable(t) {
+			d.each(func(t *task) {
+				if dispatchable(t) {
 					c.becameReady(t)
 				}
-			}
+			})
 			c.reconcileDAG(d)
 		}
 		return nil
@@ -418,8 +466,15 @@ func (c *Core) applyDAG(e *Entry) error {
 		// A cancellation cancels every unfinished task; a retry may find
 		// tasks its rules skip (or fail) at once.
 		if to == DAGCancelled || to == DAGRunning {
-			for i := range d.tasks {
-				c.reconcileTask(&d.tasks[i])
+			d.each(c.reconcileTask)
+		}
+		if to == DAGRunning {
+			// A map group made ready by the retry was looked at while the
+			// retry's record was in flight: it expands now.
+			for i := range d.tasks[:d.nTasks] {
+				if t := &d.tasks[i]; isGroup(t) && dispatchable(t) {
+					c.becameReady(t)
+				}
 			}
 		}
 		c.reconcileDAG(d)
@@ -431,9 +486,11 @@ func (c *Core) applyDAG(e *Entry) error {
 // back to pending, keeping its attempt counter so attempt ids never repeat;
 // so do its handlers and notifications, which run at each end.
 func (c *Core) resetForRetry(d *dagRun) {
+	// A map group's instances are kept as they ended, with their items:
+	// those that did not succeed run again when the group expands again
+	// (mapgroup.go), and not if it does not.
 	for i := range d.tasks {
-		t := &d.tasks[i]
-		if t.status != Succeeded || t.idx >= d.nTasks {
+		if t := &d.tasks[i]; t.status != Succeeded || t.idx >= d.nTasks {
 			c.setStatus(t, Pending)
 		}
 	}
@@ -517,16 +574,20 @@ func (c *Core) applyTask(e *Entry) error {
 	if d == nil {
 		return applyErr(e, "unknown DAG")
 	}
-	i, ok := d.index[e.Task]
-	if !ok {
+	t := d.find(e.Task)
+	if t == nil {
 		return applyErr(e, "DAG has no task %q", e.Task)
 	}
 	rec := e.T
 	if rec == nil {
 		return applyErr(e, "task entry without a record")
 	}
-	t := &d.tasks[i]
-	if err := c.checkTask(e, t); err != nil {
+	err := c.checkTask(e, t)
+	var items []json.RawMessage
+	if err == nil && isGroup(t) {
+		items, err = c.checkExpand(e, t)
+	}
+	if err != nil {
 		if c.leader && t.isEarly(rec) {
 			c.refusedEarly(t)
 		}
@@ -536,6 +597,9 @@ func (c *Core) applyTask(e *Entry) error {
 	prev := t.rec
 	t.rec = rec
 	c.setStatus(t, to)
+	if items != nil {
+		c.expanded(t, items)
+	}
 	if to.Terminal() {
 		c.ended(t)
 	}
@@ -608,6 +672,9 @@ func (c *Core) setStatus(t *task, s Status) {
 	case !s.Terminal() && wasTerminal:
 		d.remaining++
 	}
+	if t.grp != nil && s.Terminal() && !wasTerminal {
+		c.instanceEnded(t)
+	}
 	if s == Ready && c.leader {
 		// Only the leader dispatches; a standby's queue would only grow.
 		// BecomeLeader queues every ready task.
@@ -644,6 +711,24 @@ func (c *Core) Restore(rev int64, dags, tasks []Entry) []error {
 			c.live.add(d, 1)
 		}
 	}
+	// The DAG's own tasks first, then the instances of the groups their
+	// records expanded (mapgroup.go), whatever order the keys came in.
+	var instances []*Entry
+	restore := func(e *Entry, t *task) {
+		d := t.dag
+		t.rec = e.T
+		s := e.T.Status
+		switch {
+		case t.grp != nil:
+			// Reset only by its group's expansion in this run.
+			if g := &d.tasks[t.idx]; e.T.Run < d.rec.Run && s != Succeeded && g.rec != nil && g.rec.Expanded == d.rec.Run {
+				s = Pending
+			}
+		case e.T.Run < d.rec.Run && (s != Succeeded || t.idx >= d.nTasks):
+			s = Pending // reset by the DAG's retry
+		}
+		c.forceStatus(t, s)
+	}
 	for k := range tasks {
 		e := &tasks[k]
 		d := c.dags[e.DAG]
@@ -653,19 +738,44 @@ func (c *Core) Restore(rev int64, dags, tasks []Entry) []error {
 		}
 		i, ok := d.index[e.Task]
 		if !ok {
+			if _, _, inst := model.ParseInstanceID(e.Task); inst {
+				instances = append(instances, e)
+				continue
+			}
 			errs = append(errs, applyErr(e, "DAG has no task %q", e.Task))
 			continue
 		}
 		t := &d.tasks[i]
-		t.rec = e.T
-		s := e.T.Status
-		if e.T.Run < d.rec.Run && (s != Succeeded || t.idx >= d.nTasks) {
-			s = Pending // reset by the DAG's retry
+		if isGroup(t) && len(e.T.Items) > 0 {
+			items, err := splitItems(e.T.Items)
+			if err != nil || len(items) == 0 {
+				errs = append(errs, applyErr(e, "a map group's items do not read: %v", err))
+			} else {
+				c.materialize(t, e.T.Items, items)
+			}
 		}
-		c.forceStatus(t, s)
+		restore(e, t)
+	}
+	for _, e := range instances {
+		t := c.dags[e.DAG].instance(e.Task)
+		if t == nil {
+			errs = append(errs, applyErr(e, "DAG has no task %q", e.Task))
+			continue
+		}
+		restore(e, t)
 	}
 	for _, d := range c.dags {
 		c.recomputeReadiness(d)
+		for _, g := range d.groups {
+			if r := d.tasks[g.idx].rec; r == nil || r.Expanded != d.rec.Run {
+				continue // not expanded in this run (yet)
+			}
+			for i := range g.inst {
+				if it := &g.inst[i]; it.status == Pending {
+					c.setStatus(it, Ready) // as the expansion's apply made them
+				}
+			}
+		}
 	}
 	return errs
 }

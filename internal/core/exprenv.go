@@ -18,15 +18,29 @@ func (c *Core) exprEnv(t *task) expr.Env {
 	d := t.dag
 	env := expr.Env{Params: d.paramValues(), Index: -1,
 		DAG: map[string]any{"id": d.id, "run": d.rec.Run}, Run: d.rec.Scheduled.Env()}
+	if t.grp != nil {
+		env.Item, env.Index = t.item(), int(t.ii)
+	}
 	tt := d.templates(t)
-	var cond []string // the tasks t's `when:` names, once it is compiled
+	var cond []string // the tasks t's `when:` and for_each name, once compiled
 	if p := d.conds[t.idx]; p != nil {
 		cond = p.Refs().Tasks
+	}
+	if t.grp == nil && t.spec().ForEach.IsSet() {
+		if p := d.forEach[t.idx]; p != nil {
+			cond = append(cond[:len(cond):len(cond)], p.Refs().Tasks...)
+		}
 	}
 	if len(tt.tasks)+len(cond) > 0 {
 		env.Tasks = make(map[string]any, len(tt.tasks)+len(cond))
 		add := func(up *task) {
-			env.Tasks[up.id()] = map[string]any{"status": up.status.String(), "outputs": d.outputValues(up)}
+			var outputs any
+			if isGroup(up) {
+				outputs = d.groupOutputs(up)
+			} else {
+				outputs = d.outputValues(up)
+			}
+			env.Tasks[up.id()] = map[string]any{"status": up.status.String(), "outputs": outputs}
 		}
 		for _, j := range tt.tasks {
 			add(&d.tasks[j])
@@ -95,6 +109,9 @@ type taskTemplates struct {
 	rendered    *model.Task
 	renderedFor int
 	renderedRun int
+	// renderedTask is the task it was rendered for: a map group's
+	// instances share their group's templates (mapgroup.go).
+	renderedTask *task
 }
 
 // fieldTemplate is one templated field: "command", "env.NAME", ...

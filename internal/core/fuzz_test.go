@@ -1,6 +1,7 @@
 package core
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"testing"
@@ -60,6 +61,14 @@ var fuzzShapes = []model.DAG{
 	{Tasks: []model.Task{tk("a"), withRules(tk("b", "a"), model.AllFailed, "dag.run", false),
 		withRules(tk("c", "a", "b"), model.OneSuccess, "", true)},
 		OnSuccess: ptr(tk(model.OnSuccessID)), Notify: []model.Notification{{URL: "http://hook.test/"}}},
+	// Map groups: a literal, and one over an upstream's outputs.
+	{Tasks: []model.Task{tk("a"), withEach(tk("m", "a"), `["x","y"]`, 1), withEach(tk("n", "a"), `"{{ tasks.a.outputs.list }}"`, 0),
+		tk("b", "m", "n")}, OnExit: ptr(tk(model.OnExitID))},
+}
+
+func withEach(t model.Task, each string, maxActive int) model.Task {
+	t.ForEach, t.MaxActive = model.ForEach(each), maxActive
+	return t
 }
 
 func withRules(t model.Task, rule model.TriggerRule, when string, cont bool) model.Task {
@@ -74,7 +83,9 @@ func ptr(t model.Task) *model.Task { return &t }
 // panics today; turn it off to fuzz for anything else.
 var fuzzOtherSpecs = true
 
-var fuzzTaskIDs = []string{"a", "b", "c", "d", "zz", "on_failure", "on_exit", "notify[0]"}
+var fuzzTaskIDs = []string{"a", "b", "c", "d", "zz", "on_failure", "on_exit", "notify[0]", "m", "m[0]", "m[1]", "m[2]", "n", "n[0]"}
+
+var fuzzItems = []string{`["x","y"]`, `["x","y","z"]`, `[]`, `{}`, `[1`, ``}
 
 var fuzzDAGStatuses = []DAGStatus{DAGRunning, DAGSucceeded, DAGFailed, DAGCancelled, "paused"}
 
@@ -238,8 +249,8 @@ func fuzzTaskEntry(in *fuzzIn, c *Core) Entry {
 	attempt, run := 0, 1
 	if d := c.dags[id]; d != nil {
 		run = d.rec.Run
-		if i, ok := d.index[taskID]; ok {
-			attempt = d.tasks[i].attempt()
+		if t := d.find(taskID); t != nil {
+			attempt = t.attempt()
 		}
 	}
 	// Mostly what a leader would write, sometimes off by one.
@@ -256,6 +267,9 @@ func fuzzTaskEntry(in *fuzzIn, c *Core) Entry {
 		r.Cause = "a"
 	}
 	r.Retries = in.pick(3)
+	if status == Running && in.pick(2) == 0 {
+		r.Event, r.Items, r.Expanded = EventExpand, json.RawMessage(fuzzItems[in.pick(len(fuzzItems))]), r.Run
+	}
 	return Entry{DAG: id, Task: taskID, T: &r}
 }
 
@@ -278,8 +292,27 @@ func checkConsistent(t *testing.T, c *Core, after string) {
 		var byRole [numRoles][numStatuses]int32
 		var cont [numRoles]int32
 		remaining := 0
+		var groupsRunning int32
+		for _, g := range d.groups {
+			var gc [numStatuses]int32
+			for j := range g.inst {
+				it := &g.inst[j]
+				gc[it.status]++
+				counts[it.status]++
+				total[it.status]++
+				if !it.status.Terminal() {
+					remaining++
+				}
+			}
+			if gc != g.counts {
+				t.Fatalf("after %s: group %s/%s counts %v, instances say %v", after, id, d.tasks[g.idx].id(), g.counts, gc)
+			}
+		}
 		for i := range d.tasks {
 			tk := &d.tasks[i]
+			if isGroup(tk) && tk.status == Running {
+				groupsRunning++
+			}
 			if tk.status >= numStatuses {
 				t.Fatalf("after %s: %s/%s has status %d", after, id, tk.id(), tk.status)
 			}
@@ -317,6 +350,9 @@ func checkConsistent(t *testing.T, c *Core, after string) {
 		}
 		if byRole != d.byRole || cont != d.contFailed {
 			t.Fatalf("after %s: DAG %s counts by role %v %v, tasks say %v %v", after, id, d.byRole, d.contFailed, byRole, cont)
+		}
+		if groupsRunning != d.groupsRunning {
+			t.Fatalf("after %s: DAG %s groupsRunning=%d, tasks say %d", after, id, d.groupsRunning, groupsRunning)
 		}
 		if remaining != d.remaining {
 			t.Fatalf("after %s: DAG %s remaining=%d, tasks say %d\n%s", after, id, d.remaining, remaining, c.Dump())

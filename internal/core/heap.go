@@ -3,7 +3,7 @@ package core
 // readyQueue is a min-heap of ready tasks ordered by priority (lower first),
 // then by DAG submission order (the revision that created the DAG, then the
 // DAG id for DAGs created in one transaction), then by the task's position
-// in its DAG. The order is a function of committed state
+// in its DAG (and an instance's in its map group). The order is a function of committed state
 // only, so every replica would dispatch in the same order.
 //
 // Entries are removed lazily: a task that stopped being ready while queued is
@@ -22,7 +22,10 @@ func less(a, b *task) bool {
 	if a.dag != b.dag {
 		return a.dag.id < b.dag.id
 	}
-	return a.idx < b.idx
+	if a.idx != b.idx {
+		return a.idx < b.idx
+	}
+	return a.ii < b.ii // a map group's instances, in index order
 }
 
 func (q *readyQueue) push(t *task) {

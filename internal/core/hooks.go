@@ -61,6 +61,7 @@ func notifySpec(n *model.Notification, i int) model.Task {
 // sent; a task's spec is returned as it is.
 func (c *Core) hookSpec(t *task, spec *model.Task) model.Task {
 	s := *spec // spec may be t's stored spec: complete a copy
+	instanceEnv(t, &s)
 	switch d := t.dag; d.role(t.idx) {
 	case roleHandler:
 		// Only a shell task reads its environment; the others carry it

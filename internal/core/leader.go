@@ -97,18 +97,19 @@ func (c *Core) BecomeLeader(now time.Time) {
 	c.pendingSubmit = make(map[string]*DAGRecord)
 	for _, id := range c.sortedDAGIDs() {
 		d := c.dags[id]
-		for i := range d.tasks {
-			t := &d.tasks[i]
+		d.each(func(t *task) {
 			switch t.status {
 			case Ready:
 				c.becameReady(t)
 			case Retrying:
 				c.armRetry(t)
 			case Running:
-				c.effects = append(c.effects, Effect{Kind: EffectTimer, Timer: TimerOrphan, ID: t.attemptID(), At: now.Add(c.cfg.OrphanGrace)})
+				if !isGroup(t) { // a group runs no attempt of its own
+					c.effects = append(c.effects, Effect{Kind: EffectTimer, Timer: TimerOrphan, ID: t.attemptID(), At: now.Add(c.cfg.OrphanGrace)})
+				}
 			}
 			c.reconcileTask(t)
-		}
+		})
 		c.reconcileDAG(d)
 	}
 }
@@ -130,15 +131,18 @@ func (c *Core) StepDown() {
 		}
 		d.awaiting = nil
 		d.retrying, d.parked = false, false
-		for i := range d.tasks {
-			t := &d.tasks[i]
+		d.each(func(t *task) {
 			t.inflight, t.dispatching, t.stash, t.reserved, t.queued, t.cls = false, false, nil, nil, false, nil
 			t.early = nil
 			t.homeless, t.handingOver, t.ended = false, false, false
+			t.expanding = 0 // pendingLive is reset above
+		})
+		for _, g := range d.groups {
+			g.reserved, g.cls = 0, nil
 		}
 		for _, tt := range d.tpls {
 			if tt != nil && tt != noTemplates {
-				tt.rendered = nil
+				tt.rendered, tt.renderedTask = nil, nil
 			}
 		}
 	}
@@ -343,14 +347,14 @@ func (c *Core) judgeClaim(w *worker, t *task, id model.AttemptID) Claim {
 	case id.Attempt != t.attempt()+1 || t.status != Ready || t.inflight || t.dag.rec.Status != DAGRunning || t.dag.inflight ||
 		ordinaryStopped(t):
 		return ClaimNotDispatched
-	case !w.before:
+	case !w.before, isGroup(t):
 		return ClaimNotDispatched
 	}
 	s := t.spec()
 	if !w.labels.Matches(s.Requires()) {
 		return ClaimLabels
 	}
-	if c.limitReason(t.dag, s.PoolName()) != "" {
+	if c.limitReason(t.dag, s.PoolName()) != "" || groupFull(t) != "" {
 		return ClaimLimit
 	}
 	return ClaimRecorded
@@ -560,7 +564,7 @@ func (c *Core) RetryDAG(id string, now time.Time) error {
 	case d.remaining != 0 || d.inflight:
 		return &Error{Code: CodeConflict, Msg: "DAG " + id + " is still stopping its tasks; try again", Stopping: true}
 	}
-	if err := c.admit(id, len(d.tasks)); err != nil {
+	if err := c.admit(id, len(d.tasks)+d.instances); err != nil {
 		return err // a retry runs the DAG again: admitted as a submission is
 	}
 	c.proposeRetryLive(d)
@@ -894,7 +898,7 @@ func (c *Core) Fire(kind TimerKind, id model.AttemptID, now time.Time) {
 		return
 	}
 	t := c.lookup(id.DAG, id.Task)
-	if t == nil || t.inflight || t.attempt() != id.Attempt {
+	if t == nil || t.inflight || t.attempt() != id.Attempt || isGroup(t) {
 		return
 	}
 	switch kind {
@@ -1007,6 +1011,9 @@ func (c *Core) Schedule(now time.Time) int {
 				continue
 			}
 		}
+		if cl.grp != nil && groupFull(t) != "" {
+			continue // the class waits for this round
+		}
 		cl.q.pop()
 		if spec, err := c.attemptSpec(t); err != nil {
 			c.proposeRenderFailure(t, err)
@@ -1033,7 +1040,7 @@ func (c *Core) proposeDispatch(t *task, w *worker, spec *model.Task, early bool)
 	if spec != nil && spec != t.spec() && !early {
 		// Kept for the dispatch effect, made once the record is applied.
 		tt := t.dag.templates(t)
-		tt.rendered, tt.renderedFor, tt.renderedRun = spec, t.attempt()+1, t.dag.rec.Run
+		tt.rendered, tt.renderedFor, tt.renderedRun, tt.renderedTask = spec, t.attempt()+1, t.dag.rec.Run, t
 	}
 	c.proposeAttempt(t, w, t.attempt()+1, spec, early, early)
 }
@@ -1074,11 +1081,16 @@ func (c *Core) proposeAttempt(t *task, w *worker, attempt int, spec *model.Task,
 // Only a dependent with the default rule and no condition qualifies: a
 // condition reads committed state, and the success is not committed yet.
 func (c *Core) noteAhead(t *task) {
+	if t.grp != nil {
+		return // an instance has no dependants: its group's end has
+	}
 	d := t.dag
 	for _, j := range d.dependents[t.idx] {
 		dep := &d.tasks[j]
 		if dep.status == Pending && !dep.inflight && dep.waiting == 1 && dep.bad == 0 && dep.skipped == 0 {
-			if s := dep.spec(); s.TriggerRule == "" && s.When == "" && !c.readsUnended(dep, t) {
+			// Not a map group: its expansion reads the success, so it
+			// waits for it to apply.
+			if s := dep.spec(); s.TriggerRule == "" && s.When == "" && !s.ForEach.IsSet() && !c.readsUnended(dep, t) {
 				c.ahead = append(c.ahead, dep)
 			}
 		}
@@ -1127,6 +1139,7 @@ func (c *Core) afterTaskApplied(t *task, from Status, prev *TaskRecord) {
 		return
 	}
 	t.inflight = false
+	c.settleExpansion(t)
 	ended := t.ended
 	t.ended = false
 	early := t.early != nil
@@ -1182,7 +1195,7 @@ func (c *Core) afterTaskApplied(t *task, from Status, prev *TaskRecord) {
 	case Retrying:
 		c.armRetry(t)
 	case Cancelled, UpstreamFailed:
-		if from == Running && prev != nil {
+		if from == Running && prev != nil && !isGroup(t) {
 			id := model.AttemptID{DAG: t.dag.id, Task: t.id(), Attempt: prev.Attempt}
 			if w := c.workers[prev.Worker]; isPod(t) && !ended && (w == nil || w.attempts[id] == nil) {
 				// Its worker left (or came back without it) while the
@@ -1234,7 +1247,7 @@ func (c *Core) reconcileTask(t *task) {
 	d := t.dag
 	switch {
 	case d.rec.Status == DAGCancelled, d.rec.Status == DAGRunning && ordinaryStopped(t):
-		if t.status == Running && isPod(t) && !c.attemptAlive(t) {
+		if t.status == Running && isPod(t) && !isGroup(t) && !c.attemptAlive(t) {
 			// Nobody would delete its pod: cancelled once a worker holds
 			// the attempt (handover.go).
 			return
@@ -1246,6 +1259,10 @@ func (c *Core) reconcileTask(t *task) {
 			c.proposeSkip(t, why)
 		case upstreamFailed:
 			c.proposeCascade(t, cascadeCause(t))
+		}
+	case d.rec.Status == DAGRunning && t.status == Running && t.grp == nil:
+		if g := d.groups[t.idx]; g != nil && g.left() == 0 && isGroup(t) {
+			c.proposeGroupEnd(t, g)
 		}
 	}
 }
@@ -1363,9 +1380,5 @@ func (c *Core) lookup(dagID, taskID string) *task {
 	if d == nil {
 		return nil
 	}
-	i, ok := d.index[taskID]
-	if !ok {
-		return nil
-	}
-	return &d.tasks[i]
+	return d.find(taskID)
 }

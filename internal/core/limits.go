@@ -24,7 +24,7 @@ type liveCount struct{ dags, tasks, bytes int }
 
 func (l *liveCount) add(d *dagRun, sign int) {
 	l.dags += sign
-	l.tasks += sign * len(d.tasks)
+	l.tasks += sign * (len(d.tasks) + d.instances)
 	l.bytes += sign * RecordBytes(&d.rec.DAG)
 }
 

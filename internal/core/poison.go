@@ -94,6 +94,15 @@ func (c *Core) Poisoned(e Entry, why string, now time.Time) (*Entry, []Entry, Po
 		}
 		return &Entry{DAG: e.DAG, Task: e.Task, T: &s}, nil, PoisonShrunk
 	}
+	if rec.Event == EventExpand && t.status == Ready && isGroup(t) {
+		// A map group's items the store will not take (etcd's own limit
+		// below etcd_max_request_bytes): the group cannot run.
+		c.settleExpansion(t)
+		f := &TaskRecord{Status: Failed, Run: t.dag.rec.Run, Attempt: rec.Attempt, Retries: t.retries(),
+			Event: "fail", Outcome: "fail", FinishedAt: timePtr(now),
+			Error: poisonPrefix + " (" + model.CutMiddle(why, maxPoisonCause) + ") when it expanded the map group: its items cannot be recorded"}
+		return &Entry{DAG: e.DAG, Task: e.Task, T: f}, nil, PoisonFailed
+	}
 	if t.dispatching && t.status == Ready {
 		c.abandonDispatch(t)
 		// The attempt's number is used up (it may have been sent: an

@@ -39,7 +39,8 @@ type class struct {
 	key  string
 	req  map[string]string // labels a worker must have; nil: any worker
 	pool string            // req's pool label, which pool limits count by
-	dag  *dagRun           // the DAG, when its max_active_tasks bounds the class
+	dag  *dagRun           // the DAG, when its max_active_tasks (or a map's max_active) bounds the class
+	grp  *group            // the map group, when its max_active bounds the class
 	q    readyQueue
 }
 
@@ -51,17 +52,22 @@ func (c *Core) classOf(t *task) *class {
 	s := t.spec()
 	req := s.Requires()
 	limited := t.dag.rec.MaxActiveTasks > 0
+	g := limitedGroup(t)
 	key := ""
-	if len(req) > 0 || limited {
+	if len(req) > 0 || limited || g != nil {
 		key = model.FormatLabels(req)
-		if limited {
+		if limited || g != nil {
 			key += "\x00" + t.dag.id
+		}
+		if g != nil {
+			// A map's max_active bounds its instances: a class of their own.
+			key += "\x00" + t.dag.tasks[g.idx].id()
 		}
 	}
 	cl := c.classes[key]
 	if cl == nil {
-		cl = &class{key: key, req: req, pool: s.PoolName()}
-		if limited {
+		cl = &class{key: key, req: req, pool: s.PoolName(), grp: g}
+		if limited || g != nil {
 			cl.dag = t.dag
 			t.dag.classes = append(t.dag.classes, cl)
 		}
@@ -76,7 +82,13 @@ func (c *Core) classOf(t *task) *class {
 }
 
 // enqueue puts a ready task in its class's queue (leader only).
-func (c *Core) enqueue(t *task) { c.classOf(t).q.push(t) }
+func (c *Core) enqueue(t *task) {
+	if isGroup(t) {
+		c.expandGroup(t) // a map group runs no attempt: it expands
+		return
+	}
+	c.classOf(t).q.push(t)
+}
 
 // dropClasses forgets the classes of a deleted DAG.
 func (c *Core) dropClasses(d *dagRun) {
@@ -156,7 +168,7 @@ func (h *classHeap) pop() *class {
 }
 
 // dagActive counts a DAG's running tasks plus its dispatches in flight.
-func dagActive(d *dagRun) int { return int(d.counts[Running] + d.reserved) }
+func dagActive(d *dagRun) int { return int(d.counts[Running] - d.groupsRunning + d.reserved) }
 
 // poolActive counts a pool's running tasks plus its dispatches in flight.
 func (c *Core) poolActive(pool string) int { return c.poolRunning[pool] + c.poolReserved[pool] }
@@ -180,6 +192,9 @@ func (c *Core) limitReason(d *dagRun, pool string) string {
 // reserve counts a dispatch proposal against the limits until it commits.
 func (c *Core) reserve(t *task) {
 	t.dag.reserved++
+	if t.grp != nil {
+		t.grp.reserved++
+	}
 	if p := t.spec().PoolName(); p != "" {
 		if c.poolReserved == nil {
 			c.poolReserved = make(map[string]int)
@@ -192,6 +207,9 @@ func (c *Core) reserve(t *task) {
 // has it now) or its DAG was deleted.
 func (c *Core) unreserve(t *task) {
 	t.dag.reserved--
+	if t.grp != nil {
+		t.grp.reserved--
+	}
 	if p := t.spec().PoolName(); p != "" {
 		if c.poolReserved[p]--; c.poolReserved[p] <= 0 {
 			delete(c.poolReserved, p)
@@ -202,7 +220,7 @@ func (c *Core) unreserve(t *task) {
 // countRunning keeps the replicated per-pool running counts as a task's
 // status changes from from to to.
 func (c *Core) countRunning(t *task, from, to Status) {
-	if (from == Running) == (to == Running) {
+	if (from == Running) == (to == Running) || isGroup(t) {
 		return
 	}
 	p := t.spec().PoolName()
@@ -264,6 +282,12 @@ func (c *Core) waitReason(t *task) string {
 	}
 	s := t.spec()
 	reasons := c.limitReason(t.dag, s.PoolName())
+	if r := groupFull(t); r != "" {
+		if reasons != "" {
+			reasons += "; "
+		}
+		reasons += r
+	}
 	if req := s.Requires(); len(req) > 0 {
 		if r := c.labelReason(req); r != "" {
 			if reasons != "" {

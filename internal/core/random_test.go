@@ -104,6 +104,12 @@ func (s *sim) randomDAG() *model.DAG {
 			}
 		}
 		s.randomRules(&tk)
+		if s.rng.IntN(5) == 0 {
+			// A map group of 0 to 4 items, at times bounded by max_active.
+			items := make([]int, s.rng.IntN(5))
+			b, _ := json.Marshal(items)
+			tk.ForEach, tk.MaxActive = model.ForEach(b), s.rng.IntN(3)
+		}
 		d.Tasks = append(d.Tasks, tk)
 	}
 	s.randomHooks(d)
@@ -194,17 +200,23 @@ func (s *sim) commit() {
 func (s *sim) checkLimits() {
 	for _, id := range s.c.sortedDAGIDs() {
 		d := s.c.dags[id]
-		if lim := d.rec.MaxActiveTasks; lim > 0 && int(d.counts[Running]) > lim {
-			s.t.Fatalf("DAG %s runs %d tasks; max_active_tasks %d\n%s", id, d.counts[Running], lim, s.c.Dump())
+		// A running map group runs no attempt: its instances do.
+		if lim := d.rec.MaxActiveTasks; lim > 0 && int(d.counts[Running]-d.groupsRunning) > lim {
+			s.t.Fatalf("DAG %s runs %d tasks; max_active_tasks %d\n%s", id, d.counts[Running]-d.groupsRunning, lim, s.c.Dump())
+		}
+		for _, g := range d.groups {
+			if lim := d.tasks[g.idx].spec().MaxActive; lim > 0 && int(g.counts[Running]) > lim {
+				s.t.Fatalf("DAG %s: group %s runs %d instances; max_active %d\n%s", id, d.tasks[g.idx].id(), g.counts[Running], lim, s.c.Dump())
+			}
 		}
 	}
 	gpu := 0
 	for _, d := range s.c.dags {
-		for i := range d.tasks {
-			if d.tasks[i].status == Running && d.tasks[i].spec().Pool == "gpu" {
+		d.each(func(t *task) {
+			if t.status == Running && t.spec().Pool == "gpu" && !isGroup(t) {
 				gpu++
 			}
-		}
+		})
 	}
 	if gpu > simGPULimit || gpu != s.c.poolRunning["gpu"] {
 		s.t.Fatalf("%d gpu tasks run (counted %d); the limit is %d\n%s", gpu, s.c.poolRunning["gpu"], simGPULimit, s.c.Dump())
@@ -501,7 +513,7 @@ func (s *sim) checkFinal() {
 			case Succeeded, Failed:
 				ok = v == run
 			case Skipped:
-				ok = v == skip || v == run && t.rec.Event == SkipCondition
+				ok = v == skip || v == run && (t.rec.Event == SkipCondition || t.rec.Event == SkipEmpty)
 			case UpstreamFailed:
 				ok = v == upstreamFailed
 			}

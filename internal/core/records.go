@@ -1,6 +1,7 @@
 package core
 
 import (
+	"encoding/json"
 	"time"
 
 	"github.com/orion-sched/orion/internal/model"
@@ -67,6 +68,13 @@ type TaskRecord struct {
 	// (so they survive failover as the success does) and read by the
 	// templates of the tasks downstream. Bounded by max_output_bytes.
 	Outputs model.Outputs `json:"outputs,omitempty"`
+	// Items are a map group's items, a JSON array, committed by its
+	// expansion (event expand) and kept by its later records, so that a
+	// standby, a restore and a retry expand it the same (mapgroup.go).
+	Items json.RawMessage `json:"items,omitempty"`
+	// Expanded is the run whose expansion made the group's instances
+	// ready: a restore makes ready again those of this run not started.
+	Expanded int `json:"expanded,omitempty"`
 }
 
 // MaxTaskRecordBytes is the most a task record without outputs encodes to,

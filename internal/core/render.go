@@ -34,9 +34,9 @@ func (c *Core) attemptSpec(t *task) (*model.Task, error) {
 	if tt == noTemplates {
 		return t.spec(), nil
 	}
-	if tt.rendered != nil && tt.renderedFor == t.attempt() && tt.renderedRun == t.dag.rec.Run {
+	if tt.rendered != nil && tt.renderedTask == t && tt.renderedFor == t.attempt() && tt.renderedRun == t.dag.rec.Run {
 		s := tt.rendered
-		tt.rendered = nil
+		tt.rendered, tt.renderedTask = nil, nil
 		return s, nil
 	}
 	return c.render(t, tt)

@@ -76,8 +76,8 @@ func sortedKeys(m map[string]Entry) []string {
 }
 
 // TestRestoreEqualsReplayAtEveryRevision rebuilds the state at each
-// revision of randomized runs with trigger rules, conditions, handlers and
-// notifications, both ways: applying the log up to it, and restoring the
+// revision of randomized runs with trigger rules, conditions, handlers,
+// notifications and map groups (restored mid-expansion, mid-retry), both ways: applying the log up to it, and restoring the
 // latest value of every key at it. They must agree at every revision, not
 // only at the end: a cold start can happen at any point, and derived
 // statuses (ready by a rule's verdict, a handler's readiness) must not

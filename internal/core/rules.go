@@ -56,8 +56,26 @@ func (d *dagRun) role(idx int32) role {
 
 // count moves t to status s in the DAG's counters.
 func (d *dagRun) count(t *task, s Status) {
+	if g := t.grp; g != nil {
+		// An instance counts in its group's counters and the DAG's
+		// totals, not by role: its group's end stands for it there.
+		d.counts[t.status]--
+		g.counts[t.status]--
+		t.status = s
+		d.counts[s]++
+		g.counts[s]++
+		return
+	}
+	spec := t.spec()
+	if spec.ForEach.IsSet() && (t.status == Running) != (s == Running) {
+		if s == Running {
+			d.groupsRunning++
+		} else {
+			d.groupsRunning--
+		}
+	}
 	r := d.role(t.idx)
-	cont := t.spec().ContinueOnFailure
+	cont := spec.ContinueOnFailure
 	if t.status == Failed && cont {
 		d.contFailed[r]--
 	}
@@ -150,6 +168,9 @@ func (t *task) count(o depOutcome) {
 // it and are judged again, and the DAG's handlers or notifications once
 // what they wait for has ended.
 func (c *Core) ended(t *task) {
+	if t.grp != nil {
+		return // its group ends once they all have (mapgroup.go)
+	}
 	d := t.dag
 	o := t.outcome()
 	for _, j := range d.dependents[t.idx] {
@@ -252,6 +273,9 @@ func (c *Core) verdictWhy(t *task) (verdictKind, string) {
 			return run, ""
 		}
 		return skip, SkipNotNeeded
+	}
+	if t.grp != nil {
+		return run, "" // an instance runs once its group expanded
 	}
 	n := int32(len(d.deps[t.idx]))
 	if n == 0 {
@@ -379,6 +403,11 @@ func (c *Core) readsUnended(t *task, except *task) bool {
 					return true
 				}
 			}
+		}
+	}
+	for _, id := range c.forEachRefs(t) {
+		if j, ok := d.index[id]; ok && unended(j) {
+			return true
 		}
 	}
 	if tt := d.templates(t); tt != noTemplates {

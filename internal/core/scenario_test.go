@@ -184,6 +184,7 @@ func (h *harness) run(td *datadriven.TestData) string {
 		}
 		td.MaybeScanArgs(h.t, "max-live-dags", &cfg.MaxLiveDAGs)
 		td.MaybeScanArgs(h.t, "max-live-tasks", &cfg.MaxLiveTasks)
+		td.MaybeScanArgs(h.t, "max-items", &cfg.MaxItems)
 		*h = *newHarness(h.t, cfg)
 		c := h.c.Config()
 		h.printf("retry-base=%s retry-cap=%s orphan-grace=%s\n", c.RetryBase, c.RetryCap, c.OrphanGrace)
@@ -543,6 +544,21 @@ func (h *harness) submit(td *datadriven.TestData) {
 				}
 			case "rule":
 				tk.TriggerRule = model.TriggerRule(v)
+			case "items":
+				// items=N: a literal of N strings, "x0", "x1", ...
+				n, _ := strconv.Atoi(v)
+				list := make([]string, n)
+				for i := range list {
+					list[i] = fmt.Sprintf("x%d", i)
+				}
+				b, _ := json.Marshal(list)
+				tk.ForEach = model.ForEach(b)
+			case "each":
+				// each=EXPR: for_each: "{{ EXPR }}"
+				b, _ := json.Marshal("{{ " + v + " }}")
+				tk.ForEach = model.ForEach(b)
+			case "max-active":
+				tk.MaxActive, err = strconv.Atoi(v)
 			default:
 				td.Fatalf(h.t, "task %s: unknown key %s", tid, a.Key)
 			}
@@ -787,6 +803,9 @@ func fmtEffect(ef Effect) string {
 		}
 		if ef.Attempt.Spec.Kind == model.KindShell {
 			s += fmt.Sprintf(" command=%q", ef.Attempt.Spec.Command)
+			if v, ok := ef.Attempt.Spec.Env[EnvItem]; ok {
+				s += fmt.Sprintf(" %s=%s %s=%s", EnvItem, v, EnvIndex, ef.Attempt.Spec.Env[EnvIndex])
+			}
 		}
 		if arg, ok := ef.Attempt.Spec.Env["ARG"]; ok && ef.Attempt.Spec.Kind == model.KindPod {
 			s += fmt.Sprintf(" env.ARG=%q", arg)
@@ -850,6 +869,9 @@ func fmtEntry(e *Entry) string {
 			fmt.Fprintf(&b, " error=<%d bytes%s>", len(r.Error), cutMark(r.Error))
 		case r.Error != "":
 			fmt.Fprintf(&b, " error=%q", r.Error)
+		}
+		if len(r.Items) > 0 {
+			fmt.Fprintf(&b, " items=%s", r.Items)
 		}
 		if r.OutputTail != "" {
 			fmt.Fprintf(&b, " tail=<%d bytes%s>", len(r.OutputTail), cutMark(r.OutputTail))

@@ -80,12 +80,16 @@ const (
 //	pending  → ready            derived: its trigger rule says run (all
 //	                            dependencies succeeded, by default), or, for
 //	                            a handler or a notification, the DAG's
-//	                            other tasks ended as it waits for
+//	                            other tasks ended as it waits for, or, for
+//	                            a map group's instance, the group's
+//	                            expansion applied (mapgroup.go)
 //	pending  → skipped          written: its trigger rule says skip, or a
 //	                            handler or notification is not needed for
 //	                            the way the DAG ended (rules.go)
-//	ready    → skipped          written: its `when:` condition is false
-//	ready    → running          written: the leader dispatched an attempt
+//	ready    → skipped          written: its `when:` condition is false, or
+//	                            a map group's items are an empty array
+//	ready    → running          written: the leader dispatched an attempt,
+//	                            or expanded a map group (event expand)
 //	ready    → succeeded        written: an attempt's dispatch and its success
 //	                            in one record (the attempt was sent before its
 //	                            dispatch record, and succeeded before that
@@ -93,8 +97,11 @@ const (
 //	ready    → failed           written: the store refused every form of the
 //	                            task's dispatch record, so it cannot run
 //	                            (Core.Poisoned), or its `when:` condition
-//	                            cannot be evaluated (it would fail again)
-//	running  → succeeded|failed|retrying
+//	                            cannot be evaluated (it would fail again),
+//	                            or a map group's items cannot be had or
+//	                            are too many
+//	running  → succeeded|failed|retrying   (a map group: once its instances
+//	                            have all ended)
 //	running  → ready            written: orphan or requeue; no retry consumed
 //	running  → running          written: a pod task's attempt handed over to
 //	                            another worker, same attempt (handover.go)
@@ -102,7 +109,9 @@ const (
 //	pending|ready|running|retrying → upstream_failed   written: its trigger rule says a
 //	                                                   dependency's failure fails it
 //	pending|ready|running|retrying → cancelled         written: the DAG was cancelled
-//	failed|upstream_failed|cancelled|skipped → pending derived: the DAG was retried
+//	failed|upstream_failed|cancelled|skipped → pending derived: the DAG was retried (a
+//	                            map group's instance: its group expanded
+//	                            again in the retry's run)
 //	succeeded → pending         derived: the DAG was retried, for a handler or a
 //	                            notification, which runs again at each end
 var taskTransitions = func() (t [numStatuses][numStatuses]transitionKind) {

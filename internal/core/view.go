@@ -74,12 +74,16 @@ type TaskView struct {
 	When        string
 	Role        string // "task", "handler" or "notification"
 	Skipped     string // why a skipped task was
-	Spec        model.Task
+	// Map is set on a map group, Instance on one of its instances
+	// (mapview.go).
+	Map      *MapGroup
+	Instance *MapInstance
+	Spec     model.Task
 }
 
 func (d *dagRun) summary() DAGSummary {
 	s := DAGSummary{ID: d.id, Name: d.rec.Name, Status: d.rec.Status, Run: d.rec.Run,
-		SubmittedAt: d.rec.SubmittedAt, FinishedAt: d.rec.FinishedAt, TaskCount: len(d.tasks),
+		SubmittedAt: d.rec.SubmittedAt, FinishedAt: d.rec.FinishedAt, TaskCount: len(d.tasks) + d.instances,
 		CancelRequested: d.rec.CancelRequested}
 	for st, n := range d.counts {
 		s.Counts[st] = int(n)
@@ -92,12 +96,13 @@ var roleNames = [numRoles]string{roleTask: "task", roleHandler: "handler", roleN
 
 func (t *task) view() TaskView {
 	s := t.spec()
-	v := TaskView{ID: s.ID, Kind: s.Kind, Status: t.status, Attempts: t.attempt(), Retries: t.retries(),
+	v := TaskView{ID: t.id(), Kind: s.Kind, Status: t.status, Attempts: t.attempt(), Retries: t.retries(),
 		MaxRetries: s.MaxRetries, Priority: s.Priority, DependsOn: s.DependsOn, Spec: *s,
 		TriggerRule: s.Rule(), When: s.When, Role: roleNames[t.dag.role(t.idx)]}
 	if t.status == Skipped && t.rec != nil {
 		v.Skipped = t.rec.Event
 	}
+	t.mapView(&v)
 	if v.DependsOn == nil {
 		v.DependsOn = []string{}
 	}
@@ -253,6 +258,7 @@ func (c *Core) Dump() string {
 			}
 			b.WriteByte('\n')
 		}
+		dumpGroups(&b, d)
 	}
 	if len(c.poolRunning) > 0 {
 		fmt.Fprintf(&b, "pools running:")

@@ -84,6 +84,9 @@ type rawTask struct {
 	ContinueOnFailure bool   `json:"continue_on_failure" yaml:"continue_on_failure"`
 
 	Outputs *model.HTTPOutputs `json:"outputs" yaml:"outputs"`
+
+	ForEach   model.ForEach `json:"for_each" yaml:"for_each"`
+	MaxActive int           `json:"max_active" yaml:"max_active"`
 }
 
 // rawNotification is a notify entry as written; MaxRetries is a pointer for
@@ -372,7 +375,8 @@ func (rt *rawTask) toTask(p *problems, label taskLabel) model.Task {
 		MaxRetries: model.DefaultMaxRetries, Timeout: rt.Timeout,
 		Pool: rt.Pool, Selector: rt.Selector, Outputs: rt.Outputs,
 		TriggerRule: model.TriggerRule(rt.TriggerRule), When: rt.When, ContinueOnFailure: rt.ContinueOnFailure,
-		Pod: rt.Pod.canonical(),
+		Pod:     rt.Pod.canonical(),
+		ForEach: rt.ForEach, MaxActive: rt.MaxActive,
 	}
 	if rt.MaxRetries != nil {
 		t.MaxRetries = *rt.MaxRetries

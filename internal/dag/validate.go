@@ -58,6 +58,9 @@ type Limits struct {
 	// Stored skips the per-field size limits, for records read back from
 	// etcd: an earlier version may have accepted larger fields.
 	Stored bool
+	// MaxItems bounds a for_each literal's items (0: model.DefaultMaxItems);
+	// the server's max_items.
+	MaxItems int
 }
 
 // problems collects Details while validating.
@@ -222,6 +225,7 @@ func Validate(d *model.DAG, limits Limits) error {
 		p.addf("%s", c)
 		p.cycles++
 	}
+	validateForEachAll(&p, d, index, limits)
 	if !limits.Stored && p.cycles == 0 {
 		// Templates are compiled when they are submitted, not each time
 		// a replica decodes the record (the leader compiles its own copy

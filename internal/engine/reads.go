@@ -126,3 +126,29 @@ func (e *Engine) Counts(ctx context.Context) (core.StatusCounts, int64, error) {
 	})
 	return r.v, r.rev, err
 }
+
+// InstancesRead is what Instances reads: a page of a map group's instances
+// (nil when there is none), whether the DAG and the task exist (to say
+// which is missing, or that the task is not a group), and the revision.
+type InstancesRead struct {
+	List      *core.InstanceList
+	DAGFound  bool
+	TaskFound bool
+	Rev       int64
+}
+
+// Instances returns a page of a map group's instances from offset, at
+// most limit (core.Instances).
+func (e *Engine) Instances(ctx context.Context, dagID, taskID string, offset, limit int) (InstancesRead, error) {
+	return read(e, ctx, func() InstancesRead {
+		r := InstancesRead{Rev: e.c.Rev()}
+		if r.List, r.TaskFound = e.c.Instances(dagID, taskID, offset, limit); r.TaskFound {
+			r.DAGFound = true
+			return r
+		}
+		_, r.DAGFound = e.c.Summary(dagID)
+		tv, _ := e.c.Task(dagID, taskID)
+		r.TaskFound = tv != nil
+		return r
+	})
+}

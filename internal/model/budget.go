@@ -19,7 +19,7 @@ func (d *DAG) DecodedBytes() int64 {
 // textBytes counts the bytes of every string of one task.
 func (t *Task) textBytes() int64 {
 	n := int64(len(t.ID) + len(t.Name) + len(t.Kind) + len(t.Command) + len(t.Interpreter) + len(t.Workdir) +
-		len(t.URL) + len(t.Method) + len(t.Pool) + len(t.TriggerRule) + len(t.When) + len(t.Body) + len(t.Pod))
+		len(t.URL) + len(t.Method) + len(t.Pool) + len(t.TriggerRule) + len(t.When) + len(t.Body) + len(t.Pod) + len(t.ForEach))
 	n += int64(t.EnvBytes())
 	for k, v := range t.Selector {
 		n += int64(len(k) + len(v))

@@ -123,6 +123,12 @@ type Task struct {
 	// Outputs says which outputs an http task takes from its response (a
 	// shell task writes its own to $ORION_OUTPUTS).
 	Outputs *HTTPOutputs `json:"outputs,omitempty"`
+
+	// ForEach makes the task a map group: one instance per item, decided
+	// at run time (foreach.go). MaxActive bounds its instances running at
+	// once (0: no bound besides the DAG's and the pools').
+	ForEach   ForEach `json:"for_each,omitempty"`
+	MaxActive int     `json:"max_active,omitempty"`
 }
 
 // HTTPOutputs are the outputs an http task publishes from its response

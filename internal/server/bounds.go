@@ -8,6 +8,13 @@ import (
 	"github.com/orion-sched/orion/internal/store"
 )
 
+// maxItemsBytes is the most a map group's items may take: what a record
+// may hold besides the rest of a task record (core.MaxTaskRecordBytes).
+func maxItemsBytes(cfg config.Server) int {
+	limits := store.Limits{MaxRequest: cfg.EtcdMaxRequestBytes}
+	return max(limits.RecordLimit()-core.MaxTaskRecordBytes-len(`,"items":,"expanded":2147483647`), 1<<10)
+}
+
 // checkRecordBound refuses an etcd_max_request_bytes too small for the
 // largest task record: one holding max_output_bytes of outputs. Outputs are
 // committed with the success they belong to and are never cut, so etcd must

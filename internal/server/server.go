@@ -461,6 +461,7 @@ func (s *Server) newHTTP(cfg config.Server, endpoints []string, addr addressing,
 		RateLimit:     cfg.RateLimit,
 		MaxBodyBytes:  cfg.MaxBodyBytes,
 		MaxTasks:      cfg.MaxTasksPerDAG,
+		MaxItems:      cfg.MaxItems,
 		WriteTimeout:  cfg.WriteTimeout,
 		Cluster:       info,
 		LeaderView:    s.view,
@@ -574,7 +575,8 @@ func (s *Server) hooks() hooks {
 // coreConfig is the scheduling policy the settings give.
 func coreConfig(cfg config.Server) core.Config {
 	return core.Config{RetryBase: cfg.RetryBase, RetryCap: cfg.RetryCap, OrphanGrace: cfg.OrphanGrace, PoolLimits: cfg.PoolLimits,
-		MaxOutputBytes: cfg.MaxOutputBytes, MaxLiveDAGs: cfg.MaxLiveDAGs, MaxLiveTasks: cfg.MaxLiveTasks}
+		MaxOutputBytes: cfg.MaxOutputBytes, MaxLiveDAGs: cfg.MaxLiveDAGs, MaxLiveTasks: cfg.MaxLiveTasks,
+		MaxItems: cfg.MaxItems, MaxItemsBytes: maxItemsBytes(cfg)}
 }
 
 // setLimitGauges publishes the global limits beside the counts they bound.

@@ -179,6 +179,9 @@ func (idleBackend) DAG(context.Context, string) (*core.DAGView, int64, error) {
 func (idleBackend) Task(context.Context, string, string) (engine.TaskRead, error) {
 	return engine.TaskRead{}, errors.New("idle")
 }
+func (idleBackend) Instances(context.Context, string, string, int, int) (engine.InstancesRead, error) {
+	return engine.InstancesRead{}, errors.New("idle")
+}
 func (idleBackend) DAGState(context.Context, string) (core.DAGStatus, int, bool, error) {
 	return "", 0, false, errors.New("idle")
 }

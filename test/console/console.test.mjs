@@ -444,6 +444,33 @@ describe("console on a single node", { timeout: 480000 }, () => {
     await shot(page, "params-outputs");
   });
 
+  test("a map group (for_each) opens onto its instances, a page at a time", async () => {
+    const text = [
+      "id: fan-out",
+      "tasks:",
+      "  - id: list",
+      `    command: echo "parts=[$(seq -s, 0 59)]" > "$ORION_OUTPUTS"`,
+      "  - id: process",
+      '    for_each: "{{ tasks.list.outputs.parts }}"',
+      "    kind: noop",
+      "    depends_on: [list]",
+      "",
+    ].join("\n");
+    await page.fill('[data-testid="dag-text"]', text);
+    await page.click('[data-testid="submit"]');
+    await waitDAG(page, "fan-out", "succeeded", 30000);
+    await clickNode(page, "process");
+    await waitFor("the group's counts", async () => /60 instances: 60 succeeded/.test((await page.textContent('[data-testid="task-map"]')) ?? ""), 10000);
+    await page.click('[data-testid="instances-open"]');
+    await waitFor("the first page", async () => (await page.locator('[data-testid="instances"] tbody tr').count()) === 50, 10000);
+    assert.equal(await page.getAttribute('[data-testid="instances"] tbody tr:first-child', "data-id"), "process[0]");
+    await page.click('[data-testid="instances-next"]');
+    await waitFor("the second page", async () => (await page.locator('[data-testid="instances"] tbody tr').count()) === 10, 10000);
+    assert.equal(await page.getAttribute('[data-testid="instances"] tbody tr:first-child', "data-id"), "process[50]");
+    assert.match(await page.textContent('[data-testid="instances"]'), /process\[59\]\s*succeeded\s*59/);
+    await shot(page, "map-group");
+  });
+
   test("the 200-task random DAG is laid out and readable, and finishes", async () => {
     const id = await submitTemplate(page, "random200");
     await waitLayout(page, 200);

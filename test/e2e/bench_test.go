@@ -26,7 +26,7 @@ func TestClusterBench(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, cluster.Bin, "bench", "--server", strings.Join(urls, ","), "--etcd-endpoints", c.Endpoints,
-		"--tasks", "2000", "--dag-size", "500", "--chain", "20", "--shell-chain", "5", "--etcd-for", "300ms", "--timeout", "2m", "--json")
+		"--tasks", "2000", "--dag-size", "500", "--chain", "20", "--shell-chain", "5", "--fanout", "300", "--etcd-for", "300ms", "--timeout", "2m", "--json")
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -42,6 +42,8 @@ func TestClusterBench(t *testing.T) {
 		Ratio4      float64  `json:"ratio_to_etcd_4_in_flight"`
 		Chain       float64  `json:"chain_ms_per_step"`
 		Shell       float64  `json:"shell_chain_ms_per_step"`
+		FanOut      int      `json:"fanout"`
+		FanOutDone  float64  `json:"fanout_done_ms"`
 		WorkersCPU  *float64 `json:"workers_cpu_ms_per_shell_step"`
 		CPUNotes    []string `json:"cpu_notes"`
 		CPU         struct {
@@ -60,6 +62,9 @@ func TestClusterBench(t *testing.T) {
 	}
 	if res.Mode != "cluster" || res.Tasks != 2000 || res.TasksFailed != 0 || res.TasksPerSec <= 0 || res.Ratio4 <= 0 || res.Chain <= 0 || res.Shell <= 0 {
 		t.Fatalf("implausible result: %+v\n%s", res, stderr.String())
+	}
+	if res.FanOut != 300 || res.FanOutDone <= 0 {
+		t.Errorf("fan-out: %d mapped tasks done in %v ms: want 300, measured", res.FanOut, res.FanOutDone)
 	}
 	if res.WorkersCPU == nil || len(res.CPUNotes) != 0 {
 		t.Errorf("shell chain: workers' CPU %v, notes %q: want measured, no notes", res.WorkersCPU, res.CPUNotes)
@@ -93,8 +98,8 @@ func TestClusterBench(t *testing.T) {
 		t.Errorf("DAGs left after the bench: %v %v\n%s", list.DAGs, err, stderr.String())
 	}
 	// 4 throughput DAGs, the chain, the shell chain, the outputs chain and
-	// its plain comparison.
-	if !strings.Contains(stderr.String(), "deleted the run's 8 DAGs") {
+	// its plain comparison, the fan-out.
+	if !strings.Contains(stderr.String(), "deleted the run's 9 DAGs") {
 		t.Errorf("the log does not say the DAGs were deleted:\n%s", stderr.String())
 	}
 }

@@ -49,6 +49,7 @@ type Reads interface {
 	DAGs(ctx context.Context, q core.DAGQuery) ([]core.DAGSummary, int64, error)
 	DAG(ctx context.Context, id string) (*core.DAGView, int64, error)
 	Task(ctx context.Context, dagID, taskID string) (engine.TaskRead, error)
+	Instances(ctx context.Context, dagID, taskID string, offset, limit int) (engine.InstancesRead, error)
 	DAGState(ctx context.Context, id string) (core.DAGStatus, int, bool, error)
 	Rev() int64
 }
@@ -97,6 +98,9 @@ type Config struct {
 	MaxBodyBytes int64
 	// MaxTasks bounds the tasks of a DAG (default dag.DefaultMaxTasks).
 	MaxTasks int
+	// MaxItems bounds a for_each literal's items (default
+	// model.DefaultMaxItems): the server's max_items.
+	MaxItems int
 	// WriteTimeout is how long a request waits for the scheduler: for a
 	// write, until its change is committed (default 30s).
 	WriteTimeout time.Duration
@@ -181,6 +185,7 @@ func New(cfg Config) http.Handler {
 	s.mux.HandleFunc("GET /api/v1/dags/{id}", s.getDAG)
 	s.mux.HandleFunc("GET /api/v1/dags/{id}/tasks/{task}", s.getTask)
 	s.mux.HandleFunc("GET /api/v1/dags/{id}/tasks/{task}/log", s.taskLog)
+	s.mux.HandleFunc("GET /api/v1/dags/{id}/tasks/{task}/instances", s.listInstances)
 	s.mux.HandleFunc("POST /api/v1/dags/{id}/cancel", s.cancel)
 	s.mux.HandleFunc("POST /api/v1/dags/{id}/retry", s.retry)
 	s.mux.HandleFunc("DELETE /api/v1/dags/{id}", s.deleteDAG)
@@ -230,7 +235,7 @@ func Patterns(h http.Handler) []string {
 // to at twice the body limit (YAML aliases multiply bytes; see
 // dag.DecodedBytes).
 func (s *server) dagLimits() dag.Limits {
-	return dag.Limits{MaxTasks: s.cfg.MaxTasks, MaxDecodedBytes: 2 * s.cfg.MaxBodyBytes}
+	return dag.Limits{MaxTasks: s.cfg.MaxTasks, MaxDecodedBytes: 2 * s.cfg.MaxBodyBytes, MaxItems: s.cfg.MaxItems}
 }
 
 // node is this replica's name.

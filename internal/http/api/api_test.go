@@ -147,6 +147,20 @@ func (f *fakeBackend) Task(ctx context.Context, dagID, taskID string) (r engine.
 	return r, nil
 }
 
+func (f *fakeBackend) Instances(ctx context.Context, dagID, taskID string, offset, limit int) (r engine.InstancesRead, err error) {
+	f.read(func(c *core.Core) {
+		r.Rev = c.Rev()
+		if r.List, r.TaskFound = c.Instances(dagID, taskID, offset, limit); r.TaskFound {
+			r.DAGFound = true
+			return
+		}
+		_, r.DAGFound = c.Summary(dagID)
+		tv, _ := c.Task(dagID, taskID)
+		r.TaskFound = tv != nil
+	})
+	return r, nil
+}
+
 func (f *fakeBackend) DAGState(ctx context.Context, id string) (st core.DAGStatus, run int, ok bool, err error) {
 	f.read(func(c *core.Core) { st, run, ok = c.DAGState(id) })
 	return st, run, ok, nil

@@ -216,6 +216,37 @@ func (s *server) getTask(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// listInstances answers a page of a map group's instances.
+func (s *server) listInstances(w http.ResponseWriter, r *http.Request) {
+	id, taskID := r.PathValue("id"), r.PathValue("task")
+	var page [2]int // offset, limit
+	for i, name := range []string{"offset", "limit"} {
+		if v := r.URL.Query().Get(name); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				kit.WriteError(w, http.StatusBadRequest, apitypes.CodeBadRequest, fmt.Sprintf("%s %q is not a non-negative integer", name, v), nil)
+				return
+			}
+			page[i] = n
+		}
+	}
+	ctx, cancel := s.readCtx(r)
+	defer cancel()
+	ir, err := s.b.Instances(ctx, id, taskID, page[0], page[1])
+	switch {
+	case err != nil:
+		s.fail(w, r, err)
+	case ir.List != nil:
+		kit.WriteJSON(w, http.StatusOK, wireInstances(ir.List, ir.Rev))
+	case !ir.DAGFound:
+		kit.WriteError(w, http.StatusNotFound, apitypes.CodeNotFound, "no DAG "+id, nil)
+	case ir.TaskFound:
+		kit.WriteError(w, http.StatusNotFound, apitypes.CodeNotFound, fmt.Sprintf("task %s of DAG %s is not a map group (it has no for_each)", taskID, id), nil)
+	default:
+		kit.WriteError(w, http.StatusNotFound, apitypes.CodeNotFound, fmt.Sprintf("DAG %s has no task %s", id, taskID), nil)
+	}
+}
+
 func (s *server) taskLog(w http.ResponseWriter, r *http.Request) {
 	attempt := 0
 	if v := r.URL.Query().Get("attempt"); v != "" {

@@ -45,11 +45,41 @@ func wireTask(t *core.TaskView) taskView {
 		ExitCode: t.ExitCode, Error: t.Error, OutputTail: t.OutputTail, Event: t.Event, Cascade: t.Cascade,
 		Cause: t.Cause, Outputs: t.Outputs, HistoryOmitted: t.HistoryOmitted, Waiting: t.Waiting,
 		TriggerRule: t.TriggerRule, When: t.When, Role: t.Role, Skipped: t.Skipped, Spec: t.Spec}
+	w.Map, w.Instance = wireMap(t.Map), wireInstance(t.Instance)
 	if len(t.History) > 0 {
 		w.History = make([]apitypes.Attempt, len(t.History))
 		for i, h := range t.History {
 			w.History[i] = apitypes.Attempt(h)
 		}
+	}
+	return w
+}
+
+func wireMap(m *core.MapGroup) *apitypes.MapGroup {
+	if m == nil {
+		return nil
+	}
+	w := &apitypes.MapGroup{Expanded: m.Expanded, Count: m.Count, Counts: map[string]int{}}
+	for st, n := range m.Counts {
+		if n > 0 {
+			w.Counts[core.Status(st).String()] = n
+		}
+	}
+	return w
+}
+
+func wireInstance(i *core.MapInstance) *apitypes.MapInstance {
+	if i == nil {
+		return nil
+	}
+	return &apitypes.MapInstance{Group: i.Group, Index: i.Index, Item: i.Item}
+}
+
+func wireInstances(l *core.InstanceList, rev int64) *apitypes.InstanceList[core.Status] {
+	w := &apitypes.InstanceList[core.Status]{Instances: make([]taskView, len(l.Instances)), Offset: l.Offset,
+		Limit: l.Limit, Total: l.Total, Revision: rev}
+	for i := range l.Instances {
+		w.Instances[i] = wireTask(&l.Instances[i])
 	}
 	return w
 }

@@ -1,6 +1,7 @@
 package apitypes
 
 import (
+	"encoding/json"
 	"time"
 
 	"github.com/orion-sched/orion/internal/model"
@@ -101,13 +102,51 @@ type Task[S any] struct {
 	Role        string            `json:"role"`
 	// Skipped says why a skipped task was: condition, trigger_rule or
 	// not_needed.
-	Skipped string     `json:"skipped,omitempty"`
-	Spec    model.Task `json:"spec"`
+	Skipped string `json:"skipped,omitempty"`
+	// Map is set on a map group (a task with for_each): how many
+	// instances it expanded to and how many are in each status; its
+	// instances are listed by GET .../tasks/{task}/instances. Instance
+	// is set on one of them (GET .../tasks/{group}[{i}]).
+	Map      *MapGroup    `json:"map,omitempty"`
+	Instance *MapInstance `json:"instance,omitempty"`
+	Spec     model.Task   `json:"spec"`
 	// Revision is set on a task answered alone (the etcd revision the
 	// replica had applied, always at least the one that created the DAG);
 	// the tasks of a DAG leave it out.
 	Revision int64 `json:"revision,omitempty"`
 }
+
+// MapGroup is a map group's expansion: Expanded once its items are
+// committed, Count instances, Counts by status (only statuses some have).
+type MapGroup struct {
+	Expanded bool           `json:"expanded"`
+	Count    int            `json:"count"`
+	Counts   map[string]int `json:"counts"`
+}
+
+// MapInstance says which instance of which group a task is, and its item.
+type MapInstance struct {
+	Group string          `json:"group"`
+	Index int             `json:"index"`
+	Item  json.RawMessage `json:"item"`
+}
+
+// InstanceList answers GET /api/v1/dags/{id}/tasks/{task}/instances: one
+// page of a map group's instances, in index order, from Offset; Total is
+// the group's count.
+type InstanceList[S any] struct {
+	Instances []Task[S] `json:"instances"`
+	Offset    int       `json:"offset"`
+	Limit     int       `json:"limit"`
+	Total     int       `json:"total"`
+	Revision  int64     `json:"revision"`
+}
+
+// Instance pages: the default and the most one page lists.
+const (
+	DefaultInstancePage = 100
+	MaxInstancePage     = 1000
+)
 
 // Attempt is one finished attempt in a task's history.
 type Attempt struct {

@@ -49,6 +49,9 @@ func (r *EngineRef) DAG(ctx context.Context, id string) (*core.DAGView, int64, e
 func (r *EngineRef) Task(ctx context.Context, dagID, taskID string) (engine.TaskRead, error) {
 	return r.Get().Task(ctx, dagID, taskID)
 }
+func (r *EngineRef) Instances(ctx context.Context, dagID, taskID string, offset, limit int) (engine.InstancesRead, error) {
+	return r.Get().Instances(ctx, dagID, taskID, offset, limit)
+}
 func (r *EngineRef) DAGState(ctx context.Context, id string) (core.DAGStatus, int, bool, error) {
 	return r.Get().DAGState(ctx, id)
 }

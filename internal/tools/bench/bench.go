@@ -35,6 +35,7 @@ type Options struct {
 	DAGSize    int           // tasks per DAG in the throughput phase
 	Chain      int           // length of the chain phase
 	ShellChain int           // length of the shell chain phase
+	FanOut     int           // mapped noop tasks of the fan-out phase (0: DefaultFanOut; <0: none)
 	Submitters int           // concurrent POST /api/v1/dags of the throughput phase
 	Rate       int           // offered load (tasks/s) for the latency phase
 	LatencyFor time.Duration // how long the latency phase offers load
@@ -149,7 +150,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 
 	r, err := newClusterRun(ctx, ClusterOptions{Servers: []string{base}, EtcdEndpoints: srv.Member.Endpoints(),
-		Tasks: o.Tasks, DAGSize: o.DAGSize, Chain: o.Chain, ShellChain: o.ShellChain, Submitters: o.Submitters, EtcdFor: o.EtcdFor,
+		Tasks: o.Tasks, DAGSize: o.DAGSize, Chain: o.Chain, ShellChain: o.ShellChain, FanOut: o.FanOut, Submitters: o.Submitters, EtcdFor: o.EtcdFor,
 		RunID: "bench", Poll: 20 * time.Millisecond, Log: o.Log})
 	if err != nil {
 		return nil, err
@@ -165,6 +166,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	res.Memory = memoryFigures(mem0, readMemory(), r.res.Tasks+r.res.Chain+r.res.ShellChain)
 	if err := r.outputsPhase(ctx); err != nil { // after the memory reading, which counts the phases before
+		return nil, err
+	}
+	if err := r.fanOutPhase(ctx); err != nil {
 		return nil, err
 	}
 	res.ClusterResult = *r.res

@@ -26,7 +26,7 @@ func BenchmarkThroughput(b *testing.B) {
 
 // TestSmallRun checks the benchmark's plumbing end to end on a small load.
 func TestSmallRun(t *testing.T) {
-	res, err := Run(context.Background(), Options{Tasks: 2000, DAGSize: 500, Chain: 50, ShellChain: 20, Rate: 500,
+	res, err := Run(context.Background(), Options{Tasks: 2000, DAGSize: 500, Chain: 50, ShellChain: 20, FanOut: 500, Rate: 500,
 		LatencyFor: 3e8, EtcdFor: 2e8, DataDir: t.TempDir(), ClientURL: testkit.FreeURL(t), PeerURL: testkit.FreeURL(t)})
 	if err != nil {
 		t.Fatal(err)
@@ -44,6 +44,12 @@ func TestSmallRun(t *testing.T) {
 	// from the plain chains (its sign is a timing, not asserted).
 	if res.OutputsChainMsPerStep <= 0 || res.OutputRoundTripMs == 0 {
 		t.Fatalf("implausible outputs figures: %+v", res.ClusterResult)
+	}
+	// The fan-out: the expansion, the last dispatch and the end, in that
+	// order after the producer's success.
+	if res.FanOut != 500 || res.FanOutExpandMs < 0 || res.FanOutDispatchMs < res.FanOutExpandMs || res.FanOutDoneMs <= 0 ||
+		res.FanOutTasksPerSec <= 0 {
+		t.Fatalf("implausible fan-out figures: %+v", res.ClusterResult)
 	}
 	if res.OrionCPUMsPerShellStep == nil || *res.OrionCPUMsPerShellStep <= 0 || !strings.Contains(res.CPUScope, "RUSAGE_SELF") {
 		t.Fatalf("single node: Orion's CPU per shell step not measured: %v %q", res.OrionCPUMsPerShellStep, res.CPUScope)

@@ -41,6 +41,7 @@ type ClusterOptions struct {
 	DAGSize       int         // tasks per DAG in the throughput phase
 	Chain         int         // length of the chain phase
 	ShellChain    int         // length of the shell chain phase (each step runs `true`)
+	FanOut        int         // mapped noop tasks of the fan-out phase (0: DefaultFanOut; <0: none)
 	Submitters    int         // concurrent POST /api/v1/dags
 	EtcdFor       time.Duration
 	Timeout       time.Duration // bound of each waiting phase
@@ -102,10 +103,19 @@ type ClusterResult struct {
 	// The outputs chain: ShellChain shell steps, each publishing an output
 	// the next one reads; OutputRoundTripMs is what that adds per step to
 	// a plain shell step (the mean of a shell chain before and after it).
-	OutputsChainMsPerStep float64  `json:"outputs_chain_ms_per_step"`
-	OutputRoundTripMs     float64  `json:"output_round_trip_ms"`
-	CPUScope              string   `json:"cpu_scope"`           // what the CPU figures include
-	CPUNotes              []string `json:"cpu_notes,omitempty"` // what could not be measured, and why
+	OutputsChainMsPerStep float64 `json:"outputs_chain_ms_per_step"`
+	OutputRoundTripMs     float64 `json:"output_round_trip_ms"`
+	// The fan-out: a task publishes FanOut items and a map group of noop
+	// tasks runs one per item. From the producer's success: the expansion
+	// committed, the last instance dispatched, the group's end (all
+	// completed); and the instances per second that makes.
+	FanOut            int      `json:"fanout"`
+	FanOutExpandMs    float64  `json:"fanout_expand_ms"`
+	FanOutDispatchMs  float64  `json:"fanout_last_dispatch_ms"`
+	FanOutDoneMs      float64  `json:"fanout_done_ms"`
+	FanOutTasksPerSec float64  `json:"fanout_tasks_per_sec"`
+	CPUScope          string   `json:"cpu_scope"`           // what the CPU figures include
+	CPUNotes          []string `json:"cpu_notes,omitempty"` // what could not be measured, and why
 
 	// EtcdDBBytesPer1000 is the growth of the etcd database in use
 	// (dbSizeInUse) over the Orion phases per 1000 tasks they submitted:
@@ -168,6 +178,9 @@ func (o *ClusterOptions) defaults() {
 	if o.Submitters <= 0 {
 		o.Submitters = 4
 	}
+	if o.FanOut == 0 {
+		o.FanOut = DefaultFanOut
+	}
 	if o.EtcdFor <= 0 {
 		o.EtcdFor = 3 * time.Second
 	}
@@ -202,6 +215,9 @@ func RunCluster(ctx context.Context, o ClusterOptions) (*ClusterResult, error) {
 		return nil, err
 	}
 	if err := r.outputsPhase(ctx); err != nil {
+		return nil, err
+	}
+	if err := r.fanOutPhase(ctx); err != nil {
 		return nil, err
 	}
 	r.res.MachineLoad.end()
@@ -1009,6 +1025,11 @@ func (r *ClusterResult) printShell(w io.Writer) {
 	if r.OutputsChainMsPerStep > 0 {
 		fmt.Fprintf(w, "outputs chain\t%.3f ms/step\t%d shell tasks in a line, each publishing an output the next one's command reads\n", r.OutputsChainMsPerStep, r.ShellChain)
 		fmt.Fprintf(w, "output round trip\t%.3f ms\twhat one output adds to a shell step (against shell chains before and after)\n", r.OutputRoundTripMs)
+	}
+	if r.FanOut > 0 {
+		fmt.Fprintf(w, "fan-out expansion\t%.1f ms\tproducer's success → its %d items committed in the group's expansion record\n", r.FanOutExpandMs, r.FanOut)
+		fmt.Fprintf(w, "fan-out last dispatch\t%.1f ms\tproducer's success → the last of %d mapped noop tasks dispatched\n", r.FanOutDispatchMs, r.FanOut)
+		fmt.Fprintf(w, "fan-out done\t%.1f ms\tproducer's success → all %d completed (%.0f tasks/s; bounded as the throughput phase's tasks/s)\n", r.FanOutDoneMs, r.FanOut, r.FanOutTasksPerSec)
 	}
 }
 

@@ -16,6 +16,13 @@ type TaskState struct {
 	Role    string `json:"role"`
 	Skipped string `json:"skipped"`
 	Error   string `json:"error"`
+	// Map is a map group's expansion (for_each): its instances' count and
+	// their counts by status.
+	Map *struct {
+		Expanded bool           `json:"expanded"`
+		Count    int            `json:"count"`
+		Counts   map[string]int `json:"counts"`
+	} `json:"map"`
 	// History lists the task's earlier attempts.
 	History []struct {
 		Worker string `json:"worker"`

@@ -424,6 +424,14 @@ func specials(src *Source) (map[reflect.Type]Special, error) {
 					Description: "A DAG's parameters: name → JSON value (null: required, no default). Templates read them as params.NAME."}, nil
 			},
 		},
+		reflect.TypeFor[model.ForEach](): {
+			Name: "ForEach",
+			Output: func() (*openapi3.Schema, error) {
+				return &openapi3.Schema{Type: types("array", "string"), Items: openapi3.NewSchemaRef("", &openapi3.Schema{}),
+					Description: "A map group's items: a JSON array, or a string holding one {{ expression }} that yields an array " +
+						"(a param, an upstream task's output); one instance runs per item."}, nil
+			},
+		},
 		reflect.TypeFor[model.Probability](): {
 			Name: "Probability",
 			Output: func() (*openapi3.Schema, error) {

@@ -99,9 +99,10 @@ const (
 // Wire types as the server encodes them: the typed statuses of the core,
 // which the document turns into enums.
 type (
-	dagList  = apitypes.DAGList[core.DAGStatus]
-	dagView  = apitypes.DAG[core.DAGStatus, core.Status]
-	taskView = apitypes.Task[core.Status]
+	dagList      = apitypes.DAGList[core.DAGStatus]
+	dagView      = apitypes.DAG[core.DAGStatus, core.Status]
+	taskView     = apitypes.Task[core.Status]
+	instanceList = apitypes.InstanceList[core.Status]
 )
 
 // scheduleFile is the body of POST /api/v1/schedules: a DAG file with a
@@ -206,6 +207,16 @@ var Routes = []Route{
 		Params:      []Param{dagID, taskID},
 		Replies:     []Reply{ok(200, taskView{}, "the task")},
 		Errors:      join([]Failure{notFound}, reads),
+	},
+	{
+		Method: "GET", Path: "/api/v1/dags/{id}/tasks/{task}/instances", ID: "listInstances", Tag: "dags",
+		Summary: "A page of a map group's instances",
+		Description: "A task with for_each expands at run time into instances, {task}[0], {task}[1], ...; this lists them in " +
+			"index order from offset, at most limit (default 100, at most 1000). Each is also GET .../tasks/{task}[{i}].",
+		Params: []Param{dagID, taskID, query("offset", 0, "the first instance's index"),
+			query("limit", 0, "how many (default 100, at most 1000)")},
+		Replies: []Reply{ok(200, instanceList{}, "the page")},
+		Errors:  join([]Failure{fail(400, apitypes.CodeBadRequest), notFound}, reads),
 	},
 	{
 		Method: "GET", Path: "/api/v1/dags/{id}/tasks/{task}/log", ID: "getTaskLog", Tag: "dags", Summary: "An attempt's full log",

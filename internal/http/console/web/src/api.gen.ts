@@ -234,6 +234,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/dags/{id}/tasks/{task}/instances": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A page of a map group's instances
+         * @description A task with for_each expands at run time into instances, {task}[0], {task}[1], ...; this lists them in index order from offset, at most limit (default 100, at most 1000). Each is also GET .../tasks/{task}[{i}].
+         */
+        get: operations["listInstances"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/dags/{id}/tasks/{task}/log": {
         parameters: {
             query?: never;
@@ -958,6 +978,8 @@ export interface components {
             id: string;
             slots: number;
         };
+        /** @description A map group's items: a JSON array, or a string holding one {{ expression }} that yields an array (a param, an upstream task's output); one instance runs per item. */
+        ForEach: unknown[] | string;
         /** @description HTTPOutputs are the outputs an http task publishes from its response body: Body names an output that takes the whole body as a string; JSON maps output names to paths into the body read as JSON (JSONPath). */
         HTTPOutputs: {
             body?: string;
@@ -977,6 +999,15 @@ export interface components {
             /** @description "ok" */
             status: string;
         };
+        /** @description InstanceList answers GET /api/v1/dags/{id}/tasks/{task}/instances: one page of a map group's instances, in index order, from Offset; Total is the group's count. */
+        InstanceList: {
+            instances: components["schemas"]["Task"][];
+            limit: number;
+            offset: number;
+            /** Format: int64 */
+            revision: number;
+            total: number;
+        };
         /** @description Leader answers GET /api/v1/leader: who leads and where, and the registered replicas, as one replica's watched view had them at Revision. The replica answers from memory, without asking etcd or its peers, so a worker looking for the leader after a failover costs one cheap request. */
         Leader: {
             /** @description "" when nobody leads */
@@ -991,6 +1022,21 @@ export interface components {
              * @description the etcd revision the view reflects
              */
             revision: number;
+        };
+        /** @description MapGroup is a map group's expansion: Expanded once its items are committed, Count instances, Counts by status (only statuses some have). */
+        MapGroup: {
+            count: number;
+            counts: {
+                [key: string]: number;
+            };
+            expanded: boolean;
+        };
+        /** @description MapInstance says which instance of which group a task is, and its item. */
+        MapInstance: {
+            group: string;
+            index: number;
+            /** @description any JSON value */
+            item: unknown;
         };
         /** @description Notification is a webhook told of a DAG's end: a POST (by default) of a JSON summary, sent by an http attempt that Orion adds to the DAG (NotifyID), so it has an http task's retries, timeout and bounds. */
         Notification: {
@@ -1374,7 +1420,10 @@ export interface components {
             /** @description HistoryOmitted counts the earlier attempts not listed in History: a record keeps the last few in full and counts the rest. */
             history_omitted?: number;
             id: string;
+            instance?: components["schemas"]["MapInstance"];
             kind: components["schemas"]["TaskKind"];
+            /** @description Map is set on a map group (a task with for_each): how many instances it expanded to and how many are in each status; its instances are listed by GET .../tasks/{task}/instances. Instance is set on one of them (GET .../tasks/{group}[{i}]). */
+            map?: components["schemas"]["MapGroup"];
             max_retries: number;
             output_tail: string;
             /** @description Outputs are what the task published with its success. */
@@ -1443,6 +1492,8 @@ export interface components {
             expect_status?: number;
             /** @description Fail is the probability (0..1) that a sleep task fails; YAML/JSON `true` means 1. */
             fail?: components["schemas"]["Probability"];
+            /** @description ForEach makes the task a map group: one instance per item, decided at run time (foreach.go). MaxActive bounds its instances running at once (0: no bound besides the DAG's and the pools'). */
+            for_each?: components["schemas"]["ForEach"];
             /** @description Headers and Body complete an http request. The DAG file does not set them: Orion does, for a notification (Notification). */
             headers?: {
                 [key: string]: string;
@@ -1451,6 +1502,7 @@ export interface components {
             /** @description empty: /bin/sh; "python3" for seed-style type: python */
             interpreter?: string;
             kind: components["schemas"]["TaskKind"];
+            max_active?: number;
             /** @description retries after the first attempt */
             max_retries: number;
             method?: string;
@@ -1495,6 +1547,8 @@ export interface components {
             expect_status?: number;
             /** @description Fail is the probability (0..1) that a sleep task fails; YAML/JSON `true` means 1. */
             fail?: components["schemas"]["ProbabilityInput"];
+            /** @description ForEach makes the task a map group: one instance per item, decided at run time (foreach.go). MaxActive bounds its instances running at once (0: no bound besides the DAG's and the pools'). */
+            for_each?: components["schemas"]["ForEach"];
             /** @description Headers and Body complete an http request. The DAG file does not set them: Orion does, for a notification (Notification). */
             headers?: {
                 [key: string]: string;
@@ -1503,6 +1557,7 @@ export interface components {
             /** @description empty: /bin/sh; "python3" for seed-style type: python */
             interpreter?: string;
             kind?: components["schemas"]["TaskKindInput"];
+            max_active?: number;
             /** @description retries after the first attempt */
             max_retries?: number;
             method?: string;
@@ -2694,6 +2749,45 @@ export interface operations {
                     "application/json": components["schemas"]["Task"];
                 };
             };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            421: components["responses"]["HostNotAllowed"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["NotLeaderOrUnavailable"];
+            504: components["responses"]["Timeout"];
+        };
+    };
+    listInstances: {
+        parameters: {
+            query?: {
+                /** @description the first instance's index */
+                offset?: number;
+                /** @description how many (default 100, at most 1000) */
+                limit?: number;
+            };
+            header?: never;
+            path: {
+                /** @description the DAG's id */
+                id: string;
+                /** @description the task's id within its DAG */
+                task: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description the page */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InstanceList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];

@@ -103,6 +103,11 @@ export const api = {
     data(`GET /api/v1/dags/${id}/tasks/${task}`, 15000, (signal) =>
       client.GET("/api/v1/dags/{id}/tasks/{task}", { params: { path: { id, task } }, signal }),
     ),
+  /** A page of a map group's instances, in index order. */
+  instances: (id: string, task: string, offset: number, limit: number) =>
+    data(`GET /api/v1/dags/${id}/tasks/${task}/instances`, 15000, (signal) =>
+      client.GET("/api/v1/dags/{id}/tasks/{task}/instances", { params: { path: { id, task }, query: { offset, limit } }, signal }),
+    ),
   /** A task's full log as text, read with the token (for a link that cannot carry one). */
   log: (id: string, task: string, attempt?: number): Promise<string> =>
     data(api.logURL(id, task, attempt), 30000, (signal) =>

@@ -4,7 +4,7 @@ import { fmtDuration, fmtNum, fmtTime, h, ms } from "./dom";
 import { STATUS_COLORS } from "./graph";
 import { helpBadge } from "./help";
 import { sparkline, type Derived } from "./metrics";
-import type { ClusterResponse, DAGView, TaskStatus, TaskView } from "./types";
+import type { ClusterResponse, DAGView, InstanceList, TaskStatus, TaskView } from "./types";
 
 export function statusBadge(status: string): HTMLElement {
   const c = STATUS_COLORS[status as TaskStatus];
@@ -63,6 +63,7 @@ export function renderTask(host: HTMLElement, d: DAGView, t: TaskView, now: numb
     condition: "its when: condition was false",
     trigger_rule: "its dependencies ended in a way its rule does not run on",
     not_needed: "the way the DAG ended does not call for it",
+    empty: "its for_each yielded no items",
   };
   const skippedInfo = t.skipped ? h("span", { "data-testid": "task-skipped" }, (skipWhy[t.skipped] ?? t.skipped) + " ", helpBadge("rules")) : undefined;
   let ruleInfo: string | undefined = t.trigger_rule;
@@ -97,6 +98,8 @@ export function renderTask(host: HTMLElement, d: DAGView, t: TaskView, now: numb
     ["retry", retryInfo],
     ["cascade", cascadeInfo],
     ["last event", t.event],
+    ["map", t.map ? h("span", { "data-testid": "task-map" }, mapSummary(t.map)) : undefined],
+    ["instance", t.instance ? h("span", { "data-testid": "task-instance" }, `${t.instance.index} of ${t.instance.group}, item ${fmtValue(t.instance.item)}`) : undefined],
     ["depends on", depLinks(t.depends_on)],
     ["dependents", depLinks(dependents)],
   ]);
@@ -157,7 +160,83 @@ export function renderTask(host: HTMLElement, d: DAGView, t: TaskView, now: numb
     );
   }
   const outputs = t.outputs && Object.keys(t.outputs).length ? h("div", {}, h("h3", {}, "Outputs"), valueTable(t.outputs, "task-outputs")) : "";
-  host.replaceChildren(head, runs, facts, outputs, h("h3", {}, "Output (last 4 KiB)"), out, logs, histTable ?? "");
+  const group = t.map?.expanded ? instancesSection(d, t) : "";
+  host.replaceChildren(head, runs, facts, group, outputs, h("h3", {}, "Output (last 4 KiB)"), out, logs, histTable ?? "");
+}
+
+/** A map group's instances by status, in a few words. */
+function mapSummary(m: NonNullable<TaskView["map"]>): string {
+  if (!m.expanded) return "not expanded yet: its items are judged when its dependencies have ended";
+  const counts = Object.entries(m.counts ?? {})
+    .map(([s, n]) => `${n} ${s}`)
+    .join(", ");
+  return `${m.count} instances: ${counts || "none"}`;
+}
+
+/**
+ * The instances of map group t, a page at a time: opened on demand, and
+ * kept open at its page across the panel's re-renders (every live update
+ * of the DAG re-renders it).
+ */
+const INSTANCE_PAGE = 50;
+const openMaps = new Map<string, number>(); // DAG/task → offset shown
+function instancesSection(d: DAGView, t: TaskView): HTMLElement {
+  const key = `${d.id}/${t.id}`;
+  const tbody = h("tbody");
+  const info = h("span.muted", {});
+  const prev = h("button", { type: "button", "data-testid": "instances-prev" }, "‹ previous") as HTMLButtonElement;
+  const next = h("button", { type: "button", "data-testid": "instances-next" }, "next ›") as HTMLButtonElement;
+  const table = h(
+    "table.hist",
+    { "data-testid": "instances" },
+    h("thead", {}, h("tr", {}, h("th", {}, "instance"), h("th", {}, "status"), h("th", {}, "item"), h("th", {}, "attempts"), h("th", {}, "error"), h("th", {}, ""))),
+    tbody,
+  );
+  const body = h("div", { hidden: "" }, h("div", {}, prev, " ", next, " ", info), table);
+  let offset = openMaps.get(key) ?? 0;
+  const show = (page: InstanceList) => {
+    tbody.replaceChildren(
+      ...page.instances.map((i) =>
+        h(
+          "tr",
+          { "data-id": i.id },
+          h("td", {}, h("code", {}, i.id)),
+          h("td", {}, statusBadge(i.status)),
+          h("td", {}, h("code", {}, fmtValue(i.instance?.item ?? ""))),
+          h("td", {}, String(i.attempts)),
+          h("td", {}, i.error ?? ""),
+          h("td", {}, i.attempts ? h("a", { href: api.logURL(d.id, i.id, i.attempts), target: "_blank", rel: "noopener" }, "log") : ""),
+        ),
+      ),
+    );
+    info.textContent = page.total ? `${page.offset}–${page.offset + page.instances.length - 1} of ${page.total}` : "none";
+    prev.disabled = page.offset === 0;
+    next.disabled = page.offset + page.instances.length >= page.total;
+  };
+  const load = () => {
+    openMaps.set(key, offset);
+    if (!tbody.childElementCount) info.textContent = "loading…";
+    api.instances(d.id, t.id, offset, INSTANCE_PAGE).then(show, (e: Error) => {
+      info.textContent = `could not list the instances: ${e.message}`;
+    });
+  };
+  prev.addEventListener("click", () => {
+    offset = Math.max(0, offset - INSTANCE_PAGE);
+    load();
+  });
+  next.addEventListener("click", () => {
+    offset += INSTANCE_PAGE;
+    load();
+  });
+  const open = h("button", { type: "button", "data-testid": "instances-open" }, `show its ${t.map?.count ?? 0} instances`) as HTMLButtonElement;
+  const expand = () => {
+    open.hidden = true;
+    body.hidden = false;
+    load();
+  };
+  open.addEventListener("click", expand);
+  if (openMaps.has(key)) expand();
+  return h("div", { "data-testid": "map-group" }, h("h3", {}, "Mapped instances"), open, body);
 }
 
 /** A value as a template renders it: a string as it is, anything else as JSON. */

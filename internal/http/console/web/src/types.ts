@@ -14,6 +14,7 @@ export type DAGStatus = Schemas["DAGStatus"];
 export type DAGSummary = Schemas["DAGSummary"];
 export type DAGView = Schemas["DAG"];
 export type TaskView = Schemas["Task"];
+export type InstanceList = Schemas["InstanceList"];
 export type AttemptSummary = Schemas["Attempt"];
 export type ClusterResponse = Schemas["Cluster"];
 export type ScheduleView = Schemas["Schedule"];
