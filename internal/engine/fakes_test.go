@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -665,6 +666,11 @@ func (w *fakeWorker) finished(rs []model.Result) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.unacked = append(w.unacked, rs...)
+	// A worker that reports an attempt's end runs it no more: a later
+	// hello lists it as a result, not as running.
+	for _, r := range rs {
+		w.running = slices.DeleteFunc(w.running, func(id model.AttemptID) bool { return id == r.AttemptID })
+	}
 }
 
 // hello is what the worker reports on joining a leader: what it runs and
