@@ -1,15 +1,7 @@
 package e2e
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -85,7 +77,7 @@ func TestTLSListeners(t *testing.T) {
 func TestTLSExpiredCertificate(t *testing.T) {
 	dir := t.TempDir()
 	cert, key := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	selfSigned(t, cert, key, time.Now().Add(-48*time.Hour), time.Now().Add(-24*time.Hour))
+	cluster.SelfSigned(t, cert, key, time.Now().Add(-48*time.Hour), time.Now().Add(-24*time.Hour))
 	n := newNode(t, "--tls-cert-file", cert, "--tls-key-file", key)
 	n.clientTLS = &tls.Config{InsecureSkipVerify: true} // the harness's own polling only
 	n.start()
@@ -114,33 +106,6 @@ func copyFile(t *testing.T, from, to string) {
 		t.Fatal(err)
 	}
 	if err := os.Rename(tmp, to); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// selfSigned writes a self-signed certificate for 127.0.0.1 valid from
-// notBefore to notAfter.
-func selfSigned(t *testing.T, certPath, keyPath string, notBefore, notAfter time.Time) {
-	t.Helper()
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(7), Subject: pkix.Name{CommonName: "expired"}, NotBefore: notBefore, NotAfter: notAfter,
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kb, err := x509.MarshalECPrivateKey(k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
 		t.Fatal(err)
 	}
 }
