@@ -45,6 +45,7 @@ type node struct {
 	// asUser, when set, runs the server as that user (a test run as root
 	// showing what a process of another user cannot read).
 	asUser  *syscall.Credential
+	bin     string // the orion binary to run (default cluster.Bin)
 	cmd     *exec.Cmd
 	logPath string
 	waitErr chan error
@@ -84,7 +85,11 @@ func (n *node) start() {
 	if err != nil {
 		n.t.Fatal(err)
 	}
-	cmd := exec.Command(cluster.Bin, args...)
+	bin := cluster.Bin
+	if n.bin != "" {
+		bin = n.bin
+	}
+	cmd := exec.Command(bin, args...)
 	cmd.Dir = n.dataDir
 	cmd.Env = append(cluster.FilterEnv(os.Environ(), "ORION_"), n.env...)
 	cmd.Stdout, cmd.Stderr = logf, logf

@@ -14,6 +14,7 @@ import (
 
 	"github.com/orion-sched/orion/internal/http/auth"
 	"github.com/orion-sched/orion/internal/testutil/testkit"
+	"github.com/orion-sched/orion/test/internal/cluster"
 )
 
 // Tokens with roles, and workers with identities of their own: a viewer
@@ -191,10 +192,31 @@ func TestTasksCannotReadCredentials(t *testing.T) {
 		// Root reads any process's memory: the server runs as nobody, as
 		// a deployment runs it as a user of its own.
 		n.asUser = &syscall.Credential{Uid: 65534, Gid: 65534}
-		for _, d := range []string{filepath.Dir(n.dataDir), n.dataDir} {
-			if err := os.Chmod(d, 0o777); err != nil {
+		// Its data dir and a copy of the binary where nobody can reach
+		// them: under /tmp, not $TMPDIR or the checkout, which may be
+		// closed to other users.
+		base, err := os.MkdirTemp("/tmp", "orion-as-nobody-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(base) })
+		n.dataDir = filepath.Join(base, "data")
+		n.logPath = filepath.Join(n.dataDir, "server.log")
+		if err := os.Mkdir(n.dataDir, 0o777); err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range []string{base, n.dataDir} {
+			if err := os.Chmod(d, 0o777); err != nil { // past the umask
 				t.Fatal(err)
 			}
+		}
+		b, err := os.ReadFile(cluster.Bin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.bin = filepath.Join(base, "orion")
+		if err := os.WriteFile(n.bin, b, 0o755); err != nil {
+			t.Fatal(err)
 		}
 	}
 	n.start()
