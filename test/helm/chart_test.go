@@ -1031,10 +1031,16 @@ func TestChartSecret(t *testing.T) {
 	if tok := string(r.Secret("orion-auth").Data["token"]); tok != "0123456789abcdef-given" {
 		t.Errorf("token %q, want the one given", tok)
 	}
-	// An existing Secret: the chart renders none.
+	// An existing Secret: the chart renders none for the token (the
+	// workers' own token and its tokens file are still the chart's).
 	r = render(t, "", "--set", "auth.existingSecret=mine")
-	if len(r.All("Secret")) != 0 {
-		t.Errorf("auth.existingSecret set, but the chart renders a Secret")
+	if r.Secret("orion-auth") != nil || r.Secret("orion-worker-token") == nil {
+		t.Errorf("auth.existingSecret set: want no orion-auth Secret, and the workers' token")
+	}
+	// Every credential given: the chart renders no Secret at all.
+	r = render(t, "", "--set", "auth.existingSecret=mine", "--set", "auth.tokensSecret=my-tokens", "--set", "workers.tokenSecret=my-worker-token")
+	if n := len(r.All("Secret")); n != 0 {
+		t.Errorf("every credential given, but the chart renders %d Secrets", n)
 	}
 }
 
