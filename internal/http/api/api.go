@@ -143,8 +143,7 @@ type server struct {
 	m       *metrics.Metrics
 	mux     *routeMux
 	limiter *ipLimiter    // nil: no rate limit
-	token   kit.Token     // the cluster token: forwarded writes skip the rate limit
-	keys    *auth.Keyring // who may do what
+	keys    *auth.Keyring // who may do what; its cluster token's forwarded writes skip the rate limit
 }
 
 // New returns the API handler. It panics if cfg.Backend is nil.
@@ -174,7 +173,6 @@ func New(cfg Config) http.Handler {
 	if cfg.RateLimit > 0 {
 		s.limiter = newIPLimiter(cfg.RateLimit)
 	}
-	s.token = kit.NewToken(cfg.AuthToken)
 	s.keys = cfg.Keys
 	if s.keys == nil {
 		s.keys = auth.NewKeyring(cfg.AuthToken)

@@ -49,13 +49,14 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// A write a standby forwarded with the cluster's token was limited where
 	// it arrived; limiting it again would throttle every forwarded client as
 	// one address.
-	forwarded := r.Header.Get(kit.ForwardedHeader) != "" && s.cfg.AuthToken != "" && s.token.Authorized(r)
+	// The token is read once, for both.
+	p, authed := s.keys.Authenticate(r)
+	forwarded := r.Header.Get(kit.ForwardedHeader) != "" && s.cfg.AuthToken != "" && authed && p.Cluster
 	if !open && !forwarded && s.limiter != nil && !s.allow(rw, r) {
 		return
 	}
 	if !open && s.keys.Enabled() && !(s.cfg.MetricsNoAuth && r.URL.Path == "/metrics") && !console.Public(r.URL.Path) {
-		p, ok := s.keys.Authenticate(r)
-		if !ok {
+		if !authed {
 			rw.Header().Set("WWW-Authenticate", `Bearer realm="orion"`)
 			kit.WriteError(rw, http.StatusUnauthorized, apitypes.CodeUnauthorized, "missing or invalid bearer token", nil)
 			return

@@ -253,3 +253,25 @@ func TestWatchReloads(t *testing.T) {
 		t.Fatalf("every file token revoked: %v", err)
 	}
 }
+
+// The bearer scheme in any case, spaces around the token; a prefix of the
+// token, another scheme or none authorizes nothing, nor does a keyring
+// without tokens.
+func TestBearerForms(t *testing.T) {
+	k := NewKeyring("s3cret")
+	for h, want := range map[string]bool{"Bearer s3cret": true, "bearer  s3cret ": true, "Bearer s3cre": false, "Basic s3cret": false, "": false} {
+		r := request("GET", "/", "")
+		if h != "" {
+			r.Header.Set("Authorization", h)
+		}
+		if _, got := k.Authenticate(r); got != want {
+			t.Errorf("Authorization %q: %v, want %v", h, got, want)
+		}
+	}
+	none := NewKeyring("")
+	r := request("GET", "/", "")
+	r.Header.Set("Authorization", "Bearer ")
+	if _, ok := none.Authenticate(r); ok || none.Enabled() {
+		t.Fatal("a keyring without tokens authorizes")
+	}
+}

@@ -50,22 +50,3 @@ func TestWriteJSONLogsWhatDidNotEncode(t *testing.T) {
 		t.Fatalf("logged %+v", logs.All())
 	}
 }
-
-func TestToken(t *testing.T) {
-	req := func(h string) *http.Request {
-		r := httptest.NewRequest(http.MethodGet, "/", nil)
-		if h != "" {
-			r.Header.Set("Authorization", h)
-		}
-		return r
-	}
-	tok := NewToken("s3cret")
-	for h, want := range map[string]bool{"Bearer s3cret": true, "bearer  s3cret ": true, "Bearer s3cre": false, "Basic s3cret": false, "": false} {
-		if got := tok.Authorized(req(h)); got != want {
-			t.Errorf("Authorization %q: %v, want %v", h, got, want)
-		}
-	}
-	if none := NewToken(""); none.Set() || none.Authorized(req("Bearer ")) {
-		t.Fatal("the zero Token authorizes")
-	}
-}
