@@ -17,8 +17,9 @@ import (
 // reaches the other replicas' APIs (forwarded writes, relays, probes, its
 // own slots' stream to the leader).
 type transportSecurity struct {
-	serve *tls.Config // nil: plain HTTP
-	peers *tls.Config // nil: the transport's default
+	serve *tls.Config  // nil: plain HTTP
+	peers *tls.Config  // nil: the transport's default
+	http  *http.Client // requests to other replicas, one pool for all; nil without TLS settings
 }
 
 // loadTLS reads the certificate and CA files the settings name. With a
@@ -48,6 +49,9 @@ func loadTLS(cfg config.Server, log *zap.Logger) (transportSecurity, error) {
 		if ts.peers, err = tlsfiles.Client(cfg.TLSCAFile, present); err != nil {
 			return ts, err
 		}
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.TLSClientConfig = ts.peers
+		ts.http = &http.Client{Transport: t}
 	}
 	return ts, nil
 }
@@ -68,16 +72,10 @@ func (ts transportSecurity) listen(ln net.Listener) net.Listener {
 	return tls.NewListener(ln, ts.serve)
 }
 
-// client is the HTTP client for requests to other replicas; nil (the
-// packages' default) without TLS settings.
-func (ts transportSecurity) client() *http.Client {
-	if ts.peers == nil {
-		return nil
-	}
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.TLSClientConfig = ts.peers
-	return &http.Client{Transport: t}
-}
+// client is the HTTP client for requests to other replicas (the API's
+// forwarding, the seed API's and the demo's relays share its connections);
+// nil (the packages' default) without TLS settings.
+func (ts transportSecurity) client() *http.Client { return ts.http }
 
 // probe is the client of the standbys' "does the leader still lead" probe:
 // no keep-alive, so no probe reuses a connection to a process that died.

@@ -78,7 +78,7 @@ type Local struct {
 	log        *zap.Logger
 	http       *http.Client
 	killGrace  time.Duration
-	baseEnv    []string // os.Environ() at construction
+	baseEnv    []string // os.Environ() at construction, without ORION_* (reap.WithoutOrionSettings)
 	secretsDir string   // LocalConfig.SecretsDir
 	pods       PodRunner
 
@@ -180,7 +180,7 @@ func NewLocal(cfg LocalConfig) (*Local, error) {
 		log:        cfg.Logger.With(zap.String("worker", cfg.ID)),
 		http:       cfg.HTTPClient,
 		killGrace:  cfg.KillGrace,
-		baseEnv:    taskBaseEnv(os.Environ()),
+		baseEnv:    reap.WithoutOrionSettings(os.Environ()),
 		pods:       cfg.Pods,
 		secretsDir: cfg.SecretsDir,
 		ctx:        ctx,
@@ -636,21 +636,6 @@ func (l *Local) InFlight() []model.AttemptID {
 	}
 	if l.inFlight {
 		out = append(out, l.pumping)
-	}
-	return out
-}
-
-// taskBaseEnv is the environment tasks inherit: this process's, without
-// Orion's own settings (ORION_*: the API token, etcd's password, the
-// worker's configuration). A task that prints its environment must not
-// hand the worker's credentials to whoever reads its output; the ORION_*
-// variables a task does get are set per attempt (Local.env).
-func taskBaseEnv(env []string) []string {
-	out := make([]string, 0, len(env))
-	for _, kv := range env {
-		if !strings.HasPrefix(kv, model.ReservedEnvPrefix) {
-			out = append(out, kv)
-		}
 	}
 	return out
 }

@@ -585,7 +585,7 @@ func Start(ownerDir, name string) (*exec.Cmd, *os.File, error) {
 	cmd := &exec.Cmd{
 		Path:        "/proc/self/exe", // works even if the binary was replaced on disk
 		Args:        []string{"orion-reaper", name},
-		Env:         append(withoutOrionSettings(os.Environ()), env+"="+ownerDir),
+		Env:         append(WithoutOrionSettings(os.Environ()), env+"="+ownerDir),
 		Stdin:       r,
 		Stderr:      os.Stderr,
 		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
@@ -597,10 +597,12 @@ func Start(ownerDir, name string) (*exec.Cmd, *os.File, error) {
 	return cmd, w, nil
 }
 
-// withoutOrionSettings drops Orion's settings (ORION_*, the API token
-// among them) from the reaper's environment: it needs none, and a task
-// running as the same user can read a dumpable process's environment.
-func withoutOrionSettings(environ []string) []string {
+// WithoutOrionSettings drops Orion's settings (ORION_*: the API token,
+// etcd's password, the worker's configuration) from an environment: the
+// reaper's, which needs none, and the base of every task's, which must not
+// hand the worker's credentials to whoever reads its output (a task of the
+// same user can also read a dumpable process's environment).
+func WithoutOrionSettings(environ []string) []string {
 	out := make([]string, 0, len(environ))
 	for _, kv := range environ {
 		if !strings.HasPrefix(kv, "ORION_") {
