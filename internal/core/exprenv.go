@@ -87,10 +87,12 @@ func (d *dagRun) outputValues(t *task) map[string]any {
 	return values
 }
 
-// decodedOutputs are a task's outputs decoded from one of its records.
+// decodedOutputs are a task's outputs decoded from one of its records (a
+// map group's: the list of its instances' outputs).
 type decodedOutputs struct {
 	rec    *TaskRecord
 	values map[string]any
+	list   []any
 }
 
 // taskTemplates are a task's compiled templates, the leader's cache: built

@@ -455,15 +455,27 @@ func (c *Core) instanceEnded(t *task) {
 
 // groupOutputs is what tasks.<group>.outputs reads: the list of the
 // instances' outputs, in index order (an empty object for an instance that
-// published none or did not succeed).
+// published none or did not succeed). Once the group has ended the list is
+// kept while its record stays the same, as outputValues keeps a task's:
+// each of 10,000 instances of a map over another group's outputs would
+// otherwise decode all of that group's outputs again.
 func (d *dagRun) groupOutputs(t *task) []any {
 	g := d.groups[t.idx]
 	if g == nil {
 		return []any{}
 	}
+	if v, ok := d.outputs[t.idx]; ok && v.rec == t.rec && v.list != nil {
+		return v.list
+	}
 	out := make([]any, len(g.inst))
 	for i := range g.inst {
 		out[i] = instanceOutputs(&g.inst[i])
+	}
+	if t.status.Terminal() && t.rec != nil {
+		if d.outputs == nil {
+			d.outputs = make(map[int32]decodedOutputs)
+		}
+		d.outputs[t.idx] = decodedOutputs{rec: t.rec, list: out}
 	}
 	return out
 }
