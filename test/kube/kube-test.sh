@@ -61,12 +61,18 @@ fi
   trap 'kill "$nap" 2>/dev/null; exit 0' TERM
   sleep "$BOUND" &
   nap=$!
-  wait "$nap"
+  # Only a sleep that ran its course is the bound: one killed by cleanup
+  # (pkill -P below) ends the watchdog quietly. Firing then would TERM this
+  # shell in the middle of its teardown and leave the cluster up.
+  wait "$nap" || exit 0
   say "FAIL: the whole run exceeded ${BOUND}s; tearing down"
   kill -TERM $$ 2>/dev/null
 ) &
 WATCHDOG=$!
 cleanup() {
+  # Nothing interrupts the teardown: a cluster left up keeps its daemons
+  # (and the CPU) running until the next make kube-down.
+  trap '' TERM INT
   # Its sleep first: killed alone, the subshell leaves it running, holding
   # whatever the run inherited (a `flock` on the shared lock, for 40 min).
   pkill -P "$WATCHDOG" 2>/dev/null
