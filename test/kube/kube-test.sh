@@ -3,8 +3,12 @@
 # run `helm test` and the drills (kube_test.go, TestKube), print every figure
 # and the timings, and tear everything down again, whatever happened.
 #
-#   ORION_KUBE_DRILLS=full|ci   full (default): every drill; ci: without the
-#                               scale and helm-upgrade drills
+#   ORION_KUBE_DRILLS=full|ci|tls  full (default): every drill; ci: without
+#                               the scale and helm-upgrade drills; tls: only
+#                               the TLS install and its checks (tls_test.go),
+#                               which the other two end with
+#   ORION_KUBE_KILLS=N          run each install's leader kill -9 drill N
+#                               times (default 1)
 #   ORION_KUBE_TIMEOUT=SECONDS  bound on the whole run (default 2400; the
 #                               cold build alone takes 6-20 minutes)
 #   ORION_KUBE_SKIP_ON_ENV=1    a machine that cannot run the cluster (not
