@@ -4,9 +4,9 @@
 # and the timings, and tear everything down again, whatever happened.
 #
 #   ORION_KUBE_DRILLS=full|ci|tls  full (default): every drill; ci: without
-#                               the scale and helm-upgrade drills; tls: only
-#                               the TLS install and its checks (tls_test.go),
-#                               which the other two end with
+#                               the scale, helm-upgrade and TLS-CA-move drills;
+#                               tls: only the TLS install and its checks
+#                               (tls_test.go), which the other two end with
 #   ORION_KUBE_KILLS=N          run each install's leader kill -9 drill N
 #                               times (default 1)
 #   ORION_KUBE_TIMEOUT=SECONDS  bound on the whole run (default 2400; the

@@ -5,8 +5,9 @@ package kube
 // "FIGURE name: value". It runs only when ORION_KUBE_DRILLS is set (by
 // test/kube/kube-test.sh): "full" runs every drill, "ci" a reduced set
 // (install, live checks, helm test, leader pod delete, kill -9, rollout
-// restart, worker pod delete, etcd pod delete, node loss, and the pod-task
-// drills of pods_test.go that matter most).
+// restart, worker pod delete, etcd pod delete, node loss, the pod-task
+// drills of pods_test.go that matter most, and the TLS install of
+// tls_test.go), "tls" the TLS install alone.
 //
 // Every DAG is made of tasks that append "DAG/TASK ATTEMPT POD" to runs.log
 // in a hostPath directory mounted into the workers and into pod tasks' pods

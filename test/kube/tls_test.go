@@ -9,7 +9,9 @@ package kube
 // reach one another, the workers connect over TLS with the worker token the
 // chart made them, helm test passes, and the leader kill -9 drill, whose
 // figures print beside the plain install's. A task reads the Secret through
-// env_from; its value is then in neither etcd, the API nor any log.
+// env_from; its value is then in neither etcd, the API nor any log. Last,
+// helm upgrade moves the release to tls.existingSecret, a certificate of
+// another CA, under a client submitting all along.
 
 import (
 	"crypto/ecdsa"
@@ -108,7 +110,10 @@ workers:
 		}
 	})
 	t.Run("secret", func(t *testing.T) { e.t = t; e.tlsSecretTask(secretValue) })
-	t.Run("existing secret", func(t *testing.T) { e.t = t; e.tlsExistingSecret(pool) })
+	// Not in CI's reduced set: the move rolls every pod (about 35 s).
+	if e.mode != "ci" {
+		t.Run("existing secret", func(t *testing.T) { e.t = t; e.tlsExistingSecret(pool) })
+	}
 }
 
 // tlsClient verifies the server by pool, for the name serverName (the
