@@ -237,7 +237,17 @@ EOF
 start() {
   local name=$1; shift
   mkdir -p "$STATE/logs" "$RUN/pids"
-  setsid "$@" >"$STATE/logs/$name.log" 2>&1 < /dev/null &
+  # Only stdin, stdout and stderr go to the daemon: a descriptor inherited
+  # from the caller (flock /work/.locks/heavy make kube-up: the lock) would
+  # stay open in the daemons for as long as the cluster is up, and a later
+  # `flock ... make kube-down` would wait for it forever.
+  (
+    for fd in /proc/self/fd/*; do
+      n=${fd##*/}
+      [ "$n" -gt 2 ] && eval "exec $n>&-" 2>/dev/null
+    done
+    exec setsid "$@" >"$STATE/logs/$name.log" 2>&1 < /dev/null
+  ) &
   echo $! > "$RUN/pids/$name"
 }
 

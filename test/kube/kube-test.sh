@@ -3,8 +3,12 @@
 # run `helm test` and the drills (kube_test.go, TestKube), print every figure
 # and the timings, and tear everything down again, whatever happened.
 #
-#   ORION_KUBE_DRILLS=full|ci   full (default): every drill; ci: without the
-#                               scale and helm-upgrade drills
+#   ORION_KUBE_DRILLS=full|ci|tls  full (default): every drill; ci: without
+#                               the scale, helm-upgrade and TLS-CA-move drills;
+#                               tls: only the TLS install and its checks
+#                               (tls_test.go), which the other two end with
+#   ORION_KUBE_KILLS=N          run each install's leader kill -9 drill N
+#                               times (default 1)
 #   ORION_KUBE_TIMEOUT=SECONDS  bound on the whole run (default 2400; the
 #                               cold build alone takes 6-20 minutes)
 #   ORION_KUBE_SKIP_ON_ENV=1    a machine that cannot run the cluster (not
@@ -61,12 +65,18 @@ fi
   trap 'kill "$nap" 2>/dev/null; exit 0' TERM
   sleep "$BOUND" &
   nap=$!
-  wait "$nap"
+  # Only a sleep that ran its course is the bound: one killed by cleanup
+  # (pkill -P below) ends the watchdog quietly. Firing then would TERM this
+  # shell in the middle of its teardown and leave the cluster up.
+  wait "$nap" || exit 0
   say "FAIL: the whole run exceeded ${BOUND}s; tearing down"
   kill -TERM $$ 2>/dev/null
 ) &
 WATCHDOG=$!
 cleanup() {
+  # Nothing interrupts the teardown: a cluster left up keeps its daemons
+  # (and the CPU) running until the next make kube-down.
+  trap '' TERM INT
   # Its sleep first: killed alone, the subshell leaves it running, holding
   # whatever the run inherited (a `flock` on the shared lock, for 40 min).
   pkill -P "$WATCHDOG" 2>/dev/null

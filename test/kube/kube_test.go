@@ -5,8 +5,9 @@ package kube
 // "FIGURE name: value". It runs only when ORION_KUBE_DRILLS is set (by
 // test/kube/kube-test.sh): "full" runs every drill, "ci" a reduced set
 // (install, live checks, helm test, leader pod delete, kill -9, rollout
-// restart, worker pod delete, etcd pod delete, node loss, and the pod-task
-// drills of pods_test.go that matter most).
+// restart, worker pod delete, etcd pod delete, node loss, the pod-task
+// drills of pods_test.go that matter most, and the TLS install of
+// tls_test.go), "tls" the TLS install alone.
 //
 // Every DAG is made of tasks that append "DAG/TASK ATTEMPT POD" to runs.log
 // in a hostPath directory mounted into the workers and into pod tasks' pods
@@ -59,6 +60,8 @@ type env struct {
 	ledger  string
 	http    *http.Client
 	mode    string
+	values  []string // the values files of the install, for a second install
+	variant string   // appended to a drill's figure names: " (TLS)"
 }
 
 // runID makes this run's DAG ids its own: a DAG submitted again with the
@@ -350,7 +353,15 @@ type submitter struct {
 	seq      atomic.Int64
 }
 
+// submitters numbers the submitters of a run: each has DAG ids of its own,
+// so that a drill run again (ORION_KUBE_KILLS, or on the TLS install, with
+// its fresh keyspace but the same ledger) submits new DAGs, not ones the
+// cluster already has (acknowledged again without running) or the ledger
+// already counts.
+var submitters atomic.Int64
+
 func (e *env) startSubmitter(prefix string, interval time.Duration) *submitter {
+	prefix = fmt.Sprintf("%s%d", prefix, submitters.Add(1))
 	s := &submitter{e: e, stop: make(chan struct{})}
 	s.wg.Add(1)
 	go func() {
@@ -654,6 +665,8 @@ func (e *env) steps(pod string, t0 time.Time) string {
 			TS      float64 `json:"ts"`
 			Msg     string  `json:"msg"`
 			Retried int     `json:"retried"`
+			Probe   any     `json:"probe"`
+			Depose  any     `json:"depose"`
 		}
 		if json.Unmarshal([]byte(l), &m) != nil {
 			continue
@@ -666,6 +679,9 @@ func (e *env) steps(pod string, t0 time.Time) string {
 				step := fmt.Sprintf("+%.0f ms %s", ms(at.Sub(t0)), m.Msg)
 				if m.Retried > 0 {
 					step += fmt.Sprintf(" (%d attempts sent again)", m.Retried)
+				}
+				if m.Probe != nil {
+					step += fmt.Sprintf(" (leader probed for %v, deposed in %v)", m.Probe, m.Depose)
 				}
 				steps = append(steps, step)
 			}
@@ -866,6 +882,22 @@ workers:
 	os.WriteFile(vf, []byte(values), 0o644)
 	small := filepath.Join(e.chart, "values-small.yaml")
 
+	e.values = []string{small, vf}
+	if mode != "tls" {
+		e.plain(t, mode)
+		if os.Getenv("ORION_KUBE_REUSE") == "1" {
+			// The TLS install replaces the release that was to be reused.
+			t.Log("ORION_KUBE_REUSE=1: the TLS install is left out (ORION_KUBE_DRILLS=tls runs it)")
+			return
+		}
+	}
+	// The same chart again with TLS on (tls_test.go), in place of the plain
+	// install: last, as it replaces the release.
+	t.Run("tls", func(t *testing.T) { e.t = t; e.tlsInstall(t) })
+}
+
+// plain installs the chart as it is by default (plain HTTP) and drills it.
+func (e *env) plain(t *testing.T, mode string) {
 	// Install: helm --wait returns once every pod is Ready.
 	start := time.Now()
 	if _, err := e.run(e.helm, "-n", namespace, "status", release); err == nil && os.Getenv("ORION_KUBE_REUSE") == "1" {
@@ -873,7 +905,7 @@ workers:
 		e.k("rollout", "restart", "deployment/orion-worker")
 		e.rolloutWait("deployment/orion-worker")
 	} else {
-		e.helmCmd("install", release, e.chart, "--create-namespace", "-f", small, "-f", vf, "--wait", "--timeout", "5m")
+		e.helmCmd("install", release, e.chart, "--create-namespace", "-f", e.values[0], "-f", e.values[1], "--wait", "--timeout", "5m")
 		figure(t, "install to Ready", "%.1f s (helm install --wait, values-small.yaml)", time.Since(start).Seconds())
 	}
 	t.Log(e.k("get", "pods", "-o", "wide"))
@@ -888,7 +920,12 @@ workers:
 		figure(t, "helm test", "passed in %.1f s", time.Since(start).Seconds())
 	})
 	t.Run("leader pod delete", func(t *testing.T) { e.t = t; e.drillLeaderDelete() })
-	t.Run("leader kill -9", func(t *testing.T) { e.t = t; e.drillKill9() })
+	t.Run("leader kill -9", func(t *testing.T) {
+		for i := 0; i < kills(); i++ {
+			e.t = t
+			e.drillKill9()
+		}
+	})
 	t.Run("rollout restart", func(t *testing.T) { e.t = t; e.drillRollout() })
 	t.Run("worker pod delete", func(t *testing.T) { e.t = t; e.drillWorkerDelete() })
 	t.Run("etcd pod delete", func(t *testing.T) { e.t = t; e.drillEtcdDelete() })
@@ -900,6 +937,15 @@ workers:
 		t.Run("scale 3-5-3", func(t *testing.T) { e.t = t; e.drillScale() })
 		t.Run("helm upgrade", func(t *testing.T) { e.t = t; e.drillUpgrade() })
 	}
+}
+
+// kills is how many times each install runs the leader kill -9 drill:
+// ORION_KUBE_KILLS (default 1), to measure the takeover over several runs.
+func kills() int {
+	if n, err := strconv.Atoi(os.Getenv("ORION_KUBE_KILLS")); err == nil && n > 0 {
+		return n
+	}
+	return 1
 }
 
 // live checks what the chart promises a Kubernetes user, on the cluster.
@@ -1031,9 +1077,13 @@ func (e *env) drillKill9() {
 	time.Sleep(time.Second)
 	ok, failures, gap := s.finish()
 	first := s.firstAcceptedAfter(t0)
-	refused, _ := s.refused()
-	figure(t, "leader kill -9", "first write sent after SIGKILL accepted through the Service %.0f ms after it; new leader seen through the API after %.0f ms; %v; %d submissions, %d failed, %d attempts refused during the takeover and retried, longest gap %.0f ms",
+	refused, firstRefusal := s.refused()
+	figure(t, "leader kill -9"+e.variant, "first write sent after SIGKILL accepted through the Service %.0f ms after it; new leader seen through the API after %.0f ms; %v; %d submissions, %d failed, %d attempts refused during the takeover and retried, longest gap %.0f ms",
 		ms(first), ms(took), sw, len(ok)+len(failures), len(failures), refused, ms(gap))
+	if refused > 0 {
+		t.Logf("first refusal: %s", firstRefusal)
+	}
+	t.Logf("takeover steps in %s's log: %s", sw.leader, e.steps(sw.leader, t0))
 	for _, f := range failures {
 		t.Errorf("failed submission: %s", f)
 	}
