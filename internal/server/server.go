@@ -229,6 +229,15 @@ func openEtcd(cfg config.Server, endpoints []string, log *zap.Logger, m *metrics
 	if err != nil {
 		return nil, nil, err
 	}
+	sweep := log.Named("chunks")
+	st.OnSweep = func(n int, err error) {
+		switch {
+		case err != nil:
+			sweep.Warn("could not sweep the chunks of DAGs an earlier leader left without their record; the next term will", zap.Error(err))
+		case n > 0:
+			sweep.Info("deleted the chunks of DAGs an earlier leader left without their record", zap.Int("chunks", n))
+		}
+	}
 	var apart *leaderapart.Keeper
 	if len(endpoints) > 1 {
 		apart = leaderapart.New(leaderapart.Config{Etcd: st, Node: cfg.NodeName,

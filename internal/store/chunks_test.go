@@ -225,3 +225,36 @@ func keys(t *testing.T, cli *clientv3.Client, prefix string) []string {
 	}
 	return out
 }
+
+// A term's first commit starts the sweep: chunks a leader before left
+// without their head are gone once it reports.
+func TestTermStartSweepsOrphanChunks(t *testing.T) {
+	_, cli := etcdtest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dead := chunked(t, "dead", 6000, DefaultLimits)
+	for i, c := range dead.Chunks {
+		if _, err := cli.Put(ctx, ChunkKey("dead", i), c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := NewEtcd(cli)
+	swept := make(chan int, 1)
+	st.OnSweep = func(n int, err error) {
+		if err != nil {
+			t.Error(err)
+		}
+		swept <- n
+	}
+	if _, err := st.Begin(testFence(t, cli), nil, DefaultLimits, &TermRecord{Name: "me"}).Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case n := <-swept:
+		if n != len(dead.Chunks) || len(keys(t, cli, ChunkPrefix("dead"))) != 0 {
+			t.Fatalf("swept %d of %d chunks; left %v", n, len(dead.Chunks), keys(t, cli, ChunkPrefix("dead")))
+		}
+	case <-ctx.Done():
+		t.Fatal("no sweep")
+	}
+}
