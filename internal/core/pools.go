@@ -87,7 +87,16 @@ func (c *Core) enqueue(t *task) {
 		c.expandGroup(t) // a map group runs no attempt: it expands
 		return
 	}
-	c.classOf(t).q.push(t)
+	cl := c.classOf(t)
+	if c.bulk {
+		if cl.key == "" && cl.q == nil {
+			// The class of tasks without constraints, most of them.
+			cl.q = make(readyQueue, 0, c.counts[Ready])
+		}
+		cl.q.add(t) // ordered once BecomeLeader has queued them all
+		return
+	}
+	cl.q.push(t)
 }
 
 // dropClasses forgets the classes of a deleted DAG.

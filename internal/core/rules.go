@@ -173,7 +173,7 @@ func (c *Core) ended(t *task) {
 	}
 	d := t.dag
 	o := t.outcome()
-	for _, j := range d.dependents[t.idx] {
+	for _, j := range d.dependentsOf(t.idx) {
 		dt := &d.tasks[j]
 		dt.count(o)
 		c.judge(dt)
@@ -277,7 +277,7 @@ func (c *Core) verdictWhy(t *task) (verdictKind, string) {
 	if t.grp != nil {
 		return run, "" // an instance runs once its group expanded
 	}
-	n := int32(len(d.deps[t.idx]))
+	n := int32(len(d.depsOf(t.idx)))
 	if n == 0 {
 		return run, "" // Airflow's too: a rule judges dependencies, and there are none
 	}
@@ -343,7 +343,7 @@ func (c *Core) verdictWhy(t *task) (verdictKind, string) {
 // first dependency that ended badly, or the task its own cascade names.
 func cascadeCause(t *task) string {
 	d := t.dag
-	for _, j := range d.deps[t.idx] {
+	for _, j := range d.depsOf(t.idx) {
 		dep := &d.tasks[j]
 		if dep.outcome() == endedBad {
 			if dep.status == UpstreamFailed && dep.rec != nil && dep.rec.Cause != "" {
@@ -366,7 +366,7 @@ func (c *Core) becameReady(t *task) {
 	if t.awaiting {
 		return // looked at again when one of the tasks it reads ends
 	}
-	t.readyAt = c.now
+	t.setReadyAt(c.now)
 	if c.readsUnended(t, nil) {
 		t.awaiting = true
 		t.dag.awaiting = append(t.dag.awaiting, t)
@@ -389,7 +389,7 @@ func (c *Core) becameReady(t *task) {
 // every task has ended.
 func (c *Core) readsUnended(t *task, except *task) bool {
 	d := t.dag
-	if t.idx >= d.nTasks {
+	if t.idx >= d.nTasks || d.readsNothing {
 		return false
 	}
 	unended := func(j int32) bool {
@@ -399,14 +399,14 @@ func (c *Core) readsUnended(t *task, except *task) bool {
 	if t.spec().When != "" {
 		if p, err := c.program(t); err == nil {
 			for _, id := range p.Refs().Tasks {
-				if j, ok := d.index[id]; ok && unended(j) {
+				if j, ok := d.indexOf(id); ok && unended(j) {
 					return true
 				}
 			}
 		}
 	}
 	for _, id := range c.forEachRefs(t) {
-		if j, ok := d.index[id]; ok && unended(j) {
+		if j, ok := d.indexOf(id); ok && unended(j) {
 			return true
 		}
 	}
