@@ -151,8 +151,13 @@ type dagRun struct {
 	// continue_on_failure makes their failure count as a success.
 	contFailed [numRoles]int32
 	conds      map[int32]*expr.Program // compiled `when:` conditions, by task, as evaluated
-	// readsNothing: no task reads another's state (exprenv.go).
-	readsNothing bool
+	// readsNothing: no task reads another's state (exprenv.go). plain:
+	// besides, no task has a condition, a for_each or required labels,
+	// and the DAG no max_active_tasks: its ready tasks queue in the class
+	// without constraints as they are (BecomeLeader passes a million of
+	// them without reading a spec). onePrio: every task has priority prio.
+	readsNothing, plain, onePrio bool
+	prio                         int
 	// awaiting: leader: ready tasks whose condition or templates read a
 	// task that has not ended yet (rules.go, readsUnended); each of the
 	// DAG's tasks that ends looks at them again.
@@ -628,6 +633,17 @@ func newDAGRun(id string, rec *DAGRecord, seq int64) (*dagRun, error) {
 		}
 	}
 	d.readsNothing = readsNothing(rec.Tasks)
+	d.plain = d.readsNothing && rec.MaxActiveTasks == 0
+	d.onePrio, d.prio = true, d.tasks[0].spec().Priority
+	for i := range d.tasks {
+		s := d.tasks[i].spec()
+		if s.Priority != d.prio {
+			d.onePrio = false
+		}
+		if s.When != "" || s.ForEach.IsSet() || len(s.Requires()) > 0 {
+			d.plain = false
+		}
+	}
 	return d, nil
 }
 

@@ -11,8 +11,18 @@ package core
 // never in the heap twice).
 type readyQueue []*task
 
+// priority is t's priority, read from its DAG when all its tasks share
+// one: the heaps compare priorities at every step, and a spec is a cache
+// miss away.
+func (t *task) priority() int {
+	if d := t.dag; d.onePrio {
+		return d.prio
+	}
+	return t.spec().Priority
+}
+
 func less(a, b *task) bool {
-	pa, pb := a.spec().Priority, b.spec().Priority
+	pa, pb := a.priority(), b.priority()
 	if pa != pb {
 		return pa < pb
 	}

@@ -372,7 +372,7 @@ func (c *Core) becameReady(t *task) {
 		t.dag.awaiting = append(t.dag.awaiting, t)
 		return
 	}
-	if t.spec().When != "" {
+	if !t.dag.plain && t.spec().When != "" {
 		c.judging = append(c.judging, t)
 		return
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/orion-sched/orion/internal/core"
 	"github.com/orion-sched/orion/internal/dag"
 	"github.com/orion-sched/orion/internal/jsonguard"
+	"github.com/orion-sched/orion/internal/model"
 )
 
 // Ops turns one entry into the etcd operations that commit it, and returns
@@ -207,6 +208,12 @@ func decodeDAGRecord(e *core.Entry, v []byte) error {
 	// an earlier version accepted must still load.
 	if err := dag.Validate(&rec.DAG, dag.Limits{MaxTasks: 1 << 20, MaxDecodedBytes: 1 << 40, Stored: true}); err != nil {
 		return err
+	}
+	if cap(rec.Tasks) > len(rec.Tasks) {
+		// The decoder grows the task list as it reads, up to twice its
+		// length (a task is 384 bytes), and the replica holds it as long
+		// as the DAG lives: keep just the tasks.
+		rec.Tasks = append(make([]model.Task, 0, len(rec.Tasks)), rec.Tasks...)
 	}
 	e.D = &rec
 	return nil
