@@ -1,17 +1,25 @@
 package core
 
+import "math/bits"
+
 // A DAG's lookup structures, sized for DAGs of 100,000 tasks and replicas
 // holding a million live tasks: what they cost is paid per task on the
 // leader and on every standby, so they hold 32-bit positions, never a
 // second copy of a task's id, and no allocation per task.
 
 // taskIndex finds a task's position in its DAG by id: an open-addressing
-// hash table (linear probing) of positions+1, 0 marking a free slot. The
-// ids themselves are the tasks' own (their specs'), so the table takes 4
-// bytes a slot and 1.5 to 3 slots a task, where a map[string]int32 took
-// some 40 bytes a task. The hash is FNV-1a: deterministic, so two replicas
-// lay the table out alike (not that anything depends on it).
-type taskIndex []int32
+// hash table (linear probing) of 32-bit slots, 0 marking a free one. A
+// slot holds the position+1 in its low bits and, above them, the top bits
+// of the id's hash as a tag, so a probe past another task's slot is
+// refused without reading that task's id; the ids themselves are the
+// tasks' own (their specs'). The table takes 4 bytes a slot and 1.5 to 3
+// slots a task, where a map[string]int32 took some 40 bytes a task. The
+// hash is FNV-1a: deterministic, so two replicas lay the table out alike
+// (not that anything depends on it).
+type taskIndex struct {
+	slots   []uint32
+	posBits uint8 // bits of a slot that hold position+1
+}
 
 func hashID(s string) uint32 {
 	h := uint32(2166136261)
@@ -28,21 +36,31 @@ func newTaskIndex(n int) taskIndex {
 	for size < n+n/2 {
 		size *= 2
 	}
-	return make(taskIndex, size)
+	return taskIndex{slots: make([]uint32, size), posBits: uint8(bits.Len32(uint32(n)))}
+}
+
+// slot is what the table holds for the task at pos whose id hashes to h.
+func (x *taskIndex) slot(h uint32, pos int32) uint32 {
+	return h>>x.posBits<<x.posBits | uint32(pos+1)
 }
 
 // indexOf returns the position of the DAG's task (not an instance) with
 // that id.
 func (d *dagRun) indexOf(id string) (int32, bool) {
-	x := d.index
-	mask := uint32(len(x) - 1)
-	for i := hashID(id) & mask; ; i = (i + 1) & mask {
-		p := x[i]
-		if p == 0 {
+	x := &d.index
+	h := hashID(id)
+	tag := x.slot(h, -1)
+	low := uint32(1)<<x.posBits - 1
+	mask := uint32(len(x.slots) - 1)
+	for i := h & mask; ; i = (i + 1) & mask {
+		v := x.slots[i]
+		if v == 0 {
 			return 0, false
 		}
-		if d.tasks[p-1].id() == id {
-			return p - 1, true
+		if v&^low == tag {
+			if p := int32(v&low) - 1; d.tasks[p].id() == id {
+				return p, true
+			}
 		}
 	}
 }
@@ -50,16 +68,19 @@ func (d *dagRun) indexOf(id string) (int32, bool) {
 // addIndex adds the task at position pos under its id; it reports false,
 // adding nothing, when a task with that id is there already.
 func (d *dagRun) addIndex(pos int32) bool {
-	x := d.index
+	x := &d.index
 	id := d.tasks[pos].id()
-	mask := uint32(len(x) - 1)
-	for i := hashID(id) & mask; ; i = (i + 1) & mask {
-		p := x[i]
-		if p == 0 {
-			x[i] = pos + 1
+	h := hashID(id)
+	tag := x.slot(h, -1)
+	low := uint32(1)<<x.posBits - 1
+	mask := uint32(len(x.slots) - 1)
+	for i := h & mask; ; i = (i + 1) & mask {
+		v := x.slots[i]
+		if v == 0 {
+			x.slots[i] = x.slot(h, pos)
 			return true
 		}
-		if d.tasks[p-1].id() == id {
+		if v&^low == tag && d.tasks[int32(v&low)-1].id() == id {
 			return false
 		}
 	}
