@@ -159,9 +159,9 @@ type dagRun struct {
 	readsNothing, plain, onePrio bool
 	prio                         int
 	// awaiting: leader: ready tasks whose condition or templates read a
-	// task that has not ended yet (rules.go, readsUnended); each of the
-	// DAG's tasks that ends looks at them again.
-	awaiting []*task
+	// task that has not ended yet (rules.go, readsUnended), by the
+	// position of the first such task: its end looks at them again.
+	awaiting map[int32][]*task
 
 	inflight   bool     // leader: a proposal for the DAG record is being committed
 	retrying   bool     // leader: that proposal is a retry, counted in pendingLive
@@ -745,8 +745,8 @@ func (c *Core) setStatus(t *task, s Status) {
 	switch {
 	case s.Terminal() && !wasTerminal:
 		d.remaining--
-		if len(d.awaiting) > 0 && c.leader {
-			c.wakeAwaiting(d)
+		if len(d.awaiting) > 0 && c.leader && t.grp == nil {
+			c.wakeAwaiting(d, t.idx)
 		}
 	case !s.Terminal() && wasTerminal:
 		d.remaining++

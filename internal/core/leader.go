@@ -174,8 +174,10 @@ func (c *Core) StepDown() {
 	c.pendingLive = liveCount{}
 	for _, d := range c.dags {
 		d.inflight, d.wantCancel, d.reserved, d.classes = false, false, 0, nil
-		for _, t := range d.awaiting {
-			t.awaiting = false
+		for _, list := range d.awaiting {
+			for _, t := range list {
+				t.awaiting = false
+			}
 		}
 		d.awaiting = nil
 		d.retrying, d.parked = false, false

@@ -367,9 +367,13 @@ func (c *Core) becameReady(t *task) {
 		return // looked at again when one of the tasks it reads ends
 	}
 	t.setReadyAt(c.now)
-	if c.readsUnended(t, nil) {
+	if j, ok := c.firstUnended(t, nil); ok {
+		d := t.dag
 		t.awaiting = true
-		t.dag.awaiting = append(t.dag.awaiting, t)
+		if d.awaiting == nil {
+			d.awaiting = make(map[int32][]*task)
+		}
+		d.awaiting[j] = append(d.awaiting[j], t)
 		return
 	}
 	if !t.dag.plain && t.spec().When != "" {
@@ -388,9 +392,16 @@ func (c *Core) becameReady(t *task) {
 // ended; what it reads is then final. Handlers and notifications run once
 // every task has ended.
 func (c *Core) readsUnended(t *task, except *task) bool {
+	_, ok := c.firstUnended(t, except)
+	return ok
+}
+
+// firstUnended is readsUnended that also says which task (by position) it
+// found unended first: t waits for that one's end (wakeAwaiting).
+func (c *Core) firstUnended(t *task, except *task) (int32, bool) {
 	d := t.dag
 	if t.idx >= d.nTasks || d.readsNothing {
-		return false
+		return 0, false
 	}
 	unended := func(j int32) bool {
 		r := &d.tasks[j]
@@ -400,31 +411,33 @@ func (c *Core) readsUnended(t *task, except *task) bool {
 		if p, err := c.program(t); err == nil {
 			for _, id := range p.Refs().Tasks {
 				if j, ok := d.indexOf(id); ok && unended(j) {
-					return true
+					return j, true
 				}
 			}
 		}
 	}
 	for _, id := range c.forEachRefs(t) {
 		if j, ok := d.indexOf(id); ok && unended(j) {
-			return true
+			return j, true
 		}
 	}
 	if tt := d.templates(t); tt != noTemplates {
 		for _, j := range tt.tasks {
 			if unended(j) {
-				return true
+				return j, true
 			}
 		}
 	}
-	return false
+	return 0, false
 }
 
-// wakeAwaiting looks again at d's tasks waiting for what they read, once
-// one of d's tasks has ended.
-func (c *Core) wakeAwaiting(d *dagRun) {
-	list := d.awaiting
-	d.awaiting = nil
+// wakeAwaiting looks again at the tasks of d waiting for the end of its
+// task at position j, which has just ended: each is queued, or waits for
+// the next task it reads that has not ended. Only those are looked at, so
+// a task's end costs what waits for it, however many others wait.
+func (c *Core) wakeAwaiting(d *dagRun, j int32) {
+	list := d.awaiting[j]
+	delete(d.awaiting, j)
 	for _, t := range list {
 		t.awaiting = false
 		if t.status == Ready && !d.deleted {
