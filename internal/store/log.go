@@ -88,14 +88,17 @@ func CheckSize(e *core.Entry, lim Limits) error {
 // Measure is CheckSize that also returns what e's puts cost against etcd's
 // quota (space.go).
 func Measure(e *core.Entry, lim Limits) (cost int64, err error) {
-	ops, n, err := Ops(e)
+	ps, err := pieces(e)
 	if err != nil {
 		return 0, err
 	}
-	if n > lim.RecordLimit() {
-		return 0, &TooLargeError{DAG: e.DAG, Size: n, Limit: lim.RecordLimit()}
+	for _, p := range ps {
+		if p.bytes > lim.RecordLimit() {
+			return 0, &TooLargeError{DAG: e.DAG, Size: p.bytes, Limit: lim.RecordLimit()}
+		}
+		cost += opsCost(p.ops)
 	}
-	return opsCost(ops), nil
+	return cost, nil
 }
 
 // EntryOps is how many operations a transaction has for entries (and the
@@ -251,17 +254,25 @@ func (w *Writer) Begin(entries []core.Entry, lim Limits, extra ...clientv3.Op) *
 	ops := append([]clientv3.Op(nil), extra...)
 	bytes := 0
 	for i := range entries {
-		eops, n, err := Ops(&entries[i])
+		ps, err := pieces(&entries[i])
 		if err != nil {
 			p.err = fmt.Errorf("store: encode %s/%s: %w", entries[i].DAG, entries[i].Task, err)
 			return p
 		}
-		if len(ops) > len(extra)*b2i(len(groups) == 0) && (len(ops)+len(eops) > lim.EntryOps() || bytes+n > lim.MaxBytes) {
-			groups, p.upto = append(groups, ops), append(p.upto, i)
-			ops, bytes = nil, 0
+		for _, pc := range ps {
+			// A chunk goes in a transaction of its own (with the term
+			// record, if it is the term's first).
+			if len(ops) > len(extra)*b2i(len(groups) == 0) && (pc.alone || len(ops)+len(pc.ops) > lim.EntryOps() || bytes+pc.bytes > lim.MaxBytes) {
+				groups, p.upto = append(groups, ops), append(p.upto, i)
+				ops, bytes = nil, 0
+			}
+			ops = append(ops, pc.ops...)
+			bytes += pc.bytes
+			if pc.alone {
+				groups, p.upto = append(groups, ops), append(p.upto, i)
+				ops, bytes = nil, 0
+			}
 		}
-		ops = append(ops, eops...)
-		bytes += n
 	}
 	if len(ops) > 0 {
 		groups, p.upto = append(groups, ops), append(p.upto, len(entries))
@@ -629,6 +640,7 @@ const (
 // so a large state does not need one huge response.
 func Load(ctx context.Context, kv clientv3.KV) (*Snapshot, error) {
 	s := &Snapshot{}
+	ch := newLoadChunks()
 	for _, prefix := range []string{DAGPrefix, TaskPrefix} {
 		key, end := prefix, clientv3.GetPrefixRangeEnd(prefix)
 		limit, largest := loadFirstPage, 0
@@ -657,12 +669,16 @@ func Load(ctx context.Context, kv clientv3.KV) (*Snapshot, error) {
 				n := len(item.Key) + len(item.Value)
 				size += n
 				largest = max(largest, n)
-				e, ok, err := DecodeKV(item)
+				if ch.take(item) {
+					continue
+				}
+				e, ok, err := decodeKVWith(item, decodeHeadEntry)
 				switch {
 				case err != nil:
 					s.Bad = append(s.Bad, err)
 				case !ok:
 				case e.Task == "":
+					ch.head(len(s.DAGs), e.D)
 					s.DAGs = append(s.DAGs, e)
 				default:
 					s.Tasks = append(s.Tasks, e)
@@ -675,6 +691,7 @@ func Load(ctx context.Context, kv clientv3.KV) (*Snapshot, error) {
 			limit = nextPage(limit, size, largest)
 		}
 	}
+	s.DAGs, s.Bad = ch.attach(s.DAGs, s.Bad)
 	pctx, cancel := context.WithTimeout(ctx, loadPageTimeout)
 	resp, err := kv.Get(pctx, LeaderKey, clientv3.WithRev(s.Rev))
 	cancel()
