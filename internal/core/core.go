@@ -93,9 +93,14 @@ type Core struct {
 	// live counts the running DAGs and their tasks (limits.go).
 	live liveCount
 
+	// workerIDs interns the worker ids of applied records (intern.go): a
+	// cache, not state.
+	workerIDs map[string]string
+
 	// Leader-only state below: volatile, never part of what replicas agree
 	// on, dropped by StepDown.
 	leader        bool
+	bulk          bool // BecomeLeader is queueing the ready tasks (pools.go)
 	now           time.Time
 	outbox        []Entry
 	effects       []Effect
@@ -129,10 +134,10 @@ type dagRun struct {
 	rec        *DAGRecord
 	seq        int64 // revision that created the DAG: submission order, and identity (model.Attempt.Submission)
 	tasks      []task
-	index      map[string]int32
-	deps       [][]int32
-	dependents [][]int32
-	remaining  int // tasks not in a terminal status
+	index      taskIndex // by id, the DAG's tasks (index.go)
+	deps       edges     // each task's dependencies, by position
+	dependents edges     // and the tasks that depend on it
+	remaining  int       // tasks not in a terminal status
 	counts     [numStatuses]int32
 	deleted    bool
 
@@ -146,10 +151,17 @@ type dagRun struct {
 	// continue_on_failure makes their failure count as a success.
 	contFailed [numRoles]int32
 	conds      map[int32]*expr.Program // compiled `when:` conditions, by task, as evaluated
+	// readsNothing: no task reads another's state (exprenv.go). plain:
+	// besides, no task has a condition, a for_each or required labels,
+	// and the DAG no max_active_tasks: its ready tasks queue in the class
+	// without constraints as they are (BecomeLeader passes a million of
+	// them without reading a spec). onePrio: every task has priority prio.
+	readsNothing, plain, onePrio bool
+	prio                         int
 	// awaiting: leader: ready tasks whose condition or templates read a
-	// task that has not ended yet (rules.go, readsUnended); each of the
-	// DAG's tasks that ends looks at them again.
-	awaiting []*task
+	// task that has not ended yet (rules.go, readsUnended), by the
+	// position of the first such task: its end looks at them again.
+	awaiting map[int32][]*task
 
 	inflight   bool     // leader: a proposal for the DAG record is being committed
 	retrying   bool     // leader: that proposal is a retry, counted in pendingLive
@@ -174,26 +186,43 @@ type dagRun struct {
 }
 
 type task struct {
-	dag     *dagRun
-	idx     int32
-	status  Status
-	rec     *TaskRecord // latest applied record; nil until the task first runs
-	waiting int32       // dependencies that have not succeeded (or failed with continue_on_failure)
-	bad     int32       // dependencies that ended failed for it: failed, upstream_failed or cancelled
-	skipped int32       // dependencies that ended skipped
-	queued  bool        // in its class's ready queue
-	cls     *class      // leader: the class it queues in, once known
-
-	inflight    bool          // leader: a proposal for this task is being committed
-	dispatching bool          // leader: that proposal is our dispatch
-	reserved    *worker       // leader: the worker whose slot the dispatch holds
-	stash       *model.Result // leader: a result that arrived while inflight
-	readyAt     time.Time     // leader: when the task became ready (metrics)
+	// Pointers first, then the 32-bit counters, then the flags: the
+	// struct is held once per task of every live DAG (a million of them
+	// on a loaded replica), so its padding is kept at none.
+	dag   *dagRun
+	rec   *TaskRecord   // latest applied record; nil until the task first runs
+	cls   *class        // leader: the class it queues in, once known
+	stash *model.Result // leader: a result that arrived while inflight
+	// reserved: leader: the worker whose slot the dispatch holds.
+	reserved *worker
 	// early is the leader's dispatch proposal of an attempt already sent
 	// to its worker (see Core.AllowEarly). Until the engine takes it into a
 	// transaction (Seal) a success reported for the attempt is written into
 	// it, so the task costs one record instead of two.
 	early *TaskRecord
+	// grp is the map group of a mapped instance (nil for any other task)
+	// and ii its index in it; its id, "process[3]", is the group's
+	// (group.ids; mapgroup.go). An instance's idx is its group's: it
+	// shares the group's spec, role and templates, never its dependencies.
+	grp *group
+	// readyAt: leader: when the task became ready (metrics), in Unix
+	// nanoseconds (0: not known): a time.Time would take three times the
+	// room in every task.
+	readyAt int64
+
+	idx     int32
+	waiting int32 // dependencies that have not succeeded (or failed with continue_on_failure)
+	bad     int32 // dependencies that ended failed for it: failed, upstream_failed or cancelled
+	skipped int32 // dependencies that ended skipped
+	ii      int32
+	// expanding: leader: the instances of this group's expansion in
+	// flight, counted in Core.pendingLive until its record applies.
+	expanding int32
+
+	status      Status
+	queued      bool // in its class's ready queue
+	inflight    bool // leader: a proposal for this task is being committed
+	dispatching bool // leader: that proposal is our dispatch
 	// homeless: leader: a pod attempt whose worker is gone, in
 	// Core.handovers; handingOver: the proposal in flight hands it over to
 	// the worker reserved (handover.go); ended: a pod attempt whose
@@ -201,17 +230,21 @@ type task struct {
 	// was in flight: a cancellation applied next needs no clean-up.
 	homeless, handingOver, ended bool
 	awaiting                     bool // leader: in its DAG's awaiting list
-	// expanding: leader: the instances of this group's expansion in
-	// flight, counted in Core.pendingLive until its record applies.
-	expanding int32
+}
 
-	// grp is the map group of a mapped instance (nil for any other task),
-	// ii its index in it and iid its id, "process[3]" (mapgroup.go). An
-	// instance's idx is its group's: it shares the group's spec, role and
-	// templates, never its dependencies.
-	grp *group
-	ii  int32
-	iid string
+// setReadyAt and readyTime keep when a task became ready.
+func (t *task) setReadyAt(now time.Time) {
+	t.readyAt = 0
+	if !now.IsZero() {
+		t.readyAt = now.UnixNano()
+	}
+}
+
+func (t *task) readyTime() time.Time {
+	if t.readyAt == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, t.readyAt).UTC()
 }
 
 func (t *task) spec() *model.Task {
@@ -223,7 +256,7 @@ func (t *task) spec() *model.Task {
 
 func (t *task) id() string {
 	if t.grp != nil {
-		return t.iid
+		return t.grp.ids[t.ii]
 	}
 	return t.spec().ID
 }
@@ -370,7 +403,7 @@ func (c *Core) applyDAG(e *Entry) error {
 			}
 		}
 		for i := range d.tasks[:d.nTasks] {
-			if t := &d.tasks[i]; len(d.deps[i]) == 0 {
+			if t := &d.tasks[i]; len(d.depsOf(int32(i))) == 0 {
 				c.setStatus(t, Ready) // no dependency: every rule says run
 			}
 		}
@@ -382,6 +415,10 @@ func (c *Core) applyDAG(e *Entry) error {
 
 	if !sameSpec(&d.rec.DAG, &rec.DAG) {
 		return applyErr(e, "DAG record's tasks differ from the DAG submitted under this id")
+	}
+	if len(rec.Tasks) > 0 && &rec.Tasks[0] != &d.rec.Tasks[0] {
+		// The same tasks, decoded again: keep one copy (index.go).
+		rec.Tasks = d.rec.Tasks
 	}
 	from, to := d.rec.Status, rec.Status
 	if from == to && rec.Run == d.rec.Run {
@@ -502,8 +539,9 @@ func (c *Core) resetForRetry(d *dagRun) {
 func (c *Core) recomputeReadiness(d *dagRun) {
 	for i := range d.tasks[:d.nTasks] {
 		t := &d.tasks[i]
-		t.waiting, t.bad, t.skipped = int32(len(d.deps[i])), 0, 0
-		for _, j := range d.deps[i] {
+		deps := d.depsOf(int32(i))
+		t.waiting, t.bad, t.skipped = int32(len(deps)), 0, 0
+		for _, j := range deps {
 			t.count(d.tasks[j].outcome())
 		}
 	}
@@ -529,18 +567,22 @@ func newDAGRun(id string, rec *DAGRecord, seq int64) (*dagRun, error) {
 		hooks = append(hooks, notifySpec(&rec.Notify[i], i))
 	}
 	n := len(rec.Tasks) + len(hooks)
+	if cap(rec.Tasks) > len(rec.Tasks) {
+		// A decoder grows the slice as it reads: up to twice the room
+		// of a task spec (384 bytes), held as long as the DAG lives.
+		rec.Tasks = append(make([]model.Task, 0, len(rec.Tasks)), rec.Tasks...)
+	}
+	internSpec(rec.Tasks)
 	d := &dagRun{
-		id:         id,
-		rec:        rec,
-		seq:        seq,
-		tasks:      make([]task, n),
-		index:      make(map[string]int32, n),
-		deps:       make([][]int32, n),
-		dependents: make([][]int32, n),
-		remaining:  n,
-		nTasks:     int32(len(rec.Tasks)),
-		nHandlers:  int32(len(handlers)),
-		hooks:      hooks,
+		id:        id,
+		rec:       rec,
+		seq:       seq,
+		tasks:     make([]task, n),
+		index:     newTaskIndex(n),
+		remaining: n,
+		nTasks:    int32(len(rec.Tasks)),
+		nHandlers: int32(len(handlers)),
+		hooks:     hooks,
 	}
 	d.counts[Pending] = int32(n)
 	d.byRole[roleTask][Pending] = d.nTasks
@@ -549,22 +591,58 @@ func newDAGRun(id string, rec *DAGRecord, seq int64) (*dagRun, error) {
 	for i := range d.tasks {
 		t := &d.tasks[i]
 		t.dag, t.idx = d, int32(i)
-		if _, dup := d.index[t.id()]; dup {
+		if !d.addIndex(int32(i)) {
 			return nil, fmt.Errorf("duplicate task id %q", t.id())
 		}
-		d.index[t.id()] = int32(i)
 	}
+	// Dependencies in one flat list, dependants in another (index.go).
+	edgesN := 0
 	for i := range rec.Tasks {
-		t := &d.tasks[i]
-		for _, dep := range rec.Tasks[i].DependsOn {
-			j, ok := d.index[dep]
+		edgesN += len(rec.Tasks[i].DependsOn)
+	}
+	d.deps = edges{start: make([]int32, n+1), list: make([]int32, 0, edgesN)}
+	d.dependents = edges{start: make([]int32, n+1), list: make([]int32, edgesN)}
+	for i := range rec.Tasks {
+		spec := &rec.Tasks[i]
+		d.deps.start[i] = int32(len(d.deps.list))
+		for k, dep := range spec.DependsOn {
+			j, ok := d.indexOf(dep)
 			if !ok {
-				return nil, fmt.Errorf("task %q depends on unknown task %q", rec.Tasks[i].ID, dep)
+				return nil, fmt.Errorf("task %q depends on unknown task %q", spec.ID, dep)
 			}
-			d.deps[i] = append(d.deps[i], j)
-			d.dependents[j] = append(d.dependents[j], int32(i))
+			// The dependency's own id: a decoded spec holds a copy of
+			// each id per edge.
+			spec.DependsOn[k] = d.tasks[j].id()
+			d.deps.list = append(d.deps.list, j)
+			d.dependents.start[j+1]++
 		}
-		t.waiting = int32(len(d.deps[i]))
+		d.tasks[i].waiting = int32(len(spec.DependsOn))
+	}
+	for i := len(rec.Tasks); i < n; i++ {
+		d.deps.start[i+1] = int32(len(d.deps.list))
+	}
+	d.deps.start[len(rec.Tasks)] = int32(len(d.deps.list))
+	for i := 1; i <= n; i++ {
+		d.dependents.start[i] += d.dependents.start[i-1]
+	}
+	fill := make([]int32, n)
+	for i := range rec.Tasks {
+		for _, j := range d.depsOf(int32(i)) {
+			d.dependents.list[d.dependents.start[j]+fill[j]] = int32(i)
+			fill[j]++
+		}
+	}
+	d.readsNothing = readsNothing(rec.Tasks)
+	d.plain = d.readsNothing && rec.MaxActiveTasks == 0
+	d.onePrio, d.prio = true, d.tasks[0].spec().Priority
+	for i := range d.tasks {
+		s := d.tasks[i].spec()
+		if s.Priority != d.prio {
+			d.onePrio = false
+		}
+		if s.When != "" || s.ForEach.IsSet() || len(s.Requires()) > 0 {
+			d.plain = false
+		}
 	}
 	return d, nil
 }
@@ -595,6 +673,7 @@ func (c *Core) applyTask(e *Entry) error {
 	}
 	from, to := t.status, rec.Status
 	prev := t.rec
+	c.intern(rec)
 	t.rec = rec
 	c.setStatus(t, to)
 	if items != nil {
@@ -666,8 +745,8 @@ func (c *Core) setStatus(t *task, s Status) {
 	switch {
 	case s.Terminal() && !wasTerminal:
 		d.remaining--
-		if len(d.awaiting) > 0 && c.leader {
-			c.wakeAwaiting(d)
+		if len(d.awaiting) > 0 && c.leader && t.grp == nil {
+			c.wakeAwaiting(d, t.idx)
 		}
 	case !s.Terminal() && wasTerminal:
 		d.remaining++
@@ -716,6 +795,7 @@ func (c *Core) Restore(rev int64, dags, tasks []Entry) []error {
 	var instances []*Entry
 	restore := func(e *Entry, t *task) {
 		d := t.dag
+		c.intern(e.T)
 		t.rec = e.T
 		s := e.T.Status
 		switch {
@@ -736,7 +816,7 @@ func (c *Core) Restore(rev int64, dags, tasks []Entry) []error {
 			errs = append(errs, applyErr(e, "task of unknown DAG"))
 			continue
 		}
-		i, ok := d.index[e.Task]
+		i, ok := d.indexOf(e.Task)
 		if !ok {
 			if _, _, inst := model.ParseInstanceID(e.Task); inst {
 				instances = append(instances, e)

@@ -46,7 +46,7 @@ func (c *Core) exprEnv(t *task) expr.Env {
 			add(&d.tasks[j])
 		}
 		for _, id := range cond {
-			if j, ok := d.index[id]; ok {
+			if j, ok := d.indexOf(id); ok {
 				add(&d.tasks[j])
 			}
 		}
@@ -157,23 +157,51 @@ func compileTemplates(d *dagRun, s *model.Task) *taskTemplates {
 		}
 		tt.fields = append(tt.fields, fieldTemplate{field: field, tpl: tpl})
 		for _, id := range tpl.Refs().Tasks {
-			if j, ok := d.index[id]; ok && !containsIdx(tt.tasks, j) {
+			if j, ok := d.indexOf(id); ok && !containsIdx(tt.tasks, j) {
 				tt.tasks = append(tt.tasks, j)
 			}
 		}
 	}
-	add("command", s.Command)
-	add("interpreter", s.Interpreter)
-	add("workdir", s.Workdir)
-	add("url", s.URL)
-	add("method", s.Method)
-	for _, k := range sortedNames(s.Env) {
-		add("env."+k, s.Env[k])
-	}
+	templated(s, add)
 	if tt == nil {
 		return noTemplates
 	}
 	return tt
+}
+
+// templated calls fn with each field of s that a template may fill in.
+func templated(s *model.Task, fn func(field, text string)) {
+	fn("command", s.Command)
+	fn("interpreter", s.Interpreter)
+	fn("workdir", s.Workdir)
+	fn("url", s.URL)
+	fn("method", s.Method)
+	for _, k := range sortedNames(s.Env) {
+		fn("env."+k, s.Env[k])
+	}
+}
+
+// readsNothing reports whether no task of the DAG file reads another's
+// state: no `when:`, no for_each, no template. Such a DAG's tasks never
+// wait for what they read (readsUnended), which a takeover, queueing
+// every ready task, then need not ask task by task.
+func readsNothing(tasks []model.Task) bool {
+	none := true
+	for i := range tasks {
+		s := &tasks[i]
+		if s.When != "" || s.ForEach.IsSet() {
+			return false
+		}
+		templated(s, func(_, text string) {
+			if expr.HasTemplate(text) {
+				none = false
+			}
+		})
+		if !none {
+			return false
+		}
+	}
+	return true
 }
 
 func containsIdx(list []int32, j int32) bool {

@@ -322,7 +322,7 @@ func checkConsistent(t *testing.T, c *Core, after string) {
 				remaining++
 			}
 			var w, bad, skipped int32
-			for _, j := range d.deps[i] {
+			for _, j := range d.depsOf(int32(i)) {
 				switch d.tasks[j].outcome() {
 				case endedOK:
 				case endedBad:

@@ -11,8 +11,18 @@ package core
 // never in the heap twice).
 type readyQueue []*task
 
+// priority is t's priority, read from its DAG when all its tasks share
+// one: the heaps compare priorities at every step, and a spec is a cache
+// miss away.
+func (t *task) priority() int {
+	if d := t.dag; d.onePrio {
+		return d.prio
+	}
+	return t.spec().Priority
+}
+
 func less(a, b *task) bool {
-	pa, pb := a.spec().Priority, b.spec().Priority
+	pa, pb := a.priority(), b.priority()
 	if pa != pb {
 		return pa < pb
 	}
@@ -75,3 +85,50 @@ func (q *readyQueue) pop() *task {
 }
 
 func (q readyQueue) Len() int { return len(q) }
+
+// add appends t without ordering the heap: BecomeLeader queues every ready
+// task that way and orders each queue once (heapify), O(n) for n tasks
+// instead of O(n log n) and a copy at each doubling of the slice.
+func (q *readyQueue) add(t *task) {
+	if t.queued {
+		return
+	}
+	t.queued = true
+	*q = append(*q, t)
+}
+
+// sorted reports whether the queue is in order, and so a heap already.
+func (q readyQueue) sorted() bool {
+	for i := 1; i < len(q); i++ {
+		if less(q[i], q[i-1]) {
+			return false
+		}
+	}
+	return true
+}
+
+// heapify orders the queue as a heap after add.
+func (q readyQueue) heapify() {
+	for i := len(q)/2 - 1; i >= 0; i-- {
+		q.down(i)
+	}
+}
+
+func (q readyQueue) down(i int) {
+	n := len(q)
+	for {
+		l := 2*i + 1
+		if l >= n {
+			return
+		}
+		m := l
+		if r := l + 1; r < n && less(q[r], q[l]) {
+			m = r
+		}
+		if !less(q[m], q[i]) {
+			return
+		}
+		q[i], q[m] = q[m], q[i]
+		i = m
+	}
+}

@@ -95,9 +95,23 @@ func (c *Core) BecomeLeader(now time.Time) {
 		c.workers = make(map[string]*worker)
 	}
 	c.pendingSubmit = make(map[string]*DAGRecord)
-	for _, id := range c.sortedDAGIDs() {
-		d := c.dags[id]
+	// The ready tasks, up to a million of them, go into their queues
+	// unordered, and each queue is ordered once at the end: a takeover's
+	// cost is linear in the live tasks, and small per task (see
+	// BenchmarkScaleTakeover).
+	c.bulk = true
+	for _, d := range c.dagsInQueueOrder() {
+		if d.remaining == 0 {
+			// Every task ended: nothing below would act on one of them
+			// (a finished DAG kept until retention deletes it).
+			c.reconcileDAG(d)
+			continue
+		}
+		quiet := d.rec.Status == DAGRunning && !d.rec.CancelRequested
 		d.each(func(t *task) {
+			if quiet && untouched(t) {
+				return // most of a big DAG's pending tasks: nothing to do
+			}
 			switch t.status {
 			case Ready:
 				c.becameReady(t)
@@ -112,6 +126,40 @@ func (c *Core) BecomeLeader(now time.Time) {
 		})
 		c.reconcileDAG(d)
 	}
+	c.bulk = false
+	for _, cl := range c.classList {
+		if !cl.q.sorted() {
+			cl.q.heapify()
+		}
+	}
+}
+
+// untouched reports whether t is one of its DAG file's tasks, pending with
+// dependencies none of which has ended: every trigger rule says wait, so
+// in a running DAG that no cancellation stops there is nothing to propose
+// for it. It reads no spec, so a takeover passes such tasks cheaply.
+func untouched(t *task) bool {
+	d := t.dag
+	return t.status == Pending && t.grp == nil && t.idx < d.nTasks && t.bad == 0 && t.skipped == 0 &&
+		t.waiting > 0 && t.waiting == d.deps.start[t.idx+1]-d.deps.start[t.idx]
+}
+
+// dagsInQueueOrder lists the DAGs in the order the ready queues take them
+// (by submission, then id: see less). BecomeLeader walks them so: when
+// each DAG's tasks share a priority, as most do, every queue is built in
+// order, a heap already, and costs one comparison a task to check.
+func (c *Core) dagsInQueueOrder() []*dagRun {
+	list := make([]*dagRun, 0, len(c.dags))
+	for _, d := range c.dags {
+		list = append(list, d)
+	}
+	sort.Slice(list, func(i, j int) bool {
+		if list[i].seq != list[j].seq {
+			return list[i].seq < list[j].seq
+		}
+		return list[i].id < list[j].id
+	})
+	return list
 }
 
 // StepDown drops the leader's volatile state. The applied state stays: it
@@ -126,8 +174,10 @@ func (c *Core) StepDown() {
 	c.pendingLive = liveCount{}
 	for _, d := range c.dags {
 		d.inflight, d.wantCancel, d.reserved, d.classes = false, false, 0, nil
-		for _, t := range d.awaiting {
-			t.awaiting = false
+		for _, list := range d.awaiting {
+			for _, t := range list {
+				t.awaiting = false
+			}
 		}
 		d.awaiting = nil
 		d.retrying, d.parked = false, false
@@ -996,7 +1046,7 @@ func (c *Core) Schedule(now time.Time) int {
 					continue
 				}
 			}
-			t.readyAt = now
+			t.setReadyAt(now)
 			// Rendered once its dispatch is applied, right behind the
 			// success (render.go).
 			c.proposeDispatch(t, w, nil, false)
@@ -1078,7 +1128,7 @@ func (c *Core) proposeAttempt(t *task, w *worker, attempt int, spec *model.Task,
 	id := model.AttemptID{DAG: t.dag.id, Task: t.id(), Attempt: attempt}
 	w.attempts[id] = t
 	if send {
-		c.effects = append(c.effects, Effect{Kind: EffectDispatch, Worker: w.id, ReadyAt: t.readyAt,
+		c.effects = append(c.effects, Effect{Kind: EffectDispatch, Worker: w.id, ReadyAt: t.readyTime(),
 			Attempt: model.Attempt{AttemptID: id, Submission: t.dag.seq, Spec: c.hookSpec(t, spec), MaxOutputBytes: c.cfg.MaxOutputBytes}})
 	}
 }
@@ -1092,7 +1142,7 @@ func (c *Core) noteAhead(t *task) {
 		return // an instance has no dependants: its group's end has
 	}
 	d := t.dag
-	for _, j := range d.dependents[t.idx] {
+	for _, j := range d.dependentsOf(t.idx) {
 		dep := &d.tasks[j]
 		if dep.status == Pending && !dep.inflight && dep.waiting == 1 && dep.bad == 0 && dep.skipped == 0 {
 			// Not a map group: its expansion reads the success, so it
@@ -1196,7 +1246,7 @@ func (c *Core) afterTaskApplied(t *task, from Status, prev *TaskRecord) {
 			}
 			id := t.attemptID()
 			w.attempts[id] = t
-			c.effects = append(c.effects, Effect{Kind: EffectDispatch, Worker: w.id, ReadyAt: t.readyAt,
+			c.effects = append(c.effects, Effect{Kind: EffectDispatch, Worker: w.id, ReadyAt: t.readyTime(),
 				Attempt: model.Attempt{AttemptID: id, Submission: t.dag.seq, Spec: c.hookSpec(t, spec), MaxOutputBytes: c.cfg.MaxOutputBytes}})
 		}
 	case Retrying:
@@ -1357,7 +1407,12 @@ func (c *Core) TakeProposals(max int) []Entry {
 	}
 	out := make([]Entry, max)
 	copy(out, c.outbox)
-	c.outbox = append(c.outbox[:0], c.outbox[max:]...)
+	// Take from the front without moving the rest: a cascade or a
+	// cancellation of a big DAG proposes a record per task at once, and
+	// moving the remainder at each take cost O(outbox) per transaction.
+	// The front's room is given back when append next reallocates.
+	clear(c.outbox[:max])
+	c.outbox = c.outbox[max:]
 	return out
 }
 

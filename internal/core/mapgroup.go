@@ -64,6 +64,7 @@ type group struct {
 	raw    json.RawMessage   // the items as committed
 	items  []json.RawMessage // each item, within raw
 	inst   []task            // the instances, by index
+	ids    []string          // their ids, "process[3]", by index
 	counts [numStatuses]int32
 	// reserved: leader: dispatches of instances proposed and not applied
 	// (max_active).
@@ -110,7 +111,7 @@ func (d *dagRun) instance(id string) *task {
 	if !ok {
 		return nil
 	}
-	j, ok := d.index[name]
+	j, ok := d.indexOf(name)
 	if !ok {
 		return nil
 	}
@@ -123,7 +124,7 @@ func (d *dagRun) instance(id string) *task {
 
 // find returns the task of an id: one of the DAG's tasks or an instance.
 func (d *dagRun) find(id string) *task {
-	if i, ok := d.index[id]; ok {
+	if i, ok := d.indexOf(id); ok {
 		return &d.tasks[i]
 	}
 	return d.instance(id)
@@ -197,11 +198,12 @@ func (c *Core) expanded(t *task, items []json.RawMessage) {
 func (c *Core) materialize(t *task, raw json.RawMessage, items []json.RawMessage) *group {
 	d := t.dag
 	n := len(items)
-	g := &group{idx: t.idx, raw: raw, items: items, inst: make([]task, n)}
+	g := &group{idx: t.idx, raw: raw, items: items, inst: make([]task, n), ids: make([]string, n)}
 	id := t.id()
 	for i := range g.inst {
 		it := &g.inst[i]
-		it.dag, it.idx, it.grp, it.ii, it.iid = d, t.idx, g, int32(i), model.InstanceID(id, i)
+		it.dag, it.idx, it.grp, it.ii = d, t.idx, g, int32(i)
+		g.ids[i] = model.InstanceID(id, i)
 	}
 	g.counts[Pending] = int32(n)
 	if d.groups == nil {
@@ -432,7 +434,7 @@ func (c *Core) proposeGroupEnd(t *task, g *group) {
 		first := ""
 		for i := range g.inst {
 			if it := &g.inst[i]; it.outcome() == endedBad {
-				first = it.iid
+				first = it.id()
 				break
 			}
 		}

@@ -66,7 +66,7 @@ func (c *Core) Instances(dagID, taskID string, offset, limit int) (*InstanceList
 	if d == nil {
 		return nil, false
 	}
-	i, ok := d.index[taskID]
+	i, ok := d.indexOf(taskID)
 	if !ok || !isGroup(&d.tasks[i]) {
 		return nil, false
 	}

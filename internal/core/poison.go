@@ -124,7 +124,7 @@ func (c *Core) Poisoned(e Entry, why string, now time.Time) (*Entry, []Entry, Po
 	if rec.Status == Succeeded {
 		// Dependents dispatched right behind the success (Schedule) would
 		// commit a dispatch their state machine refuses: withdraw them.
-		for _, j := range t.dag.dependents[t.idx] {
+		for _, j := range t.dag.dependentsOf(t.idx) {
 			dep := &t.dag.tasks[j]
 			if dep.dispatching && dep.status == Pending {
 				c.abandonDispatch(dep) // dep stays in flight: parked with t

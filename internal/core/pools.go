@@ -49,10 +49,18 @@ func (c *Core) classOf(t *task) *class {
 	if t.cls != nil {
 		return t.cls
 	}
-	s := t.spec()
-	req := s.Requires()
-	limited := t.dag.rec.MaxActiveTasks > 0
-	g := limitedGroup(t)
+	var (
+		req     map[string]string
+		pool    string
+		limited bool
+		g       *group
+	)
+	if !t.dag.plain {
+		s := t.spec()
+		req, pool = s.Requires(), s.PoolName()
+		limited = t.dag.rec.MaxActiveTasks > 0
+		g = limitedGroup(t)
+	}
 	key := ""
 	if len(req) > 0 || limited || g != nil {
 		key = model.FormatLabels(req)
@@ -66,7 +74,7 @@ func (c *Core) classOf(t *task) *class {
 	}
 	cl := c.classes[key]
 	if cl == nil {
-		cl = &class{key: key, req: req, pool: s.PoolName(), grp: g}
+		cl = &class{key: key, req: req, pool: pool, grp: g}
 		if limited || g != nil {
 			cl.dag = t.dag
 			t.dag.classes = append(t.dag.classes, cl)
@@ -83,11 +91,20 @@ func (c *Core) classOf(t *task) *class {
 
 // enqueue puts a ready task in its class's queue (leader only).
 func (c *Core) enqueue(t *task) {
-	if isGroup(t) {
+	if !t.dag.plain && isGroup(t) {
 		c.expandGroup(t) // a map group runs no attempt: it expands
 		return
 	}
-	c.classOf(t).q.push(t)
+	cl := c.classOf(t)
+	if c.bulk {
+		if cl.key == "" && cl.q == nil {
+			// The class of tasks without constraints, most of them.
+			cl.q = make(readyQueue, 0, c.counts[Ready])
+		}
+		cl.q.add(t) // ordered once BecomeLeader has queued them all
+		return
+	}
+	cl.q.push(t)
 }
 
 // dropClasses forgets the classes of a deleted DAG.

@@ -269,7 +269,8 @@ func (s *sim) handleEffects() {
 		case EffectDispatch:
 			id := ef.Attempt.AttemptID
 			d := s.c.dags[id.DAG]
-			t := &d.tasks[d.index[id.Task]]
+			i, _ := d.indexOf(id.Task)
+			t := &d.tasks[i]
 			if v := s.c.verdict(t); v != run {
 				s.t.Fatalf("%v dispatched while its trigger rule says %d\n%s", id, v, s.c.Dump())
 			}

@@ -173,7 +173,7 @@ func (c *Core) ended(t *task) {
 	}
 	d := t.dag
 	o := t.outcome()
-	for _, j := range d.dependents[t.idx] {
+	for _, j := range d.dependentsOf(t.idx) {
 		dt := &d.tasks[j]
 		dt.count(o)
 		c.judge(dt)
@@ -277,7 +277,7 @@ func (c *Core) verdictWhy(t *task) (verdictKind, string) {
 	if t.grp != nil {
 		return run, "" // an instance runs once its group expanded
 	}
-	n := int32(len(d.deps[t.idx]))
+	n := int32(len(d.depsOf(t.idx)))
 	if n == 0 {
 		return run, "" // Airflow's too: a rule judges dependencies, and there are none
 	}
@@ -343,7 +343,7 @@ func (c *Core) verdictWhy(t *task) (verdictKind, string) {
 // first dependency that ended badly, or the task its own cascade names.
 func cascadeCause(t *task) string {
 	d := t.dag
-	for _, j := range d.deps[t.idx] {
+	for _, j := range d.depsOf(t.idx) {
 		dep := &d.tasks[j]
 		if dep.outcome() == endedBad {
 			if dep.status == UpstreamFailed && dep.rec != nil && dep.rec.Cause != "" {
@@ -366,13 +366,17 @@ func (c *Core) becameReady(t *task) {
 	if t.awaiting {
 		return // looked at again when one of the tasks it reads ends
 	}
-	t.readyAt = c.now
-	if c.readsUnended(t, nil) {
+	t.setReadyAt(c.now)
+	if j, ok := c.firstUnended(t, nil); ok {
+		d := t.dag
 		t.awaiting = true
-		t.dag.awaiting = append(t.dag.awaiting, t)
+		if d.awaiting == nil {
+			d.awaiting = make(map[int32][]*task)
+		}
+		d.awaiting[j] = append(d.awaiting[j], t)
 		return
 	}
-	if t.spec().When != "" {
+	if !t.dag.plain && t.spec().When != "" {
 		c.judging = append(c.judging, t)
 		return
 	}
@@ -388,9 +392,16 @@ func (c *Core) becameReady(t *task) {
 // ended; what it reads is then final. Handlers and notifications run once
 // every task has ended.
 func (c *Core) readsUnended(t *task, except *task) bool {
+	_, ok := c.firstUnended(t, except)
+	return ok
+}
+
+// firstUnended is readsUnended that also says which task (by position) it
+// found unended first: t waits for that one's end (wakeAwaiting).
+func (c *Core) firstUnended(t *task, except *task) (int32, bool) {
 	d := t.dag
-	if t.idx >= d.nTasks {
-		return false
+	if t.idx >= d.nTasks || d.readsNothing {
+		return 0, false
 	}
 	unended := func(j int32) bool {
 		r := &d.tasks[j]
@@ -399,32 +410,34 @@ func (c *Core) readsUnended(t *task, except *task) bool {
 	if t.spec().When != "" {
 		if p, err := c.program(t); err == nil {
 			for _, id := range p.Refs().Tasks {
-				if j, ok := d.index[id]; ok && unended(j) {
-					return true
+				if j, ok := d.indexOf(id); ok && unended(j) {
+					return j, true
 				}
 			}
 		}
 	}
 	for _, id := range c.forEachRefs(t) {
-		if j, ok := d.index[id]; ok && unended(j) {
-			return true
+		if j, ok := d.indexOf(id); ok && unended(j) {
+			return j, true
 		}
 	}
 	if tt := d.templates(t); tt != noTemplates {
 		for _, j := range tt.tasks {
 			if unended(j) {
-				return true
+				return j, true
 			}
 		}
 	}
-	return false
+	return 0, false
 }
 
-// wakeAwaiting looks again at d's tasks waiting for what they read, once
-// one of d's tasks has ended.
-func (c *Core) wakeAwaiting(d *dagRun) {
-	list := d.awaiting
-	d.awaiting = nil
+// wakeAwaiting looks again at the tasks of d waiting for the end of its
+// task at position j, which has just ended: each is queued, or waits for
+// the next task it reads that has not ended. Only those are looked at, so
+// a task's end costs what waits for it, however many others wait.
+func (c *Core) wakeAwaiting(d *dagRun, j int32) {
+	list := d.awaiting[j]
+	delete(d.awaiting, j)
 	for _, t := range list {
 		t.awaiting = false
 		if t.status == Ready && !d.deleted {

@@ -360,6 +360,13 @@ func decodeHead(id string, v []byte) (*core.DAGRecord, error) {
 	if err := validateStored(&rec); err != nil {
 		return nil, err
 	}
+	if cap(rec.Tasks) > len(rec.Tasks) {
+		// The decoder grows the task list as it reads, up to twice its
+		// length (a task is 384 bytes), and the replica holds it as long
+		// as the DAG lives: keep just the tasks. (attachChunks makes a
+		// chunked DAG's list at its length.)
+		rec.Tasks = append(make([]model.Task, 0, len(rec.Tasks)), rec.Tasks...)
+	}
 	return &rec, nil
 }
 
