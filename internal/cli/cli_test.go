@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/orion-sched/orion/internal/client"
+	"github.com/orion-sched/orion/internal/dag"
 )
 
 func TestMain(m *testing.M) {
@@ -149,6 +151,35 @@ func TestSubmitFileIDSentAsWritten(t *testing.T) {
 	var resp client.SubmitResponse
 	if err := json.Unmarshal([]byte(r.out), &resp); err != nil || resp.ID != "other" || !resp.Created {
 		t.Errorf("json %q: %+v %v", r.out, resp, err)
+	}
+}
+
+// A YAML file larger than the server decodes as YAML (dag.MaxYAMLBytes)
+// is sent as JSON, the same DAG.
+func TestSubmitLargeYAMLGoesAsJSON(t *testing.T) {
+	cleanEnv(t)
+	f := newFake(t)
+	var b strings.Builder
+	b.WriteString("id: wide\ntasks:\n")
+	n := 0
+	for ; b.Len() <= dag.MaxYAMLBytes; n++ {
+		fmt.Fprintf(&b, "  - id: t%d\n    kind: noop\n", n)
+	}
+	file := writeFile(t, "wide.yaml", b.String())
+	r := run(t, "", "submit", "-f", file, "--server", f.URL)
+	must(t, r, 0)
+	s := f.lastSubmit()
+	var sent struct {
+		ID    string `json:"id"`
+		Tasks []struct {
+			ID string `json:"id"`
+		} `json:"tasks"`
+	}
+	if s.contentType != "application/json" {
+		t.Fatalf("sent as %q", s.contentType)
+	}
+	if err := json.Unmarshal(s.body, &sent); err != nil || sent.ID != "wide" || len(sent.Tasks) != n || sent.Tasks[n-1].ID != fmt.Sprintf("t%d", n-1) {
+		t.Fatalf("sent id %q, %d tasks (want %d): %v", sent.ID, len(sent.Tasks), n, err)
 	}
 }
 

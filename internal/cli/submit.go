@@ -178,8 +178,9 @@ func prepareSubmission(stdin io.Reader, file, idFlag string, params []string) (b
 	if err := validateLocally(d, params); err != nil {
 		return nil, "", "", fmt.Errorf("%s: %w", name, err)
 	}
-	if d.ID == fileID {
-		// The file already names its id: send it as written.
+	if d.ID == fileID && (contentType != "application/yaml" || len(raw) <= dag.MaxYAMLBytes) {
+		// The file already names its id: send it as written. A YAML file
+		// larger than the server decodes as YAML goes as JSON (below).
 		return raw, contentType, d.ID, nil
 	}
 	// Inject the id: the parsed DAG carries every field of the file (seed

@@ -33,6 +33,35 @@ func CheckTaskCount(body []byte, contentType string, maxTasks int) error {
 	return nil
 }
 
+// MaxYAMLBytes bounds a DAG or schedule document sent as YAML, whatever
+// max_body_bytes allows JSON. Decoding YAML builds a node per scalar before
+// anything can be counted, about 200 bytes of memory per byte of a body of
+// small nodes (measured: 4 MiB of `- id: a` lines or of `[a,a,...]` peaked
+// at 850-900 MB), against a few bytes per byte for JSON, whose tasks are
+// counted before it is decoded. At 1 MiB (the body limit of earlier
+// versions) a YAML request costs at most what a JSON one of max_body_bytes
+// does; a larger DAG is sent as JSON, which `orion submit -f` does by itself.
+const MaxYAMLBytes = 1 << 20
+
+// CheckYAMLSize refuses a YAML document (by its content type, or sniffed:
+// not starting with '{') larger than MaxYAMLBytes, before it is decoded.
+func CheckYAMLSize(body []byte, contentType string) error {
+	if len(body) <= MaxYAMLBytes {
+		return nil
+	}
+	f, err := FormatOf(contentType)
+	if err != nil {
+		return nil // Parse says so
+	}
+	trimmed := bytes.TrimLeft(bytes.TrimPrefix(body, []byte("\xef\xbb\xbf")), " \t\r\n")
+	if f == FormatJSON || (f == FormatSniff && len(trimmed) > 0 && trimmed[0] == '{') {
+		return nil
+	}
+	msg := fmt.Sprintf("a YAML document is limited to %d bytes (this one has %d): YAML costs about 200 bytes of memory per byte to decode. "+
+		"Send a larger DAG as JSON, up to max_body_bytes (orion submit -f converts a large YAML file to JSON itself)", MaxYAMLBytes, len(body))
+	return &ValidationError{Code: CodeTooLarge, Message: msg, Details: []string{msg}}
+}
+
 // CountJSONArray counts the elements of a JSON text that is an array (the
 // seed API's list of tasks), without decoding it: 0 for anything else.
 func CountJSONArray(b []byte) int { return countElements(b, 1) }

@@ -1285,3 +1285,34 @@ func TestForwardedWriteSentAgainIsAnsweredAsTheFirst(t *testing.T) {
 		t.Fatalf("retried %v, want d1's run 2 only", e.f.retried)
 	}
 }
+
+// A YAML body past dag.MaxYAMLBytes is refused before it is decoded (YAML
+// costs about 200 bytes of memory per byte), while the same DAG in JSON,
+// within max_body_bytes, is accepted.
+func TestLargeYAMLIsRefusedAndJSONAccepted(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.MaxBodyBytes = 8 << 20; c.MaxTasks = 100000 })
+	var y, j strings.Builder
+	y.WriteString("id: wide\ntasks:\n")
+	j.WriteString(`{"id": "wide", "tasks": [`)
+	for i := 0; y.Len() <= dag.MaxYAMLBytes; i++ {
+		fmt.Fprintf(&y, "- {id: t%d, kind: noop}\n", i)
+		if i > 0 {
+			j.WriteString(",")
+		}
+		fmt.Fprintf(&j, `{"id": "t%d", "kind": "noop"}`, i)
+	}
+	j.WriteString("]}")
+	for _, ct := range []string{"application/yaml", "text/plain", ""} {
+		info := e.do(t, "POST", "/api/v1/dags", y.String(), "Content-Type", ct).
+			wantError(t, http.StatusRequestEntityTooLarge, dag.CodeTooLarge)
+		if !strings.Contains(info.Message, "YAML") || !strings.Contains(info.Message, "JSON") {
+			t.Fatalf("message %q does not say to send JSON", info.Message)
+		}
+	}
+	if len(e.f.submitted) != 0 {
+		t.Fatalf("a refused YAML body reached the backend: %d", len(e.f.submitted))
+	}
+	if r := e.do(t, "POST", "/api/v1/dags", j.String(), "Content-Type", "application/json"); r.code != http.StatusCreated {
+		t.Fatalf("the same DAG in JSON: %d %s", r.code, r.body)
+	}
+}

@@ -32,7 +32,7 @@ func dagPath(id string) string { return "/api/v1/dags/" + url.PathEscape(id) }
 
 // readDocument reads a DAG or schedule document: its content type is
 // checked before the body is read, and the body is bounded by
-// max_body_bytes. On false the error has been answered.
+// max_body_bytes (a YAML one by dag.MaxYAMLBytes). On false the error has been answered.
 func (s *server) readDocument(w http.ResponseWriter, r *http.Request) (body []byte, ct string, ok bool) {
 	ct = r.Header.Get("Content-Type")
 	if _, err := dag.FormatOf(ct); err != nil { // refuse before reading the body
@@ -47,6 +47,10 @@ func (s *server) readDocument(w http.ResponseWriter, r *http.Request) (body []by
 			return nil, "", false
 		}
 		kit.WriteError(w, http.StatusBadRequest, apitypes.CodeBadRequest, "could not read the request body", nil)
+		return nil, "", false
+	}
+	if err := dag.CheckYAMLSize(body, ct); err != nil {
+		s.fail(w, r, err)
 		return nil, "", false
 	}
 	return body, ct, true
