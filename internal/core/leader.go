@@ -437,6 +437,13 @@ const (
 // its ID set. A DAG with the same id and the same content is not submitted
 // twice; the same id with other content is a conflict.
 func (c *Core) Submit(spec *model.DAG, now time.Time) (SubmitOutcome, error) {
+	return c.SubmitStored(spec, nil, nil, now)
+}
+
+// SubmitStored is Submit for a DAG whose tasks the store writes apart:
+// ref goes in its record and chunks in its entry (store.SplitSpec). Both
+// nil: Submit.
+func (c *Core) SubmitStored(spec *model.DAG, ref *SpecRef, chunks []string, now time.Time) (SubmitOutcome, error) {
 	c.now = now
 	if !c.leader {
 		return 0, ErrNotLeader
@@ -447,10 +454,10 @@ func (c *Core) Submit(spec *model.DAG, now time.Time) (SubmitOutcome, error) {
 	if err := c.admit(spec.ID, len(spec.Tasks)); err != nil {
 		return 0, err
 	}
-	rec := &DAGRecord{DAG: *spec, Status: DAGRunning, Run: 1, SubmittedAt: now.UTC()}
+	rec := &DAGRecord{DAG: *spec, Spec: ref, Status: DAGRunning, Run: 1, SubmittedAt: now.UTC()}
 	c.pendingSubmit[spec.ID] = rec
 	c.pendingLive.addSpec(spec)
-	c.outbox = append(c.outbox, Entry{DAG: spec.ID, D: rec})
+	c.outbox = append(c.outbox, Entry{DAG: spec.ID, D: rec, Chunks: chunks})
 	return SubmitProposed, nil
 }
 

@@ -13,6 +13,12 @@ import (
 // the cost of running tasks.
 type DAGRecord struct {
 	model.DAG
+	// Spec, when set, says that the DAG's tasks are stored apart, in
+	// chunks its record names (a DAG too large for one record: see
+	// internal/store's chunks.go); the record itself then holds no tasks,
+	// so writing it again (the DAG's end, a retry) stays small. Once
+	// decoded, Tasks holds the tasks read from the chunks.
+	Spec        *SpecRef   `json:"spec,omitempty"`
 	Status      DAGStatus  `json:"status"`
 	Run         int        `json:"run"` // 1 on submit, +1 per retry
 	SubmittedAt time.Time  `json:"submitted_at"`
@@ -21,6 +27,16 @@ type DAGRecord struct {
 	// that a user cancelled: its tasks are cancelled, then what runs at
 	// its end runs, and then it is cancelled (Core.CancelDAG).
 	CancelRequested bool `json:"cancel_requested,omitempty"`
+}
+
+// SpecRef names the chunks that hold a DAG's tasks, so that a reader can
+// tell it has all of them: how many, how many tasks and bytes they hold
+// in all, and the SHA-256 of their values in order.
+type SpecRef struct {
+	Chunks int    `json:"chunks"`
+	Tasks  int    `json:"tasks"`
+	Bytes  int64  `json:"bytes"`
+	SHA256 string `json:"sha256"`
 }
 
 // TaskRecord is the value of /orion/v1/tasks/<dag>/<task>: a task's runtime
@@ -121,6 +137,10 @@ type Entry struct {
 	Delete bool        // DAG entries only: remove the DAG and its tasks
 	D      *DAGRecord  // DAG put
 	T      *TaskRecord // task put
+	// Chunks are the encoded chunks of a DAG's tasks (D.Spec names them),
+	// set on its submission only: each is committed, in a transaction of
+	// its own, before D, which makes them visible.
+	Chunks []string
 }
 
 // IsTask reports whether the entry concerns a single task.

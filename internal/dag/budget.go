@@ -16,8 +16,8 @@ const (
 )
 
 // DefaultMaxDecodedBytes bounds the text of a DAG when Limits.MaxDecodedBytes
-// is zero: twice the default request body.
-const DefaultMaxDecodedBytes = 2 << 20
+// is zero: twice the default request body (kit.DefaultMaxBodyBytes).
+const DefaultMaxDecodedBytes = 64 << 20
 
 // checkBudget refuses a DAG whose decoded text exceeds the budget, before
 // anything else looks at it (listing per-task problems of a DAG refused for

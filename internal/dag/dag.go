@@ -5,5 +5,7 @@
 package dag
 
 // DefaultMaxTasks bounds the tasks of a DAG when Limits.MaxTasks is zero
-// (max_tasks_per_dag).
-const DefaultMaxTasks = 1000
+// (max_tasks_per_dag). A DAG too large for one etcd record is stored in
+// chunks (internal/store), and parsing and validation are linear in its
+// size (scale_test.go measures 100,000 tasks).
+const DefaultMaxTasks = 100_000

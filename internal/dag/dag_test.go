@@ -478,7 +478,7 @@ func TestValidateRules(t *testing.T) {
 			for i := 0; i < DefaultMaxTasks; i++ {
 				d.Tasks = append(d.Tasks, model.Task{ID: fmt.Sprintf("t%d", i), Kind: model.KindNoop, Timeout: model.Duration(time.Second)})
 			}
-		}, CodeTooMany, []string{"1004 tasks; the limit is 1000"}},
+		}, CodeTooMany, []string{"100004 tasks; the limit is 100000"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -590,9 +590,15 @@ func chain(n int, closeLoop bool) *model.DAG {
 
 func TestCycles(t *testing.T) {
 	if err := Validate(chain(DefaultMaxTasks, false), Limits{}); err != nil {
-		t.Fatalf("1000-task chain: %v", err)
+		t.Fatalf("100,000-task chain: %v", err)
 	}
+	// A cycle through 100,000 tasks is named by its ends, not all of them.
 	ve := asVE(t, Validate(chain(DefaultMaxTasks, true), Limits{}))
+	if ve.Code != CodeCycle || len(ve.Message) > 400 || !strings.HasPrefix(ve.Message, "cycle: t0 → t99999 → t99998") ||
+		!strings.Contains(ve.Message, "→ … 99983 more … →") || !strings.HasSuffix(ve.Message, "t1 → t0") {
+		t.Errorf("code %q, message %q", ve.Code, ve.Message)
+	}
+	ve = asVE(t, Validate(chain(1000, true), Limits{}))
 	if ve.Code != CodeCycle || !strings.HasPrefix(ve.Message, "cycle: t0 → t999 → t998") || !strings.HasSuffix(ve.Message, "t1 → t0") {
 		t.Errorf("code %q, message %.80q...", ve.Code, ve.Message)
 	}

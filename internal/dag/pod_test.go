@@ -162,7 +162,8 @@ func TestPodTaskCountsInTheBudget(t *testing.T) {
 	for i := 0; i < 40; i++ {
 		b.WriteString("  - id: t" + string(rune('a'+i%26)) + string(rune('a'+i/26)) + "\n    pod: {image: busybox, args: [" + big + "]}\n")
 	}
-	_, err := Load([]byte(b.String()), "application/yaml", Limits{})
+	// 2.4 MB of pod objects, against the budget of a 1 MiB body.
+	_, err := Load([]byte(b.String()), "application/yaml", Limits{MaxDecodedBytes: 2 << 20})
 	if err == nil {
 		t.Fatal("accepted")
 	}

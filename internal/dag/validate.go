@@ -35,6 +35,7 @@ const (
 	MaxNameLen     = 256
 	maxDetails     = 100 // beyond this a list of problems stops being read
 	maxCycles      = 5
+	cycleEnds      = 9 // ids shown at each end of a long cycle
 	messageDetails = 5 // details folded into Message (and so into Error())
 )
 
@@ -445,6 +446,12 @@ func findCycles(d *model.DAG, index map[string]int) []string {
 						ids = append(ids, d.Tasks[f.node].ID)
 					}
 					ids = append(ids, d.Tasks[v].ID)
+					if len(ids) > 2*cycleEnds+1 {
+						// A cycle through 100,000 tasks is named by its
+						// ends: a message of every id would be megabytes.
+						more := fmt.Sprintf("… %d more …", len(ids)-2*cycleEnds)
+						ids = append(append(ids[:cycleEnds:cycleEnds], more), ids[len(ids)-cycleEnds:]...)
+					}
 					cycles = append(cycles, "cycle: "+strings.Join(ids, " → "))
 				}
 			}

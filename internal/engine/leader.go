@@ -292,7 +292,7 @@ func (e *Engine) startCommit(ctx context.Context) {
 	for n < len(e.pending) && (e.solo == 0 || n == 0) {
 		k := 1
 		if e.pending[n].Delete {
-			k = 2
+			k = 3 // the DAG's key, its chunks, its tasks (store.Ops)
 		}
 		if ops+k > lim.EntryOps() && n > 0 {
 			break

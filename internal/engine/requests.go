@@ -60,8 +60,14 @@ func (e *Engine) Submit(ctx context.Context, d *model.DAG) (SubmitResult, error)
 	}
 	// Measured here, off the loop and before the entry can join a batch: a
 	// record etcd would refuse must fail alone, with a 413 that says why.
+	// A large DAG is split into chunks here too (store.SplitSpec), so the
+	// loop only hands them on.
 	probe := core.Entry{DAG: d.ID, D: &core.DAGRecord{DAG: *d, Status: core.DAGRunning, Run: 1, SubmittedAt: e.clock.Now().UTC()}}
-	cost, err := store.Measure(&probe, e.cfg.Limits)
+	err := store.SplitSpec(&probe, e.cfg.Limits)
+	var cost int64
+	if err == nil {
+		cost, err = store.Measure(&probe, e.cfg.Limits)
+	}
 	if err != nil {
 		var tl *store.TooLargeError
 		if errors.As(err, &tl) {
@@ -79,7 +85,7 @@ func (e *Engine) Submit(ctx context.Context, d *model.DAG) (SubmitResult, error)
 			err = e.admitStorage("DAG "+d.ID, workCost(cost, d))
 		}
 		if err == nil && out == 0 {
-			out, err = e.c.Submit(d, e.clock.Now())
+			out, err = e.c.SubmitStored(d, probe.D.Spec, probe.Chunks, e.clock.Now())
 		}
 		switch {
 		case err != nil:

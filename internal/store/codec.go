@@ -11,33 +11,68 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/orion-sched/orion/internal/core"
-	"github.com/orion-sched/orion/internal/dag"
 	"github.com/orion-sched/orion/internal/jsonguard"
 )
 
 // Ops turns one entry into the etcd operations that commit it, and returns
-// the number of value bytes they carry.
+// the number of value bytes they carry. A chunked submission's chunks come
+// first, its record last (chunks.go).
 func Ops(e *core.Entry) ([]clientv3.Op, int, error) {
+	ps, err := pieces(e)
+	if err != nil {
+		return nil, 0, err
+	}
+	if len(ps) == 1 {
+		return ps[0].ops, ps[0].bytes, nil
+	}
+	var ops []clientv3.Op
+	n := 0
+	for _, p := range ps {
+		ops = append(ops, p.ops...)
+		n += p.bytes
+	}
+	return ops, n, nil
+}
+
+// piece is part of an entry's operations that a transaction carries whole:
+// an entry is one piece, or, for a chunked submission, a piece per chunk
+// (each alone in its transaction) and the record last.
+type piece struct {
+	ops   []clientv3.Op
+	bytes int
+	alone bool
+}
+
+func pieces(e *core.Entry) ([]piece, error) {
 	switch {
 	case e.Task != "":
 		v, err := marshal(e.T)
 		if err != nil {
-			return nil, 0, err
+			return nil, err
 		}
-		return []clientv3.Op{clientv3.OpPut(TaskKey(e.DAG, e.Task), v)}, len(v), nil
+		return []piece{{ops: []clientv3.Op{clientv3.OpPut(TaskKey(e.DAG, e.Task), v)}, bytes: len(v)}}, nil
 	case e.Delete:
 		// The DAG key goes first: a follower that sees it drops the DAG and
-		// can then ignore the deletions of its task keys.
-		return []clientv3.Op{
+		// can then ignore the deletions of its chunks and task keys.
+		return []piece{{ops: []clientv3.Op{
 			clientv3.OpDelete(DAGKey(e.DAG)),
+			clientv3.OpDelete(DAGSubkeysPrefix(e.DAG), clientv3.WithPrefix()),
 			clientv3.OpDelete(DAGTasksPrefix(e.DAG), clientv3.WithPrefix()),
-		}, 0, nil
+		}}}, nil
 	default:
-		v, err := marshal(e.D)
-		if err != nil {
-			return nil, 0, err
+		rec := e.D
+		if rec.Spec != nil {
+			rec = headOf(rec)
 		}
-		return []clientv3.Op{clientv3.OpPut(DAGKey(e.DAG), v)}, len(v), nil
+		v, err := marshal(rec)
+		if err != nil {
+			return nil, err
+		}
+		head := piece{ops: []clientv3.Op{clientv3.OpPut(DAGKey(e.DAG), v)}, bytes: len(v)}
+		if len(e.Chunks) == 0 {
+			return []piece{head}, nil
+		}
+		return append(chunkOps(e), head), nil
 	}
 }
 
@@ -123,6 +158,11 @@ func (e *DecodeError) Error() string {
 // the DAG and task prefixes. Rev is the key's create revision for DAGs (its
 // submission order) and its mod revision for tasks.
 func DecodeKV(kv *mvccpb.KeyValue) (e core.Entry, ok bool, err error) {
+	return decodeKVWith(kv, decodeDAGRecord)
+}
+
+// decodeKVWith is DecodeKV with DAG records decoded by decodeDAG.
+func decodeKVWith(kv *mvccpb.KeyValue, decodeDAG func(*core.Entry, []byte) error) (e core.Entry, ok bool, err error) {
 	dagID, taskID, ok := ParseKey(string(kv.Key))
 	if !ok {
 		return e, false, nil
@@ -131,7 +171,7 @@ func DecodeKV(kv *mvccpb.KeyValue) (e core.Entry, ok bool, err error) {
 	if taskID == "" {
 		e.Rev = kv.CreateRevision
 	}
-	err = decodeValue(&e, kv.Value)
+	err = decodeValueWith(&e, kv.Value, decodeDAG)
 	if err != nil {
 		err = &DecodeError{Key: string(kv.Key), Rev: kv.ModRevision, Err: err}
 	}
@@ -195,19 +235,13 @@ func decodeTaskRecord(e *core.Entry, v []byte) error {
 }
 
 func decodeDAGRecord(e *core.Entry, v []byte) error {
-	var rec core.DAGRecord
-	if err := unmarshal(v, &rec); err != nil {
+	rec, err := decodeHead(e.DAG, v)
+	if err != nil {
 		return err
 	}
-	if rec.ID != e.DAG {
-		return fmt.Errorf("record id %q does not match its key", rec.ID)
+	if rec.Spec != nil {
+		return errChunksNeeded
 	}
-	// A DAG value edited by hand must still be a valid DAG.
-	// Sizes are not checked again: etcd bounds a stored value, and a record
-	// an earlier version accepted must still load.
-	if err := dag.Validate(&rec.DAG, dag.Limits{MaxTasks: 1 << 20, MaxDecodedBytes: 1 << 40, Stored: true}); err != nil {
-		return err
-	}
-	e.D = &rec
+	e.D = rec
 	return nil
 }

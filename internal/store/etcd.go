@@ -87,6 +87,9 @@ type Etcd struct {
 	w      *Writer     // the current term's
 	// knownLeader is the cluster view's leader (KnowLeaderFrom), or nil.
 	knownLeader func() (Leader, bool)
+	// OnSweep, when set, is told what each term's sweep of orphaned chunks
+	// deleted (sweepChunks). Set it before the engine starts.
+	OnSweep func(deleted int, err error)
 	// guard keeps the leader's writes short of etcd's quota (GuardWith).
 	guard *SpaceGauge
 
@@ -134,6 +137,7 @@ func (s *Etcd) Watch(ctx context.Context, from int64) <-chan WatchEvent {
 		defer close(out)
 		defer cancel()
 		specs := newKnownSpecs()
+		specs.read, specs.ctx = chunkReader(s.cli.KV, DefaultLimits), wctx
 		for wr := range in {
 			ev := decodeWatch(wr, specs)
 			select {
@@ -165,7 +169,16 @@ func decodeWatch(wr clientv3.WatchResponse, specs *knownSpecs) WatchEvent {
 	for _, e := range wr.Events {
 		ev.MaxRev = max(ev.MaxRev, e.Kv.ModRevision)
 		en, ok, err := specs.decodeEvent(e)
+		var cre *chunkReadError
 		switch {
+		case errors.As(err, &cre):
+			// The response is dropped whole: the follower watches again
+			// from what it applied (or reloads, if that was compacted).
+			out := WatchEvent{HeaderRev: wr.Header.Revision, Err: err}
+			if errors.Is(err, rpctypes.ErrCompacted) {
+				out.Err, out.Compacted = nil, true
+			}
+			return out
 		case err != nil:
 			ev.Bad = append(ev.Bad, err)
 		case ok:
@@ -228,6 +241,9 @@ func (s *Etcd) Begin(fence Fence, entries []core.Entry, lim Limits, term *TermRe
 	if term != nil {
 		rec, _ := json.Marshal(term)
 		extra = append(extra, clientv3.OpPut(LeaderKey, string(rec)))
+		// The term's first write: chunks a leader before it left without
+		// their head are removed now, beside the term's work (chunks.go).
+		go s.sweepChunks(fence)
 	}
 	if s.w == nil || s.w.Fence() != fence {
 		s.w = NewWriter(s.commit, fence)
@@ -276,3 +292,16 @@ func (s *Etcd) Depose(ctx context.Context, suspect string) (bool, error) {
 // KnowLeaderFrom gives Depose the leader as this replica's cluster view
 // last saw it (ok false: it knows none). Call it before the engine starts.
 func (s *Etcd) KnowLeaderFrom(known func() (Leader, bool)) { s.knownLeader = known }
+
+// sweepChunks removes the chunks earlier terms left without a head
+// (SweepOrphanChunks), once, at the start of the term fenced by fence. A
+// failure (the term ended, etcd did not answer) leaves them to the next
+// term: they are never loaded meanwhile.
+func (s *Etcd) sweepChunks(fence Fence) {
+	ctx, cancel := context.WithTimeout(context.Background(), sweepTimeout)
+	defer cancel()
+	n, err := SweepOrphanChunks(ctx, s.commit, fence)
+	if s.OnSweep != nil {
+		s.OnSweep(n, err)
+	}
+}

@@ -89,14 +89,17 @@ func CheckSize(e *core.Entry, lim Limits) error {
 // Measure is CheckSize that also returns what e's puts cost against etcd's
 // quota (space.go).
 func Measure(e *core.Entry, lim Limits) (cost int64, err error) {
-	ops, n, err := Ops(e)
+	ps, err := pieces(e)
 	if err != nil {
 		return 0, err
 	}
-	if n > lim.RecordLimit() {
-		return 0, &TooLargeError{DAG: e.DAG, Size: n, Limit: lim.RecordLimit()}
+	for _, p := range ps {
+		if p.bytes > lim.RecordLimit() {
+			return 0, &TooLargeError{DAG: e.DAG, Size: p.bytes, Limit: lim.RecordLimit()}
+		}
+		cost += opsCost(p.ops)
 	}
-	return opsCost(ops), nil
+	return cost, nil
 }
 
 // EntryOps is how many operations a transaction has for entries (and the
@@ -252,17 +255,25 @@ func (w *Writer) Begin(entries []core.Entry, lim Limits, extra ...clientv3.Op) *
 	ops := append([]clientv3.Op(nil), extra...)
 	bytes := 0
 	for i := range entries {
-		eops, n, err := Ops(&entries[i])
+		ps, err := pieces(&entries[i])
 		if err != nil {
 			p.err = fmt.Errorf("store: encode %s/%s: %w", entries[i].DAG, entries[i].Task, err)
 			return p
 		}
-		if len(ops) > len(extra)*b2i(len(groups) == 0) && (len(ops)+len(eops) > lim.EntryOps() || bytes+n > lim.MaxBytes) {
-			groups, p.upto = append(groups, ops), append(p.upto, i)
-			ops, bytes = nil, 0
+		for _, pc := range ps {
+			// A chunk goes in a transaction of its own (with the term
+			// record, if it is the term's first).
+			if len(ops) > len(extra)*b2i(len(groups) == 0) && (pc.alone || len(ops)+len(pc.ops) > lim.EntryOps() || bytes+pc.bytes > lim.MaxBytes) {
+				groups, p.upto = append(groups, ops), append(p.upto, i)
+				ops, bytes = nil, 0
+			}
+			ops = append(ops, pc.ops...)
+			bytes += pc.bytes
+			if pc.alone {
+				groups, p.upto = append(groups, ops), append(p.upto, i)
+				ops, bytes = nil, 0
+			}
 		}
-		ops = append(ops, eops...)
-		bytes += n
 	}
 	if len(ops) > 0 {
 		groups, p.upto = append(groups, ops), append(p.upto, len(entries))
@@ -630,6 +641,7 @@ const (
 // so a large state does not need one huge response.
 func Load(ctx context.Context, kv clientv3.KV) (*Snapshot, error) {
 	s := &Snapshot{}
+	ch := newLoadChunks()
 	for _, prefix := range []string{DAGPrefix, TaskPrefix} {
 		key, end := prefix, clientv3.GetPrefixRangeEnd(prefix)
 		limit, largest := loadFirstPage, 0
@@ -654,17 +666,21 @@ func Load(ctx context.Context, kv clientv3.KV) (*Snapshot, error) {
 				s.Rev = resp.Header.Revision
 			}
 			size := 0
-			decoded := decodeAll(resp.Kvs, DecodeKV)
+			decoded := decodeAll(resp.Kvs, decodeLoaded)
 			for i, item := range resp.Kvs {
 				n := len(item.Key) + len(item.Value)
 				size += n
 				largest = max(largest, n)
+				if ch.take(item) {
+					continue
+				}
 				e, ok, err := decoded[i].e, decoded[i].ok, decoded[i].err
 				switch {
 				case err != nil:
 					s.Bad = append(s.Bad, err)
 				case !ok:
 				case e.Task == "":
+					ch.head(len(s.DAGs), e.D)
 					s.DAGs = append(s.DAGs, e)
 				default:
 					s.Tasks = append(s.Tasks, e)
@@ -677,6 +693,7 @@ func Load(ctx context.Context, kv clientv3.KV) (*Snapshot, error) {
 			limit = nextPage(limit, size, largest)
 		}
 	}
+	s.DAGs, s.Bad = ch.attach(s.DAGs, s.Bad)
 	pctx, cancel := context.WithTimeout(ctx, loadPageTimeout)
 	resp, err := kv.Get(pctx, LeaderKey, clientv3.WithRev(s.Rev))
 	cancel()
@@ -730,6 +747,16 @@ func decodeAll(kvs []*mvccpb.KeyValue, decode func(*mvccpb.KeyValue) (core.Entry
 	}
 	wg.Wait()
 	return out
+}
+
+// decodeLoaded is how Load decodes a key of its pages: a DAG record
+// without its chunks, which the loop takes in order and attaches once the
+// prefix is read (chunks.go), and is not decoded here.
+func decodeLoaded(item *mvccpb.KeyValue) (core.Entry, bool, error) {
+	if _, _, chunk := parseChunkKey(string(item.Key)); chunk {
+		return core.Entry{}, false, nil
+	}
+	return decodeKVWith(item, decodeHeadEntry)
 }
 
 // nextPage is the number of keys Load asks for after a page of limit keys

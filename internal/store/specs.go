@@ -2,6 +2,7 @@ package store
 
 import (
 	"bytes"
+	"context"
 	"hash/maphash"
 	"time"
 
@@ -39,6 +40,10 @@ import (
 // this watch has decoded, sharing the spec with the core; a deletion drops
 // it.
 type knownSpecs struct {
+	// read reads a chunked head's chunks (chunks.go); nil: such a head
+	// does not decode.
+	read    func(ctx context.Context, id string, rev int64, ref *core.SpecRef) ([][]byte, error)
+	ctx     context.Context
 	seed    maphash.Seed
 	byDAG   map[string]knownSpec
 	scratch []byte // "{" + a tail, decoded strictly
@@ -81,7 +86,7 @@ func (k *knownSpecs) decodeDAG(e *core.Entry, v []byte) error {
 	i := bytes.LastIndex(v, tailStart)
 	if i <= 0 {
 		delete(k.byDAG, e.DAG)
-		return decodeDAGRecord(e, v)
+		return k.full(e, v)
 	}
 	sum := maphash.Bytes(k.seed, v[:i])
 	if held, ok := k.byDAG[e.DAG]; ok && held.prefixLen == i && held.sum == sum {
@@ -91,7 +96,7 @@ func (k *knownSpecs) decodeDAG(e *core.Entry, v []byte) error {
 			return nil
 		}
 	}
-	if err := decodeDAGRecord(e, v); err != nil {
+	if err := k.full(e, v); err != nil {
 		return err
 	}
 	if _, ok := k.tail(v[i+1:]); ok {
@@ -99,6 +104,33 @@ func (k *knownSpecs) decodeDAG(e *core.Entry, v []byte) error {
 	} else {
 		delete(k.byDAG, e.DAG)
 	}
+	return nil
+}
+
+// full decodes the DAG record v of e.DAG into e, reading the chunks a
+// chunked one names at its revision.
+func (k *knownSpecs) full(e *core.Entry, v []byte) error {
+	rec, err := decodeHead(e.DAG, v)
+	if err != nil {
+		return err
+	}
+	if rec.Spec != nil {
+		if k.read == nil {
+			return errChunksNeeded
+		}
+		ctx := k.ctx
+		if ctx == nil {
+			ctx = context.Background()
+		}
+		values, err := k.read(ctx, e.DAG, e.Rev, rec.Spec)
+		if err != nil {
+			return err
+		}
+		if err := attachChunks(rec, values); err != nil {
+			return err
+		}
+	}
+	e.D = rec
 	return nil
 }
 

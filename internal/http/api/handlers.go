@@ -57,7 +57,11 @@ func (s *server) submit(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	d, err := dag.Parse(body, ct)
+	err := dag.CheckTaskCount(body, ct, s.cfg.MaxTasks)
+	var d *model.DAG
+	if err == nil {
+		d, err = dag.Parse(body, ct)
+	}
 	if err == nil {
 		// The key names the DAG before defaults apply, so a DAG given only
 		// a key and tasks takes the key as its id and its name.

@@ -28,8 +28,12 @@ type ClusterInfo interface {
 	Workers() []apitypes.Worker
 }
 
-// DefaultMaxBodyBytes bounds a submitted DAG when no limit is configured.
-const DefaultMaxBodyBytes = 1 << 20
+// DefaultMaxBodyBytes bounds a submitted DAG when no limit is configured:
+// 32 MiB holds dag.DefaultMaxTasks (100,000) tasks of about 330 bytes
+// each in JSON, several times an ordinary task (a noop task with one
+// dependency is about 60). The per-field limits (a command's 64 KiB...)
+// still bound each task.
+const DefaultMaxBodyBytes = 32 << 20
 
 // LeaderTimeout bounds the etcd read that finds the leader.
 const LeaderTimeout = 3 * time.Second

@@ -329,6 +329,15 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 // (ToDAG), validated within limits: the task count, the decoded-size budget
 // and every field limit, as for POST /api/v1/dags.
 func ParseSubmission(key string, body []byte, limits dag.Limits, slow bool) (*model.DAG, []Task, *dag.ValidationError) {
+	maxTasks := limits.MaxTasks
+	if maxTasks <= 0 {
+		maxTasks = dag.DefaultMaxTasks
+	}
+	// Counted before decoding, as on /api/v1/dags (dag.CheckTaskCount).
+	if n := dag.CountJSONArray(body); n > maxTasks {
+		return nil, nil, &dag.ValidationError{Code: dag.CodeTooMany,
+			Message: fmt.Sprintf("too many tasks in request: %d; the limit is %d (max_tasks_per_dag)", n, maxTasks)}
+	}
 	var tasks []Task
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
@@ -337,10 +346,6 @@ func ParseSubmission(key string, body []byte, limits dag.Limits, slow bool) (*mo
 	}
 	if len(tasks) == 0 {
 		return nil, nil, &dag.ValidationError{Code: dag.CodeInvalid, Message: "empty task list"}
-	}
-	maxTasks := limits.MaxTasks
-	if maxTasks <= 0 {
-		maxTasks = dag.DefaultMaxTasks
 	}
 	if len(tasks) > maxTasks {
 		return nil, nil, &dag.ValidationError{Code: dag.CodeTooMany,

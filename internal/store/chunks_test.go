@@ -1,0 +1,227 @@
+package store
+
+import (
+	"context"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/orion-sched/orion/internal/core"
+	"github.com/orion-sched/orion/internal/testutil/etcdtest"
+)
+
+// chunked is a submission of n noop tasks, split as the engine splits it.
+func chunked(t *testing.T, id string, n int, lim Limits) core.Entry {
+	t.Helper()
+	e := dagEntry(id, n)
+	if err := SplitSpec(&e, lim); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func TestSplitSpecOnlyPastTheThreshold(t *testing.T) {
+	small := chunked(t, "small", 1000, DefaultLimits)
+	if small.D.Spec != nil || small.Chunks != nil {
+		t.Fatalf("a 1000-task DAG was split: %+v", small.D.Spec)
+	}
+	ops, _, err := Ops(&small)
+	if err != nil || len(ops) != 1 {
+		t.Fatalf("a small DAG is %d operations (%v), not one put", len(ops), err)
+	}
+	big := chunked(t, "big", 100000, DefaultLimits)
+	ref := big.D.Spec
+	if ref == nil || ref.Chunks != len(big.Chunks) || ref.Chunks < 2 || ref.Tasks != 100000 {
+		t.Fatalf("a 100,000-task DAG: %+v, %d chunks", ref, len(big.Chunks))
+	}
+	for i, c := range big.Chunks {
+		if len(c) > DefaultLimits.ChunkSize() {
+			t.Errorf("chunk %d holds %d bytes, past %d", i, len(c), DefaultLimits.ChunkSize())
+		}
+	}
+	ps, err := pieces(&big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := ps[len(ps)-1]
+	if head.bytes > 1024 || strings.Contains(string(head.ops[0].ValueBytes()), `"t1"`) {
+		t.Fatalf("the head holds %d bytes: %.200s", head.bytes, head.ops[0].ValueBytes())
+	}
+	if _, err := Measure(&big, DefaultLimits); err != nil {
+		t.Fatalf("a chunked DAG measured as too large: %v", err)
+	}
+}
+
+// A chunked DAG is committed chunk by chunk, each in its own fenced
+// transaction, its head last; a load and a watch both build it whole when
+// its head is there; writing the head again does not touch the chunks; and
+// its deletion removes every key it had.
+func TestChunkedDAGLifecycle(t *testing.T) {
+	_, cli := etcdtest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st := NewEtcd(cli)
+	fence := testFence(t, cli)
+	big := chunked(t, "d1", 20000, DefaultLimits)
+	want := append([]core.Entry(nil), big)
+	// d1-a sorts between d1's head and its chunks.
+	entries := []core.Entry{dagEntry("d0", 2), big, dagEntry("d1-a", 2)}
+	watch := st.Watch(ctx, 1)
+	res, err := Commit(ctx, cli, fence, entries, DefaultLimits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Txns != len(big.Chunks)+2 || len(res.Revs) != 3 {
+		t.Fatalf("%d transactions for %d chunks, revisions %v", res.Txns, len(big.Chunks), res.Revs)
+	}
+	got := keys(t, cli, ChunkPrefix("d1"))
+	if len(got) != big.D.Spec.Chunks {
+		t.Fatalf("chunk keys %v", got)
+	}
+
+	snap, err := Load(ctx, cli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(snap.DAGs) != 3 || len(snap.Bad) != 0 {
+		t.Fatalf("loaded %d DAGs, bad %v", len(snap.DAGs), snap.Bad)
+	}
+	if d := snap.DAGs[1].D; snap.DAGs[1].DAG != "d1" || !reflect.DeepEqual(d.Tasks, want[0].D.Tasks) || d.Spec == nil {
+		t.Fatalf("loaded %s with %d tasks, spec %+v", snap.DAGs[1].DAG, len(d.Tasks), d.Spec)
+	}
+
+	// The DAG ends: its head is written again, without its tasks.
+	end := *want[0].D
+	end.Status = core.DAGSucceeded
+	if _, err := Commit(ctx, cli, fence, []core.Entry{{DAG: "d1", D: &end}}, DefaultLimits); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := cli.Get(ctx, ChunkPrefix("d1"), clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range resp.Kvs {
+		if kv.ModRevision != kv.CreateRevision {
+			t.Errorf("%s was written again", kv.Key)
+		}
+	}
+	head, err := cli.Get(ctx, DAGKey("d1"))
+	if err != nil || len(head.Kvs[0].Value) > 1024 {
+		t.Fatalf("the head written at the DAG's end: %v %d bytes", err, len(head.Kvs[0].Value))
+	}
+
+	var seen []core.Entry
+	for len(seen) < 4 {
+		select {
+		case ev := <-watch:
+			if ev.Err != nil || len(ev.Bad) > 0 {
+				t.Fatalf("watch: %v %v", ev.Err, ev.Bad)
+			}
+			seen = append(seen, ev.Entries...)
+		case <-ctx.Done():
+			t.Fatalf("the watch delivered %d entries", len(seen))
+		}
+	}
+	for _, i := range []int{1, 3} {
+		if e := seen[i]; e.DAG != "d1" || len(e.D.Tasks) != 20000 || !reflect.DeepEqual(e.D.Tasks, want[0].D.Tasks) {
+			t.Fatalf("watch entry %d: %s with %d tasks", i, e.DAG, len(e.D.Tasks))
+		}
+	}
+	if seen[3].D.Status != core.DAGSucceeded {
+		t.Fatalf("the watch saw %s", seen[3].D.Status)
+	}
+
+	if _, err := Commit(ctx, cli, fence, []core.Entry{{DAG: "d1", Delete: true}}, DefaultLimits); err != nil {
+		t.Fatal(err)
+	}
+	if got := keys(t, cli, DAGKey("d1")); len(got) != 1 || got[0] != DAGKey("d1-a") {
+		t.Fatalf("after the deletion: %v", got)
+	}
+}
+
+// Chunks without a head (their leader died before it) are never loaded,
+// and the next term's sweep deletes them; chunks of this term, and those
+// of a DAG whose head is there, stay.
+func TestOrphanChunksAreSweptNotLoaded(t *testing.T) {
+	_, cli := etcdtest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	old := testFence(t, cli)
+	dead := chunked(t, "dead", 6000, DefaultLimits)
+	// The dead leader's chunks, committed without their head.
+	for i, c := range dead.Chunks {
+		if _, err := Commit(ctx, cli, old, []core.Entry{}, DefaultLimits, clientv3.OpPut(ChunkKey("dead", i), c)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	live := chunked(t, "live", 6000, DefaultLimits)
+	if _, err := Commit(ctx, cli, old, []core.Entry{live}, DefaultLimits); err != nil {
+		t.Fatal(err)
+	}
+	next := Fence{Key: ElectionPrefix + "/next", Rev: 0}
+	resp, err := cli.Put(ctx, next.Key, "me")
+	if err != nil {
+		t.Fatal(err)
+	}
+	next.Rev = resp.Header.Revision
+	// This term's own submission in flight: its chunks, not yet its head.
+	mine := chunked(t, "mine", 6000, DefaultLimits)
+	if _, err := cli.Put(ctx, ChunkKey("mine", 0), mine.Chunks[0]); err != nil {
+		t.Fatal(err)
+	}
+
+	snap, err := Load(ctx, cli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(snap.DAGs) != 1 || snap.DAGs[0].DAG != "live" || len(snap.Bad) != 0 {
+		t.Fatalf("loaded %d DAGs (bad %v)", len(snap.DAGs), snap.Bad)
+	}
+	n, err := SweepOrphanChunks(ctx, cli, next)
+	if err != nil || n != len(dead.Chunks) {
+		t.Fatalf("swept %d of %d: %v", n, len(dead.Chunks), err)
+	}
+	if got := keys(t, cli, ChunkPrefix("dead")); len(got) != 0 {
+		t.Fatalf("left %v", got)
+	}
+	if len(keys(t, cli, ChunkPrefix("live"))) != live.D.Spec.Chunks || len(keys(t, cli, ChunkPrefix("mine"))) != 1 {
+		t.Fatal("the sweep deleted chunks it should have kept")
+	}
+}
+
+// A chunk changed by hand after its head no longer matches the digest: the
+// DAG is reported and skipped, not built from it.
+func TestTamperedChunkIsReported(t *testing.T) {
+	_, cli := etcdtest.Start(t)
+	ctx := context.Background()
+	e := chunked(t, "d", 6000, DefaultLimits)
+	if _, err := Commit(ctx, cli, testFence(t, cli), []core.Entry{e}, DefaultLimits); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Put(ctx, ChunkKey("d", 0), `[]`); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := Load(ctx, cli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(snap.DAGs) != 0 || len(snap.Bad) != 1 || !strings.Contains(snap.Bad[0].Error(), "chunks hold") {
+		t.Fatalf("loaded %d DAGs, bad %v", len(snap.DAGs), snap.Bad)
+	}
+}
+
+func keys(t *testing.T, cli *clientv3.Client, prefix string) []string {
+	t.Helper()
+	resp, err := cli.Get(context.Background(), prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, kv := range resp.Kvs {
+		out = append(out, string(kv.Key))
+	}
+	return out
+}
