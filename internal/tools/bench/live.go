@@ -216,7 +216,7 @@ func (r *clusterRun) livePhase(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("live: %w", err)
 	}
-	if err := r.checkLiveRoom(ctx, cl, o.Live); err != nil {
+	if err := r.checkLiveRoom(ctx, cl, o.Live, 30*time.Second); err != nil {
 		return fmt.Errorf("live: %w", err)
 	}
 	procs, notes := localReplicas(cl)
@@ -287,25 +287,32 @@ func (r *clusterRun) livePhase(ctx context.Context) error {
 
 // checkLiveRoom refuses up front a backlog the cluster's max_live_tasks
 // would refuse halfway, from the leader's orion_live_tasks and
-// orion_admission_limit gauges.
-func (r *clusterRun) checkLiveRoom(ctx context.Context, cl *client.Cluster, n int) error {
+// orion_admission_limit gauges. The gauge follows the leader's state as it
+// publishes it, a moment behind: a DAG that just finished may still count,
+// so the room is read again for up to wait before refusing.
+func (r *clusterRun) checkLiveRoom(ctx context.Context, cl *client.Cluster, n int, wait time.Duration) error {
 	leader := pickURL(r.c.BaseURLs(), cl.LeaderURL)
 	if leader == "" {
 		return nil // the submissions will say so, if it comes to that
 	}
-	raw, err := fetchMetrics(ctx, r.tr, leader, r.o.Token)
-	if err != nil {
-		return nil
+	deadline := time.Now().Add(wait)
+	for {
+		raw, err := fetchMetrics(ctx, r.tr, leader, r.o.Token)
+		if err != nil {
+			return nil
+		}
+		live, err1 := parseCounter(bytes.NewReader(raw), "orion_live_tasks")
+		limit, err2 := parseCounter(bytes.NewReader(raw), `orion_admission_limit{limit="max_live_tasks"}`)
+		if err1 != nil || err2 != nil || float64(n)+live <= limit {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("--live %d: the cluster holds %.0f live tasks and admits %.0f (max_live_tasks): lower --live, or raise max_live_tasks", n, live, limit)
+		}
+		if !sleepCtx(ctx, 500*time.Millisecond) {
+			return ctx.Err()
+		}
 	}
-	live, err1 := parseCounter(bytes.NewReader(raw), "orion_live_tasks")
-	limit, err2 := parseCounter(bytes.NewReader(raw), `orion_admission_limit{limit="max_live_tasks"}`)
-	if err1 != nil || err2 != nil {
-		return nil
-	}
-	if float64(n)+live > limit {
-		return fmt.Errorf("--live %d: the cluster holds %.0f live tasks and admits %.0f (max_live_tasks): lower --live, or raise max_live_tasks", n, live, limit)
-	}
-	return nil
 }
 
 // waitApplied waits until every replica reports having applied etcd's

@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/orion-sched/orion/internal/client"
 	"github.com/orion-sched/orion/internal/dag"
@@ -118,10 +119,10 @@ func TestCheckLiveRoom(t *testing.T) {
 	defer srv.Close()
 	r := &clusterRun{tr: http.DefaultTransport.(*http.Transport).Clone(), c: client.New([]string{srv.URL}, "")}
 	cl := &client.Cluster{Leader: "n1", LeaderURL: srv.URL}
-	if err := r.checkLiveRoom(context.Background(), cl, 999000); err != nil {
+	if err := r.checkLiveRoom(context.Background(), cl, 999000, 0); err != nil {
 		t.Fatalf("999,000 beside 1000 live in 1,000,000: %v", err)
 	}
-	err := r.checkLiveRoom(context.Background(), cl, 1000000)
+	err := r.checkLiveRoom(context.Background(), cl, 1000000, 600*time.Millisecond)
 	if err == nil || !strings.Contains(err.Error(), "max_live_tasks") || !strings.Contains(err.Error(), "holds 1000 live tasks") {
 		t.Fatalf("1,000,000 beside 1000 live: %v", err)
 	}
