@@ -21,7 +21,7 @@ func newBenchCmd() *cobra.Command {
 	var o bench.Options
 	var asJSON, keep bool
 	var servers, etcdEndpoints string
-	var submitters int
+	var submitters, live, liveKills int
 	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -44,7 +44,18 @@ the next one reads, against plain shell chains before and after it, (g)
 run-time fan-out: a task publishes --fanout items and a map group of noop
 tasks runs one per item, timed from the producer's success to the
 expansion committed, the last instance dispatched and all completed, (h)
-dispatch latency ready → start at a fixed offered load.
+dispatch latency ready → start at a fixed offered load, and (i) with
+--big-dag N: one DAG of N noop tasks, the time to accept it (POST → 2xx)
+and to dispatch its first task, and its throughput against the same tasks
+in 100 DAGs, measured just before it.
+
+With --live N (cluster mode) bench then holds N tasks live: DAGs of
+--dag-size whose root waits in a pool no worker serves, the rest pending
+behind it. It reads each replica's RSS in /proc before and after (the
+replicas must run on this host) and etcd's db in use, then runs
+--live-kills kill -9 drills of the leader (as orion drill does, restarting
+each killed replica at once): the takeover, and the killed replica's cold
+load (its start → /readyz 200). It cancels the backlog at the end.
 
 With --server (and --etcd-endpoints) bench measures a RUNNING cluster
 instead: (a) on the cluster's own members (keys under /orion-bench/,
@@ -70,7 +81,11 @@ last line of --json output is one JSON object.`,
 					Servers: bench.SplitURLs(servers), EtcdEndpoints: bench.SplitURLs(etcdEndpoints),
 					Tasks: o.Tasks, DAGSize: o.DAGSize, Chain: o.Chain, ShellChain: o.ShellChain, FanOut: o.FanOut, Submitters: submitters,
 					EtcdFor: o.EtcdFor, Timeout: timeout, Keep: keep,
+					BigDAG: o.BigDAG, Live: live, LiveKills: liveKills,
 				}, asJSON)
+			}
+			if live > 0 {
+				return errors.New("--live: only with --server (it measures the leader and a standby of a running cluster, and kills its leader)")
 			}
 			if keep {
 				return errors.New("--keep: only with --server (the in-process server's state goes with its data dir)")
@@ -90,6 +105,9 @@ last line of --json output is one JSON object.`,
 	f.IntVar(&o.Chain, "chain", 1000, "length of the chain phase")
 	f.IntVar(&o.ShellChain, "shell-chain", bench.DefaultShellChain, "length of the shell chain phase (each step runs `true`; the floor runs /bin/sh -c true as many times)")
 	f.IntVar(&o.FanOut, "fanout", bench.DefaultFanOut, "mapped noop tasks of the fan-out phase (a for_each over a task's output; -1: no fan-out phase)")
+	f.IntVar(&o.BigDAG, "big-dag", 0, "tasks of the big-DAG phase: one DAG of them against the same tasks in 100 DAGs (0: none; a multiple of 100)")
+	f.IntVar(&live, "live", 0, "cluster mode: tasks held live (DAGs of --dag-size waiting behind a held root) to measure RSS and etcd bytes per live task, kill -9 takeover and a cold replica's load (0: none)")
+	f.IntVar(&liveKills, "live-kills", bench.DefaultLiveKills, "cluster mode, with --live: kill -9 drills of the leader")
 	f.IntVar(&o.Rate, "rate", 2000, "offered load in tasks/s for the dispatch-latency phase")
 	f.DurationVar(&o.LatencyFor, "latency-for", 5e9, "how long the dispatch-latency phase offers load")
 	f.DurationVar(&o.EtcdFor, "etcd-for", 3e9, "how long each raw etcd phase runs")

@@ -26,7 +26,8 @@ func TestClusterBench(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, cluster.Bin, "bench", "--server", strings.Join(urls, ","), "--etcd-endpoints", c.Endpoints,
-		"--tasks", "2000", "--dag-size", "500", "--chain", "20", "--shell-chain", "5", "--fanout", "300", "--etcd-for", "300ms", "--timeout", "2m", "--json")
+		"--tasks", "2000", "--dag-size", "500", "--chain", "20", "--shell-chain", "5", "--fanout", "300", "--etcd-for", "300ms", "--timeout", "2m",
+		"--big-dag", "1000", "--live", "2000", "--live-kills", "1", "--json")
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -45,8 +46,26 @@ func TestClusterBench(t *testing.T) {
 		FanOut      int      `json:"fanout"`
 		FanOutDone  float64  `json:"fanout_done_ms"`
 		WorkersCPU  *float64 `json:"workers_cpu_ms_per_shell_step"`
-		CPUNotes    []string `json:"cpu_notes"`
-		CPU         struct {
+		BigDAG      *struct {
+			AcceptMs        float64 `json:"accept_ms"`
+			FirstDispatchMs float64 `json:"first_dispatch_ms"`
+			Ratio           float64 `json:"ratio"`
+		} `json:"big_dag"`
+		Live *struct {
+			BacklogTasks int `json:"backlog_tasks"`
+			Replicas     []struct {
+				Name      string `json:"name"`
+				RSSBefore int64  `json:"rss_before_bytes"`
+				RSSAfter  int64  `json:"rss_after_bytes"`
+			} `json:"replicas"`
+			TakeoverP50 *float64 `json:"takeover_p50_ms"`
+			ColdLoadP50 *float64 `json:"cold_load_p50_ms"`
+			Lost        int      `json:"lost"`
+			Duplicates  int      `json:"duplicates"`
+			Notes       []string `json:"notes"`
+		} `json:"live"`
+		CPUNotes []string `json:"cpu_notes"`
+		CPU      struct {
 			RawPut         *float64 `json:"raw_put_us"`
 			Etcd           *float64 `json:"etcd_us"`
 			Leader         *float64 `json:"leader_us"`
@@ -65,6 +84,23 @@ func TestClusterBench(t *testing.T) {
 	}
 	if res.FanOut != 300 || res.FanOutDone <= 0 {
 		t.Errorf("fan-out: %d mapped tasks done in %v ms: want 300, measured", res.FanOut, res.FanOutDone)
+	}
+	// --big-dag 1000: one DAG of 1000 against 100 DAGs of 10, measured.
+	if b := res.BigDAG; b == nil || b.AcceptMs <= 0 || b.FirstDispatchMs <= 0 || b.Ratio <= 0 {
+		t.Errorf("big DAG: %+v: want accepted, dispatched and compared", b)
+	}
+	// --live 2000: the backlog held (2000 less the drill DAG's 20), each
+	// replica's memory read from /proc around it, a kill -9 of the leader
+	// taken over, the killed replica loaded cold again, nothing lost.
+	if lv := res.Live; lv == nil || lv.BacklogTasks != 1980 || len(lv.Replicas) != 3 || lv.TakeoverP50 == nil || lv.ColdLoadP50 == nil ||
+		lv.Lost != 0 || lv.Duplicates != 0 {
+		t.Errorf("live: %+v\n%s", lv, stderr.String())
+	} else {
+		for _, r := range lv.Replicas {
+			if r.RSSBefore <= 0 || r.RSSAfter <= 0 {
+				t.Errorf("live: replica %s's RSS not read: %+v", r.Name, r)
+			}
+		}
 	}
 	if res.WorkersCPU == nil || len(res.CPUNotes) != 0 {
 		t.Errorf("shell chain: workers' CPU %v, notes %q: want measured, no notes", res.WorkersCPU, res.CPUNotes)
@@ -98,8 +134,9 @@ func TestClusterBench(t *testing.T) {
 		t.Errorf("DAGs left after the bench: %v %v\n%s", list.DAGs, err, stderr.String())
 	}
 	// 4 throughput DAGs, the chain, the shell chain, the outputs chain and
-	// its plain comparison, the fan-out.
-	if !strings.Contains(stderr.String(), "deleted the run's 9 DAGs") {
+	// its plain comparison, the fan-out; the big DAG and its 100; the 4
+	// DAGs of the live backlog and the drill's.
+	if !strings.Contains(stderr.String(), "deleted the run's 115 DAGs") {
 		t.Errorf("the log does not say the DAGs were deleted:\n%s", stderr.String())
 	}
 }

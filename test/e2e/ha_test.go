@@ -498,6 +498,7 @@ func TestDrillCommand(t *testing.T) {
 			Lost         int      `json:"lost"`
 			Duplicates   int      `json:"duplicates"`
 			RestartedPID int      `json:"restarted_pid"`
+			ReadyMS      *float64 `json:"ready_ms"`
 			Error        string   `json:"error"`
 		} `json:"drills"`
 		TakeoverP50MS *float64 `json:"takeover_p50_ms"`
@@ -521,6 +522,10 @@ func TestDrillCommand(t *testing.T) {
 		}
 		if d.KilledPID <= 0 || c.Server(d.Killed) == nil {
 			t.Errorf("drill %d killed %s pid %d: not a replica of this cluster", d.N, d.Killed, d.KilledPID)
+		}
+		// The restarted replica's cold start, to its /readyz.
+		if d.ReadyMS == nil || *d.ReadyMS <= 0 {
+			t.Errorf("drill %d: the restarted %s's cold start not measured: %v", d.N, d.Killed, d.ReadyMS)
 		}
 	}
 	if len(rep.Drills) != 3 || rep.Lost != 0 || rep.Duplicates != 0 || rep.Failures != 0 || !rep.OK {

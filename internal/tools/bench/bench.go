@@ -36,6 +36,7 @@ type Options struct {
 	Chain      int           // length of the chain phase
 	ShellChain int           // length of the shell chain phase
 	FanOut     int           // mapped noop tasks of the fan-out phase (0: DefaultFanOut; <0: none)
+	BigDAG     int           // tasks of the big-DAG phase (0: none; a multiple of BigDAGSplit)
 	Submitters int           // concurrent POST /api/v1/dags of the throughput phase
 	Rate       int           // offered load (tasks/s) for the latency phase
 	LatencyFor time.Duration // how long the latency phase offers load
@@ -151,7 +152,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 
 	r, err := newClusterRun(ctx, ClusterOptions{Servers: []string{base}, EtcdEndpoints: srv.Member.Endpoints(),
 		Tasks: o.Tasks, DAGSize: o.DAGSize, Chain: o.Chain, ShellChain: o.ShellChain, FanOut: o.FanOut, Submitters: o.Submitters, EtcdFor: o.EtcdFor,
-		RunID: "bench", Poll: 20 * time.Millisecond, Log: o.Log})
+		BigDAG: o.BigDAG, RunID: "bench", Poll: 20 * time.Millisecond, Log: o.Log})
 	if err != nil {
 		return nil, err
 	}
@@ -169,6 +170,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return nil, err
 	}
 	if err := r.fanOutPhase(ctx); err != nil {
+		return nil, err
+	}
+	if err := r.bigDAGPhase(ctx); err != nil {
 		return nil, err
 	}
 	res.ClusterResult = *r.res

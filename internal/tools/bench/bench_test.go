@@ -26,7 +26,7 @@ func BenchmarkThroughput(b *testing.B) {
 
 // TestSmallRun checks the benchmark's plumbing end to end on a small load.
 func TestSmallRun(t *testing.T) {
-	res, err := Run(context.Background(), Options{Tasks: 2000, DAGSize: 500, Chain: 50, ShellChain: 20, FanOut: 500, Rate: 500,
+	res, err := Run(context.Background(), Options{Tasks: 2000, DAGSize: 500, Chain: 50, ShellChain: 20, FanOut: 500, BigDAG: 1000, Rate: 500,
 		LatencyFor: 3e8, EtcdFor: 2e8, DataDir: t.TempDir(), ClientURL: testkit.FreeURL(t), PeerURL: testkit.FreeURL(t)})
 	if err != nil {
 		t.Fatal(err)
@@ -50,6 +50,12 @@ func TestSmallRun(t *testing.T) {
 	if res.FanOut != 500 || res.FanOutExpandMs < 0 || res.FanOutDispatchMs < res.FanOutExpandMs || res.FanOutDoneMs <= 0 ||
 		res.FanOutTasksPerSec <= 0 {
 		t.Fatalf("implausible fan-out figures: %+v", res.ClusterResult)
+	}
+	// The big DAG: accepted, its first task dispatched after that, and a
+	// throughput against the same tasks split in 100 DAGs.
+	if b := res.BigDAG; b == nil || b.Tasks != 1000 || b.AcceptMs <= 0 || b.FirstDispatchMs <= 0 || b.TasksPerSec <= 0 ||
+		b.SplitDAGs != 100 || b.SplitDAGSize != 10 || b.SplitTasksPerSec <= 0 || b.Ratio <= 0 || res.Live != nil {
+		t.Fatalf("implausible big-DAG figures: %+v, live %+v", res.BigDAG, res.Live)
 	}
 	if res.OrionCPUMsPerShellStep == nil || *res.OrionCPUMsPerShellStep <= 0 || !strings.Contains(res.CPUScope, "RUSAGE_SELF") {
 		t.Fatalf("single node: Orion's CPU per shell step not measured: %v %q", res.OrionCPUMsPerShellStep, res.CPUScope)
@@ -93,7 +99,7 @@ func TestSmallRun(t *testing.T) {
 	if !regexp.MustCompile(`RSS per retained task +- `).MatchString(out.String()) {
 		t.Errorf("memory per task on a tiny run is printed as a figure:\n%s", out.String())
 	}
-	for _, want := range []string{"shell floor", "Orion adds", "Orion's CPU per shell step", "too few", "output round trip"} {
+	for _, want := range []string{"shell floor", "Orion adds", "Orion's CPU per shell step", "too few", "output round trip", "big DAG first dispatch"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, out.String())
 		}

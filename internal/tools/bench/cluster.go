@@ -48,7 +48,14 @@ type ClusterOptions struct {
 	Poll          time.Duration // how often completion is polled
 	RunID         string        // prefix of the DAG ids (default: bench-<time>)
 	Keep          bool          // leave the run's DAGs in the cluster (default: delete them once measured)
-	Log           io.Writer
+	// BigDAG: tasks of the big-DAG phase (0: none), one DAG of them
+	// against as many in BigDAGSplit DAGs; a multiple of BigDAGSplit.
+	BigDAG int
+	// Live: tasks held live for the live-tasks phase (0: none), in DAGs
+	// of DAGSize, and LiveKills kill -9 drills of the leader beside them.
+	Live      int
+	LiveKills int
+	Log       io.Writer
 }
 
 // ClusterResult is what `orion bench --server ... --json` prints.
@@ -123,6 +130,11 @@ type ClusterResult struct {
 	// compaction ran) or could not be read; EtcdDBNote says why.
 	EtcdDBBytesPer1000 *float64 `json:"etcd_db_bytes_per_1000_tasks"`
 	EtcdDBNote         string   `json:"etcd_db_note,omitempty"`
+
+	// BigDAG (--big-dag) and Live (--live, cluster mode): null unless
+	// asked for.
+	BigDAG *BigDAG `json:"big_dag"`
+	Live   *Live   `json:"live"`
 }
 
 // CPUBudget is CPU time (user+system, µs) per noop task of the throughput
@@ -190,6 +202,9 @@ func (o *ClusterOptions) defaults() {
 	if o.Poll <= 0 {
 		o.Poll = 100 * time.Millisecond
 	}
+	if o.Live > 0 && o.LiveKills <= 0 {
+		o.LiveKills = DefaultLiveKills
+	}
 	if o.RunID == "" {
 		o.RunID = "bench-" + time.Now().UTC().Format("20060102-150405.000")
 	}
@@ -218,6 +233,12 @@ func RunCluster(ctx context.Context, o ClusterOptions) (*ClusterResult, error) {
 		return nil, err
 	}
 	if err := r.fanOutPhase(ctx); err != nil {
+		return nil, err
+	}
+	if err := r.bigDAGPhase(ctx); err != nil {
+		return nil, err
+	}
+	if err := r.livePhase(ctx); err != nil {
 		return nil, err
 	}
 	r.res.MachineLoad.end()
@@ -289,6 +310,9 @@ func newClusterRun(ctx context.Context, o ClusterOptions) (*clusterRun, error) {
 	}
 	if len(o.EtcdEndpoints) == 0 {
 		return nil, errors.New("no etcd endpoint")
+	}
+	if err := checkBigOptions(o.BigDAG, o.Live); err != nil {
+		return nil, err
 	}
 	count := o.Tasks / o.DAGSize
 	if count > MaxClusterDAGs {
@@ -944,6 +968,7 @@ func histogramLine(bs []Bucket) string {
 // Print writes the human table.
 func (r *ClusterResult) Print(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	defer tw.Flush()
 	fmt.Fprintf(tw, "MEASURE\tVALUE\tNOTE\n")
 	where := "the cluster's members"
 	if r.Mode == "single" {
@@ -976,7 +1001,8 @@ func (r *ClusterResult) Print(w io.Writer) {
 	for _, ch := range r.LeaderChanges {
 		fmt.Fprintf(tw, "leader changed\t%s\tduring that phase\n", ch)
 	}
-	tw.Flush()
+	r.BigDAG.print(tw)
+	r.Live.print(tw)
 }
 
 func safeDiv(a, b float64) float64 {

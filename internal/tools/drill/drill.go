@@ -146,8 +146,13 @@ type Result struct {
 	// notice the silence (the streams' 500 ms staleness): the takeover's
 	// floor, which grows with RSSMiB (its resident memory at the kill) and
 	// with the CPU the machine has to spare.
-	DeathMS      *float64 `json:"death_ms,omitempty"`
-	RSSMiB       float64  `json:"rss_mib,omitempty"`
+	DeathMS *float64 `json:"death_ms,omitempty"`
+	RSSMiB  float64  `json:"rss_mib,omitempty"`
+	// ReadyMS is the killed replica's cold start: from starting it again
+	// to its /readyz answering 200, which it does once it has loaded the
+	// whole state from etcd (in pages) and opened its session. Null when
+	// the drill did not restart it or it was not ready in time.
+	ReadyMS      *float64 `json:"ready_ms,omitempty"`
 	StallMS      *float64 `json:"stall_ms,omitempty"` // etcd-member: the longest gap between acknowledged submissions
 	Lost         int      `json:"lost"`
 	Duplicates   int      `json:"duplicates"`
@@ -186,25 +191,28 @@ type Report struct {
 	TakeoverMaxMS *float64 `json:"takeover_max_ms"`
 	// The kill → the process gone (Result.DeathMS), and the takeover's
 	// remainder after it: what Orion's standbys took once they could know.
-	DeathP50MS      *float64  `json:"death_p50_ms,omitempty"`
-	DeathP99MS      *float64  `json:"death_p99_ms,omitempty"`
-	AfterDeathP50MS *float64  `json:"after_death_p50_ms,omitempty"`
-	AfterDeathP99MS *float64  `json:"after_death_p99_ms,omitempty"`
-	StallP50MS      *float64  `json:"stall_p50_ms,omitempty"`
-	StallP99MS      *float64  `json:"stall_p99_ms,omitempty"`
-	StallMaxMS      *float64  `json:"stall_max_ms,omitempty"`
-	Lost            int       `json:"lost"`
-	Duplicates      int       `json:"duplicates"`
-	Reruns          int       `json:"reruns_after_killed_worker"`
-	Unlogged        int       `json:"succeeded_without_run"`
-	Failures        int       `json:"failures"`
-	Planned         int       `json:"planned"`
-	Malformed       int       `json:"malformed_run_lines,omitempty"`
-	LostTasks       []string  `json:"lost_tasks,omitempty"`
-	Findings        []Finding `json:"findings,omitempty"` // duplicates and reruns, explained
-	WorkDir         string    `json:"work_dir"`
-	OK              bool      `json:"ok"`
-	Verdict         string    `json:"verdict"`
+	DeathP50MS      *float64 `json:"death_p50_ms,omitempty"`
+	DeathP99MS      *float64 `json:"death_p99_ms,omitempty"`
+	AfterDeathP50MS *float64 `json:"after_death_p50_ms,omitempty"`
+	AfterDeathP99MS *float64 `json:"after_death_p99_ms,omitempty"`
+	// The restarted replicas' cold starts (Result.ReadyMS).
+	ReadyP50MS *float64  `json:"ready_p50_ms,omitempty"`
+	ReadyMaxMS *float64  `json:"ready_max_ms,omitempty"`
+	StallP50MS *float64  `json:"stall_p50_ms,omitempty"`
+	StallP99MS *float64  `json:"stall_p99_ms,omitempty"`
+	StallMaxMS *float64  `json:"stall_max_ms,omitempty"`
+	Lost       int       `json:"lost"`
+	Duplicates int       `json:"duplicates"`
+	Reruns     int       `json:"reruns_after_killed_worker"`
+	Unlogged   int       `json:"succeeded_without_run"`
+	Failures   int       `json:"failures"`
+	Planned    int       `json:"planned"`
+	Malformed  int       `json:"malformed_run_lines,omitempty"`
+	LostTasks  []string  `json:"lost_tasks,omitempty"`
+	Findings   []Finding `json:"findings,omitempty"` // duplicates and reruns, explained
+	WorkDir    string    `json:"work_dir"`
+	OK         bool      `json:"ok"`
+	Verdict    string    `json:"verdict"`
 
 	// stop: the writes sent to the standbys in all, and the slowest answer.
 	StandbyWrites     int      `json:"standby_writes,omitempty"`
@@ -406,7 +414,14 @@ func (d *driller) drill(ctx context.Context, n int) (*Result, error) {
 	// Bring the replica back even if the drill is being interrupted: a
 	// cluster must not be left a replica short by an aborted drill.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.o.RestartTimeout+30*time.Second)
-	pid, rerr := d.restart(rctx, leader, proc)
+	pid, started, rerr := d.restart(rctx, leader, proc)
+	if rerr == nil && !started.IsZero() {
+		if at, err := d.waitReady(rctx, leader.APIURL); err != nil {
+			d.logf("%s: %v", tag, err)
+		} else {
+			res.ReadyMS = ms(at.Sub(started))
+		}
+	}
 	cancel()
 	res.RestartedPID = pid
 	if rerr != nil {
@@ -737,29 +752,30 @@ func (d *driller) awaitTakeover(ctx context.Context, standbys []client.Replica, 
 
 // restart brings the killed replica back and waits until it answers as a
 // standby. It returns the new pid when known.
-func (d *driller) restart(ctx context.Context, r client.Replica, p *ProcInfo) (int, error) {
+func (d *driller) restart(ctx context.Context, r client.Replica, p *ProcInfo) (pid int, startedAt time.Time, err error) {
 	if d.o.Restart == RestartNone {
-		return 0, nil
+		return 0, time.Time{}, nil
 	}
 	// The old process must be gone: its port is released only then.
 	deadline := time.Now().Add(10 * time.Second)
 	for !gone(p.PID, p.StartTime) {
 		if time.Now().After(deadline) {
-			return 0, fmt.Errorf("pid %d still exists 10s after SIGKILL", p.PID)
+			return 0, time.Time{}, fmt.Errorf("pid %d still exists 10s after SIGKILL", p.PID)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	clusterDir, _ := clusterDirOf(p.Cwd, r.Name)
 	var child *started
+	startedAt = time.Now()
 	switch d.o.Restart {
 	case RestartAuto:
 		spec, err := BuildRestart(p, r.Name, d.o.WorkDir)
 		if err != nil {
-			return 0, fmt.Errorf("restarting %s: %w", r.Name, err)
+			return 0, time.Time{}, fmt.Errorf("restarting %s: %w", r.Name, err)
 		}
 		child, err = startDetached(spec, fmt.Sprintf("orion drill: restarting %s: %s", r.Name, strings.Join(spec.Argv, " ")))
 		if err != nil {
-			return 0, fmt.Errorf("restarting %s: %w", r.Name, err)
+			return 0, time.Time{}, fmt.Errorf("restarting %s: %w", r.Name, err)
 		}
 		d.logf("restarted %s as pid %d (log %s)", r.Name, child.pid, spec.LogPath)
 		if clusterDir != "" {
@@ -772,8 +788,9 @@ func (d *driller) restart(ctx context.Context, r client.Replica, p *ProcInfo) (i
 	case RestartScript:
 		script, err := findScript(d.o.ClusterScript, p, clusterDir)
 		if err != nil {
-			return 0, err
+			return 0, time.Time{}, err
 		}
+		startedAt = time.Now()
 		d.logf("running %s restart %s", script, r.Name)
 		sctx, cancel := context.WithTimeout(ctx, d.o.RestartTimeout+20*time.Second)
 		err = runScript(sctx, script, r.Name, scriptEnv(os.Environ(), r.Name, clusterDir, r.APIURL),
@@ -784,13 +801,40 @@ func (d *driller) restart(ctx context.Context, r client.Replica, p *ProcInfo) (i
 			// own check: if the replica answers, carry on, saying so.
 			pid, berr := d.waitBackFor(ctx, r, p.PID, nil, 5*time.Second)
 			if berr != nil {
-				return 0, err
+				return 0, time.Time{}, err
 			}
 			d.logf("%v; but %s answers again (pid %d): carrying on", err, r.Name, pid)
-			return pid, nil
+			return pid, startedAt, nil
 		}
 	}
-	return d.waitBack(ctx, r, p.PID, child)
+	pid, err = d.waitBack(ctx, r, p.PID, child)
+	return pid, startedAt, err
+}
+
+// waitReady polls the restarted replica's /readyz until it answers 200:
+// loaded and with its session open. It returns when it saw that.
+func (d *driller) waitReady(ctx context.Context, apiURL string) (time.Time, error) {
+	deadline := time.Now().Add(d.o.RestartTimeout)
+	var last error
+	for {
+		var v struct {
+			Status string `json:"status"`
+		}
+		err := d.api.get(ctx, apiURL, "/readyz", time.Second, &v)
+		if err == nil && v.Status == "ready" {
+			return time.Now(), nil
+		}
+		if err == nil {
+			err = fmt.Errorf("/readyz says %q", v.Status)
+		}
+		last = err
+		if time.Now().After(deadline) {
+			return time.Time{}, fmt.Errorf("%s not ready within %v of its restart: %v", apiURL, d.o.RestartTimeout, last)
+		}
+		if !sleepCtx(ctx, 10*time.Millisecond) {
+			return time.Time{}, ctx.Err()
+		}
+	}
 }
 
 // waitBack polls the replica's /cluster/self until a new process answers.
@@ -994,7 +1038,7 @@ func (d *driller) final(ctx context.Context, rep *Report, wait bool) {
 	rep.LostTasks = total.LostTasks[:min(len(total.LostTasks), maxListed)]
 	rep.Findings = total.Findings[:min(len(total.Findings), maxListed)]
 
-	var takeovers, stalls, deaths, afterDeath []float64
+	var takeovers, stalls, deaths, afterDeath, readies []float64
 	ok := 0
 	for _, r := range rep.Drills {
 		if r.TakeoverMS != nil {
@@ -1008,6 +1052,9 @@ func (d *driller) final(ctx context.Context, rep *Report, wait bool) {
 		}
 		if r.StallMS != nil {
 			stalls = append(stalls, *r.StallMS)
+		}
+		if r.ReadyMS != nil {
+			readies = append(readies, *r.ReadyMS)
 		}
 		rep.StandbyWrites += r.StandbyWrites
 		if r.StandbyWriteMaxMS != nil && (rep.StandbyWriteMaxMS == nil || *r.StandbyWriteMaxMS > *rep.StandbyWriteMaxMS) {
@@ -1028,6 +1075,10 @@ func (d *driller) final(ctx context.Context, rep *Report, wait bool) {
 	if len(afterDeath) > 0 {
 		p50, p99 := Percentile(afterDeath, 50), Percentile(afterDeath, 99)
 		rep.AfterDeathP50MS, rep.AfterDeathP99MS = &p50, &p99
+	}
+	if len(readies) > 0 {
+		p50, mx := Percentile(readies, 50), Percentile(readies, 100)
+		rep.ReadyP50MS, rep.ReadyMaxMS = &p50, &mx
 	}
 	if len(stalls) > 0 {
 		p50, p99, mx := Percentile(stalls, 50), Percentile(stalls, 99), Percentile(stalls, 100)
@@ -1121,6 +1172,10 @@ func (r *Report) Print(w io.Writer) {
 	if r.DeathP50MS != nil {
 		fmt.Fprintf(w, "  of which the killed process's death (its sockets close only once the kernel has freed its memory): p50 %s, p99 %s; the takeover after it: p50 %s, p99 %s\n",
 			fmtMS(r.DeathP50MS), fmtMS(r.DeathP99MS), fmtMS(r.AfterDeathP50MS), fmtMS(r.AfterDeathP99MS))
+	}
+	if r.ReadyP50MS != nil {
+		fmt.Fprintf(w, "the killed replica restarted cold, until /readyz answered (its state loaded from etcd): p50 %s, max %s\n",
+			fmtMS(r.ReadyP50MS), fmtMS(r.ReadyMaxMS))
 	}
 	if r.StallMaxMS != nil {
 		fmt.Fprintf(w, "write stall (longest gap between acknowledged submissions, from the kill) over %d drills: p50 %s, p99 %s, max %s\n",

@@ -59,7 +59,7 @@ func (d *driller) nodeLoss(ctx context.Context, tag string, res *Result, cl *cli
 	if _, err := d.restartMember(rctx, m.Name, eproc, clientURL); err != nil {
 		res.fail(err)
 	}
-	pid, rerr := d.restart(rctx, leader, proc)
+	pid, _, rerr := d.restart(rctx, leader, proc)
 	cancel()
 	res.RestartedPID = pid
 	if rerr != nil {

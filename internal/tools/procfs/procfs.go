@@ -125,3 +125,56 @@ func IsOrionCommand(argv []string, command string) bool {
 	}
 	return false
 }
+
+// Memory is a process's resident set, from /proc/PID/status, in bytes.
+type Memory struct {
+	RSS  int64 // VmRSS
+	Anon int64 // RssAnon: the heap, stacks and the runtime's own
+	File int64 // RssFile: pages of mapped files (an embedded etcd's db)
+}
+
+// ReadMemory reads /proc/PID/status.
+func ReadMemory(pid int) (Memory, error) {
+	b, err := os.ReadFile(Path(pid, "status"))
+	if err != nil {
+		return Memory{}, err
+	}
+	return ParseStatusMemory(string(b))
+}
+
+// ParseStatusMemory reads the VmRSS, RssAnon and RssFile lines ("VmRSS:
+// 1234 kB") of a /proc status file.
+func ParseStatusMemory(s string) (Memory, error) {
+	var m Memory
+	found := false
+	for _, line := range strings.Split(s, "\n") {
+		name, rest, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		var dst *int64
+		switch name {
+		case "VmRSS":
+			dst, found = &m.RSS, true
+		case "RssAnon":
+			dst = &m.Anon
+		case "RssFile":
+			dst = &m.File
+		default:
+			continue
+		}
+		f := strings.Fields(rest)
+		if len(f) == 0 {
+			continue
+		}
+		kb, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return Memory{}, fmt.Errorf("malformed /proc status line %q", line)
+		}
+		*dst = kb * 1024
+	}
+	if !found {
+		return Memory{}, errors.New("no VmRSS in /proc status")
+	}
+	return m, nil
+}

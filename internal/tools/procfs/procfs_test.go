@@ -48,3 +48,18 @@ func TestIsOrionCommand(t *testing.T) {
 		}
 	}
 }
+
+// The resident set is read from the status file's kB lines; this process
+// has one, and a file without VmRSS is an error, not zeros.
+func TestReadMemory(t *testing.T) {
+	m, err := ParseStatusMemory("Name:\torion\nVmRSS:\t  2048 kB\nRssAnon:\t  1536 kB\nRssFile:\t   512 kB\n")
+	if err != nil || m != (Memory{RSS: 2 << 20, Anon: 1536 << 10, File: 512 << 10}) {
+		t.Fatalf("ParseStatusMemory = %+v, %v", m, err)
+	}
+	if _, err := ParseStatusMemory("Name:\tkthreadd\n"); err == nil {
+		t.Error("a status without VmRSS parsed")
+	}
+	if m, err := ReadMemory(os.Getpid()); err != nil || m.RSS <= 0 || m.Anon <= 0 {
+		t.Fatalf("ReadMemory(self) = %+v, %v", m, err)
+	}
+}
