@@ -101,3 +101,90 @@ func TestBigReads(t *testing.T) {
 	want = []string{"big", "a", "c"}
 	testkit.WaitFor(t, 10*time.Second, "the standby to follow", func() bool { return slices.Equal(ids(s.eng), want) })
 }
+
+// The index lists what the core's own sort lists, DAGs of one revision
+// included, through creations, deletions (compacted once they are half of
+// it), ids submitted again and a rebuild.
+func TestDAGIndexMatchesTheCoresOrder(t *testing.T) {
+	c := core.New(core.Config{})
+	var b bigReads
+	rev := int64(10)
+	apply := func(en *core.Entry) {
+		t.Helper()
+		if err := c.Apply(en); err != nil {
+			t.Fatal(err)
+		}
+		b.applied(c, en)
+	}
+	create := func(id string) *core.Entry {
+		d := model.DAG{ID: id, Name: id, Tasks: []model.Task{{ID: "a", Kind: model.KindNoop}}}
+		d.Normalize()
+		return &core.Entry{Rev: rev, DAG: id, D: &core.DAGRecord{DAG: d, Status: core.DAGRunning, Run: 1}}
+	}
+	same := func() {
+		t.Helper()
+		want := c.DAGs(core.DAGQuery{})
+		got := c.DAGsFrom(core.DAGQuery{}, b.all())
+		if len(got) != len(want) {
+			t.Fatalf("index lists %d DAGs, the core %d", len(got), len(want))
+		}
+		for i := range want {
+			if got[i].ID != want[i].ID {
+				t.Fatalf("at %d: index %s, core %s", i, got[i].ID, want[i].ID)
+			}
+		}
+	}
+	for i := range 300 {
+		// Three DAGs per revision, applied out of id order.
+		for _, s := range []string{"c", "a", "b"} {
+			apply(create(fmt.Sprintf("d%03d%s", i, s)))
+		}
+		rev++
+	}
+	same()
+	for i := range 250 {
+		for _, s := range []string{"a", "b"} {
+			apply(&core.Entry{Rev: rev, DAG: fmt.Sprintf("d%03d%s", i, s), Delete: true})
+			rev++
+		}
+	}
+	if len(b.newest) >= 900-250 {
+		t.Fatalf("the index kept %d entries for %d DAGs", len(b.newest), c.DAGCount())
+	}
+	same()
+	apply(create("d002a")) // an id deleted, submitted again: the newest
+	rev++
+	same()
+	if got := c.DAGsFrom(core.DAGQuery{Limit: 1}, b.all()); got[0].ID != "d002a" {
+		t.Fatalf("newest: %s", got[0].ID)
+	}
+	b.restored(c)
+	same()
+}
+
+// BenchmarkDAGList10k: a page of 100 of 10,000 DAGs, by the core's sort of
+// every DAG (before) and from the index.
+func BenchmarkDAGList10k(b *testing.B) {
+	c := core.New(core.Config{})
+	var ix bigReads
+	for i := range 10_000 {
+		d := model.DAG{ID: fmt.Sprintf("d%05d", i), Tasks: []model.Task{{ID: "a", Kind: model.KindNoop}}}
+		d.Normalize()
+		en := &core.Entry{Rev: int64(10 + i), DAG: d.ID, D: &core.DAGRecord{DAG: d, Status: core.DAGRunning, Run: 1}}
+		if err := c.Apply(en); err != nil {
+			b.Fatal(err)
+		}
+		ix.applied(c, en)
+	}
+	q := core.DAGQuery{Limit: 100}
+	b.Run("sort", func(b *testing.B) {
+		for b.Loop() {
+			c.DAGs(q)
+		}
+	})
+	b.Run("index", func(b *testing.B) {
+		for b.Loop() {
+			c.DAGsFrom(q, ix.all())
+		}
+	})
+}
