@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -137,5 +139,18 @@ func TestBigDAGReads(t *testing.T) {
 	var d head
 	if err != nil || json.Unmarshal([]byte(js), &d) != nil || len(d.Tasks) != wide+3 || d.TasksTruncated {
 		t.Fatalf("orion get dag --all -o json: %v, %d tasks, truncated %v", err, len(d.Tasks), d.TasksTruncated)
+	}
+
+	// submit --wait on a big DAG: counts read again as it runs, then its
+	// summary, not a line per task.
+	file := filepath.Join(t.TempDir(), "big2.json")
+	body := strings.Replace(bigDAG(1200, 600, 0, 10), `"id":"big"`, `"id":"big2"`, 1)
+	if err := os.WriteFile(file, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	wait, err := n.orion("submit", "-f", file, "--wait", "--timeout", "2m")
+	if err == nil || !strings.Contains(wait, "Failed (2):") || !strings.Contains(wait, "dag big2 failed in") ||
+		strings.Count(wait, "\n") > 80 {
+		t.Fatalf("orion submit --wait: %v, %d lines\n%s", err, strings.Count(wait, "\n"), wait)
 	}
 }
