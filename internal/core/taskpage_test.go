@@ -229,7 +229,8 @@ func TestShape(t *testing.T) {
 }
 
 // BenchmarkShape100k: building a 100,000-task DAG's shape (once per DAG
-// and replica) and reading its counts (per request).
+// and replica), reading its counts, its head, a page from its middle and
+// a filtered page (per request).
 func BenchmarkShape100k(b *testing.B) {
 	c := bigDAG(b, 90_000, 10_000, 9_996, 1000)
 	b.Run("build", func(b *testing.B) {
@@ -241,6 +242,16 @@ func BenchmarkShape100k(b *testing.B) {
 	b.Run("counts", func(b *testing.B) {
 		for b.Loop() {
 			c.ShapeCounts(s)
+		}
+	})
+	b.Run("head", func(b *testing.B) {
+		for b.Loop() {
+			c.DAGHead("big", -1)
+		}
+	})
+	b.Run("page-100", func(b *testing.B) {
+		for b.Loop() {
+			c.TaskPage("big", core.TaskQuery{From: core.TaskCursor{Task: 50_000}})
 		}
 	})
 	b.Run("page-failed", func(b *testing.B) {

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/orion-sched/orion/internal/core"
 )
@@ -25,8 +26,21 @@ type bigReads struct {
 	stale  int
 	// shapes keeps the shapes of the big DAGs read lately (at most
 	// maxShapes): built once per DAG, their counts read per request.
-	shapes map[string]*core.Shape
+	shapes map[string]*shaped
 }
+
+// shaped is a DAG's shape with the counts last read of it, and when.
+type shaped struct {
+	s      *core.Shape
+	counts []core.StatusCounts
+	at     time.Time
+}
+
+// shapeCountsFresh is how long a shape's counts are answered again rather
+// than read: reading them reads every task's status on the loop (a few ms
+// at 100,000 tasks), so however many pages poll a big DAG, the loop
+// spends that at most once a second on it.
+const shapeCountsFresh = time.Second
 
 type indexed struct {
 	id  string
@@ -108,11 +122,16 @@ func (b *bigReads) all() iter.Seq2[string, int64] {
 	}
 }
 
-// shape returns DAG id's shape, built at its first read.
-func (b *bigReads) shape(c *core.Core, id string) (*core.Shape, []core.StatusCounts) {
-	if s := b.shapes[id]; s != nil {
-		if counts, ok := c.ShapeCounts(s); ok {
-			return s, counts
+// shape returns DAG id's shape, built at its first read, and its counts,
+// read again once they are shapeCountsFresh old.
+func (b *bigReads) shape(c *core.Core, id string, now time.Time) (*core.Shape, []core.StatusCounts) {
+	if x := b.shapes[id]; x != nil {
+		if now.Sub(x.at) < shapeCountsFresh && !now.Before(x.at) {
+			return x.s, x.counts
+		}
+		if counts, ok := c.ShapeCounts(x.s); ok {
+			x.counts, x.at = counts, now
+			return x.s, counts
 		}
 		delete(b.shapes, id)
 	}
@@ -121,7 +140,7 @@ func (b *bigReads) shape(c *core.Core, id string) (*core.Shape, []core.StatusCou
 		return nil, nil
 	}
 	if b.shapes == nil {
-		b.shapes = map[string]*core.Shape{}
+		b.shapes = map[string]*shaped{}
 	}
 	if len(b.shapes) >= maxShapes {
 		for k := range b.shapes { // any one: a shape is cheap to build again
@@ -129,14 +148,15 @@ func (b *bigReads) shape(c *core.Core, id string) (*core.Shape, []core.StatusCou
 			break
 		}
 	}
-	b.shapes[id] = s
 	counts, _ := c.ShapeCounts(s)
+	b.shapes[id] = &shaped{s: s, counts: counts, at: now}
 	return s, counts
 }
 
 // HeadRead is what DAGHead reads: the DAG with at most its first limit
 // tasks (nil View when this replica holds no such DAG), whether some were
-// left out, and then its shape with each node's counts, and the revision.
+// left out, and then its shape with each node's counts (at most a second
+// old: shapeCountsFresh), and the revision.
 type HeadRead struct {
 	View      *core.DAGView
 	Truncated bool
@@ -152,7 +172,7 @@ func (e *Engine) DAGHead(ctx context.Context, id string, limit int) (HeadRead, e
 		r := HeadRead{Rev: e.c.Rev()}
 		r.View, r.Truncated, _ = e.c.DAGHead(id, limit)
 		if r.Truncated {
-			r.Shape, r.Counts = e.bigReads.shape(e.c, id)
+			r.Shape, r.Counts = e.bigReads.shape(e.c, id, e.clock.Now())
 		}
 		return r
 	})
@@ -183,7 +203,7 @@ func (e *Engine) Tasks(ctx context.Context, id string, q TasksQuery) (TasksRead,
 		r := TasksRead{Rev: e.c.Rev()}
 		cq := core.TaskQuery{Statuses: q.Statuses, From: q.Cursor, Limit: q.Limit}
 		if strings.HasPrefix(q.Group, core.ShapeGroupPrefix) {
-			s, _ := e.bigReads.shape(e.c, id)
+			s, _ := e.bigReads.shape(e.c, id, e.clock.Now())
 			if s == nil {
 				return r
 			}

@@ -188,3 +188,31 @@ func BenchmarkDAGList10k(b *testing.B) {
 		}
 	})
 }
+
+// A shape's counts are read again once a second old, not per request.
+func TestShapeCountsAtMostOnceASecond(t *testing.T) {
+	c := core.New(core.Config{})
+	d := model.DAG{ID: "big", Tasks: []model.Task{{ID: "a", Kind: model.KindNoop}, {ID: "b", Kind: model.KindNoop}}}
+	d.Normalize()
+	var b bigReads
+	for _, en := range []*core.Entry{{Rev: 10, DAG: "big", D: &core.DAGRecord{DAG: d, Status: core.DAGRunning, Run: 1}}} {
+		if err := c.Apply(en); err != nil {
+			t.Fatal(err)
+		}
+		b.applied(c, en)
+	}
+	t0 := time.Date(2026, 11, 28, 11, 0, 0, 0, time.UTC)
+	s, counts := b.shape(c, "big", t0)
+	if s == nil || len(s.Nodes) != 1 || counts[0][core.Ready] != 2 {
+		t.Fatalf("shape %+v counts %v", s, counts)
+	}
+	if err := c.Apply(&core.Entry{Rev: 11, DAG: "big", Task: "a", T: &core.TaskRecord{Status: core.Running, Run: 1, Attempt: 1, Worker: "w", Event: "dispatch"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, counts := b.shape(c, "big", t0.Add(900*time.Millisecond)); counts[0][core.Running] != 0 {
+		t.Fatalf("counts read again within the second: %v", counts)
+	}
+	if _, counts := b.shape(c, "big", t0.Add(time.Second)); counts[0][core.Running] != 1 || counts[0][core.Ready] != 1 {
+		t.Fatalf("counts a second later: %v", counts)
+	}
+}
