@@ -73,8 +73,12 @@ func TestBigDAGReads(t *testing.T) {
 		if code, body := n.getJSON("/api/v1/dags/big", &h); code != 200 {
 			t.Fatalf("GET: %d %s", code, body)
 		}
-		if h.Counts["running"] == sleeping && h.Counts["succeeded"] == wide+1+items-failed-sleeping+1 {
-			break // start, the noops, fan and its instances
+		// Start, the noops, fan and its instances; and the shape's counts,
+		// which may be a second older.
+		if h.Counts["running"] == sleeping && h.Counts["succeeded"] == wide+1+items-failed-sleeping+1 &&
+			h.Shape != nil && len(h.Shape.Nodes) == 4 && h.Shape.Nodes[2].Counts["succeeded"] == items &&
+			h.Shape.Nodes[1].Counts["failed"] == failed && h.Shape.Nodes[1].Counts["running"] == sleeping {
+			break
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("the DAG did not settle: %v\n%s", h.Counts, n.logs())

@@ -63,6 +63,8 @@ export class App {
 
   /** DAGs the API answers with tasks_truncated: read by their shape, without tasks. */
   private readonly big = new Set<string>();
+  /** The big DAG shown was running at its last read. */
+  private bigRunning = false;
   private readonly refreshSmall = throttle(() => void this.loadCurrent(), 400);
   // A big DAG's shape counts read a status per task on the server: at most every 2 s.
   private readonly refreshBig = throttle(() => void this.loadCurrent(), 2000);
@@ -110,8 +112,14 @@ export class App {
     try {
       const d = await api.getDAG(id, this.big.has(id) ? 0 : undefined);
       if (seq !== this.loadSeq || id !== this.currentId) return;
-      if (d.tasks_truncated) this.big.add(id);
-      else this.big.delete(id);
+      if (d.tasks_truncated) {
+        this.big.add(id);
+        // Its groups' counts may be a second older than its events (the
+        // server reads them at most once a second): read it again while it
+        // runs, and once more after it ended, so a quiet DAG shows them right.
+        if (d.status === "running" || this.bigRunning) window.setTimeout(() => this.refreshCurrent(), 1200);
+        this.bigRunning = d.status === "running";
+      } else this.big.delete(id);
       const prev = this.current;
       this.current = d;
       this.dags.set(d.id, d);
