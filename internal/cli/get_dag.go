@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"io"
 	"slices"
 	"time"
 
@@ -13,7 +14,9 @@ import (
 )
 
 func newGetDAGCmd() *cobra.Command {
-	return &cobra.Command{
+	var all bool
+	var rows int
+	cmd := &cobra.Command{
 		Use:   "dag ID",
 		Short: "Show a DAG and its tasks",
 		Long: `Show a DAG: its status and run, then one line per task with its
@@ -27,9 +30,16 @@ parameters are listed with the values its runs use, and a scheduled run's
 tick and data interval. 'orion get task' shows a task's outputs. A map
 group (a task with for_each) is one line with its instances' counts by
 status; 'orion get task DAG GROUP' lists its instances a page at a time
-(--offset, --limit), and 'orion get task DAG "GROUP[3]"' shows one.`,
+(--offset, --limit), and 'orion get task DAG "GROUP[3]"' shows one.
+
+A DAG of more than 1000 tasks is summarised: its tasks by status, its
+failed tasks first, then those running, longest first (--rows of them,
+a screenful), and how many it left out. --all lists every task (map
+instances stay with 'orion get task DAG GROUP'), paging through the API;
+with -o json, --all gives the DAG with every task.`,
 		Example: `  orion get dag 20260102-150405-a1b2c3
-  orion get dag nightly-etl -o json`,
+  orion get dag nightly-etl -o json
+  orion get dag big-backfill --all`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, g, err := setup(cmd)
@@ -39,6 +49,11 @@ status; 'orion get task DAG GROUP' lists its instances a page at a time
 			d, err := c.GetDAG(cmd.Context(), args[0])
 			if err != nil {
 				return err
+			}
+			if all && d.TasksTruncated {
+				if err := allTasks(cmd.Context(), c, d); err != nil {
+					return err
+				}
 			}
 			out := cmd.OutOrStdout()
 			if g.output == outputJSON {
@@ -57,7 +72,9 @@ status; 'orion get task DAG GROUP' lists its instances a page at a time
 			row(hw, "Finished:", formatTime(d.FinishedAt))
 			row(hw, "Duration:", dagDuration(&d.DAGSummary))
 			tasks := fmt.Sprint(len(d.Tasks))
-			if n := mappedInstances(d.Tasks); n > 0 {
+			if d.TasksTruncated {
+				tasks = fmt.Sprint(d.TaskCount)
+			} else if n := mappedInstances(d.Tasks); n > 0 {
 				tasks += fmt.Sprintf(" and %d mapped instances", n)
 			}
 			row(hw, "Tasks:", fmt.Sprintf("%s (%s)", tasks, formatCounts(d.Counts)))
@@ -75,36 +92,47 @@ status; 'orion get task DAG GROUP' lists its instances a page at a time
 				}
 			}
 			fmt.Fprintln(out)
-			tw := newTable(out)
-			rules := hasRules(d.Tasks)
-			head := []string{"TASK", "KIND", "STATUS", "ATTEMPTS", "WORKER", "DURATION", "EXIT", "ERROR"}
-			if rules {
-				head = slices.Insert(head, 3, "RULE")
+			if d.TasksTruncated {
+				return printBigDAG(cmd.Context(), out, c, d, rows)
 			}
-			row(tw, head...)
-			for i := range d.Tasks {
-				t := &d.Tasks[i]
-				errText := truncate(t.Error, 60)
-				if t.Waiting != "" { // a ready task held back: say why
-					errText = truncate("waiting: "+t.Waiting, 100)
-				}
-				status := t.Status
-				if t.Skipped != "" {
-					status += " (" + t.Skipped + ")"
-				}
-				if m := t.Map; m != nil && (m.Expanded || t.Status == client.StatusPending || t.Status == client.StatusReady) {
-					status += " " + mapText(m)
-				}
-				cells := []string{t.ID, string(t.Kind), status, fmt.Sprint(t.Attempts), t.Worker,
-					taskDuration(t), exitCode(t.ExitCode), errText}
-				if rules {
-					cells = slices.Insert(cells, 3, ruleText(t))
-				}
-				row(tw, cells...)
-			}
-			return tw.Flush()
+			return printTasks(out, d.Tasks)
 		},
 	}
+	cmd.Flags().BoolVar(&all, "all", false, "list every task of a DAG of more than 1000 (paging through the API)")
+	cmd.Flags().IntVar(&rows, "rows", defaultBigRows, "how many tasks a big DAG's summary lists")
+	return cmd
+}
+
+// printTasks prints one line per task.
+func printTasks(out io.Writer, tasks []client.Task) error {
+	tw := newTable(out)
+	rules := hasRules(tasks)
+	head := []string{"TASK", "KIND", "STATUS", "ATTEMPTS", "WORKER", "DURATION", "EXIT", "ERROR"}
+	if rules {
+		head = slices.Insert(head, 3, "RULE")
+	}
+	row(tw, head...)
+	for i := range tasks {
+		t := &tasks[i]
+		errText := truncate(t.Error, 60)
+		if t.Waiting != "" { // a ready task held back: say why
+			errText = truncate("waiting: "+t.Waiting, 100)
+		}
+		status := t.Status
+		if t.Skipped != "" {
+			status += " (" + t.Skipped + ")"
+		}
+		if m := t.Map; m != nil && (m.Expanded || t.Status == client.StatusPending || t.Status == client.StatusReady) {
+			status += " " + mapText(m)
+		}
+		cells := []string{t.ID, string(t.Kind), status, fmt.Sprint(t.Attempts), t.Worker,
+			taskDuration(t), exitCode(t.ExitCode), errText}
+		if rules {
+			cells = slices.Insert(cells, 3, ruleText(t))
+		}
+		row(tw, cells...)
+	}
+	return tw.Flush()
 }
 
 // mapText is a map group's line: its instances by status, or that its

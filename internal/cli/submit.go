@@ -127,6 +127,13 @@ validation or API error (or when --timeout expires).`,
 				if err := printJSON(out, d); err != nil {
 					return err
 				}
+			} else if d.TasksTruncated {
+				// A big DAG: its summary, not a thousand lines.
+				fmt.Fprintln(out)
+				if err := printBigDAG(ctx, out, c, d, defaultBigRows); err != nil {
+					return err
+				}
+				fmt.Fprintf(out, "\ndag %s %s in %s\n", d.ID, d.Status, dagDuration(&d.DAGSummary))
 			} else {
 				printWaitResult(out, d)
 			}
@@ -249,15 +256,25 @@ func waitForDAG(ctx context.Context, c *client.Client, id string, timeout time.D
 	warned := false
 	start := time.Now()
 	noStream := false // the server has no event stream: poll
+	big := false      // a DAG of more tasks than a read lists: read its head only
 	for {
-		d, err := c.GetDAG(ctx, id)
+		var d *client.DAG
+		var err error
+		if big {
+			d, err = c.GetDAGHead(ctx, id, 0)
+		} else {
+			d, err = c.GetDAG(ctx, id)
+		}
 		switch {
 		case err == nil:
 			warned = false
+			big = d.TasksTruncated
 			if w.reset(d) {
 				return d, nil
 			}
-			if !noStream {
+			// A big DAG's tasks are not all listed: its counts come from
+			// reading it again, not from following each task's events.
+			if !noStream && !d.TasksTruncated {
 				err := w.follow(ctx, c, d.Revision)
 				var ae *client.APIError
 				if errors.As(err, &ae) && (ae.Status == http.StatusNotFound || ae.Status == http.StatusNotAcceptable) {
@@ -315,11 +332,15 @@ const progressEvery = 200 * time.Millisecond
 // reset takes a fresh read of the DAG and reports whether it has ended.
 func (w *dagWatch) reset(d *client.DAG) bool {
 	w.status = d.Status
+	w.show(formatCounts(d.Counts), true)
+	if d.TasksTruncated {
+		w.tasks = nil // its counts are d's, read again (flush has none to add)
+		return client.DAGTerminal(d.Status)
+	}
 	w.tasks = make(map[string]string, len(d.Tasks))
 	for i := range d.Tasks {
 		w.tasks[d.Tasks[i].ID] = d.Tasks[i].Status
 	}
-	w.show(formatCounts(d.Counts), true)
 	return client.DAGTerminal(d.Status)
 }
 

@@ -442,7 +442,9 @@ func (c *Client) ListDAGs(ctx context.Context, status string, limit int) (*DAGLi
 	return &out, nil
 }
 
-// GetDAG returns a DAG with every task.
+// GetDAG returns a DAG with its tasks: every one for a DAG of up to
+// apitypes.MaxViewTasks tasks, the first ones of a bigger one (see
+// GetDAGHead, ListTasks).
 func (c *Client) GetDAG(ctx context.Context, id string) (*DAG, error) {
 	if err := need("dag id", id); err != nil {
 		return nil, err
@@ -452,6 +454,82 @@ func (c *Client) GetDAG(ctx context.Context, id string) (*DAG, error) {
 		return nil, err
 	}
 	return &out, nil
+}
+
+// GetDAGHead returns a DAG with at most taskLimit of its tasks (the
+// server's bound, apitypes.MaxViewTasks, when taskLimit is below 0 or
+// above it). A DAG with more says TasksTruncated and gives its Shape.
+func (c *Client) GetDAGHead(ctx context.Context, id string, taskLimit int) (*DAG, error) {
+	if err := need("dag id", id); err != nil {
+		return nil, err
+	}
+	path := dagPath(id)
+	if taskLimit >= 0 {
+		path += "?task_limit=" + strconv.Itoa(taskLimit)
+	}
+	var out DAG
+	if err := c.getJSON(ctx, path, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// TaskQuery selects a page of a DAG's tasks (ListTasks).
+type TaskQuery struct {
+	Statuses []string // only these statuses; none: every one
+	Group    string   // a map group's id, or a shape node's
+	Limit    int      // 0: the server's default page
+	Cursor   string   // the Next of the page before
+}
+
+// ListTasks returns a page of a DAG's tasks. A page may hold fewer than
+// its limit, even none, and have a Next: the walk ends when Next is "".
+func (c *Client) ListTasks(ctx context.Context, dagID string, q TaskQuery) (*TaskPage, error) {
+	if err := need("dag id", dagID); err != nil {
+		return nil, err
+	}
+	v := url.Values{}
+	if len(q.Statuses) > 0 {
+		v.Set("status", strings.Join(q.Statuses, ","))
+	}
+	if q.Group != "" {
+		v.Set("group", q.Group)
+	}
+	if q.Limit > 0 {
+		v.Set("limit", strconv.Itoa(q.Limit))
+	}
+	if q.Cursor != "" {
+		v.Set("cursor", q.Cursor)
+	}
+	path := dagPath(dagID) + "/tasks"
+	if len(v) > 0 {
+		path += "?" + v.Encode()
+	}
+	var out TaskPage
+	if err := c.getJSON(ctx, path, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// EachTask calls fn with every task q selects (q.Cursor onwards), a page
+// at a time, until fn returns false or the walk ends.
+func (c *Client) EachTask(ctx context.Context, dagID string, q TaskQuery, fn func(*Task) bool) error {
+	for {
+		p, err := c.ListTasks(ctx, dagID, q)
+		if err != nil {
+			return err
+		}
+		for i := range p.Tasks {
+			if !fn(&p.Tasks[i]) {
+				return nil
+			}
+		}
+		if p.Next == "" {
+			return nil
+		}
+		q.Cursor = p.Next
+	}
 }
 
 // GetTask returns one task of a DAG.

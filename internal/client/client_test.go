@@ -405,3 +405,53 @@ func TestLeaderDecodes(t *testing.T) {
 		t.Fatalf("leader %+v, want %+v", *l, want)
 	}
 }
+
+// EachTask pages through a DAG's tasks, sending the query and each
+// page's cursor, until a page has no next; GetDAGHead sends task_limit.
+func TestEachTaskPages(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		switch r.URL.Path {
+		case "/api/v1/dags/d1":
+			if q.Get("task_limit") != "0" {
+				t.Errorf("head query %q", r.URL.RawQuery)
+			}
+			writeJSON(w, 200, map[string]any{"id": "d1", "tasks": []any{}, "tasks_truncated": true,
+				"shape": map[string]any{"nodes": []any{map[string]any{"id": "~0", "kind": "tasks", "tasks": 3}}, "edges": []any{}}})
+		case "/api/v1/dags/d1/tasks":
+			if q.Get("status") != "failed,running" || q.Get("group") != "~0" || q.Get("limit") != "2" {
+				t.Errorf("page query %q", r.URL.RawQuery)
+			}
+			switch q.Get("cursor") {
+			case "":
+				writeJSON(w, 200, map[string]any{"tasks": []any{map[string]any{"id": "a"}, map[string]any{"id": "b"}}, "next": "2.0"})
+			case "2.0":
+				writeJSON(w, 200, map[string]any{"tasks": []any{}, "next": "9.0"}) // a page that found none
+			case "9.0":
+				writeJSON(w, 200, map[string]any{"tasks": []any{map[string]any{"id": "c"}}})
+			default:
+				t.Errorf("cursor %q", q.Get("cursor"))
+			}
+		default:
+			t.Errorf("unexpected %s", r.URL)
+		}
+	}))
+	defer srv.Close()
+	c := New([]string{srv.URL}, "")
+	d, err := c.GetDAGHead(context.Background(), "d1", 0)
+	if err != nil || !d.TasksTruncated || d.Shape == nil || d.Shape.Nodes[0].Tasks != 3 {
+		t.Fatalf("head %+v, %v", d, err)
+	}
+	var ids []string
+	err = c.EachTask(context.Background(), "d1", TaskQuery{Statuses: []string{"failed", "running"}, Group: "~0", Limit: 2},
+		func(tk *Task) bool { ids = append(ids, tk.ID); return true })
+	if err != nil || strings.Join(ids, ",") != "a,b,c" {
+		t.Fatalf("tasks %v, %v", ids, err)
+	}
+	ids = nil
+	_ = c.EachTask(context.Background(), "d1", TaskQuery{Statuses: []string{"failed", "running"}, Group: "~0", Limit: 2},
+		func(tk *Task) bool { ids = append(ids, tk.ID); return len(ids) < 1 })
+	if len(ids) != 1 {
+		t.Fatalf("stopping early: %v", ids)
+	}
+}

@@ -14,12 +14,17 @@ type (
 	DAGSummary = apitypes.DAGSummary[string]
 	// DAGList answers GET /api/v1/dags.
 	DAGList = apitypes.DAGList[string]
-	// DAG answers GET /api/v1/dags/{id}: the summary plus every task.
+	// DAG answers GET /api/v1/dags/{id}: the summary plus its tasks
+	// (every one, or the first ones and the shape of a big DAG).
 	DAG = apitypes.DAG[string, string]
 	// Task answers GET /api/v1/dags/{id}/tasks/{task}.
 	Task = apitypes.Task[string]
 	// InstanceList answers GET /api/v1/dags/{id}/tasks/{task}/instances.
 	InstanceList = apitypes.InstanceList[string]
+	// TaskPage answers GET /api/v1/dags/{id}/tasks.
+	TaskPage = apitypes.TaskPage[string]
+	// Shape is a big DAG drawn small.
+	Shape = apitypes.Shape
 	// Attempt is one finished attempt in a task's history.
 	Attempt = apitypes.Attempt
 	// ActionResponse answers POST .../cancel and .../retry.

@@ -140,6 +140,7 @@ type Engine struct {
 	solo          int               // the next solo pending entries go one per transaction (after a refused batch)
 	maxOps        int               // operations per transaction after etcd refused more (0: Limits.MaxOps)
 	full          storageFull       // etcd refused writes for its quota (storagefull.go)
+	bigReads      bigReads          // the DAGs newest first, big DAGs' shapes (bigreads.go)
 	timers        timerQueue
 	timer         Timer
 	waiters       map[string][]*waiter

@@ -44,6 +44,7 @@ func (e *Engine) applySnapshot(snap *store.Snapshot) {
 		e.log.Warn("skipping a record that does not fit", zap.Error(err))
 	}
 	e.publishRev()
+	e.bigReads.restored(e.c)
 	e.seenRev = max(e.seenRev, snap.Rev)
 	// Leading from this snapshot (after a re-read), the barrier waits for
 	// the workers its term record lists (early.go).

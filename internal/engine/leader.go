@@ -521,6 +521,7 @@ func (e *Engine) apply(en *core.Entry) {
 		return
 	}
 	e.m.AppliedRevision.Set(float64(en.Rev))
+	e.bigReads.applied(e.c, en)
 	if e.c.IsLeader() {
 		e.count(en)
 	}

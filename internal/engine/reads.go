@@ -49,10 +49,11 @@ type revised[T any] struct {
 	rev int64
 }
 
-// DAGs lists the DAGs q selects, newest first, at the revision returned.
+// DAGs lists the DAGs q selects, newest first, at the revision returned:
+// from the index the loop keeps, so a page costs the DAGs it passes.
 func (e *Engine) DAGs(ctx context.Context, q core.DAGQuery) ([]core.DAGSummary, int64, error) {
 	r, err := read(e, ctx, func() revised[[]core.DAGSummary] {
-		return revised[[]core.DAGSummary]{e.c.DAGs(q), e.c.Rev()}
+		return revised[[]core.DAGSummary]{e.c.DAGsFrom(q, e.bigReads.all()), e.c.Rev()}
 	})
 	return r.v, r.rev, err
 }
@@ -62,7 +63,7 @@ func (e *Engine) DAGs(ctx context.Context, q core.DAGQuery) ([]core.DAGSummary, 
 func (e *Engine) DAGViews(ctx context.Context, q core.DAGQuery) ([]*core.DAGView, int64, error) {
 	r, err := read(e, ctx, func() revised[[]*core.DAGView] {
 		var views []*core.DAGView
-		for _, s := range e.c.DAGs(q) {
+		for _, s := range e.c.DAGsFrom(q, e.bigReads.all()) {
 			if v, ok := e.c.DAG(s.ID); ok {
 				views = append(views, v)
 			}

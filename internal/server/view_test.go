@@ -173,8 +173,11 @@ func (idleBackend) Delete(context.Context, string) error { return errors.New("id
 func (idleBackend) DAGs(context.Context, core.DAGQuery) ([]core.DAGSummary, int64, error) {
 	return nil, 0, errors.New("idle")
 }
-func (idleBackend) DAG(context.Context, string) (*core.DAGView, int64, error) {
-	return nil, 0, errors.New("idle")
+func (idleBackend) DAGHead(context.Context, string, int) (engine.HeadRead, error) {
+	return engine.HeadRead{}, errors.New("idle")
+}
+func (idleBackend) Tasks(context.Context, string, engine.TasksQuery) (engine.TasksRead, error) {
+	return engine.TasksRead{}, errors.New("idle")
 }
 func (idleBackend) Task(context.Context, string, string) (engine.TaskRead, error) {
 	return engine.TaskRead{}, errors.New("idle")

@@ -559,6 +559,111 @@ describe("console on a single node", { timeout: 480000 }, () => {
 // With --auth-token the page asks for the token, then sends it on every
 // call; EventSource cannot send a header, so the page reads the stream with
 // fetch, and the full-log link fetches the log and opens it as a blob.
+// ---- a big DAG --------------------------------------------------------------
+
+/**
+ * A DAG of start, wide tasks after it (every failEvery-th fails, the first
+ * `sleeping` run for an hour), a map group of `items` instances after
+ * start, and a join after them all.
+ */
+function bigDAG(wide, failEvery, sleeping, items) {
+  const tasks = [{ id: "start", kind: "noop" }];
+  const join = ["fan"];
+  for (let i = 0; i < wide; i++) {
+    const id = "w" + String(i).padStart(5, "0");
+    if (i < sleeping) tasks.push({ id, kind: "sleep", duration: "1h", depends_on: ["start"] });
+    else if (i % failEvery === 0) tasks.push({ id, command: "exit 3", max_retries: 0, depends_on: ["start"] });
+    else tasks.push({ id, kind: "noop", depends_on: ["start"] });
+    join.push(id);
+  }
+  tasks.push({ id: "fan", kind: "noop", depends_on: ["start"], for_each: Array.from({ length: items }, (_, i) => i) });
+  tasks.push({ id: "join", kind: "noop", depends_on: join });
+  return { id: "big", tasks };
+}
+
+describe("console on a big DAG", { timeout: 300000 }, () => {
+  const orion = new Orion("big");
+  logsOnFailure(orion);
+  let node, b, page;
+  const wide = 3000, failEvery = 500, sleeping = 2, items = 2000;
+  const failed = Math.ceil(wide / failEvery) - 1; // w00000 sleeps
+
+  before(async () => {
+    node = await orion.node({ name: "n1", slots: 8, extra: ["--max-tasks-per-dag", "5000", "--max-body-bytes", "4194304"] });
+    const r = await api(node.url, "/api/v1/dags", {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify(bigDAG(wide, failEvery, sleeping, items)),
+    });
+    assert.equal(r.status, 201, JSON.stringify(r.body));
+    b = await browser();
+    page = b.page;
+  });
+
+  after(async () => {
+    if (b && unexpected(b.errors).length) console.error("page errors:\n" + unexpected(b.errors).join("\n"));
+    await b?.close();
+    await orion.stop();
+  });
+
+  test("a DAG of 5,000 tasks is drawn by groups, stays responsive, and a group opens onto its tasks a page at a time", async () => {
+    const t0 = Date.now();
+    await page.goto(node.pageURL + "/#dag=big", { waitUntil: "domcontentloaded" });
+    await waitFor("the shape laid out", async () => {
+      const g = await page.$("#graph");
+      return (await g.getAttribute("data-layout")) === "done" && (await g.getAttribute("data-shape")) === "4";
+    }, 60000);
+    console.log(`big DAG: ${1 + wide + 1 + items + 1} tasks drawn by groups in ${Date.now() - t0} ms`);
+    // Four nodes, not thousands: start, the fan-out collapsed, the map group, join.
+    assert.deepEqual(Object.keys(await nodeStatuses(page)).sort(), ["fan", "join", "start", "~1"]);
+    assert.match(await page.textContent("#dag-meta"), /5003 tasks, drawn by groups/);
+    // The page answers while the DAG runs and its events stream in.
+    for (let i = 0; i < 5; i++) {
+      const t = Date.now();
+      await waitFor("the page to answer", async () => (await page.evaluate(() => document.querySelectorAll("#graph").length)) === 1, 10000);
+      console.log(`big DAG: the page answered in ${Date.now() - t} ms`);
+      await sleep(200);
+    }
+    // Settled: the failures counted in the group's node and in the DAG's counts.
+    await waitFor("the DAG settled", async () => {
+      const c = await page.evaluate(() => window.orion.current?.counts ?? {});
+      return c.failed === failed && c.running === sleeping && (c.succeeded ?? 0) >= wide - failed - sleeping + items;
+    }, 120000, 500);
+    await waitFor("the fan-out node failed", async () => (await nodeStatuses(page))["~1"] === "failed", 10000);
+    await shot(page, "big-dag");
+
+    // The fan-out group: its counts, then its tasks a page at a time.
+    const pos = await page.evaluate(() => window.orion.graph.cy.getElementById("~1").renderedPosition());
+    const box = await page.locator("#graph").boundingBox();
+    await page.mouse.click(box.x + pos.x, box.y + pos.y);
+    await waitFor("the group panel", async () => /w00000, w00001, w00002/.test((await page.textContent('[data-testid="group-title"]').catch(() => "")) ?? ""), 10000);
+    // The shape's counts may be a second older than the DAG's: the next refresh brings them.
+    await waitFor("the group's counts", async () => new RegExp(`failed ${failed}`).test(await page.textContent('[data-testid="group-counts"]')), 15000);
+    await page.click('[data-testid="group-open"]');
+    const rows = () => page.locator('[data-testid="group-tasks"] tbody tr').count();
+    await waitFor("the first page", async () => (await rows()) === 100, 10000);
+    assert.equal(await page.getAttribute('[data-testid="group-tasks"] tbody tr:first-child', "data-id"), "w00000");
+    await page.click('[data-testid="group-more"]');
+    await waitFor("the second page", async () => (await rows()) === 200, 10000);
+    await page.selectOption('[data-testid="group-filter"]', "failed");
+    await waitFor("the failed ones", async () => (await rows()) === failed && /all of them/.test(await page.textContent('[data-testid="group-info"]')), 20000);
+    await shot(page, "big-dag-group");
+    // A task of the list opens alone.
+    await page.click('[data-testid="group-tasks"] tbody tr:first-child a');
+    await waitFor("the task panel", async () => (await page.textContent('[data-testid="task-id"]').catch(() => "")) === "w00500", 10000);
+    assert.match(await page.textContent("#task-body"), /exit code\s*3/);
+
+    // The map group: its instances.
+    const mpos = await page.evaluate(() => window.orion.graph.cy.getElementById("fan").renderedPosition());
+    await page.mouse.click(box.x + mpos.x, box.y + mpos.y);
+    await waitFor("the map group's panel", async () => (await page.textContent('[data-testid="group-title"]').catch(() => "")) === "fan", 10000);
+    await page.click('[data-testid="group-open"]');
+    await waitFor("its first instances", async () => (await rows()) === 100, 10000);
+    assert.equal(await page.getAttribute('[data-testid="group-tasks"] tbody tr:first-child', "data-id"), "fan[0]");
+    assert.deepEqual(unexpected(b.errors), []);
+  });
+});
+
 describe("console with an auth token", { timeout: 240000 }, () => {
   const TOKEN = "console-test-token";
   const orion = new Orion("token");

@@ -47,7 +47,8 @@ type Backend interface {
 // internal/engine/reads.go): copies, with the revision they reflect.
 type Reads interface {
 	DAGs(ctx context.Context, q core.DAGQuery) ([]core.DAGSummary, int64, error)
-	DAG(ctx context.Context, id string) (*core.DAGView, int64, error)
+	DAGHead(ctx context.Context, id string, limit int) (engine.HeadRead, error)
+	Tasks(ctx context.Context, id string, q engine.TasksQuery) (engine.TasksRead, error)
 	Task(ctx context.Context, dagID, taskID string) (engine.TaskRead, error)
 	Instances(ctx context.Context, dagID, taskID string, offset, limit int) (engine.InstancesRead, error)
 	DAGState(ctx context.Context, id string) (core.DAGStatus, int, bool, error)
@@ -181,6 +182,7 @@ func New(cfg Config) http.Handler {
 	s.mux.HandleFunc("POST /api/v1/dags", s.submit)
 	s.mux.HandleFunc("GET /api/v1/dags", s.listDAGs)
 	s.mux.HandleFunc("GET /api/v1/dags/{id}", s.getDAG)
+	s.mux.HandleFunc("GET /api/v1/dags/{id}/tasks", s.listTasks)
 	s.mux.HandleFunc("GET /api/v1/dags/{id}/tasks/{task}", s.getTask)
 	s.mux.HandleFunc("GET /api/v1/dags/{id}/tasks/{task}/log", s.taskLog)
 	s.mux.HandleFunc("GET /api/v1/dags/{id}/tasks/{task}/instances", s.listInstances)

@@ -136,6 +136,38 @@ func (f *fakeBackend) DAG(ctx context.Context, id string) (v *core.DAGView, rev 
 	return v, rev, nil
 }
 
+// DAGHead and Tasks read as the engine's do, building the shape each time
+// where the engine keeps it.
+func (f *fakeBackend) DAGHead(ctx context.Context, id string, limit int) (r engine.HeadRead, err error) {
+	f.read(func(c *core.Core) {
+		r.Rev = c.Rev()
+		if r.View, r.Truncated, _ = c.DAGHead(id, limit); r.Truncated {
+			r.Shape, _ = c.Shape(id)
+			r.Counts, _ = c.ShapeCounts(r.Shape)
+		}
+	})
+	return r, nil
+}
+
+func (f *fakeBackend) Tasks(ctx context.Context, id string, q engine.TasksQuery) (r engine.TasksRead, err error) {
+	f.read(func(c *core.Core) {
+		r.Rev = c.Rev()
+		cq := core.TaskQuery{Statuses: q.Statuses, Group: q.Group, From: q.Cursor, Limit: q.Limit}
+		if strings.HasPrefix(q.Group, core.ShapeGroupPrefix) {
+			s, ok := c.Shape(id)
+			if r.DAGFound = ok; !ok || s.Node(q.Group) == nil {
+				return
+			}
+			cq.Group, cq.Members = "", s.Node(q.Group).Members
+		}
+		var err error
+		if r.Page, r.DAGFound, err = c.TaskPage(id, cq); err != nil {
+			r.Page = nil
+		}
+	})
+	return r, nil
+}
+
 func (f *fakeBackend) Task(ctx context.Context, dagID, taskID string) (r engine.TaskRead, err error) {
 	f.read(func(c *core.Core) {
 		r.View, r.DAGFound = c.Task(dagID, taskID)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/orion-sched/orion/internal/core"
 	"github.com/orion-sched/orion/internal/dag"
+	"github.com/orion-sched/orion/internal/engine"
 	"github.com/orion-sched/orion/internal/http/apitypes"
 	"github.com/orion-sched/orion/internal/http/kit"
 	"github.com/orion-sched/orion/internal/model"
@@ -181,20 +182,83 @@ func (s *server) listDAGs(w http.ResponseWriter, r *http.Request) {
 	kit.WriteJSON(w, http.StatusOK, resp)
 }
 
+// getDAG answers a DAG with at most task_limit of its tasks (at most, and
+// by default, MaxViewTasks), and the shape of one that has more.
 func (s *server) getDAG(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
+	limit := apitypes.MaxViewTasks
+	if v := r.URL.Query().Get("task_limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			kit.WriteError(w, http.StatusBadRequest, apitypes.CodeBadRequest, fmt.Sprintf("task_limit %q is not a non-negative integer", v), nil)
+			return
+		}
+		limit = min(n, apitypes.MaxViewTasks)
+	}
 	ctx, cancel := s.readCtx(r)
 	defer cancel()
-	v, rev, err := s.b.DAG(ctx, id)
+	h, err := s.b.DAGHead(ctx, id, limit)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	if v == nil {
+	if h.View == nil {
 		kit.WriteError(w, http.StatusNotFound, apitypes.CodeNotFound, "no DAG "+id, nil)
 		return
 	}
-	kit.WriteJSON(w, http.StatusOK, wireDAG(v, rev))
+	kit.WriteJSON(w, http.StatusOK, wireHead(&h))
+}
+
+// listTasks answers a page of a DAG's tasks: ?status= (repeated or
+// comma-separated), ?group= (a map group or a shape node), ?limit=,
+// ?cursor= (a page's next).
+func (s *server) listTasks(w http.ResponseWriter, r *http.Request) {
+	id, qs := r.PathValue("id"), r.URL.Query()
+	bad := func(msg string) {
+		kit.WriteError(w, http.StatusBadRequest, apitypes.CodeBadRequest, msg, nil)
+	}
+	var q engine.TasksQuery
+	for _, v := range qs["status"] {
+		for name := range strings.SplitSeq(v, ",") {
+			st, err := core.ParseStatus(strings.TrimSpace(name))
+			if err != nil {
+				bad(fmt.Sprintf("status %q is not a task status (pending, ready, running, retrying, succeeded, failed, upstream_failed, cancelled, skipped)", name))
+				return
+			}
+			q.Statuses = q.Statuses.Add(st)
+		}
+	}
+	q.Group = qs.Get("group")
+	if v := qs.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			bad(fmt.Sprintf("limit %q is not a positive integer", v))
+			return
+		}
+		q.Limit = min(n, apitypes.MaxTaskPage)
+	}
+	if v := qs.Get("cursor"); v != "" {
+		c, err := core.ParseTaskCursor(v)
+		if err != nil {
+			bad(err.Error())
+			return
+		}
+		q.Cursor = c
+	}
+	ctx, cancel := s.readCtx(r)
+	defer cancel()
+	tr, err := s.b.Tasks(ctx, id, q)
+	switch {
+	case err != nil:
+		s.fail(w, r, err)
+	case !tr.DAGFound:
+		kit.WriteError(w, http.StatusNotFound, apitypes.CodeNotFound, "no DAG "+id, nil)
+	case tr.Page == nil:
+		kit.WriteError(w, http.StatusNotFound, apitypes.CodeNotFound,
+			fmt.Sprintf("DAG %s has no group %s: a group is a map group's id or a node of the DAG's shape", id, q.Group), nil)
+	default:
+		kit.WriteJSON(w, http.StatusOK, wireTaskPage(tr.Page, tr.Rev))
+	}
 }
 
 // lookupTask reads a task, with the revision this replica has applied, or

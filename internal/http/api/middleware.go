@@ -74,7 +74,10 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 		return
 	}
-	rw.routing = true
+	// The mux sets the pattern it routed by on the request it is given,
+	// which is a copy once a principal is attached: rw must look at that
+	// one, or a handler's own 404 reads as no route at all.
+	rw.req, rw.routing = r, true
 	s.mux.ServeHTTP(rw, r)
 }
 

@@ -2,6 +2,7 @@ package api
 
 import (
 	"github.com/orion-sched/orion/internal/core"
+	"github.com/orion-sched/orion/internal/engine"
 	"github.com/orion-sched/orion/internal/http/apitypes"
 )
 
@@ -80,6 +81,52 @@ func wireInstances(l *core.InstanceList, rev int64) *apitypes.InstanceList[core.
 		Limit: l.Limit, Total: l.Total, Revision: rev}
 	for i := range l.Instances {
 		w.Instances[i] = wireTask(&l.Instances[i])
+	}
+	return w
+}
+
+// wireHead is a DAG's head: the DAG, whether its tasks are truncated, and
+// then its shape.
+func wireHead(h *engine.HeadRead) *dagView {
+	w := wireDAG(h.View, h.Rev)
+	w.TasksTruncated = h.Truncated
+	w.Shape = wireShape(h.Shape, h.Counts)
+	return w
+}
+
+func wireCounts(c *core.StatusCounts) map[string]int {
+	m := map[string]int{}
+	for st, n := range c {
+		if n > 0 {
+			m[core.Status(st).String()] = n
+		}
+	}
+	return m
+}
+
+func wireShape(s *core.Shape, counts []core.StatusCounts) *apitypes.Shape {
+	if s == nil {
+		return nil
+	}
+	w := &apitypes.Shape{Nodes: make([]apitypes.ShapeNode, len(s.Nodes)), Edges: s.Edges, Depth: s.Depth}
+	if w.Edges == nil {
+		w.Edges = [][2]int32{}
+	}
+	for i := range s.Nodes {
+		n := &s.Nodes[i]
+		w.Nodes[i] = apitypes.ShapeNode{ID: n.ID, Kind: string(n.Kind), Role: n.Role, Level: n.Level, Levels: n.Levels,
+			Tasks: n.Tasks, Sample: n.Sample, Counts: wireCounts(&counts[i])}
+	}
+	return w
+}
+
+func wireTaskPage(p *core.TaskPageResult, rev int64) *apitypes.TaskPage[core.Status] {
+	w := &apitypes.TaskPage[core.Status]{Tasks: make([]taskView, len(p.Tasks)), Revision: rev}
+	for i := range p.Tasks {
+		w.Tasks[i] = wireTask(&p.Tasks[i])
+	}
+	if p.Next != nil {
+		w.Next = p.Next.String()
 	}
 	return w
 }

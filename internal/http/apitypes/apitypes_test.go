@@ -108,3 +108,23 @@ func TestNotificationMatchesCore(t *testing.T) {
 		t.Errorf("core's JSON %s, apitypes' %s", got, want)
 	}
 }
+
+// The bounds of big DAGs' reads the API documents are the core's.
+func TestBigReadBoundsMatchCore(t *testing.T) {
+	for name, p := range map[string][2]int{
+		"MaxViewTasks":    {apitypes.MaxViewTasks, core.MaxViewTasks},
+		"MaxShapeNodes":   {apitypes.MaxShapeNodes, core.MaxShapeNodes},
+		"DefaultTaskPage": {apitypes.DefaultTaskPage, core.DefaultTaskPage},
+		"MaxTaskPage":     {apitypes.MaxTaskPage, core.MaxTaskPage},
+		"TaskPageScan":    {apitypes.TaskPageScan, core.TaskPageScan},
+	} {
+		if p[0] != p[1] {
+			t.Errorf("%s: apitypes %d, core %d", name, p[0], p[1])
+		}
+	}
+	for a, b := range map[string]core.ShapeNodeKind{apitypes.ShapeTask: core.ShapeTask, apitypes.ShapeMap: core.ShapeMap, apitypes.ShapeTasks: core.ShapeTasks} {
+		if a != string(b) {
+			t.Errorf("shape kind: apitypes %q, core %q", a, b)
+		}
+	}
+}

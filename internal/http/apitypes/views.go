@@ -47,8 +47,11 @@ type DAGSummary[S any] struct {
 	CancelRequested bool `json:"cancel_requested,omitempty"`
 }
 
-// DAG is one DAG with every task's live state: GET /api/v1/dags/{id}. D is
-// the type of the DAG's status, T of its tasks'.
+// DAG is one DAG with its tasks' live state: GET /api/v1/dags/{id}. D is
+// the type of the DAG's status, T of its tasks'. A DAG of more tasks than
+// the view lists (MaxViewTasks, or the request's task_limit) lists its
+// first ones, says so in TasksTruncated and gives its Shape: its counts by
+// status are in Counts, and GET /api/v1/dags/{id}/tasks pages the rest.
 type DAG[D, T any] struct {
 	DAGSummary[D]
 	// Params are the values the DAG's runs use: its defaults and the
@@ -57,9 +60,79 @@ type DAG[D, T any] struct {
 	// Scheduled is set on a schedule's run: its tick and data interval.
 	Scheduled *model.ScheduledRun `json:"scheduled,omitempty"`
 	Tasks     []Task[T]           `json:"tasks"`
+	// TasksTruncated: Tasks lists the first tasks only (a map group's
+	// instances are never listed here: GET .../tasks/{task}/instances).
+	TasksTruncated bool `json:"tasks_truncated,omitempty"`
+	// Shape is set when TasksTruncated: the DAG drawn small.
+	Shape *Shape `json:"shape,omitempty"`
 	// Revision is the etcd revision the answering replica had applied.
 	Revision int64 `json:"revision"`
 }
+
+// MaxViewTasks is the most tasks GET /api/v1/dags/{id} lists: the
+// max_tasks_per_dag of the releases before big DAGs, so that their
+// clients see every task of the DAGs they know.
+const MaxViewTasks = 1000
+
+// Shape is a big DAG drawn small: at most MaxShapeNodes nodes, each one
+// task, one map group, or tasks collapsed into one (siblings with the same
+// dependencies; if still too many, every task of a level; then bands of
+// levels), with the edges between them.
+type Shape struct {
+	Nodes []ShapeNode `json:"nodes"`
+	// Edges go from node to node, by their index in Nodes.
+	Edges [][2]int32 `json:"edges"`
+	// Depth counts the DAG's levels.
+	Depth int `json:"depth"`
+}
+
+// MaxShapeNodes bounds a Shape's nodes.
+const MaxShapeNodes = 150
+
+// Shape node kinds.
+const (
+	ShapeTask  = "task"  // one task: ID is its id
+	ShapeMap   = "map"   // one map group: ID is its id, Counts its instances'
+	ShapeTasks = "tasks" // tasks collapsed: ID is "~" and a number
+)
+
+// ShapeNode is one node of a Shape. Its tasks are listed by GET
+// /api/v1/dags/{id}/tasks?group={ID} (a map group's: its instances).
+type ShapeNode struct {
+	ID   string `json:"id"`
+	Kind string `json:"kind"`
+	// Role is task, handler or notification ("" for a band of levels).
+	Role string `json:"role,omitempty"`
+	// Level is its first level (the longest path from a task without
+	// dependencies), Levels how many it spans.
+	Level  int `json:"level"`
+	Levels int `json:"levels"`
+	// Tasks counts its tasks (a map group is one), Sample names the first
+	// few, Counts has its tasks by status (a map group's instances, once
+	// expanded).
+	Tasks  int            `json:"tasks"`
+	Sample []string       `json:"sample"`
+	Counts map[string]int `json:"counts"`
+}
+
+// TaskPage answers GET /api/v1/dags/{id}/tasks: tasks in submission order,
+// each map group followed by its instances. Next, when set, is the cursor
+// of the next page. A filtered page examines a bounded number of tasks
+// (TaskPageScan), so it may list fewer than its limit, even none, and
+// still have a Next: the walk is over only when Next is empty.
+type TaskPage[S any] struct {
+	Tasks    []Task[S] `json:"tasks"`
+	Next     string    `json:"next,omitempty"`
+	Revision int64     `json:"revision"`
+}
+
+// Task pages: the default and the most one page lists, and the most
+// tasks one page examines.
+const (
+	DefaultTaskPage = 100
+	MaxTaskPage     = 1000
+	TaskPageScan    = 20000
+)
 
 // Task is a task's spec and runtime state together: GET
 // /api/v1/dags/{id}/tasks/{task}, and each task of a DAG. S is the type of

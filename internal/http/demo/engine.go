@@ -46,6 +46,12 @@ func (r *EngineRef) DAGViews(ctx context.Context, q core.DAGQuery) ([]*core.DAGV
 func (r *EngineRef) DAG(ctx context.Context, id string) (*core.DAGView, int64, error) {
 	return r.Get().DAG(ctx, id)
 }
+func (r *EngineRef) DAGHead(ctx context.Context, id string, limit int) (engine.HeadRead, error) {
+	return r.Get().DAGHead(ctx, id, limit)
+}
+func (r *EngineRef) Tasks(ctx context.Context, id string, q engine.TasksQuery) (engine.TasksRead, error) {
+	return r.Get().Tasks(ctx, id, q)
+}
 func (r *EngineRef) Task(ctx context.Context, dagID, taskID string) (engine.TaskRead, error) {
 	return r.Get().Task(ctx, dagID, taskID)
 }

@@ -103,6 +103,7 @@ type (
 	dagView      = apitypes.DAG[core.DAGStatus, core.Status]
 	taskView     = apitypes.Task[core.Status]
 	instanceList = apitypes.InstanceList[core.Status]
+	taskPage     = apitypes.TaskPage[core.Status]
 )
 
 // scheduleFile is the body of POST /api/v1/schedules: a DAG file with a
@@ -196,10 +197,30 @@ var Routes = []Route{
 		Errors:  join([]Failure{fail(400, apitypes.CodeBadRequest)}, reads),
 	},
 	{
-		Method: "GET", Path: "/api/v1/dags/{id}", ID: "getDAG", Tag: "dags", Summary: "One DAG with every task's live state",
-		Params:  []Param{dagID},
+		Method: "GET", Path: "/api/v1/dags/{id}", ID: "getDAG", Tag: "dags", Summary: "One DAG with its tasks' live state",
+		Description: "Lists the DAG's tasks in submission order, at most task_limit (default and at most 1000; a map group's " +
+			"instances are not listed, see .../instances). A DAG with more says tasks_truncated and gives its shape: the DAG " +
+			"drawn in at most 150 nodes (a task, a map group, or tasks collapsed) with their counts by status; " +
+			"GET .../tasks pages all its tasks, or a node's (?group=).",
+		Params:  []Param{dagID, query("task_limit", 0, "list at most this many tasks (default and at most 1000)")},
 		Replies: []Reply{ok(200, dagView{}, "the DAG")},
-		Errors:  join([]Failure{notFound}, reads),
+		Errors:  join([]Failure{fail(400, apitypes.CodeBadRequest), notFound}, reads),
+	},
+	{
+		Method: "GET", Path: "/api/v1/dags/{id}/tasks", ID: "listTasks", Tag: "dags", Summary: "A page of a DAG's tasks",
+		Description: "Tasks in submission order, each map group followed by its instances, from cursor (the next of the page " +
+			"before), at most limit (default 100, at most 1000). status selects statuses (repeated or comma-separated); group " +
+			"selects a map group's instances, or the tasks of a node of the DAG's shape (its id, ~N). A page examines at most " +
+			"20,000 tasks (a map group without an instance in the statuses asked counts as one), so a filtered page may hold " +
+			"fewer than limit, even none, and have a next: the walk is over when next is absent.",
+		Params: []Param{dagID,
+			query("status", "", "only tasks in these statuses: status=failed&status=running or status=failed,running"),
+			query("group", "", "a map group's id (its instances) or a shape node's id (its tasks)"),
+			query("limit", 0, "how many (default 100, at most 1000)"),
+			query("cursor", "", "where to start: the next of the page before"),
+		},
+		Replies: []Reply{ok(200, taskPage{}, "the page")},
+		Errors:  join([]Failure{fail(400, apitypes.CodeBadRequest), notFound}, reads),
 	},
 	{
 		Method: "GET", Path: "/api/v1/dags/{id}/tasks/{task}", ID: "getTask", Tag: "dags", Summary: "One task with its attempt history",

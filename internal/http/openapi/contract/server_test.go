@@ -243,7 +243,17 @@ func TestLiveAnswers(t *testing.T) {
 		{method: "GET", path: "/api/v1/dags?status=sleeping", status: 400, code: apitypes.CodeBadRequest},
 		{method: "GET", path: "/api/v1/dags?limit=0", status: 400, code: apitypes.CodeBadRequest},
 		{method: "GET", path: "/api/v1/dags/nope", status: 404, code: apitypes.CodeNotFound},
-		{method: "GET", path: "/api/v1/dags/s1/tasks/nope", status: 404, code: apitypes.CodeNotFound},
+		{method: "GET", path: "/api/v1/dags/s1?task_limit=1", status: 200}, // truncated: with its shape
+		{method: "GET", path: "/api/v1/dags/s1?task_limit=-1", status: 400, code: apitypes.CodeBadRequest},
+		{method: "GET", path: "/api/v1/dags/s1/tasks", status: 200},
+		{method: "GET", path: "/api/v1/dags/s1/tasks?status=pending,running&status=succeeded&limit=1", status: 200},
+		{method: "GET", path: "/api/v1/dags/s1/tasks?group=~0", status: 404, code: apitypes.CodeNotFound}, // no node collapsed
+		{method: "GET", path: "/api/v1/dags/s1/tasks?cursor=1.0", status: 200},
+		{method: "GET", path: "/api/v1/dags/s1/tasks?status=sleeping", status: 400, code: apitypes.CodeBadRequest},
+		{method: "GET", path: "/api/v1/dags/s1/tasks?limit=0", status: 400, code: apitypes.CodeBadRequest},
+		{method: "GET", path: "/api/v1/dags/s1/tasks?cursor=x", status: 400, code: apitypes.CodeBadRequest},
+		{method: "GET", path: "/api/v1/dags/s1/tasks?group=nope", status: 404, code: apitypes.CodeNotFound},
+		{method: "GET", path: "/api/v1/dags/nope/tasks", status: 404, code: apitypes.CodeNotFound},
 		{method: "GET", path: "/api/v1/dags/s1/tasks/after/log", status: 404, code: apitypes.CodeNotFound},
 		{method: "GET", path: "/api/v1/dags/s1/tasks/z/log?attempt=0", status: 400, code: apitypes.CodeBadRequest},
 		{method: "DELETE", path: "/api/v1/dags/s1", status: 409, code: apitypes.CodeConflict},

@@ -160,7 +160,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** One DAG with every task's live state */
+        /**
+         * One DAG with its tasks' live state
+         * @description Lists the DAG's tasks in submission order, at most task_limit (default and at most 1000; a map group's instances are not listed, see .../instances). A DAG with more says tasks_truncated and gives its shape: the DAG drawn in at most 150 nodes (a task, a map group, or tasks collapsed) with their counts by status; GET .../tasks pages all its tasks, or a node's (?group=).
+         */
         get: operations["getDAG"];
         put?: never;
         post?: never;
@@ -208,6 +211,26 @@ export interface paths {
          * @description With ?run=N the retry is of run N only, which makes it idempotent: if the DAG is already in run N+1 the retry was applied and is answered with its status; any other run is a 409.
          */
         post: operations["retryDAG"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/dags/{id}/tasks": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A page of a DAG's tasks
+         * @description Tasks in submission order, each map group followed by its instances, from cursor (the next of the page before), at most limit (default 100, at most 1000). status selects statuses (repeated or comma-separated); group selects a map group's instances, or the tasks of a node of the DAG's shape (its id, ~N). A page examines at most 20,000 tasks (a map group without an instance in the statuses asked counts as one), so a filtered page may hold fewer than limit, even none, and have a next: the walk is over when next is absent.
+         */
+        get: operations["listTasks"];
+        put?: never;
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -659,7 +682,7 @@ export interface components {
             replicas: components["schemas"]["Replica"][];
             workers: components["schemas"]["Worker"][];
         };
-        /** @description DAG is one DAG with every task's live state: GET /api/v1/dags/{id}. */
+        /** @description DAG is one DAG with its tasks' live state: GET /api/v1/dags/{id}. A DAG of more tasks than the view lists (MaxViewTasks, or the request's task_limit) lists its first ones, says so in TasksTruncated and gives its Shape: its counts by status are in Counts, and GET /api/v1/dags/{id}/tasks pages the rest. */
         DAG: {
             /** @description CancelRequested: a cancel was asked for a running DAG with handlers or notifications; its tasks are cancelled, then those run. */
             cancel_requested?: boolean;
@@ -680,11 +703,15 @@ export interface components {
             run: number;
             /** @description Scheduled is set on a schedule's run: its tick and data interval. */
             scheduled?: components["schemas"]["ScheduledRun"];
+            /** @description Shape is set when TasksTruncated: the DAG drawn small. */
+            shape?: components["schemas"]["Shape"];
             status: components["schemas"]["DAGStatus"];
             /** Format: date-time */
             submitted_at: string;
             task_count: number;
             tasks: components["schemas"]["Task"][];
+            /** @description TasksTruncated: Tasks lists the first tasks only (a map group's instances are never listed here: GET .../tasks/{task}/instances). */
+            tasks_truncated?: boolean;
         };
         /** @description DAGList answers GET /api/v1/dags: DAGs newest first. */
         DAGList: {
@@ -1359,6 +1386,30 @@ export interface components {
             role: string;
             workers?: components["schemas"]["Worker"][];
         };
+        /** @description Shape is a big DAG drawn small: at most MaxShapeNodes nodes, each one task, one map group, or tasks collapsed into one (siblings with the same dependencies; if still too many, every task of a level; then bands of levels), with the edges between them. */
+        Shape: {
+            /** @description Depth counts the DAG's levels. */
+            depth: number;
+            /** @description Edges go from node to node, by their index in Nodes. */
+            edges: number[][];
+            nodes: components["schemas"]["ShapeNode"][];
+        };
+        /** @description ShapeNode is one node of a Shape. Its tasks are listed by GET /api/v1/dags/{id}/tasks?group={ID} (a map group's: its instances). */
+        ShapeNode: {
+            counts: {
+                [key: string]: number;
+            };
+            id: string;
+            kind: string;
+            /** @description Level is its first level (the longest path from a task without dependencies), Levels how many it spans. */
+            level: number;
+            levels: number;
+            /** @description Role is task, handler or notification ("" for a band of levels). */
+            role?: string;
+            sample: string[];
+            /** @description Tasks counts its tasks (a map group is one), Sample names the first few, Counts has its tasks by status (a map group's instances, once expanded). */
+            tasks: number;
+        };
         /** @description Spec is the `schedule:` block of a DAG file. */
         SpecInput: {
             catchup?: string;
@@ -1475,6 +1526,13 @@ export interface components {
          * @enum {string}
          */
         TaskKindInput: "shell" | "http" | "noop" | "sleep" | "pod";
+        /** @description TaskPage answers GET /api/v1/dags/{id}/tasks: tasks in submission order, each map group followed by its instances. Next, when set, is the cursor of the next page. A filtered page examines a bounded number of tasks (TaskPageScan), so it may list fewer than its limit, even none, and still have a Next: the walk is over only when Next is empty. */
+        TaskPage: {
+            next?: string;
+            /** Format: int64 */
+            revision: number;
+            tasks: components["schemas"]["Task"][];
+        };
         /** @description Task is one node of the graph. */
         TaskSpec: {
             body?: string;
@@ -2585,7 +2643,10 @@ export interface operations {
     };
     getDAG: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description list at most this many tasks (default and at most 1000) */
+                task_limit?: number;
+            };
             header?: never;
             path: {
                 /** @description the DAG's id */
@@ -2604,6 +2665,7 @@ export interface operations {
                     "application/json": components["schemas"]["DAG"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -2724,6 +2786,47 @@ export interface operations {
             503: components["responses"]["NotLeaderOrUnavailable"];
             504: components["responses"]["Timeout"];
             507: components["responses"]["StorageFull"];
+        };
+    };
+    listTasks: {
+        parameters: {
+            query?: {
+                /** @description only tasks in these statuses: status=failed&status=running or status=failed,running */
+                status?: string;
+                /** @description a map group's id (its instances) or a shape node's id (its tasks) */
+                group?: string;
+                /** @description how many (default 100, at most 1000) */
+                limit?: number;
+                /** @description where to start: the next of the page before */
+                cursor?: string;
+            };
+            header?: never;
+            path: {
+                /** @description the DAG's id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description the page */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TaskPage"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            421: components["responses"]["HostNotAllowed"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["NotLeaderOrUnavailable"];
+            504: components["responses"]["Timeout"];
         };
     };
     getTask: {

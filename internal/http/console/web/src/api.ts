@@ -97,8 +97,14 @@ const enc = encodeURIComponent;
 export const api = {
   listDAGs: (limit = 50) =>
     data("GET /api/v1/dags", 15000, (signal) => client.GET("/api/v1/dags", { params: { query: { limit } }, signal })),
-  getDAG: (id: string) =>
-    data(`GET /api/v1/dags/${id}`, 15000, (signal) => client.GET("/api/v1/dags/{id}", { params: { path: { id } }, signal })),
+  /** A DAG with its tasks; taskLimit 0 asks for none (a big DAG's shape and counts only). */
+  getDAG: (id: string, taskLimit?: number) =>
+    data(`GET /api/v1/dags/${id}`, 15000, (signal) =>
+      client.GET("/api/v1/dags/{id}", { params: { path: { id }, query: taskLimit === undefined ? {} : { task_limit: taskLimit } }, signal }),
+    ),
+  /** A page of a DAG's tasks: a shape node's or a map group's (group), from cursor. */
+  listTasks: (id: string, q: { group?: string; status?: string; limit?: number; cursor?: string }) =>
+    data(`GET /api/v1/dags/${id}/tasks`, 15000, (signal) => client.GET("/api/v1/dags/{id}/tasks", { params: { path: { id }, query: q }, signal })),
   getTask: (id: string, task: string) =>
     data(`GET /api/v1/dags/${id}/tasks/${task}`, 15000, (signal) =>
       client.GET("/api/v1/dags/{id}/tasks/{task}", { params: { path: { id, task } }, signal }),

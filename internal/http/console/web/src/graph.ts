@@ -5,7 +5,7 @@
 import cytoscape from "cytoscape";
 import type { Core, ElementDefinition, NodeSingular, StylesheetJson } from "cytoscape";
 import elk from "cytoscape-elk";
-import type { TaskStatus, TaskView } from "./types";
+import type { Shape, ShapeNode, TaskStatus, TaskView } from "./types";
 
 cytoscape.use(elk);
 
@@ -83,6 +83,8 @@ function style(): StylesheetJson {
     // Large DAGs: smaller nodes, so the overview shows more of the graph.
     { selector: "node.compact", style: { width: 84, height: 24, "font-size": 10, "text-max-width": "78px" } },
     { selector: "edge.compact", style: { width: 1, "arrow-scale": 0.6 } },
+    // A big DAG's groups (a map group, tasks collapsed): bigger, two lines.
+    { selector: "node.group", style: { width: 150, height: 44, "text-wrap": "wrap", "text-max-width": "144px", "border-width": 3, "font-size": 11 } },
   );
   return s;
 }
@@ -135,6 +137,46 @@ export class GraphView {
     }
     this.cy.batch(() => {
       for (const t of tasks) this.setStatus(t.id, t.status, t);
+    });
+  }
+
+  /**
+   * Shows a big DAG by its shape: one node per task, map group or set of
+   * tasks collapsed (at most 150, the server's bound), labelled with its
+   * size and coloured by the status that most needs a look. Rebuilds and
+   * lays out when the shape changed, else relabels and recolours.
+   */
+  setShape(dagId: string, shape: Shape): void {
+    const key = "shape|" + dagId + "|" + shape.nodes.map((n) => n.id).join(",") + "|" + shape.edges.map((e) => e.join(">")).join(",");
+    if (key !== this.key) {
+      this.key = key;
+      const els: ElementDefinition[] = shape.nodes.map((n) => ({
+        group: "nodes",
+        data: { id: n.id, label: shapeLabel(n), status: shapeStatus(n), rule: "no", role: n.role || "task", kind: n.kind },
+        classes: n.kind === "task" ? "" : "group",
+      }));
+      for (const [a, b] of shape.edges) {
+        const s = shape.nodes[a]?.id;
+        const t = shape.nodes[b]?.id;
+        if (s && t) els.push({ group: "edges", data: { id: `${s}->${t}`, source: s, target: t, cascade: "no" } });
+      }
+      this.cy.batch(() => {
+        this.cy.elements().remove();
+        this.cy.add(els);
+      });
+      this.container.dataset.shape = String(shape.nodes.length);
+      this.layout();
+      return;
+    }
+    this.cy.batch(() => {
+      for (const n of shape.nodes) {
+        const el = this.cy.getElementById(n.id);
+        if (el.empty()) continue;
+        const label = shapeLabel(n);
+        if (el.data("label") !== label) el.data("label", label);
+        const st = shapeStatus(n);
+        if (el.data("status") !== st) el.data("status", st);
+      }
     });
   }
 
@@ -252,6 +294,25 @@ export class GraphView {
     if (n.empty()) return;
     this.cy.animate({ center: { eles: n }, zoom: Math.max(this.cy.zoom(), 0.9) }, { duration: 250 });
   }
+}
+
+/** The statuses a collapsed node takes its colour from, most pressing first. */
+const SHAPE_STATUS_ORDER: TaskStatus[] = ["failed", "running", "retrying", "upstream_failed", "ready", "pending", "cancelled", "succeeded", "skipped"];
+
+/** A shape node's colour: the most pressing status any of its tasks is in. */
+export function shapeStatus(n: ShapeNode): TaskStatus {
+  for (const s of SHAPE_STATUS_ORDER) if ((n.counts[s] ?? 0) > 0) return s;
+  return "pending";
+}
+
+/** A shape node's label: a task's id; a group's id with its size and its unfinished or failed. */
+export function shapeLabel(n: ShapeNode): string {
+  if (n.kind === "task") return n.id;
+  const total = Object.values(n.counts).reduce((a, b) => a + b, 0);
+  const name = n.kind === "map" ? `${n.id} [map]` : `${n.sample[0] ?? n.id}…`;
+  const bad = (n.counts.failed ?? 0) + (n.counts.upstream_failed ?? 0);
+  const done = (n.counts.succeeded ?? 0) + (n.counts.skipped ?? 0);
+  return `${name}\n${done}/${total}` + (bad ? ` · ${bad}✗` : "");
 }
 
 function cssEscape(s: string): string {

@@ -12,6 +12,7 @@ import { renderSchedules, scheduleAPI } from "./schedules";
 import { EventStream, type StreamState } from "./stream";
 import { formatDAG, TEMPLATES } from "./templates";
 import { renderTimeline } from "./timeline";
+import { renderGroup } from "./bigpanel";
 import { TASK_STATUSES, type ScheduleRun, type ScheduleView, type ClusterResponse, type DAGSummary, type DAGView, type StreamEvent, type TaskStatus, type TaskView } from "./types";
 
 export type Tone = "info" | "ok" | "warn" | "bad" | "step";
@@ -60,7 +61,14 @@ export class App {
   private lastLeader: string | null = null;
   private streamWas: StreamState | null = null;
 
-  readonly refreshCurrent = throttle(() => void this.loadCurrent(), 400);
+  /** DAGs the API answers with tasks_truncated: read by their shape, without tasks. */
+  private readonly big = new Set<string>();
+  /** The big DAG shown was running at its last read. */
+  private bigRunning = false;
+  private readonly refreshSmall = throttle(() => void this.loadCurrent(), 400);
+  // A big DAG's shape counts read a status per task on the server: at most every 2 s.
+  private readonly refreshBig = throttle(() => void this.loadCurrent(), 2000);
+  readonly refreshCurrent = (): void => (this.currentId && this.big.has(this.currentId) ? this.refreshBig() : this.refreshSmall());
   readonly refreshList = throttle(() => void this.loadList().catch(() => undefined), 1000);
 
   constructor() {
@@ -102,8 +110,16 @@ export class App {
     if (!id) return;
     const seq = ++this.loadSeq;
     try {
-      const d = await api.getDAG(id);
+      const d = await api.getDAG(id, this.big.has(id) ? 0 : undefined);
       if (seq !== this.loadSeq || id !== this.currentId) return;
+      if (d.tasks_truncated) {
+        this.big.add(id);
+        // Its groups' counts may be a second older than its events (the
+        // server reads them at most once a second): read it again while it
+        // runs, and once more after it ended, so a quiet DAG shows them right.
+        if (d.status === "running" || this.bigRunning) window.setTimeout(() => this.refreshCurrent(), 1200);
+        this.bigRunning = d.status === "running";
+      } else this.big.delete(id);
       const prev = this.current;
       this.current = d;
       this.dags.set(d.id, d);
@@ -377,8 +393,9 @@ export class App {
       host.replaceChildren();
       return;
     }
-    const counts: Record<string, number> = {};
-    for (const t of d.tasks) counts[t.status] = (counts[t.status] ?? 0) + 1;
+    let counts: Record<string, number> = {};
+    if (d.tasks_truncated) counts = d.counts;
+    else for (const t of d.tasks) counts[t.status] = (counts[t.status] ?? 0) + 1;
     host.replaceChildren(
       ...TASK_STATUSES.filter((s) => counts[s]).map((s) => h("span.count", { "data-status": s }, h("i", { style: `background:${STATUS_COLORS[s].bg};border-color:${STATUS_COLORS[s].border}` }), `${s.replace("_", " ")} ${counts[s]}`)),
     );
@@ -401,7 +418,7 @@ export class App {
     $("#dag-title").textContent = d.name && d.name !== d.id ? `${d.name}` : d.id;
     $("#dag-status").replaceChildren(statusBadge(d.status));
     $("#dag-meta").textContent =
-      `${d.id} · run ${d.run} · ${d.tasks.length} tasks · submitted ${fmtTime(d.submitted_at)} · rev ${d.revision}` +
+      `${d.id} · run ${d.run} · ${d.tasks_truncated ? `${d.task_count} tasks, drawn by groups` : `${d.tasks.length} tasks`} · submitted ${fmtTime(d.submitted_at)} · rev ${d.revision}` +
       (d.scheduled ? ` · ${d.scheduled.schedule} tick ${fmtTime(d.scheduled.tick)} (interval from ${fmtTime(d.scheduled.interval_start)})` : "") +
       (d.cancel_requested && d.status === "running" ? " · cancel requested: its handlers and notifications run, then it is cancelled" : "");
     const params = d.params ?? {};
@@ -411,7 +428,8 @@ export class App {
         .map((k) => h("span.param", { "data-name": k, title: fmtValue(params[k]) }, h("code", {}, k), "=", fmtValue(params[k]))),
     );
     this.renderActions();
-    this.graph.setTasks(d.id, d.tasks);
+    if (d.shape) this.graph.setShape(d.id, d.shape);
+    else this.graph.setTasks(d.id, d.tasks);
     if (this.selected) this.graph.select(this.selected);
     const g = $("#graph");
     g.dataset.dag = d.id;
@@ -432,6 +450,10 @@ export class App {
   renderTaskPanel(): void {
     const host = $("#task-body");
     const d = this.current;
+    if (d?.shape) {
+      this.renderBigPanel(host, d);
+      return;
+    }
     const t = d && this.selected ? d.tasks.find((x) => x.id === this.selected) : undefined;
     if (!d || !t) {
       host.className = "muted";
@@ -440,6 +462,34 @@ export class App {
     }
     host.className = "";
     renderTask(host, d, t, Date.now(), (id) => this.selectTask(id));
+  }
+
+  /**
+   * A big DAG's panel: a group of its shape (its counts and a paged list of
+   * its tasks), or one task read alone.
+   */
+  private renderBigPanel(host: HTMLElement, d: DAGView): void {
+    const id = this.selected;
+    const n = id ? d.shape?.nodes.find((x) => x.id === id) : undefined;
+    if (n && n.kind !== "task") {
+      renderGroup(host, d, n, (task) => this.selectTask(task));
+      return;
+    }
+    if (!id) {
+      host.className = "muted";
+      host.replaceChildren("Click a group or a task in the graph: a group lists its tasks.");
+      return;
+    }
+    api.getTask(d.id, id).then(
+      (t) => {
+        if (this.selected !== id || this.current?.id !== d.id) return;
+        host.className = "";
+        renderTask(host, d, t, Date.now(), (x) => this.selectTask(x));
+      },
+      (e: Error) => {
+        if (this.selected === id) host.replaceChildren(`could not read task ${id}: ${e.message}`);
+      },
+    );
   }
 
   renderTimeline(): void {
@@ -452,6 +502,18 @@ export class App {
 
   private nodeTip(id: string | null, x: number, y: number): void {
     const tip = $("#node-tip");
+    const n = id && this.current?.shape?.nodes.find((x) => x.id === id);
+    if (n && n.kind !== "task") {
+      tip.replaceChildren(
+        h("b", {}, n.kind === "map" ? `${n.id} (map group)` : `${n.tasks} tasks: ${n.sample.join(", ")}${n.tasks > n.sample.length ? ", …" : ""}`),
+        h("div", {}, Object.entries(n.counts).map(([s, c]) => `${c} ${s.replace("_", " ")}`).join(" · ") || "none yet"),
+        h("div.muted", {}, "click to list its tasks"),
+      );
+      tip.hidden = false;
+      tip.style.left = x + 14 + "px";
+      tip.style.top = y + 14 + "px";
+      return;
+    }
     const t = id && this.current?.tasks.find((x) => x.id === id);
     if (!t) {
       tip.hidden = true;
