@@ -83,7 +83,7 @@ func (c *Core) Shape(id string) (*Shape, bool) {
 			continue
 		}
 		h := fnvAdd(fnvAdd(fnvBasis, uint64(d.role(int32(i)))), uint64(level[i]))
-		for _, j := range d.deps[i] {
+		for _, j := range d.depsOf(int32(i)) {
 			h = fnvAdd(h, uint64(j))
 		}
 		keys[i] = h
@@ -157,7 +157,7 @@ func (c *Core) Shape(id string) (*Shape, bool) {
 	seen := map[[2]int32]bool{}
 	for i := range n {
 		to := renum[nodeOf[i]]
-		for _, j := range d.deps[i] {
+		for _, j := range d.depsOf(int32(i)) {
 			e := [2]int32{renum[nodeOf[j]], to}
 			if e[0] != e[1] && !seen[e] {
 				seen[e] = true
@@ -209,14 +209,14 @@ func (d *dagRun) levels() []int32 {
 	left := make([]int32, n)
 	queue := make([]int32, 0, n)
 	for i := range n {
-		left[i] = int32(len(d.deps[i]))
+		left[i] = int32(len(d.depsOf(int32(i))))
 		if left[i] == 0 {
 			queue = append(queue, int32(i))
 		}
 	}
 	for k := 0; k < len(queue); k++ {
 		i := queue[k]
-		for _, j := range d.dependents[i] {
+		for _, j := range d.dependentsOf(i) {
 			level[j] = max(level[j], level[i]+1)
 			if left[j]--; left[j] == 0 {
 				queue = append(queue, j)

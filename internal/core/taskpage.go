@@ -167,7 +167,7 @@ func (c *Core) TaskPage(id string, q TaskQuery) (*TaskPageResult, bool, error) {
 		return true
 	}
 	if q.Group != "" {
-		i, ok := d.index[q.Group]
+		i, ok := d.indexOf(q.Group)
 		if !ok || !isGroup(&d.tasks[i]) {
 			return nil, true, ErrNoGroup
 		}
