@@ -671,7 +671,26 @@ func (c *Core) onWorkers() map[*dagRun]bool {
 // proposeDelete proposes the deletion of d, whose tasks have all stopped.
 func (c *Core) proposeDelete(d *dagRun) {
 	d.inflight = true
-	c.outbox = append(c.outbox, Entry{DAG: d.id, Delete: true})
+	c.outbox = append(c.outbox, Entry{DAG: d.id, Delete: true, Records: d.recorded()})
+}
+
+// recorded lists the ids of d's tasks and instances that have a record.
+func (d *dagRun) recorded() []string {
+	var ids []string
+	for i := range d.tasks {
+		if t := &d.tasks[i]; t.rec != nil {
+			ids = append(ids, t.id())
+		}
+	}
+	for _, g := range d.groups {
+		for i := range g.inst {
+			if t := &g.inst[i]; t.rec != nil {
+				ids = append(ids, t.id())
+			}
+		}
+	}
+	sort.Strings(ids) // the groups' map has no order; etcd's keys sort so
+	return ids
 }
 
 // Expire proposes the deletion of DAGs that finished before cutoff.

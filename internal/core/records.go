@@ -141,6 +141,12 @@ type Entry struct {
 	// set on its submission only: each is committed, in a transaction of
 	// its own, before D, which makes them visible.
 	Chunks []string
+	// Records, on a deletion, are the ids of the DAG's tasks (instances
+	// included) that have a record in etcd: what deleting the DAG deletes.
+	// etcd applies a transaction whole, about 10 µs a deleted key, and
+	// renews no lease meanwhile, so the leader bounds the keys a
+	// transaction deletes, and the store splits a larger deletion by them.
+	Records []string
 }
 
 // IsTask reports whether the entry concerns a single task.

@@ -289,15 +289,18 @@ func (e *Engine) startCommit(ctx context.Context) {
 		ops = 1
 	}
 	lim := e.txnLimits()
+	deleted := 0 // keys the transaction deletes: store.MaxDeletedKeys at most
 	for n < len(e.pending) && (e.solo == 0 || n == 0) {
-		k := 1
+		k, del := 1, 0
 		if e.pending[n].Delete {
 			k = 3 // the DAG's key, its chunks, its tasks (store.Ops)
+			del = store.DeletedKeys(&e.pending[n])
 		}
-		if ops+k > lim.EntryOps() && n > 0 {
+		if (ops+k > lim.EntryOps() || deleted+del > store.MaxDeletedKeys) && n > 0 {
 			break
 		}
 		ops += k
+		deleted += del
 		n++
 	}
 	if e.solo > 0 {

@@ -2,7 +2,9 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"reflect"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -256,5 +258,84 @@ func TestTermStartSweepsOrphanChunks(t *testing.T) {
 		}
 	case <-ctx.Done():
 		t.Fatal("no sweep")
+	}
+}
+
+// Deleting a DAG deletes at most MaxDeletedKeys keys a transaction: a DAG
+// of 12,000 task records goes in three, its record in the last, so that a
+// watcher sees the DAG whole until it is gone whole, and no key of it, or
+// of the DAG whose id extends its own, is left or taken.
+func TestLargeDeletionIsSplit(t *testing.T) {
+	_, cli := etcdtest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	fence := testFence(t, cli)
+	const n = 2*MaxDeletedKeys + 2000
+	big := chunked(t, "d1", n, DefaultLimits)
+	if _, err := Commit(ctx, cli, fence, []core.Entry{big, dagEntry("d10", 2)}, DefaultLimits); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	var ops []clientv3.Op
+	for i := 0; i < n; i++ {
+		id := fmt.Sprintf("t%d", i)
+		ids = append(ids, id)
+		ops = append(ops, clientv3.OpPut(TaskKey("d1", id), `{"status":"succeeded","attempt":1}`))
+		if len(ops) == 100 || i == n-1 {
+			if _, err := cli.Txn(ctx).Then(ops...).Commit(); err != nil {
+				t.Fatal(err)
+			}
+			ops = ops[:0]
+		}
+	}
+	if _, err := cli.Put(ctx, TaskKey("d10", "t0"), `{"status":"succeeded","attempt":1}`); err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(ids)
+	st := NewEtcd(cli)
+	from, err := cli.Get(ctx, "/", clientv3.WithKeysOnly(), clientv3.WithLimit(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	watch := st.Watch(ctx, from.Header.Revision+1)
+	res, err := Commit(ctx, cli, fence, []core.Entry{{DAG: "d1", Delete: true, Records: ids}}, DefaultLimits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Txns != 3 {
+		t.Fatalf("the deletion of %d records took %d transactions, want 3", n, res.Txns)
+	}
+	if got, err := cli.Get(ctx, DAGKey("d1")); err != nil || len(got.Kvs) != 0 {
+		t.Fatalf("d1's record is left (%v)", err)
+	}
+	for _, p := range []string{DAGSubkeysPrefix("d1"), DAGTasksPrefix("d1")} {
+		if left := keys(t, cli, p); len(left) > 0 {
+			t.Fatalf("%d keys left under %s: %v", len(left), p, left[:min(3, len(left))])
+		}
+	}
+	if got := keys(t, cli, DAGKey("d10")); len(got) != 1 {
+		t.Fatalf("d10's record: %v", got)
+	}
+	if got := keys(t, cli, TaskPrefix+"d10/"); len(got) != 1 {
+		t.Fatalf("d10's task records: %v", got)
+	}
+	// The watch gives one entry for it all: the DAG's deletion, at its
+	// last transaction (the ranges before it are no entries).
+	for {
+		select {
+		case b := <-watch:
+			if b.Err != nil || len(b.Bad) > 0 {
+				t.Fatalf("watch: %v %v", b.Err, b.Bad)
+			}
+			if len(b.Entries) == 0 {
+				continue
+			}
+			if len(b.Entries) != 1 || !b.Entries[0].Delete || b.Entries[0].DAG != "d1" || b.Entries[0].Rev != res.Revs[0] {
+				t.Fatalf("watched %+v, want d1's deletion at %d", b.Entries, res.Revs[0])
+			}
+			return
+		case <-ctx.Done():
+			t.Fatal("the watch saw no entry")
+		}
 	}
 }
