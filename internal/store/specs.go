@@ -53,6 +53,10 @@ type knownSpec struct {
 	prefixLen int
 	sum       uint64
 	dag       model.DAG
+	// spec names a chunked DAG's chunks: it is in the hashed prefix, so a
+	// record that matches has the same, and a record built without it
+	// would be written back by a leader with every task inline.
+	spec *core.SpecRef
 }
 
 // recordTail is what follows the spec in a DAG record: core.DAGRecord's
@@ -91,7 +95,7 @@ func (k *knownSpecs) decodeDAG(e *core.Entry, v []byte) error {
 	sum := maphash.Bytes(k.seed, v[:i])
 	if held, ok := k.byDAG[e.DAG]; ok && held.prefixLen == i && held.sum == sum {
 		if t, ok := k.tail(v[i+1:]); ok {
-			e.D = &core.DAGRecord{DAG: held.dag, Status: t.Status, Run: t.Run, SubmittedAt: t.SubmittedAt, FinishedAt: t.FinishedAt,
+			e.D = &core.DAGRecord{DAG: held.dag, Spec: held.spec, Status: t.Status, Run: t.Run, SubmittedAt: t.SubmittedAt, FinishedAt: t.FinishedAt,
 				CancelRequested: t.CancelRequested}
 			return nil
 		}
@@ -100,7 +104,7 @@ func (k *knownSpecs) decodeDAG(e *core.Entry, v []byte) error {
 		return err
 	}
 	if _, ok := k.tail(v[i+1:]); ok {
-		k.byDAG[e.DAG] = knownSpec{prefixLen: i, sum: sum, dag: e.D.DAG}
+		k.byDAG[e.DAG] = knownSpec{prefixLen: i, sum: sum, dag: e.D.DAG, spec: e.D.Spec}
 	} else {
 		delete(k.byDAG, e.DAG)
 	}

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"reflect"
 	"strings"
 	"testing"
@@ -134,5 +135,42 @@ func TestDeeplyNestedRecordIsRefused(t *testing.T) {
 	v = append(append(v[:len(v)-1:len(v)-1], `,"x":`...), strings.Repeat("[", 4<<20)...)
 	if _, _, err := specs.decodeEvent(putEvent(DAGKey("d1"), v)); err == nil || !strings.Contains(err.Error(), "levels deep") {
 		t.Errorf("through known specs: %v", err)
+	}
+}
+
+// A chunked DAG's later records, decoded by their tail, keep the reference
+// to its chunks: a standby that leads writes the DAG's record again from
+// what it decoded, and without the reference that record would carry
+// every task inline, past what etcd takes for a big DAG.
+func TestKnownSpecsKeepAChunkedDAGsSpec(t *testing.T) {
+	big := chunked(t, "d1", 20000, DefaultLimits)
+	if big.D.Spec == nil {
+		t.Fatal("not chunked")
+	}
+	specs := newKnownSpecs()
+	specs.read = func(_ context.Context, _ string, _ int64, _ *core.SpecRef) ([][]byte, error) {
+		out := make([][]byte, len(big.Chunks))
+		for i, c := range big.Chunks {
+			out[i] = []byte(c)
+		}
+		return out, nil
+	}
+	head := func(status core.DAGStatus) []byte {
+		rec := *big.D
+		rec.Status = status
+		return encoded(t, core.Entry{DAG: "d1", D: &rec})
+	}
+	for i, status := range []core.DAGStatus{core.DAGRunning, core.DAGFailed, core.DAGRunning} {
+		got, ok, err := specs.decodeEvent(putEvent(DAGKey("d1"), head(status)))
+		if !ok || err != nil || got.D == nil {
+			t.Fatalf("record %d: %v %v", i, ok, err)
+		}
+		if got.D.Spec == nil || *got.D.Spec != *big.D.Spec || len(got.D.Tasks) != 20000 || got.D.Status != status {
+			t.Fatalf("record %d decoded with spec %+v, %d tasks, %s", i, got.D.Spec, len(got.D.Tasks), got.D.Status)
+		}
+		// What a leader writes back from it is the small head again.
+		if b := encoded(t, got); len(b) > 1024 {
+			t.Fatalf("record %d is written back as %d bytes", i, len(b))
+		}
 	}
 }
