@@ -195,7 +195,7 @@ func attachChunks(rec *core.DAGRecord, values [][]byte) error {
 	if n != ref.Bytes || hex.EncodeToString(h.Sum(nil)) != ref.SHA256 {
 		return fmt.Errorf("DAG chunks hold %d bytes, not the %d (sha256 %s) the record names", n, ref.Bytes, ref.SHA256)
 	}
-	tasks := make([]model.Task, 0, ref.Tasks)
+	tasks := make([]model.Task, 0, min(int64(ref.Tasks), n/16)) // a task's JSON is at least {"id":"a"}, and more
 	for i, v := range values {
 		var part []model.Task
 		if err := unmarshal(v, &part); err != nil {
@@ -335,8 +335,17 @@ type orphanChunk struct {
 // hand must still be a valid DAG. Sizes are not checked again: etcd bounds
 // a stored value, and a record an earlier version accepted must still load.
 func validateStored(rec *core.DAGRecord) error {
-	return dag.Validate(&rec.DAG, dag.Limits{MaxTasks: 1 << 24, MaxDecodedBytes: 1 << 40, Stored: true})
+	return dag.Validate(&rec.DAG, dag.Limits{MaxTasks: maxStoredTasks, MaxDecodedBytes: 1 << 40, Stored: true})
 }
+
+// maxStoredTasks and maxChunkedBytes bound a stored DAG, far past what the
+// API accepts (an earlier version's records must still load), and keep a
+// hand-edited record from sizing an allocation that ends the process.
+const (
+	maxStoredTasks  = 1 << 24
+	maxChunkedBytes = 1 << 32
+	maxChunks       = 1 << 16 // 32 GiB of chunks as large as etcd's default takes
+)
 
 // decodeHead decodes a DAG record. A chunked one (Spec set) comes back
 // without its tasks and unvalidated: attachChunks completes it.
@@ -352,8 +361,13 @@ func decodeHead(id string, v []byte) (*core.DAGRecord, error) {
 		if len(rec.Tasks) != 0 {
 			return nil, errors.New("a DAG record naming chunks holds tasks too")
 		}
-		if rec.Spec.Chunks <= 0 || rec.Spec.Tasks <= 0 {
-			return nil, fmt.Errorf("DAG record names %d chunks of %d tasks", rec.Spec.Chunks, rec.Spec.Tasks)
+		// The reference sizes what its readers allocate before they read
+		// a chunk, and a hand-edited one could name any numbers: a chunk
+		// holds at least one task and two bytes, a stored DAG at most
+		// validateStored's tasks and maxChunkedBytes.
+		if ref := rec.Spec; ref.Chunks <= 0 || ref.Tasks <= 0 || ref.Tasks > maxStoredTasks || ref.Chunks > min(ref.Tasks, maxChunks) ||
+			ref.Bytes < 2*int64(ref.Chunks) || ref.Bytes > maxChunkedBytes {
+			return nil, fmt.Errorf("DAG record names %d chunks of %d tasks in %d bytes: out of range", ref.Chunks, ref.Tasks, ref.Bytes)
 		}
 		return &rec, nil
 	}

@@ -339,3 +339,29 @@ func TestLargeDeletionIsSplit(t *testing.T) {
 		}
 	}
 }
+
+// A chunked head whose reference was edited by hand to name absurd counts
+// is refused before anything is sized by them (a trillion chunks once made
+// every replica that read it run out of memory).
+func TestChunkedHeadWithAbsurdCountsIsRefused(t *testing.T) {
+	big := chunked(t, "d1", 20000, DefaultLimits)
+	for _, edit := range []func(r *core.SpecRef){
+		func(r *core.SpecRef) { r.Chunks = 1_000_000_000_000 },
+		func(r *core.SpecRef) { r.Tasks = 1_000_000_000_000 },
+		func(r *core.SpecRef) { r.Chunks = r.Tasks + 1 },
+		func(r *core.SpecRef) { r.Bytes = 1 << 40 },
+		func(r *core.SpecRef) { r.Chunks, r.Tasks = 0, 0 },
+	} {
+		rec := *big.D
+		ref := *rec.Spec
+		edit(&ref)
+		rec.Spec = &ref
+		v := encoded(t, core.Entry{DAG: "d1", D: &rec})
+		if _, err := decodeHead("d1", v); err == nil || !strings.Contains(err.Error(), "out of range") {
+			t.Errorf("reference %+v: %v", ref, err)
+		}
+	}
+	if _, err := decodeHead("d1", encoded(t, core.Entry{DAG: "d1", D: big.D})); err != nil {
+		t.Fatalf("the real head: %v", err)
+	}
+}
