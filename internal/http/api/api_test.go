@@ -1348,3 +1348,20 @@ func TestLargeYAMLIsRefusedAndJSONAccepted(t *testing.T) {
 		t.Fatalf("the same DAG in JSON: %d %s", r.code, r.body)
 	}
 }
+
+// A schedule's tasks are counted before its body is decoded, as a DAG's
+// are: a body of empty tasks within max_body_bytes would otherwise cost
+// hundreds of bytes a task to decode before the count refused it.
+func TestScheduleTasksCountedBeforeDecoding(t *testing.T) {
+	// The service is never reached: the count refuses first (a call
+	// would panic on the nil interface).
+	e := newEnv(t, func(c *Config) { c.MaxBodyBytes = 8 << 20; c.MaxTasks = 1000; c.Schedules = unreachedSchedules{} })
+	body := `{"id": "nightly", "schedule": {"cron": "0 * * * *"}, "tasks": [` + strings.Repeat(`{},`, 200000) + `{}]}`
+	info := e.do(t, "POST", "/api/v1/schedules", body, "Content-Type", "application/json").
+		wantError(t, http.StatusBadRequest, dag.CodeTooMany)
+	if !strings.Contains(info.Message, "200001") {
+		t.Fatalf("message %q does not count the tasks", info.Message)
+	}
+}
+
+type unreachedSchedules struct{ Schedules }

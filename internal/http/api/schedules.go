@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/orion-sched/orion/internal/core"
+	"github.com/orion-sched/orion/internal/dag"
 	"github.com/orion-sched/orion/internal/http/apitypes"
 	"github.com/orion-sched/orion/internal/http/kit"
 	"github.com/orion-sched/orion/internal/schedule"
@@ -60,7 +61,13 @@ func (s *server) putSchedule(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	sc, err := schedule.Parse(body, ct)
+	// A schedule is a DAG file with a schedule: block, its tasks at the
+	// top level: counted before they are decoded, as a submission's are.
+	err := dag.CheckTaskCount(body, ct, s.cfg.MaxTasks)
+	var sc *schedule.Schedule
+	if err == nil {
+		sc, err = schedule.Parse(body, ct)
+	}
 	if err == nil {
 		err = sc.Validate(s.dagLimits())
 	}
