@@ -145,6 +145,7 @@ type server struct {
 	mux     *routeMux
 	limiter *ipLimiter    // nil: no rate limit
 	keys    *auth.Keyring // who may do what; its cluster token's forwarded writes skip the rate limit
+	docs    docBudget     // bytes of DAG and schedule documents being read and decoded
 }
 
 // New returns the API handler. It panics if cfg.Backend is nil.

@@ -1365,3 +1365,62 @@ func TestScheduleTasksCountedBeforeDecoding(t *testing.T) {
 }
 
 type unreachedSchedules struct{ Schedules }
+
+// The documents a replica reads and decodes at once are bounded in bytes,
+// whoever sends them: with four bodies of unknown length (each may take
+// max_body_bytes) still arriving, a fifth is answered 503 with Retry-After
+// before its body is read, and once they end, documents are read again.
+func TestDocumentsInFlightAreBounded(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.MaxBodyBytes = 64 << 10; c.RateLimit = -1 })
+	var writers []*io.PipeWriter
+	done := make(chan int, docBudgetFactor)
+	for range docBudgetFactor {
+		pr, pw := io.Pipe()
+		writers = append(writers, pw)
+		req, err := http.NewRequest("POST", e.srv.URL+"/api/v1/dags", pr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		go func() {
+			res, err := e.srv.Client().Do(req)
+			if err != nil {
+				done <- -1
+				return
+			}
+			res.Body.Close()
+			done <- res.StatusCode
+		}()
+		if _, err := pw.Write([]byte(`{"name": "slow", "tasks": [`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The slow bodies have been taken (their first bytes were read).
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r := e.do(t, "POST", "/api/v1/dags", okDAG, "Content-Type", "application/json")
+		if r.code == http.StatusServiceUnavailable {
+			info := r.wantError(t, http.StatusServiceUnavailable, "unavailable")
+			if !strings.Contains(info.Message, "max_body_bytes") {
+				t.Fatalf("message %q", info.Message)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a fifth document was answered %d while four were being read", r.code)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, pw := range writers {
+		_, _ = pw.Write([]byte(`{"id": "a", "kind": "noop"}]}`))
+		pw.Close()
+	}
+	for range docBudgetFactor {
+		if code := <-done; code == -1 || code >= 500 {
+			t.Fatalf("a slow document was answered %d", code)
+		}
+	}
+	if r := e.do(t, "POST", "/api/v1/dags", okDAG, "Content-Type", "application/json"); r.code >= 300 {
+		t.Fatalf("after the slow documents: %d %s", r.code, r.body)
+	}
+}

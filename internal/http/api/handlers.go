@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -33,35 +34,65 @@ func dagPath(id string) string { return "/api/v1/dags/" + url.PathEscape(id) }
 
 // readDocument reads a DAG or schedule document: its content type is
 // checked before the body is read, and the body is bounded by
-// max_body_bytes (a YAML one by dag.MaxYAMLBytes). On false the error has been answered.
-func (s *server) readDocument(w http.ResponseWriter, r *http.Request) (body []byte, ct string, ok bool) {
+// max_body_bytes (a YAML one by dag.MaxYAMLBytes). On false the error has
+// been answered.
+//
+// The bytes of the documents a replica reads and decodes at once are
+// bounded too (docBudget): one document of max_body_bytes costs several
+// times its size to decode, and the per-client rate limit does not bound
+// many clients. The caller calls release once it is done with the body.
+func (s *server) readDocument(w http.ResponseWriter, r *http.Request) (body []byte, ct string, release func(), ok bool) {
 	ct = r.Header.Get("Content-Type")
 	if _, err := dag.FormatOf(ct); err != nil { // refuse before reading the body
 		s.fail(w, r, err)
-		return nil, "", false
+		return nil, "", nil, false
 	}
+	want := s.cfg.MaxBodyBytes // a body of unknown length may take it all
+	if r.ContentLength >= 0 && r.ContentLength < want {
+		want = r.ContentLength
+	}
+	limit := docBudgetFactor * s.cfg.MaxBodyBytes
+	if !s.docs.take(want, limit) {
+		w.Header().Set("Retry-After", "1")
+		kit.WriteError(w, http.StatusServiceUnavailable, apitypes.CodeUnavailable,
+			fmt.Sprintf("this replica is already reading and decoding DAG documents up to its limit of %d bytes (%d × max_body_bytes); try again", limit, docBudgetFactor), nil)
+		return nil, "", nil, false
+	}
+	release = func() { s.docs.give(want) }
+	body, ok = s.readBody(w, r, ct)
+	if !ok {
+		release()
+		return nil, "", nil, false
+	}
+	return body, ct, release, true
+}
+
+// readBody reads a document's body within max_body_bytes (a YAML one
+// within dag.MaxYAMLBytes).
+func (s *server) readBody(w http.ResponseWriter, r *http.Request, ct string) ([]byte, bool) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			s.fail(w, r, err)
-			return nil, "", false
+			return nil, false
 		}
 		kit.WriteError(w, http.StatusBadRequest, apitypes.CodeBadRequest, "could not read the request body", nil)
-		return nil, "", false
+		return nil, false
 	}
 	if err := dag.CheckYAMLSize(body, ct); err != nil {
 		s.fail(w, r, err)
-		return nil, "", false
+		return nil, false
 	}
-	return body, ct, true
+	return body, true
 }
 
 func (s *server) submit(w http.ResponseWriter, r *http.Request) {
-	body, ct, ok := s.readDocument(w, r)
+	body, ct, release, ok := s.readDocument(w, r)
 	if !ok {
 		return
 	}
+	defer release()
 	err := dag.CheckTaskCount(body, ct, s.cfg.MaxTasks)
 	var d *model.DAG
 	if err == nil {
@@ -544,3 +575,27 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
 	// cancellations and deletions, and says what it refuses.
 	kit.WriteJSON(w, http.StatusOK, apitypes.Ready{Status: "ready", Leader: st.Leader, Term: st.HoldsTerm, Storage: s.storage()})
 }
+
+// docBudgetFactor is how many bodies of max_body_bytes a replica reads and
+// decodes at once: 128 MiB of documents at the default, a few hundred MB
+// of decoded DAGs at most.
+const docBudgetFactor = 4
+
+// docBudget counts the bytes of the documents being read and decoded.
+type docBudget struct{ inUse atomic.Int64 }
+
+// take reserves n bytes if they fit under limit. One document always fits
+// an idle replica, whatever its size.
+func (b *docBudget) take(n, limit int64) bool {
+	for {
+		cur := b.inUse.Load()
+		if cur > 0 && cur+n > limit {
+			return false
+		}
+		if b.inUse.CompareAndSwap(cur, cur+n) {
+			return true
+		}
+	}
+}
+
+func (b *docBudget) give(n int64) { b.inUse.Add(-n) }

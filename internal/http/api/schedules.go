@@ -57,10 +57,11 @@ func markRev(w http.ResponseWriter, rev int64) {
 }
 
 func (s *server) putSchedule(w http.ResponseWriter, r *http.Request) {
-	body, ct, ok := s.readDocument(w, r)
+	body, ct, release, ok := s.readDocument(w, r)
 	if !ok {
 		return
 	}
+	defer release()
 	// A schedule is a DAG file with a schedule: block, its tasks at the
 	// top level: counted before they are decoded, as a submission's are.
 	err := dag.CheckTaskCount(body, ct, s.cfg.MaxTasks)
