@@ -365,24 +365,14 @@ func describeValue(v any) string {
 // forEachProgram returns a group's compiled for_each expression, compiled
 // once per DAG on the leader (never stored).
 func (c *Core) forEachProgram(t *task) (*expr.Program, error) {
-	d := t.dag
-	if p := d.forEach[t.idx]; p != nil {
-		return p, nil
-	}
-	text, _ := t.spec().ForEach.Expression()
-	src, ok := forEachSource(text)
-	if !ok {
-		return nil, fmt.Errorf("%q is not one {{ expression }}", model.CutHead(text, 80))
-	}
-	p, err := expr.Compile(src)
-	if err != nil {
-		return nil, err
-	}
-	if d.forEach == nil {
-		d.forEach = make(map[int32]*expr.Program)
-	}
-	d.forEach[t.idx] = p
-	return p, nil
+	return compiled(&t.dag.forEach, t.idx, func() (string, error) {
+		text, _ := t.spec().ForEach.Expression()
+		src, ok := forEachSource(text)
+		if !ok {
+			return "", fmt.Errorf("%q is not one {{ expression }}", model.CutHead(text, 80))
+		}
+		return src, nil
+	})
 }
 
 // forEachSource is internal/dag's ForEachExpression (core does not import

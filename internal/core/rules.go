@@ -498,18 +498,28 @@ func (c *Core) condition(t *task) (bool, error) {
 // program returns t's compiled condition, compiling it once per DAG. It was
 // compiled at submission; a record written by hand may still not compile.
 func (c *Core) program(t *task) (*expr.Program, error) {
-	d := t.dag
-	if p := d.conds[t.idx]; p != nil {
+	return compiled(&t.dag.conds, t.idx, func() (string, error) { return t.spec().When, nil })
+}
+
+// compiled returns the program cached in *m for task idx, compiling the
+// source src gives on first use (a DAG compiles each expression once on
+// the leader, and never stores it).
+func compiled(m *map[int32]*expr.Program, idx int32, src func() (string, error)) (*expr.Program, error) {
+	if p := (*m)[idx]; p != nil {
 		return p, nil
 	}
-	p, err := expr.Compile(t.spec().When)
+	text, err := src()
 	if err != nil {
 		return nil, err
 	}
-	if d.conds == nil {
-		d.conds = make(map[int32]*expr.Program)
+	p, err := expr.Compile(text)
+	if err != nil {
+		return nil, err
 	}
-	d.conds[t.idx] = p
+	if *m == nil {
+		*m = make(map[int32]*expr.Program)
+	}
+	(*m)[idx] = p
 	return p, nil
 }
 

@@ -247,18 +247,11 @@ func (c *Core) DAGsFrom(q DAGQuery, newest iter.Seq2[string, int64]) []DAGSummar
 		if q.Limit > 0 && len(out) == q.Limit {
 			break
 		}
-		d := c.dags[id]
-		if d == nil || d.seq != seq {
-			continue
+		if d := c.dags[id]; d != nil && d.seq == seq {
+			if s, ok := q.pick(d); ok {
+				out = append(out, s)
+			}
 		}
-		if q.Status != "" && d.rec.Status != q.Status {
-			continue
-		}
-		s := d.summary()
-		if q.Keep != nil && !q.Keep(&s) {
-			continue
-		}
-		out = append(out, s)
 	}
 	return out
 }

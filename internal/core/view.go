@@ -143,16 +143,24 @@ func (c *Core) DAGs(q DAGQuery) []DAGSummary {
 		if q.Limit > 0 && len(out) == q.Limit {
 			break
 		}
-		if q.Status != "" && d.rec.Status != q.Status {
-			continue
+		if s, ok := q.pick(d); ok {
+			out = append(out, s)
 		}
-		s := d.summary()
-		if q.Keep != nil && !q.Keep(&s) {
-			continue
-		}
-		out = append(out, s)
 	}
 	return out
+}
+
+// pick summarises d if q selects it (status first: only the DAGs selected
+// are summarised).
+func (q *DAGQuery) pick(d *dagRun) (DAGSummary, bool) {
+	if q.Status != "" && d.rec.Status != q.Status {
+		return DAGSummary{}, false
+	}
+	s := d.summary()
+	if q.Keep != nil && !q.Keep(&s) {
+		return DAGSummary{}, false
+	}
+	return s, true
 }
 
 // newestFirst returns the DAGs in the order lists show them: by the
